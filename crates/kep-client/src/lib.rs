@@ -1,0 +1,58 @@
+//! A typed client for the kep APIs: what the `kep` CLI and the tests speak.
+
+pub mod live;
+
+/// What a call through this client can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("HTTP: {0}")]
+    Http(#[from] reqwest::Error),
+    /// A REST answer other than 2xx, with its body.
+    #[error("HTTP {status}: {body}")]
+    Api { status: u16, body: String },
+    /// A JSON-RPC `error`.
+    #[error("JSON-RPC error {}: {} {}", .0.code, .0.message, .0.data.as_ref().map(|d| d.to_string()).unwrap_or_default())]
+    Rpc(kep_live::api::wire::RpcError),
+    #[error("WebSocket: {0}")]
+    WebSocket(#[from] tokio_tungstenite::tungstenite::Error),
+    /// The server said something this client does not understand.
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+/// The operator API on the admin listener, with the operator token.
+#[derive(Clone)]
+pub struct AdminClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl AdminClient {
+    pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
+        AdminClient {
+            http: reqwest::Client::new(),
+            base: base.into().trim_end_matches('/').to_owned(),
+            token: token.into(),
+        }
+    }
+
+    pub(crate) async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        let res = req.bearer_auth(&self.token).send().await?;
+        let status = res.status();
+        if !status.is_success() {
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                body: res.text().await.unwrap_or_default(),
+            });
+        }
+        Ok(res.json().await?)
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}

@@ -1,0 +1,142 @@
+//! HTTP plumbing shared by the operator APIs on the admin listener: their one error shape
+//! `{"error": {"code", "message", "field"?}}`, a JSON extractor that answers in that shape,
+//! and the operator-token guard.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::secret::constant_time_eq;
+
+/// The operator API's error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable machine-readable code such as `invalid_field` or `not_found`.
+    pub code: &'static str,
+    pub message: String,
+    /// The request field at fault, where there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// An operator API failure; every handler's error converts into this once.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub detail: ErrorDetail,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            detail: ErrorDetail {
+                code,
+                message: message.into(),
+                field: None,
+            },
+        }
+    }
+
+    /// A 400 naming the field at fault.
+    pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid_field", message);
+        e.detail.field = Some(field.into());
+        e
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid operator token is required",
+        )
+    }
+
+    /// An unexpected failure: logged in full, answered without internals.
+    pub fn internal(err: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %err, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(ErrorBody { error: self.detail })).into_response()
+    }
+}
+
+/// `axum::Json`, but a rejected body is answered in the operator API's error shape.
+pub struct AdminJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for AdminJson<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(AdminJson(v)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let code = match status {
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+                    StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+                    _ => "invalid_body",
+                };
+                Err(ApiError::new(status, code, rejection.body_text()))
+            }
+        }
+    }
+}
+
+/// The operator token, as the guard compares it.
+#[derive(Clone)]
+pub struct OperatorToken(pub std::sync::Arc<str>);
+
+/// Middleware: `Authorization: Bearer <operator token>` or 401.
+pub async fn require_operator(
+    State(token): State<OperatorToken>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(p) if constant_time_eq(p.trim(), &token.0) => next.run(req).await,
+        _ => {
+            let mut res = ApiError::unauthorized().into_response();
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            res
+        }
+    }
+}

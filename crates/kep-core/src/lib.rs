@@ -1,0 +1,8 @@
+//! What the kep services truly share: settings loading, the embedded database, ids and
+//! secret hashing, the operator API's error shape and auth, and the listener plumbing.
+
+pub mod http;
+pub mod listener;
+pub mod secret;
+pub mod settings;
+pub mod storage;

@@ -1,0 +1,82 @@
+//! Secret hashing, constant-time comparison and random identifiers.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore as _;
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq as _;
+
+/// Lowercase hexadecimal SHA-256 of the UTF-8 text, the hash every seed computes.
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Compares two secrets (or their hashes) without leaking where they differ.
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.as_bytes().ct_eq(b.as_bytes()).into()
+}
+
+/// An opaque random string of `bytes` random bytes, URL-safe base64 without padding.
+pub fn random_token(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    URL_SAFE_NO_PAD.encode(buf)
+}
+
+/// A 256-bit secret or token; 128 bits is the contract's floor.
+pub fn new_secret() -> String {
+    random_token(32)
+}
+
+/// A random version-4 UUID in its canonical text form.
+pub fn new_uuid() -> String {
+    let mut b = [0u8; 16];
+    rand::rng().fill_bytes(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_hex_matches_sha256sum() {
+        // printf 'svc:secret' | sha256sum
+        assert_eq!(
+            sha256_hex("svc:secret"),
+            "8a545b172eecdb6eb0a1e4a64f8b985e661a4fb90796ea72f4092051dbed26d6"
+        );
+        // printf '' | sha256sum
+        assert_eq!(
+            sha256_hex(""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_strings() {
+        assert!(constant_time_eq("abc", "abc"));
+        assert!(!constant_time_eq("abc", "abd"));
+        assert!(!constant_time_eq("abc", "abcd"));
+    }
+
+    #[test]
+    fn tokens_are_long_enough_and_distinct() {
+        let a = new_secret();
+        assert!(a.len() >= 22, "128 bits in base64 is 22 characters");
+        assert_ne!(a, new_secret());
+        let u = new_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+    }
+}

@@ -1,0 +1,107 @@
+//! Wire types and handlers of the live API.
+
+pub mod operator;
+mod rpc;
+pub mod wire;
+mod ws;
+
+use axum::Router;
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+use utoipa::OpenApi;
+
+use crate::{LiveError, LiveService};
+
+pub(crate) fn router(live: LiveService) -> Router {
+    Router::new()
+        .route("/api/rpc", post(rpc::rpc))
+        .route("/api/ws", get(ws::participant_socket))
+        .with_state(live)
+}
+
+/// OpenAPI of the live listener.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "kep live API",
+        description = "Provision and Room.* over JSON-RPC 2.0 (seed 000)"
+    ),
+    paths(rpc::rpc),
+    components(schemas(
+        wire::RpcResponse,
+        wire::RpcError,
+        wire::ProvisionParams,
+        wire::ProvisionAuth,
+        wire::ProvisionResult,
+        wire::RoomParams,
+        wire::ParticipantTarget,
+        wire::StreamTarget,
+        wire::ListParticipantsResult,
+        wire::ParticipantInfo,
+        wire::StreamInfo,
+        wire::DestroyRoomResult,
+        wire::Scheme
+    ))
+)]
+pub struct LiveApiDoc;
+
+/// Parses a JSON value into `T`; a failure names the field at fault (`targets[1].streamId`).
+pub(crate) fn parse_params<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, LiveError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        // serde reports a missing field at its parent: name the field itself.
+        let field = match inner
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+        {
+            Some(name) if path == "." => name.to_owned(),
+            Some(name) => format!("{path}.{name}"),
+            None => path,
+        };
+        LiveError::invalid_params(field, inner)
+    })
+}
+
+/// Checks an identifier chosen by a client: non-empty, at most 128 characters, no control
+/// characters.
+pub(crate) fn check_id(field: &str, id: &str) -> Result<(), LiveError> {
+    if id.is_empty() || id.chars().count() > 128 || id.chars().any(char::is_control) {
+        return Err(LiveError::invalid_params(
+            field,
+            "must be 1 to 128 characters, none a control character",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn params_errors_name_the_field() {
+        let err = parse_params::<wire::RoomParams>(json!({})).unwrap_err();
+        assert!(
+            matches!(err, LiveError::InvalidParams { ref field, .. } if field == "roomId"),
+            "{err:?}"
+        );
+        let err = parse_params::<wire::TargetsParams<wire::StreamTarget>>(
+            json!({"roomId": "r", "targets": [{"participantId": "a", "streamId": 1}, {"participantId": "b", "streamId": "x"}]}),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, LiveError::InvalidParams { ref field, .. } if field == "targets[1].streamId"),
+            "{err:?}"
+        );
+        let err = parse_params::<wire::TargetsParams<wire::StreamTarget>>(
+            json!({"roomId": "r", "targets": [{"participantId": "a"}]}),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, LiveError::InvalidParams { ref field, .. } if field == "targets[0].streamId"),
+            "{err:?}"
+        );
+    }
+}

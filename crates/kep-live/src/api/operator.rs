@@ -1,0 +1,157 @@
+//! The operator's live-service calls, under `/admin/v1/live` on the admin listener.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{patch, post};
+use axum::{Json, Router};
+use kep_core::http::{AdminJson, ApiError};
+use utoipa::OpenApi;
+
+use super::wire::{
+    CreateServiceRequest, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
+};
+use crate::LiveService;
+use crate::access::CreateOutcome;
+
+pub(crate) fn router(live: LiveService) -> Router {
+    Router::new()
+        .route(
+            "/admin/v1/live/services",
+            post(create_service).get(list_services),
+        )
+        .route("/admin/v1/live/services/{id}", patch(update_service))
+        .route("/admin/v1/live/services/{id}/secrets", post(rotate_secrets))
+        .with_state(live)
+}
+
+/// OpenAPI of the live operator calls.
+#[derive(OpenApi)]
+#[openapi(
+    paths(create_service, list_services, update_service, rotate_secrets),
+    components(schemas(
+        CreateServiceRequest,
+        ServiceSecrets,
+        ServiceList,
+        ServiceSummary,
+        UpdateServiceRequest
+    ))
+)]
+pub struct LiveAdminDoc;
+
+fn valid_service_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+fn check_verifier_url(url: &Option<String>) -> Result<(), ApiError> {
+    match url {
+        Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => Err(
+            ApiError::invalid_field("externalVerifierUrl", "must be an http:// or https:// URL"),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// `POST /admin/v1/live/services`: creates a live service and shows its secrets once.
+#[utoipa::path(post, path = "/admin/v1/live/services", request_body = CreateServiceRequest,
+    responses((status = 201, body = ServiceSecrets), (status = 400, body = kep_core::http::ErrorBody),
+              (status = 409, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn create_service(
+    State(live): State<LiveService>,
+    AdminJson(req): AdminJson<CreateServiceRequest>,
+) -> Result<(StatusCode, Json<ServiceSecrets>), ApiError> {
+    let service_id = req
+        .service_id
+        .unwrap_or_else(|| format!("svc-{}", &kep_core::secret::new_uuid()[..8]));
+    if !valid_service_id(&service_id) {
+        return Err(ApiError::invalid_field(
+            "serviceId",
+            "1 to 64 letters, digits, '.', '_' or '-'",
+        ));
+    }
+    check_verifier_url(&req.external_verifier_url)?;
+    match live
+        .0
+        .access
+        .create(service_id, req.external_verifier_url)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        CreateOutcome::Created(secrets) => Ok((StatusCode::CREATED, Json(secrets))),
+        CreateOutcome::Taken => Err(ApiError::conflict(
+            "a live service with that serviceId exists",
+        )),
+    }
+}
+
+/// `GET /admin/v1/live/services`
+#[utoipa::path(get, path = "/admin/v1/live/services", responses((status = 200, body = ServiceList)),
+    security(("operator" = [])))]
+pub(crate) async fn list_services(
+    State(live): State<LiveService>,
+) -> Result<Json<ServiceList>, ApiError> {
+    let services = live
+        .0
+        .access
+        .list()
+        .await
+        .map_err(ApiError::internal)?
+        .into_iter()
+        .map(|(service_id, external_verifier_url)| ServiceSummary {
+            service_id,
+            external_verifier_url,
+        })
+        .collect();
+    Ok(Json(ServiceList { services }))
+}
+
+/// `PATCH /admin/v1/live/services/{id}`: sets or removes the external verifier.
+#[utoipa::path(patch, path = "/admin/v1/live/services/{id}", request_body = UpdateServiceRequest,
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = ServiceSummary), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn update_service(
+    State(live): State<LiveService>,
+    Path(id): Path<String>,
+    AdminJson(req): AdminJson<UpdateServiceRequest>,
+) -> Result<Json<ServiceSummary>, ApiError> {
+    check_verifier_url(&req.external_verifier_url)?;
+    let url = req.external_verifier_url;
+    if !live
+        .0
+        .access
+        .set_verifier(&id, url.clone())
+        .await
+        .map_err(ApiError::internal)?
+    {
+        return Err(ApiError::not_found("no such live service"));
+    }
+    Ok(Json(ServiceSummary {
+        service_id: id,
+        external_verifier_url: url,
+    }))
+}
+
+/// `POST /admin/v1/live/services/{id}/secrets`: new admin and service secrets, shown once.
+#[utoipa::path(post, path = "/admin/v1/live/services/{id}/secrets",
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = ServiceSecrets), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn rotate_secrets(
+    State(live): State<LiveService>,
+    Path(id): Path<String>,
+) -> Result<Json<ServiceSecrets>, ApiError> {
+    match live
+        .0
+        .access
+        .rotate(&id)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        Some(secrets) => Ok(Json(secrets)),
+        None => Err(ApiError::not_found("no such live service")),
+    }
+}

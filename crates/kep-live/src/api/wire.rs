@@ -1,0 +1,299 @@
+//! Wire types of the live API, shared by the server, the client crate and the CLI.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+// ---- operator API (admin listener) ----
+
+/// `POST /admin/v1/live/services`
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateServiceRequest {
+    /// Generated when absent: letters, digits, `.`, `_`, `-`, at most 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_id: Option<String>,
+    /// Where `scheme: external` provisioning is verified (an http URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_verifier_url: Option<String>,
+}
+
+/// The secrets are shown here once and never again.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSecrets {
+    pub service_id: String,
+    pub admin_secret: String,
+    pub service_secret: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSummary {
+    pub service_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_verifier_url: Option<String>,
+}
+
+/// `GET /admin/v1/live/services`
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ServiceList {
+    pub services: Vec<ServiceSummary>,
+}
+
+/// `PATCH /admin/v1/live/services/{id}`: `null` removes the verifier.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateServiceRequest {
+    pub external_verifier_url: Option<String>,
+}
+
+// ---- JSON-RPC (live listener) ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    Internal,
+    External,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub service_id: String,
+    pub scheme: Scheme,
+    /// Absent in step 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ProvisionAuth>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProvisionAuth {
+    pub nonce: String,
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProvisionResult {
+    pub uuid: String,
+    pub token: String,
+    /// Seconds.
+    pub ttl: u64,
+    pub api: String,
+}
+
+/// Params of `Room.ListRooms`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct VersionParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// Params of `Room.ListParticipants` and `Room.DestroyRoom`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub room_id: String,
+}
+
+/// Params of `Room.KickParticipant` and `Room.InactiveStream`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetsParams<T> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub room_id: String,
+    pub targets: Vec<T>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParticipantTarget {
+    pub participant_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamTarget {
+    pub participant_id: String,
+    pub stream_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamInfo {
+    pub stream_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParticipantInfo {
+    pub participant_id: String,
+    pub streams: Vec<StreamInfo>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListParticipantsResult {
+    pub participants: Vec<ParticipantInfo>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DestroyRoomResult {
+    pub room_id: String,
+}
+
+/// A JSON-RPC 2.0 request as the client crate sends it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RpcRequest<P> {
+    pub jsonrpc: &'static str,
+    pub id: serde_json::Value,
+    pub method: &'static str,
+    pub params: P,
+}
+
+/// A JSON-RPC 2.0 answer: `result` or `error`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RpcResponse {
+    pub jsonrpc: String,
+    #[schema(value_type = Object)]
+    pub id: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RpcError>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<serde_json::Value>,
+}
+
+// ---- participants (WebSocket `GET /api/ws`) ----
+
+/// What a participant sends.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ClientMessage {
+    #[serde(rename_all = "camelCase")]
+    Join {
+        service_id: String,
+        room_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        participant_id: Option<String>,
+        value: String,
+    },
+    Publish,
+    #[serde(rename_all = "camelCase")]
+    Unpublish {
+        stream_id: i64,
+    },
+    Leave,
+}
+
+/// What the server sends a participant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ServerMessage {
+    Challenge {
+        nonce: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Joined {
+        room_id: String,
+        participant_id: String,
+        participants: Vec<ParticipantInfo>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Published {
+        stream_id: i64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Unpublished {
+        stream_id: i64,
+    },
+    Error {
+        code: i64,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<serde_json::Value>,
+    },
+    Event(Event),
+}
+
+/// The events of the seed (`RoomDestroyed`, `Kicked`, `InactivatedStream`) and the room's
+/// own (`ParticipantJoined`, `ParticipantLeft`, `StreamPublished`, `StreamUnpublished`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    RoomDestroyed,
+    Kicked,
+    InactivatedStream,
+    ParticipantJoined,
+    ParticipantLeft,
+    StreamPublished,
+    StreamUnpublished,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub event: EventKind,
+    pub room_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_id: Option<i64>,
+    /// RFC 3339, UTC, milliseconds.
+    pub at: String,
+}
+
+/// `value` of a participant's join: the provision rule with the ordinary service secret.
+pub fn join_value(service_id: &str, service_secret: &str, nonce: &str) -> String {
+    provision_value(service_id, service_secret, nonce)
+}
+
+/// `value` of Provision step 2: `sha256hex(sha256hex(serviceId:secret) + ":" + nonce)`.
+pub fn provision_value(service_id: &str, secret: &str, nonce: &str) -> String {
+    let ha = kep_core::secret::sha256_hex(&format!("{service_id}:{secret}"));
+    kep_core::secret::sha256_hex(&format!("{ha}:{nonce}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provision_value_matches_an_independent_computation() {
+        // ha=$(printf 'svc:secret' | sha256sum | cut -d' ' -f1)
+        //   = 8a545b172eecdb6eb0a1e4a64f8b985e661a4fb90796ea72f4092051dbed26d6
+        // printf '%s:nonce1' "$ha" | sha256sum
+        assert_eq!(
+            provision_value("svc", "secret", "nonce1"),
+            "3b646f840c0208355943e0037dee57093b936312e145f3d6fbf88eee8e6d6b72"
+        );
+    }
+
+    #[test]
+    fn events_serialize_as_the_contract_shows() {
+        let msg = ServerMessage::Event(Event {
+            event: EventKind::Kicked,
+            room_id: "r".into(),
+            participant_id: Some("p".into()),
+            stream_id: None,
+            at: "2026-01-01T00:00:00.000Z".into(),
+        });
+        assert_eq!(
+            serde_json::to_value(&msg).unwrap(),
+            serde_json::json!({"type":"event","event":"Kicked","roomId":"r","participantId":"p","at":"2026-01-01T00:00:00.000Z"})
+        );
+    }
+}

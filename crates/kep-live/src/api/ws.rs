@@ -1,0 +1,291 @@
+//! `GET /api/ws`: a participant's socket. Challenge, join, then publish / unpublish /
+//! leave from the participant and events from the room, until either side ends it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use kep_core::secret::{constant_time_eq, new_uuid, random_token, sha256_hex};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::wire::{ClientMessage, ServerMessage};
+use super::{check_id, parse_params};
+use crate::rooms::{ConnId, Outbound, close, next_conn_id};
+use crate::{Live, LiveError, LiveService};
+
+/// Largest frame a participant may send; its messages are a few hundred bytes.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// `GET /api/ws`
+pub(crate) async fn participant_socket(
+    State(live): State<LiveService>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    if live.0.shutdown.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    let tracker = live.0.sockets.clone();
+    ws.max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
+        .on_upgrade(move |socket| tracker.track_future(session(live.0, socket)))
+}
+
+struct Member {
+    service_id: Arc<str>,
+    room_id: String,
+    participant_id: String,
+    conn: ConnId,
+}
+
+/// How a joined session ended.
+enum End {
+    /// The server closed it (kicked, destroyed, replaced): the room already let it go.
+    ByServer,
+    /// The participant said `leave`.
+    Left,
+    /// The socket dropped or closed: leave after the reconnect grace.
+    Dropped,
+    ShuttingDown,
+}
+
+async fn session(live: Arc<Live>, mut socket: WebSocket) {
+    let nonce = random_token(16);
+    if send(
+        &mut socket,
+        &ServerMessage::Challenge {
+            nonce: nonce.clone(),
+        },
+    )
+    .await
+    .is_err()
+    {
+        return;
+    }
+    let timeout = Duration::from_secs(live.settings.join_timeout_s);
+    let join = tokio::select! {
+        _ = live.shutdown.cancelled() => {
+            close_with(&mut socket, close::GOING_AWAY, "server shutting down").await;
+            return;
+        }
+        r = tokio::time::timeout(timeout, read_join(&mut socket)) => r,
+    };
+    let member = match join {
+        Err(_) => {
+            let err = LiveError::InvalidRequest(format!("no join within {} s", timeout.as_secs()));
+            refuse(&mut socket, &err, "join timeout").await;
+            return;
+        }
+        Ok(None) => return,
+        Ok(Some(Err(err))) => {
+            refuse(&mut socket, &err, "invalid join").await;
+            return;
+        }
+        Ok(Some(Ok(join))) => match admit(&live, join, &nonce) {
+            Ok(m) => m,
+            Err(err) => {
+                refuse(&mut socket, &err, "unauthorized").await;
+                return;
+            }
+        },
+    };
+
+    let (outbox, mut inbox) = mpsc::unbounded_channel();
+    let joined = live.rooms.join(
+        &member.service_id,
+        &member.room_id,
+        &member.participant_id,
+        member.conn,
+        outbox,
+    );
+    let hello = ServerMessage::Joined {
+        room_id: member.room_id.clone(),
+        participant_id: member.participant_id.clone(),
+        participants: joined.participants,
+    };
+    let end = if send(&mut socket, &hello).await.is_err() {
+        End::Dropped
+    } else {
+        run(&live, &member, &mut socket, &mut inbox).await
+    };
+    match end {
+        End::ByServer | End::ShuttingDown => {}
+        End::Left => live.rooms.leave(
+            &member.service_id,
+            &member.room_id,
+            &member.participant_id,
+            member.conn,
+        ),
+        End::Dropped => {
+            let grace = Duration::from_secs(live.settings.reconnect_grace_s);
+            if !grace.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(grace) => {}
+                    _ = live.shutdown.cancelled() => return,
+                }
+            }
+            live.rooms.leave(
+                &member.service_id,
+                &member.room_id,
+                &member.participant_id,
+                member.conn,
+            );
+        }
+    }
+}
+
+async fn run(
+    live: &Live,
+    m: &Member,
+    socket: &mut WebSocket,
+    inbox: &mut mpsc::UnboundedReceiver<Outbound>,
+) -> End {
+    loop {
+        tokio::select! {
+            // Room events first: a participant told to go must not act any more.
+            biased;
+            out = inbox.recv() => match out {
+                Some(Outbound::Text(text)) => {
+                    if socket.send(Message::Text(text)).await.is_err() {
+                        return End::Dropped;
+                    }
+                }
+                Some(Outbound::Close { code, reason }) => {
+                    close_with(socket, code, reason).await;
+                    return End::ByServer;
+                }
+                None => return End::ByServer,
+            },
+            _ = live.shutdown.cancelled() => {
+                close_with(socket, close::GOING_AWAY, "server shutting down").await;
+                return End::ShuttingDown;
+            }
+            incoming = socket.recv() => {
+                let reply = match incoming {
+                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return End::Dropped,
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Ok(Message::Binary(_))) => Err(LiveError::InvalidRequest("binary frames are not understood".into())),
+                    Some(Ok(Message::Text(text))) => match parse_message(&text) {
+                        Err(e) => Err(e),
+                        Ok(ClientMessage::Join { .. }) => Err(LiveError::InvalidRequest("already joined".into())),
+                        Ok(ClientMessage::Leave) => {
+                            live.rooms.leave(&m.service_id, &m.room_id, &m.participant_id, m.conn);
+                            close_with(socket, close::NORMAL, "left").await;
+                            return End::Left;
+                        }
+                        Ok(ClientMessage::Publish) => live
+                            .rooms
+                            .publish(&m.service_id, &m.room_id, &m.participant_id, m.conn)
+                            .map(|stream_id| ServerMessage::Published { stream_id })
+                            // Only a participant the room already let go gets here.
+                            .ok_or(LiveError::RoomNotFound { room_id: m.room_id.clone() }),
+                        Ok(ClientMessage::Unpublish { stream_id }) => {
+                            if live.rooms.unpublish(&m.service_id, &m.room_id, &m.participant_id, m.conn, stream_id) {
+                                Ok(ServerMessage::Unpublished { stream_id })
+                            } else {
+                                Err(LiveError::StreamNotFound { stream_id })
+                            }
+                        }
+                    },
+                };
+                let reply = reply.unwrap_or_else(|e| error_message(&e));
+                if send(socket, &reply).await.is_err() {
+                    return End::Dropped;
+                }
+            }
+        }
+    }
+}
+
+fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| LiveError::Parse(e.to_string()))?;
+    match value.get("type").and_then(Value::as_str) {
+        Some("join" | "publish" | "unpublish" | "leave") => parse_params(value),
+        _ => Err(LiveError::InvalidRequest(
+            "`type` must be join, publish, unpublish or leave".into(),
+        )),
+    }
+}
+
+/// Waits for the first message, which must be a join; `None` when the socket went away.
+async fn read_join(socket: &mut WebSocket) -> Option<Result<ClientMessage, LiveError>> {
+    loop {
+        return match socket.recv().await? {
+            Err(_) | Ok(Message::Close(_)) => None,
+            Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+            Ok(Message::Binary(_)) => Some(Err(LiveError::InvalidRequest(
+                "binary frames are not understood".into(),
+            ))),
+            Ok(Message::Text(text)) => Some(match parse_message(&text) {
+                Ok(join @ ClientMessage::Join { .. }) => Ok(join),
+                Ok(_) => Err(LiveError::InvalidRequest(
+                    "the first message must be a join".into(),
+                )),
+                Err(e) => Err(e),
+            }),
+        };
+    }
+}
+
+/// Checks a join against the service secret's hash and the challenge nonce.
+fn admit(live: &Live, join: ClientMessage, nonce: &str) -> Result<Member, LiveError> {
+    let ClientMessage::Join {
+        service_id,
+        room_id,
+        participant_id,
+        value,
+    } = join
+    else {
+        return Err(LiveError::InvalidRequest(
+            "the first message must be a join".into(),
+        ));
+    };
+    check_id("serviceId", &service_id)?;
+    check_id("roomId", &room_id)?;
+    if let Some(pid) = &participant_id {
+        check_id("participantId", pid)?;
+    }
+    let service = live
+        .access
+        .service(&service_id)
+        .ok_or(LiveError::Unauthorized { nonce: None })?;
+    let expected = sha256_hex(&format!("{}:{nonce}", service.service_hs));
+    if !constant_time_eq(&expected, &value) {
+        return Err(LiveError::Unauthorized { nonce: None });
+    }
+    Ok(Member {
+        service_id: service_id.into(),
+        room_id,
+        participant_id: participant_id.unwrap_or_else(new_uuid),
+        conn: next_conn_id(),
+    })
+}
+
+fn error_message(err: &LiveError) -> ServerMessage {
+    ServerMessage::Error {
+        code: err.code(),
+        message: err.to_string(),
+        data: err.data(),
+    }
+}
+
+async fn refuse(socket: &mut WebSocket, err: &LiveError, reason: &'static str) {
+    let _ = send(socket, &error_message(err)).await;
+    close_with(socket, close::POLICY, reason).await;
+}
+
+async fn send(socket: &mut WebSocket, msg: &ServerMessage) -> Result<(), axum::Error> {
+    let text = serde_json::to_string(msg).expect("server messages serialise");
+    socket.send(Message::Text(Utf8Bytes::from(text))).await
+}
+
+async fn close_with(socket: &mut WebSocket, code: u16, reason: &'static str) {
+    let frame = CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    };
+    let _ = socket.send(Message::Close(Some(frame))).await;
+}

@@ -1,0 +1,117 @@
+//! The live service's one error enum, mapped once onto the JSON-RPC error object (and, for
+//! participants, onto the `{"type":"error"}` frame).
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// The body is not JSON.
+    #[error("Parse error")]
+    Parse(String),
+    /// JSON, but not a JSON-RPC 2.0 request (wrong `jsonrpc`, no `method`, no `id`, a batch).
+    #[error("Invalid Request")]
+    InvalidRequest(String),
+    /// A method the API does not have.
+    #[error("Method not found")]
+    MethodNotFound(String),
+    /// A missing or mistyped parameter; `field` is its path (`targets[1].streamId`).
+    #[error("Invalid params")]
+    InvalidParams { field: String, reason: String },
+    /// Provisioning failed (with the fresh nonce), or a Room call has no valid token.
+    #[error("Unauthorized")]
+    Unauthorized { nonce: Option<String> },
+    /// No such room in the caller's service.
+    #[error("Not found")]
+    RoomNotFound { room_id: String },
+    /// Some targets of a Kick or Inactivate call do not exist; nothing was done.
+    #[error("Not found")]
+    TargetsNotFound { missing: Vec<Value> },
+    /// A participant named a stream it does not own.
+    #[error("Not found")]
+    StreamNotFound { stream_id: i64 },
+    /// The body is over the size limit (HTTP 413).
+    #[error("Invalid Request")]
+    PayloadTooLarge { limit: usize },
+    /// The body is not declared as JSON (HTTP 415).
+    #[error("Invalid Request")]
+    UnsupportedMediaType,
+    #[error("Internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for LiveError {
+    fn from(e: sqlx::Error) -> Self {
+        LiveError::Internal(e.into())
+    }
+}
+
+impl LiveError {
+    pub fn invalid_params(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        LiveError::InvalidParams {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn code(&self) -> i64 {
+        match self {
+            LiveError::Parse(_) => -32700,
+            LiveError::InvalidRequest(_)
+            | LiveError::PayloadTooLarge { .. }
+            | LiveError::UnsupportedMediaType => -32600,
+            LiveError::MethodNotFound(_) => -32601,
+            LiveError::InvalidParams { .. } => -32602,
+            LiveError::Unauthorized { .. } => -11002,
+            LiveError::RoomNotFound { .. }
+            | LiveError::TargetsNotFound { .. }
+            | LiveError::StreamNotFound { .. } => -11004,
+            LiveError::Internal(_) => -32603,
+        }
+    }
+
+    /// The JSON-RPC `error.data`, where the error has one.
+    pub fn data(&self) -> Option<Value> {
+        match self {
+            LiveError::Parse(reason) | LiveError::InvalidRequest(reason) => {
+                Some(json!({ "reason": reason }))
+            }
+            LiveError::MethodNotFound(method) => Some(json!({ "method": method })),
+            LiveError::InvalidParams { field, reason } => {
+                Some(json!({ "field": field, "reason": reason }))
+            }
+            LiveError::Unauthorized { nonce } => nonce.as_ref().map(|n| json!({ "nonce": n })),
+            LiveError::RoomNotFound { room_id } => Some(json!({ "roomId": room_id })),
+            LiveError::TargetsNotFound { missing } => Some(json!({ "missing": missing })),
+            LiveError::StreamNotFound { stream_id } => Some(json!({ "streamId": stream_id })),
+            LiveError::PayloadTooLarge { limit } => {
+                Some(json!({ "reason": format!("the body is over {limit} bytes") }))
+            }
+            LiveError::UnsupportedMediaType => {
+                Some(json!({ "reason": "Content-Type must be application/json" }))
+            }
+            LiveError::Internal(_) => None,
+        }
+    }
+
+    /// 200 for every JSON-RPC answer; only the transport-level refusals differ.
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            LiveError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            LiveError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::OK,
+        }
+    }
+
+    /// The JSON-RPC `error` object.
+    pub fn to_error_object(&self) -> Value {
+        if let LiveError::Internal(e) = self {
+            tracing::error!(error = ?e, "internal error");
+        }
+        let mut obj = json!({ "code": self.code(), "message": self.to_string() });
+        if let Some(data) = self.data() {
+            obj["data"] = data;
+        }
+        obj
+    }
+}

@@ -1,0 +1,180 @@
+//! Provision: the two-step admin-token exchange of seed 000, with its nonce store.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kep_core::secret::{constant_time_eq, random_token, sha256_hex};
+
+use crate::LiveError;
+use crate::access::Access;
+use crate::api::wire::{ProvisionAuth, ProvisionParams, ProvisionResult, Scheme};
+
+/// Nonces of step 1, each good for one step 2 within the transaction window.
+pub struct Nonces {
+    window: Duration,
+    inner: Mutex<NonceState>,
+}
+
+#[derive(Default)]
+struct NonceState {
+    live: HashMap<String, (String, Instant)>,
+    // Issue order, so expired nonces are swept from the front without a scan.
+    order: VecDeque<(Instant, String)>,
+}
+
+impl Nonces {
+    pub fn new(window: Duration) -> Self {
+        Nonces {
+            window,
+            inner: Mutex::new(NonceState::default()),
+        }
+    }
+
+    /// A fresh nonce for `service_id`, with a fresh window.
+    pub fn issue(&self, service_id: &str) -> String {
+        let nonce = random_token(16);
+        let now = Instant::now();
+        let mut st = self.inner.lock().expect("nonce lock");
+        while let Some((issued, _)) = st.order.front() {
+            if now.duration_since(*issued) < self.window {
+                break;
+            }
+            let (_, old) = st.order.pop_front().expect("front exists");
+            st.live.remove(&old);
+        }
+        st.live.insert(nonce.clone(), (service_id.to_owned(), now));
+        st.order.push_back((now, nonce.clone()));
+        nonce
+    }
+
+    /// Uses up `nonce`: true when it was issued for `service_id` within the window.
+    pub fn take(&self, nonce: &str, service_id: &str) -> bool {
+        let taken = self.inner.lock().expect("nonce lock").live.remove(nonce);
+        matches!(taken, Some((svc, issued)) if svc == service_id && issued.elapsed() < self.window)
+    }
+}
+
+pub struct Provisioner {
+    pub nonces: Nonces,
+    pub token_ttl_s: u64,
+    pub api_url: String,
+    http: reqwest::Client,
+}
+
+impl Provisioner {
+    pub fn new(
+        window: Duration,
+        token_ttl_s: u64,
+        api_url: String,
+        verifier_timeout: Duration,
+    ) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(verifier_timeout)
+            .build()
+            .expect("building the HTTP client");
+        Provisioner {
+            nonces: Nonces::new(window),
+            token_ttl_s,
+            api_url,
+            http,
+        }
+    }
+
+    /// Step 1 (no `auth`) always fails with a nonce; step 2 returns a token or fails with
+    /// a fresh nonce, whatever was wrong.
+    pub async fn provision(
+        &self,
+        access: &Access,
+        params: ProvisionParams,
+    ) -> Result<ProvisionResult, LiveError> {
+        let service_id = params.service_id;
+        let Some(auth) = params.auth else {
+            return Err(self.unauthorized(&service_id));
+        };
+        let nonce_ok = self.nonces.take(&auth.nonce, &service_id);
+        let verified = nonce_ok
+            && auth.key == service_id
+            && match access.service(&service_id) {
+                Some(svc) => self.verify(params.scheme, &service_id, &svc, &auth).await,
+                None => false,
+            };
+        if !verified {
+            tracing::info!(service_id, "provision refused");
+            return Err(self.unauthorized(&service_id));
+        }
+        let svc = access
+            .service(&service_id)
+            .ok_or_else(|| self.unauthorized(&service_id))?;
+        let token = access.issue_token(&service_id, self.token_ttl_s).await?;
+        Ok(ProvisionResult {
+            uuid: svc.admin_uuid,
+            token,
+            ttl: self.token_ttl_s,
+            api: self.api_url.clone(),
+        })
+    }
+
+    fn unauthorized(&self, service_id: &str) -> LiveError {
+        LiveError::Unauthorized {
+            nonce: Some(self.nonces.issue(service_id)),
+        }
+    }
+
+    async fn verify(
+        &self,
+        scheme: Scheme,
+        service_id: &str,
+        svc: &crate::access::Service,
+        auth: &ProvisionAuth,
+    ) -> bool {
+        match scheme {
+            Scheme::Internal => {
+                let expected = sha256_hex(&format!("{}:{}", svc.admin_ha, auth.nonce));
+                constant_time_eq(&expected, &auth.value)
+            }
+            Scheme::External => {
+                let Some(url) = &svc.external_verifier_url else {
+                    return false;
+                };
+                let body = serde_json::json!({
+                    "serviceId": service_id, "nonce": auth.nonce, "value": auth.value,
+                });
+                match self.http.post(url).json(&body).send().await {
+                    Ok(res) => res.status().is_success(),
+                    Err(e) => {
+                        tracing::warn!(service_id, error = %e, "external verifier unreachable");
+                        false
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nonce_is_single_use_and_bound_to_its_service() {
+        let nonces = Nonces::new(Duration::from_secs(5));
+        let n = nonces.issue("a");
+        assert!(!nonces.take(&n, "b"), "another service's nonce");
+        let n = nonces.issue("a");
+        assert!(nonces.take(&n, "a"));
+        assert!(!nonces.take(&n, "a"), "used twice");
+        assert!(!nonces.take("never-issued", "a"));
+    }
+
+    #[test]
+    fn a_nonce_expires_with_its_window() {
+        let nonces = Nonces::new(Duration::from_millis(30));
+        let n = nonces.issue("a");
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(!nonces.take(&n, "a"));
+        // Issuing sweeps what expired.
+        let _ = nonces.issue("a");
+        assert_eq!(nonces.inner.lock().unwrap().live.len(), 1);
+    }
+}

@@ -1,0 +1,238 @@
+//! `kep live …`
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use kep_client::live::{LiveClient, Participant};
+use kep_live::api::wire::{ClientMessage, CreateServiceRequest, ProvisionResult};
+use serde::{Deserialize, Serialize};
+
+use super::{Common, listener_url, print_json};
+
+#[derive(Args)]
+pub struct LiveArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The live listener, e.g. http://127.0.0.1:8801 [default: the provisioned `api`, else
+    /// from addresses.json].
+    #[arg(long, global = true, env = "KEP_LIVE_URL")]
+    live_url: Option<String>,
+    #[command(subcommand)]
+    command: LiveCommand,
+}
+
+#[derive(Subcommand)]
+enum LiveCommand {
+    /// Live services (operator token).
+    #[command(subcommand)]
+    Service(ServiceCommand),
+    /// Provision an admin token (both steps) and keep it for the room commands.
+    Provision {
+        #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
+        service_id: String,
+        #[arg(long, env = "KEP_LIVE_ADMIN_SECRET", hide_env_values = true)]
+        admin_secret: String,
+    },
+    /// Room.ListRooms
+    Rooms,
+    /// Room.ListParticipants
+    Participants { room: String },
+    /// Room.KickParticipant
+    Kick {
+        room: String,
+        #[arg(required = true)]
+        participants: Vec<String>,
+    },
+    /// Room.InactiveStream, targets as PARTICIPANT:STREAM
+    Inactivate {
+        room: String,
+        #[arg(required = true, value_parser = parse_stream_target)]
+        targets: Vec<(String, i64)>,
+    },
+    /// Room.DestroyRoom
+    Destroy { room: String },
+    /// Join a room as a participant and print every message that arrives, one JSON per line.
+    Join {
+        room: String,
+        #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
+        service_id: String,
+        #[arg(long, env = "KEP_LIVE_SERVICE_SECRET", hide_env_values = true)]
+        service_secret: String,
+        #[arg(long)]
+        participant_id: Option<String>,
+        /// Publish a stream once joined.
+        #[arg(long)]
+        publish: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ServiceCommand {
+    /// Create a live service; its secrets are shown once.
+    Create {
+        #[arg(long)]
+        id: Option<String>,
+        /// Verifier for `scheme: external` provisioning.
+        #[arg(long)]
+        verifier_url: Option<String>,
+    },
+    List,
+    /// New admin and service secrets.
+    Rotate {
+        id: String,
+    },
+    /// Set (or, without URL, remove) the external verifier.
+    Verifier {
+        id: String,
+        url: Option<String>,
+    },
+}
+
+fn parse_stream_target(s: &str) -> Result<(String, i64), String> {
+    let (p, sid) = s.rsplit_once(':').ok_or("expected PARTICIPANT:STREAM")?;
+    Ok((
+        p.to_owned(),
+        sid.parse()
+            .map_err(|_| format!("{sid:?} is not a stream id"))?,
+    ))
+}
+
+/// What `kep live provision` keeps for the room commands.
+#[derive(Serialize, Deserialize)]
+struct SavedToken {
+    service_id: String,
+    #[serde(flatten)]
+    result: ProvisionResult,
+}
+
+fn saved_token_path(args: &LiveArgs) -> PathBuf {
+    args.common.data_dir.join("cli").join("live-token.json")
+}
+
+impl LiveArgs {
+    fn live_url(&self) -> String {
+        self.live_url
+            .clone()
+            .unwrap_or_else(|| listener_url(&self.common.data_dir, "live", 8801))
+    }
+
+    /// A Room API client: `KEP_LIVE_TOKEN`, else the token of the last `kep live provision`.
+    fn room_client(&self) -> anyhow::Result<LiveClient> {
+        if let Ok(token) = std::env::var("KEP_LIVE_TOKEN")
+            && !token.is_empty()
+        {
+            return Ok(LiveClient::new(&self.live_url()).with_token(token));
+        }
+        let path = saved_token_path(self);
+        let saved: SavedToken =
+            serde_json::from_slice(&std::fs::read(&path).with_context(|| {
+                format!(
+                    "no KEP_LIVE_TOKEN and no {}: run `kep live provision`",
+                    path.display()
+                )
+            })?)?;
+        let base = self.live_url.clone().unwrap_or(saved.result.api);
+        Ok(LiveClient::new(&base).with_token(saved.result.token))
+    }
+}
+
+pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
+    match &args.command {
+        LiveCommand::Service(cmd) => {
+            let admin = args.common.admin()?;
+            match cmd {
+                ServiceCommand::Create { id, verifier_url } => {
+                    let req = CreateServiceRequest {
+                        service_id: id.clone(),
+                        external_verifier_url: verifier_url.clone(),
+                    };
+                    print_json(&admin.create_live_service(&req).await?)
+                }
+                ServiceCommand::List => print_json(&admin.list_live_services().await?),
+                ServiceCommand::Rotate { id } => print_json(&admin.rotate_live_secrets(id).await?),
+                ServiceCommand::Verifier { id, url } => {
+                    print_json(&admin.set_live_verifier(id, url.clone()).await?)
+                }
+            }
+        }
+        LiveCommand::Provision {
+            service_id,
+            admin_secret,
+        } => {
+            let result = LiveClient::new(&args.live_url())
+                .provision(service_id, admin_secret)
+                .await?;
+            let path = saved_token_path(&args);
+            std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+            let saved = SavedToken {
+                service_id: service_id.clone(),
+                result,
+            };
+            kep_core::listener::write_private(&path, &serde_json::to_vec_pretty(&saved)?)?;
+            eprintln!("token saved to {}", path.display());
+            print_json(&saved.result)
+        }
+        LiveCommand::Rooms => print_json(&args.room_client()?.list_rooms().await?),
+        LiveCommand::Participants { room } => {
+            print_json(&args.room_client()?.list_participants(room).await?)
+        }
+        LiveCommand::Kick { room, participants } => {
+            args.room_client()?.kick(room, participants).await?;
+            print_json(&serde_json::json!({}))
+        }
+        LiveCommand::Inactivate { room, targets } => {
+            args.room_client()?.inactivate(room, targets).await?;
+            print_json(&serde_json::json!({}))
+        }
+        LiveCommand::Destroy { room } => print_json(&args.room_client()?.destroy_room(room).await?),
+        LiveCommand::Join {
+            room,
+            service_id,
+            service_secret,
+            participant_id,
+            publish,
+        } => {
+            join(
+                &args.live_url(),
+                room,
+                service_id,
+                service_secret,
+                participant_id.as_deref(),
+                *publish,
+            )
+            .await
+        }
+    }
+}
+
+/// A participant in the terminal: prints what arrives until the server closes the socket;
+/// Ctrl-C leaves the room.
+async fn join(
+    base: &str,
+    room: &str,
+    service_id: &str,
+    secret: &str,
+    pid: Option<&str>,
+    publish: bool,
+) -> anyhow::Result<()> {
+    let mut p = Participant::join(base, service_id, secret, room, pid).await?;
+    println!("{}", serde_json::to_string(&p.joined)?);
+    if publish {
+        p.send(&ClientMessage::Publish).await?;
+    }
+    loop {
+        tokio::select! {
+            msg = p.next() => match msg? {
+                Ok(m) => println!("{}", serde_json::to_string(&m)?),
+                Err(closed) => {
+                    println!("{}", serde_json::json!({ "closed": closed.code, "reason": closed.reason }));
+                    return Ok(());
+                }
+            },
+            _ = tokio::signal::ctrl_c() => {
+                p.send(&ClientMessage::Leave).await?;
+            }
+        }
+    }
+}

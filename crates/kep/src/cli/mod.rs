@@ -1,0 +1,65 @@
+//! The CLI: subcommands that speak to a running `kep serve` through `kep-client`.
+
+pub mod live;
+
+use std::path::{Path, PathBuf};
+
+/// Where the CLI finds the server: the addresses `kep serve` wrote, else the defaults.
+pub fn listener_url(data_dir: &Path, listener: &str, default_port: u16) -> String {
+    let written = std::fs::read(data_dir.join("addresses.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v[listener].as_str().map(str::to_owned));
+    format!(
+        "http://{}",
+        written.unwrap_or_else(|| format!("127.0.0.1:{default_port}"))
+    )
+}
+
+/// The operator token: `KEP_ADMIN_TOKEN`, else `<data-dir>/admin-token`.
+pub fn operator_token(data_dir: &Path) -> anyhow::Result<String> {
+    if let Ok(t) = std::env::var("KEP_ADMIN_TOKEN")
+        && !t.is_empty()
+    {
+        return Ok(t);
+    }
+    let path = data_dir.join("admin-token");
+    let t = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow::anyhow!("no KEP_ADMIN_TOKEN and {} unreadable: {e}", path.display())
+    })?;
+    Ok(t.trim().to_owned())
+}
+
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Options every CLI command group shares.
+#[derive(clap::Args, Clone)]
+pub struct Common {
+    /// The server's data dir, where its addresses and operator token are read.
+    #[arg(
+        long,
+        global = true,
+        env = "KEP_DATA_DIR",
+        default_value = "./kep-data"
+    )]
+    pub data_dir: PathBuf,
+    /// The admin listener, e.g. http://127.0.0.1:8800 [default: from addresses.json].
+    #[arg(long, global = true, env = "KEP_ADMIN_URL")]
+    pub admin_url: Option<String>,
+}
+
+impl Common {
+    pub fn admin(&self) -> anyhow::Result<kep_client::AdminClient> {
+        let url = self
+            .admin_url
+            .clone()
+            .unwrap_or_else(|| listener_url(&self.data_dir, "admin", 8800));
+        Ok(kep_client::AdminClient::new(
+            url,
+            operator_token(&self.data_dir)?,
+        ))
+    }
+}

@@ -1,0 +1,30 @@
+//! `kep`: `kep serve` runs the platform; the other subcommands are its CLI.
+
+mod cli;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "kep", version, about = "The kep platform: one server, its CLI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every service (or those named by --only) until SIGINT or SIGTERM.
+    Serve(serve::ServeArgs),
+    /// The live-streaming admin API: provision, rooms, participants.
+    Live(cli::live::LiveArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve::run(args)),
+        Command::Live(args) => runtime.block_on(cli::live::run(args)),
+    }
+}

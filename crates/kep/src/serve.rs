@@ -1,0 +1,273 @@
+//! `kep serve`: loads the settings, binds the listeners, starts the services and wires
+//! their routes; stops gracefully on SIGINT or SIGTERM.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::routing::get;
+use figment::value::Value;
+use kep_core::http::{OperatorToken, require_operator};
+use kep_core::listener::{self, Bound};
+use kep_live::{LiveService, LiveSettings};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi as _;
+
+/// The services `--only` can name.
+const SERVICES: &[&str] = &["live"];
+/// Sections of the settings that `KEP_<SECTION>_<NAME>` variables reach.
+const SECTIONS: &[&str] = &["admin", "live"];
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A TOML settings file (flags and KEP_* variables override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where the databases and files live [KEP_DATA_DIR; default ./kep-data].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Operator API, /healthz, docs [KEP_ADMIN_ADDR; default 127.0.0.1:8800].
+    #[arg(long)]
+    admin_addr: Option<SocketAddr>,
+    /// Live-streaming JSON-RPC and participant WebSocket [KEP_LIVE_ADDR; default 127.0.0.1:8801].
+    #[arg(long)]
+    live_addr: Option<SocketAddr>,
+    /// Start only these services (comma-separated: live) [KEP_ONLY].
+    #[arg(long, value_delimiter = ',')]
+    only: Option<Vec<String>>,
+    /// text or json [KEP_LOG_FORMAT].
+    #[arg(long)]
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Every setting of `kep serve` (CONTRACT §0), as the TOML file spells it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub log_format: LogFormat,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only: Option<Vec<String>>,
+    pub admin: AdminSettings,
+    pub live: LiveSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            data_dir: PathBuf::from("./kep-data"),
+            log_format: LogFormat::Text,
+            only: None,
+            admin: AdminSettings::default(),
+            live: LiveSettings::default(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdminSettings {
+    pub addr: SocketAddr,
+    /// The operator token [KEP_ADMIN_TOKEN]; generated into <data-dir>/admin-token if unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// How long in-flight work may take to finish after a stop signal.
+    pub shutdown_grace_s: u64,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8800)),
+            token: None,
+            shutdown_grace_s: 10,
+        }
+    }
+}
+
+impl ServeArgs {
+    fn overrides(&self) -> anyhow::Result<Vec<(String, Value)>> {
+        let mut o: Vec<(String, Value)> = Vec::new();
+        let path = |p: &PathBuf| Value::from(p.to_string_lossy().into_owned());
+        if let Some(d) = &self.data_dir {
+            o.push(("data_dir".into(), path(d)));
+        }
+        if let Some(a) = self.admin_addr {
+            o.push(("admin.addr".into(), Value::from(a.to_string())));
+        }
+        if let Some(a) = self.live_addr {
+            o.push(("live.addr".into(), Value::from(a.to_string())));
+        }
+        if let Some(only) = &self.only {
+            o.push(("only".into(), Value::from(only.clone())));
+        }
+        if let Some(f) = self.log_format {
+            o.push(("log_format".into(), Value::serialize(f)?));
+        }
+        Ok(o)
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KEP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let settings: Settings =
+        kep_core::settings::load(args.config.as_deref(), SECTIONS, args.overrides()?)
+            .map_err(|e| anyhow::anyhow!("settings: {e}"))?;
+    init_tracing(settings.log_format);
+    let wanted = |name: &str| {
+        settings
+            .only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == name))
+    };
+    if let Some(only) = &settings.only
+        && let Some(bad) = only.iter().find(|s| !SERVICES.contains(&s.as_str()))
+    {
+        anyhow::bail!(
+            "--only: unknown service {bad:?} (known: {})",
+            SERVICES.join(", ")
+        );
+    }
+
+    let data_dir = settings.data_dir.clone();
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let (token, generated) = listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
+    if generated {
+        // Printed once, at the start that generated it.
+        println!(
+            "operator token (also in {}): {token}",
+            data_dir.join("admin-token").display()
+        );
+    }
+
+    let shutdown = CancellationToken::new();
+    let mut addresses = BTreeMap::new();
+    let mut servers = Vec::new();
+    let mut admin_routes = Router::new();
+    let mut docs = kep_core_docs();
+
+    let admin = listener::bind("admin", settings.admin.addr).await?;
+    addresses.insert("admin", admin.addr);
+
+    let mut live_service = None;
+    if wanted("live") {
+        let bound = listener::bind("live", settings.live.addr).await?;
+        let public = listener::public_url(settings.live.public_url.as_deref(), bound.addr);
+        let live =
+            LiveService::start(settings.live.clone(), &data_dir, public, shutdown.clone()).await?;
+        admin_routes = admin_routes.merge(live.admin_router());
+        docs.merge(kep_live::api::operator::LiveAdminDoc::openapi());
+        addresses.insert("live", bound.addr);
+        servers.push(spawn("live", bound, live.router(), &shutdown));
+        live_service = Some(live);
+    }
+
+    let docs = Arc::new(docs);
+    let admin_router = Router::new()
+        .merge(
+            admin_routes.route_layer(axum::middleware::from_fn_with_state(
+                OperatorToken(token.into()),
+                require_operator,
+            )),
+        )
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),
+        )
+        .route(
+            "/openapi/admin.json",
+            get(move || async move { axum::Json(docs.as_ref().clone()) }),
+        )
+        .route(
+            "/openapi/live.json",
+            get(|| async { axum::Json(kep_live::api::LiveApiDoc::openapi()) }),
+        );
+    servers.push(spawn("admin", admin, admin_router, &shutdown));
+
+    listener::write_addresses(&data_dir, &addresses)?;
+    for (name, addr) in &addresses {
+        tracing::info!(listener = name, %addr, "listening");
+    }
+
+    listener::stop_signal().await;
+    tracing::info!("stopping: finishing in-flight requests");
+    shutdown.cancel();
+    let grace = Duration::from_secs(settings.admin.shutdown_grace_s);
+    let drained = tokio::time::timeout(grace, async {
+        if let Some(live) = &live_service {
+            live.drain().await;
+        }
+        for s in servers {
+            let _ = s.await;
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "stopped with work still in flight after {} s",
+            grace.as_secs()
+        );
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The operator API's document, before the services add their paths.
+fn kep_core_docs() -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+    let mut doc = utoipa::openapi::OpenApiBuilder::new()
+        .info(
+            utoipa::openapi::InfoBuilder::new()
+                .title("kep operator API")
+                .version(env!("CARGO_PKG_VERSION"))
+                .build(),
+        )
+        .build();
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "operator",
+        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    );
+    doc
+}
+
+fn spawn(
+    name: &'static str,
+    bound: Bound,
+    router: Router,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let router = router.layer(TraceLayer::new_for_http());
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = listener::serve(bound, router, shutdown).await {
+            tracing::error!(listener = name, error = %e, "listener failed");
+        }
+    })
+}
