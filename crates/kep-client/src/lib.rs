@@ -37,6 +37,11 @@ impl AdminClient {
         }
     }
 
+    /// The admin listener this client calls.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
     pub(crate) async fn send<T: serde::de::DeserializeOwned>(
         &self,
         req: reqwest::RequestBuilder,

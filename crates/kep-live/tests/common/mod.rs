@@ -1,0 +1,148 @@
+//! A real live service on port 0 (live and admin listeners), driven over HTTP and WebSocket.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+
+use std::time::Duration;
+
+use kep_client::AdminClient;
+use kep_client::live::{Closed, LiveClient, Participant};
+use kep_core::http::{OperatorToken, require_operator};
+use kep_live::api::wire::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
+use kep_live::{LiveService, LiveSettings};
+use tokio_util::sync::CancellationToken;
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token";
+
+pub struct TestServer {
+    pub live_url: String,
+    pub admin: AdminClient,
+    pub service: LiveService,
+    pub shutdown: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
+    let mut settings = LiveSettings {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        ..LiveSettings::default()
+    };
+    configure(&mut settings);
+    let dir = tempfile::tempdir().unwrap();
+    let shutdown = CancellationToken::new();
+    let live = kep_core::listener::bind("live", settings.addr)
+        .await
+        .unwrap();
+    let admin = kep_core::listener::bind("admin", "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let live_url = format!("http://{}", live.addr);
+    let admin_url = format!("http://{}", admin.addr);
+    let service = LiveService::start(settings, dir.path(), live_url.clone(), shutdown.clone())
+        .await
+        .unwrap();
+    let admin_router = service
+        .admin_router()
+        .route_layer(axum::middleware::from_fn_with_state(
+            OperatorToken(OPERATOR_TOKEN.into()),
+            require_operator,
+        ));
+    tokio::spawn(kep_core::listener::serve(
+        live,
+        service.router(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(kep_core::listener::serve(
+        admin,
+        admin_router,
+        shutdown.clone(),
+    ));
+    TestServer {
+        live_url,
+        admin: AdminClient::new(admin_url, OPERATOR_TOKEN),
+        service,
+        shutdown,
+        _dir: dir,
+    }
+}
+
+impl TestServer {
+    pub async fn create_service(&self, id: &str) -> ServiceSecrets {
+        self.admin
+            .create_live_service(&CreateServiceRequest {
+                service_id: Some(id.into()),
+                external_verifier_url: None,
+            })
+            .await
+            .unwrap()
+    }
+
+    /// A Room API client for a fresh service with a provisioned token.
+    pub async fn room_client(&self, id: &str) -> (ServiceSecrets, LiveClient) {
+        let secrets = self.create_service(id).await;
+        let provisioned = LiveClient::new(&self.live_url)
+            .provision(id, &secrets.admin_secret)
+            .await
+            .unwrap();
+        (
+            secrets,
+            LiveClient::new(&provisioned.api).with_token(provisioned.token),
+        )
+    }
+
+    pub async fn join(&self, s: &ServiceSecrets, room: &str, pid: &str) -> Participant {
+        Participant::join(
+            &self.live_url,
+            &s.service_id,
+            &s.service_secret,
+            room,
+            Some(pid),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A raw JSON-RPC call: (HTTP status, body).
+    pub async fn raw_rpc(
+        &self,
+        content_type: &str,
+        token: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/api/rpc", self.live_url))
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap())
+    }
+}
+
+/// The next message within 5 s.
+pub async fn next(p: &mut Participant) -> Result<ServerMessage, Closed> {
+    tokio::time::timeout(Duration::from_secs(5), p.next())
+        .await
+        .expect("a message within 5 s")
+        .unwrap()
+}
+
+/// The next event, which must be `kind`; returns (participantId, streamId).
+pub async fn expect_event(p: &mut Participant, kind: EventKind) -> (Option<String>, Option<i64>) {
+    match next(p).await {
+        Ok(ServerMessage::Event(e)) if e.event == kind => (e.participant_id, e.stream_id),
+        other => panic!("expected {kind:?}, got {other:?}"),
+    }
+}
+
+/// Nothing arrives within a short while.
+pub async fn expect_quiet(p: &mut Participant) {
+    if let Ok(msg) = tokio::time::timeout(Duration::from_millis(200), p.next()).await {
+        panic!("expected nothing, got {msg:?}");
+    }
+}

@@ -1,0 +1,825 @@
+//! The live API end to end: JSON-RPC over HTTP and participants over real WebSockets.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::routing::post;
+use common::{expect_event, expect_quiet, next, spawn};
+use kep_client::ClientError;
+use kep_client::live::LiveClient;
+use kep_live::api::wire::{
+    ClientMessage, CreateServiceRequest, EventKind, Scheme, ServerMessage, provision_value,
+};
+use serde_json::{Value, json};
+
+fn rpc_code(e: &ClientError) -> i64 {
+    match e {
+        ClientError::Rpc(e) => e.code,
+        other => panic!("expected a JSON-RPC error, got {other}"),
+    }
+}
+
+fn rpc_data(e: &ClientError) -> Value {
+    match e {
+        ClientError::Rpc(e) => e.data.clone().unwrap_or(Value::Null),
+        other => panic!("expected a JSON-RPC error, got {other}"),
+    }
+}
+
+// ---- Provision ----
+
+#[tokio::test]
+async fn provision_issues_a_token_in_two_steps() {
+    let srv = spawn(|_| {}).await;
+    let secrets = srv.create_service("svc").await;
+    let client = LiveClient::new(&srv.live_url);
+
+    let (status, step1) = srv
+        .raw_rpc("application/json", None, r#"{"jsonrpc":"2.0","id":"1","method":"Provision","params":{"version":"2.0","serviceId":"svc","scheme":"internal"}}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(step1["id"], "1");
+    assert_eq!(step1["error"]["code"], -11002);
+    assert_eq!(step1["error"]["message"], "Unauthorized");
+    let nonce = step1["error"]["data"]["nonce"].as_str().unwrap().to_owned();
+
+    // value = sha256hex(sha256hex("svc:<adminSecret>") + ":" + nonce); the helper is checked
+    // against sha256sum in its unit test.
+    let value = provision_value("svc", &secrets.admin_secret, &nonce);
+    let result = client
+        .provision_with("svc", Scheme::Internal, &nonce, &value)
+        .await
+        .unwrap();
+    assert_eq!(result.ttl, 3600);
+    assert_eq!(result.api, srv.live_url);
+    assert!(result.token.len() >= 22);
+    assert_eq!(result.uuid.len(), 36);
+
+    let rooms = LiveClient::new(&result.api)
+        .with_token(&result.token)
+        .list_rooms()
+        .await
+        .unwrap();
+    assert!(rooms.is_empty());
+
+    // The nonce was used up.
+    let again = client
+        .provision_with("svc", Scheme::Internal, &nonce, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&again), -11002);
+}
+
+#[tokio::test]
+async fn every_failed_step_2_answers_a_fresh_nonce() {
+    let srv = spawn(|_| {}).await;
+    let secrets = srv.create_service("svc").await;
+    srv.create_service("other").await;
+    let client = LiveClient::new(&srv.live_url);
+
+    let nonce = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    let wrong = client
+        .provision_with("svc", Scheme::Internal, &nonce, "0000")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&wrong), -11002);
+    let fresh = rpc_data(&wrong)["nonce"].as_str().unwrap().to_owned();
+    assert_ne!(fresh, nonce);
+
+    // The fresh nonce is good for a correct step 2.
+    let value = provision_value("svc", &secrets.admin_secret, &fresh);
+    client
+        .provision_with("svc", Scheme::Internal, &fresh, &value)
+        .await
+        .unwrap();
+
+    // Unknown nonce, unknown service, key that is not the serviceId, another service's nonce.
+    let value = provision_value("svc", &secrets.admin_secret, "made-up");
+    let e = client
+        .provision_with("svc", Scheme::Internal, "made-up", &value)
+        .await
+        .unwrap_err();
+    assert!(rpc_data(&e)["nonce"].is_string());
+    let n = client
+        .provision_nonce("nope", Scheme::Internal)
+        .await
+        .unwrap();
+    let e = client
+        .provision_with("nope", Scheme::Internal, &n, "x")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    assert!(rpc_data(&e)["nonce"].is_string());
+    let n = client
+        .provision_nonce("other", Scheme::Internal)
+        .await
+        .unwrap();
+    let value = provision_value("svc", &secrets.admin_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::Internal, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002, "a nonce issued for another service");
+
+    let n = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    let params = json!({"serviceId":"svc","scheme":"internal","auth":{"nonce":n,"key":"other","value":provision_value("svc", &secrets.admin_secret, &n)}});
+    let e = client
+        .call::<_, Value>(2, "Provision", params)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002, "auth.key must be the serviceId");
+
+    // The ordinary service secret is not the admin secret.
+    let n = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    let value = provision_value("svc", &secrets.service_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::Internal, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+
+    // `external` without a verifier configured.
+    let n = client
+        .provision_nonce("svc", Scheme::External)
+        .await
+        .unwrap();
+    let value = provision_value("svc", &secrets.admin_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::External, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+}
+
+#[tokio::test]
+async fn step_2_must_come_within_the_transaction_window() {
+    let srv = spawn(|s| s.provision_window_s = 1).await;
+    let secrets = srv.create_service("svc").await;
+    let client = LiveClient::new(&srv.live_url);
+    let n = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let value = provision_value("svc", &secrets.admin_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::Internal, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    // Its fresh nonce opens a fresh window.
+    let fresh = rpc_data(&e)["nonce"].as_str().unwrap().to_owned();
+    let value = provision_value("svc", &secrets.admin_secret, &fresh);
+    client
+        .provision_with("svc", Scheme::Internal, &fresh, &value)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn provision_params_are_checked_first() {
+    let srv = spawn(|_| {}).await;
+    let client = LiveClient::new(&srv.live_url);
+    let cases = [
+        (json!({"scheme": "internal"}), "serviceId"),
+        (json!({"serviceId": "svc"}), "scheme"),
+        (json!({"serviceId": "svc", "scheme": "bogus"}), "scheme"),
+        (json!({"serviceId": 5, "scheme": "internal"}), "serviceId"),
+        (
+            json!({"serviceId": "svc", "scheme": "internal", "version": 2}),
+            "version",
+        ),
+        (
+            json!({"serviceId": "svc", "scheme": "internal", "auth": {"key": "svc", "value": "v"}}),
+            "auth.nonce",
+        ),
+        (json!({"serviceId": "", "scheme": "internal"}), "serviceId"),
+    ];
+    for (params, field) in cases {
+        let e = client
+            .call::<_, Value>(1, "Provision", params.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(rpc_code(&e), -32602, "{params}");
+        assert_eq!(rpc_data(&e)["field"], field, "{params}");
+    }
+}
+
+#[tokio::test]
+async fn external_scheme_asks_the_customers_verifier() {
+    let srv = spawn(|_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let verifier = axum::Router::new().route(
+        "/verify",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let tx = tx.clone();
+            async move {
+                let ok = body["value"] == "let-me-in";
+                tx.send(body).unwrap();
+                if ok {
+                    axum::http::StatusCode::NO_CONTENT
+                } else {
+                    axum::http::StatusCode::FORBIDDEN
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/verify", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, verifier).await });
+    srv.admin
+        .create_live_service(&CreateServiceRequest {
+            service_id: Some("ext".into()),
+            external_verifier_url: Some(url),
+        })
+        .await
+        .unwrap();
+
+    let client = LiveClient::new(&srv.live_url);
+    let n = client
+        .provision_nonce("ext", Scheme::External)
+        .await
+        .unwrap();
+    let e = client
+        .provision_with("ext", Scheme::External, &n, "wrong")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    assert_eq!(
+        rx.recv().await.unwrap(),
+        json!({"serviceId": "ext", "nonce": n, "value": "wrong"})
+    );
+
+    let n = rpc_data(&e)["nonce"].as_str().unwrap().to_owned();
+    let ok = client
+        .provision_with("ext", Scheme::External, &n, "let-me-in")
+        .await
+        .unwrap();
+    assert!(!ok.token.is_empty());
+
+    // Removing the verifier turns `external` off again.
+    srv.admin.set_live_verifier("ext", None).await.unwrap();
+    let n = client
+        .provision_nonce("ext", Scheme::External)
+        .await
+        .unwrap();
+    let e = client
+        .provision_with("ext", Scheme::External, &n, "let-me-in")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+}
+
+// ---- the envelope ----
+
+#[tokio::test]
+async fn envelope_errors_have_their_codes() {
+    let srv = spawn(|s| s.body_limit_bytes = 256).await;
+    let j = "application/json";
+    let cases: [(&str, i64); 8] = [
+        ("{not json", -32700),
+        (
+            r#"{"jsonrpc":"1.0","id":"1","method":"Room.ListRooms","params":{}}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"Room.ListRooms","params":{}}"#,
+            -32600,
+        ),
+        (r#"{"jsonrpc":"2.0","id":"1","params":{}}"#, -32600),
+        (
+            r#"[{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{}}]"#,
+            -32600,
+        ),
+        (r#""just a string""#, -32600),
+        (
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.Nope","params":{}}"#,
+            -32601,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListParticipants","params":[]}"#,
+            -32602,
+        ),
+    ];
+    for (body, code) in cases {
+        let (status, answer) = srv.raw_rpc(j, None, body).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+    }
+    // The id is echoed whatever its form.
+    let (_, answer) = srv
+        .raw_rpc(j, None, r#"{"jsonrpc":"2.0","id":7,"method":"Room.Nope"}"#)
+        .await;
+    assert_eq!(answer["id"], 7);
+
+    // Content-Type.
+    let (status, answer) = srv
+        .raw_rpc(
+            "text/plain",
+            None,
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms"}"#,
+        )
+        .await;
+    assert_eq!(status, 415);
+    assert_eq!(answer["error"]["code"], -32600);
+    let (status, _) = srv
+        .raw_rpc(
+            "application/json; charset=utf-8",
+            None,
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms"}"#,
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // The body limit: at it, and one over.
+    let base = r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{"version":""}}"#;
+    let pad = |n: usize| {
+        base.replace(
+            r#""version":"""#,
+            &format!(r#""version":"{}""#, "x".repeat(n)),
+        )
+    };
+    let at = pad(256 - base.len());
+    assert_eq!(at.len(), 256);
+    let (status, answer) = srv.raw_rpc(j, None, at).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_i64()),
+        (200, Some(-11002))
+    );
+    let over = pad(257 - base.len());
+    let (status, answer) = srv.raw_rpc(j, None, over).await;
+    assert_eq!(status, 413);
+    assert_eq!(answer["error"]["code"], -32600);
+}
+
+// ---- Room methods ----
+
+#[tokio::test]
+async fn room_calls_need_a_live_token_of_their_own_service() {
+    let srv = spawn(|s| s.token_ttl_s = 1).await;
+    let (a, client_a) = srv.room_client("a").await;
+    let (_, client_b) = srv.room_client("b").await;
+    let _p = srv.join(&a, "room", "p1").await;
+
+    let e = LiveClient::new(&srv.live_url)
+        .list_rooms()
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    assert!(
+        rpc_data(&e).get("nonce").is_none(),
+        "a Room call's Unauthorized has no nonce"
+    );
+    let e = LiveClient::new(&srv.live_url)
+        .with_token("forged")
+        .list_rooms()
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+
+    assert_eq!(
+        client_a.list_rooms().await.unwrap(),
+        vec!["room".to_owned()]
+    );
+    assert!(
+        client_b.list_rooms().await.unwrap().is_empty(),
+        "b does not see a's rooms"
+    );
+    let e = client_b.list_participants("room").await.unwrap_err();
+    assert_eq!(rpc_code(&e), -11004);
+    assert_eq!(rpc_data(&e), json!({"roomId": "room"}));
+    let e = client_b.destroy_room("room").await.unwrap_err();
+    assert_eq!(rpc_code(&e), -11004);
+    assert_eq!(
+        client_a.list_rooms().await.unwrap(),
+        vec!["room".to_owned()],
+        "untouched"
+    );
+
+    // The token expires after its ttl (1 s here).
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let e = client_a.list_rooms().await.unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+}
+
+#[tokio::test]
+async fn room_params_are_checked_before_any_lookup() {
+    let srv = spawn(|s| s.max_targets = 3).await;
+    let (_, client) = srv.room_client("svc").await;
+    let cases = [
+        ("Room.ListParticipants", json!({}), "roomId"),
+        ("Room.DestroyRoom", json!({"roomId": 1}), "roomId"),
+        ("Room.KickParticipant", json!({"roomId": "r"}), "targets"),
+        (
+            "Room.KickParticipant",
+            json!({"roomId": "r", "targets": []}),
+            "targets",
+        ),
+        (
+            "Room.KickParticipant",
+            json!({"roomId": "r", "targets": [{"participantId": 1}]}),
+            "targets[0].participantId",
+        ),
+        (
+            "Room.InactiveStream",
+            json!({"roomId": "r", "targets": [{"participantId": "p"}]}),
+            "targets[0].streamId",
+        ),
+        (
+            "Room.InactiveStream",
+            json!({"roomId": "r", "targets": [{"participantId": "p", "streamId": "1"}]}),
+            "targets[0].streamId",
+        ),
+    ];
+    for (method, params, field) in cases {
+        let e = client
+            .call::<_, Value>(1, method, params.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(rpc_code(&e), -32602, "{method} {params}");
+        assert_eq!(rpc_data(&e)["field"], field, "{method} {params}");
+    }
+    // The target limit: 3 pass validation (and then miss), 4 do not.
+    let three = json!({"roomId": "r", "targets": [{"participantId": "a"}, {"participantId": "b"}, {"participantId": "c"}]});
+    let e = client
+        .call::<_, Value>(1, "Room.KickParticipant", three)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11004);
+    let four = json!({"roomId": "r", "targets": [{"participantId": "a"}, {"participantId": "b"}, {"participantId": "c"}, {"participantId": "d"}]});
+    let e = client
+        .call::<_, Value>(1, "Room.KickParticipant", four)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -32602);
+    // Without a token, params still come first.
+    let e = LiveClient::new(&srv.live_url)
+        .call::<_, Value>(1, "Room.ListParticipants", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -32602);
+}
+
+#[tokio::test]
+async fn participants_see_the_room_change_and_admins_command_it() {
+    let srv = spawn(|_| {}).await;
+    let (s, client) = srv.room_client("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    let mut b = srv.join(&s, "room", "b").await;
+    assert_eq!(
+        expect_event(&mut a, EventKind::ParticipantJoined)
+            .await
+            .0
+            .as_deref(),
+        Some("b")
+    );
+    let ServerMessage::Joined { participants, .. } = &b.joined else {
+        panic!()
+    };
+    assert_eq!(participants.len(), 2);
+
+    let sid = b.publish().await.unwrap();
+    assert_eq!(
+        expect_event(&mut a, EventKind::StreamPublished).await,
+        (Some("b".into()), Some(sid))
+    );
+    let listing = client.list_participants("room").await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&listing).unwrap(),
+        json!({"participants": [{"participantId": "a", "streams": []}, {"participantId": "b", "streams": [{"streamId": sid}]}]})
+    );
+
+    // InactiveStream with one missing target does nothing.
+    let e = client
+        .inactivate("room", &[("b".into(), sid), ("b".into(), 999)])
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11004);
+    assert_eq!(
+        rpc_data(&e),
+        json!({"missing": [{"participantId": "b", "streamId": 999}]})
+    );
+    expect_quiet(&mut b).await;
+    client
+        .inactivate("room", &[("b".into(), sid)])
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_event(&mut b, EventKind::InactivatedStream).await,
+        (Some("b".into()), Some(sid))
+    );
+    assert_eq!(
+        expect_event(&mut a, EventKind::StreamUnpublished).await,
+        (Some("b".into()), Some(sid))
+    );
+    assert!(
+        client.list_participants("room").await.unwrap().participants[1]
+            .streams
+            .is_empty()
+    );
+
+    // The later spelling works too.
+    let sid2 = b.publish().await.unwrap();
+    expect_event(&mut a, EventKind::StreamPublished).await;
+    client
+        .call::<_, Value>(
+            1,
+            "Room.InactivateStream",
+            json!({"roomId": "room", "targets": [{"participantId": "b", "streamId": sid2}]}),
+        )
+        .await
+        .unwrap();
+    expect_event(&mut b, EventKind::InactivatedStream).await;
+    expect_event(&mut a, EventKind::StreamUnpublished).await;
+
+    // Kick: all targets must exist.
+    let mut c = srv.join(&s, "room", "c").await;
+    expect_event(&mut a, EventKind::ParticipantJoined).await;
+    expect_event(&mut b, EventKind::ParticipantJoined).await;
+    let e = client
+        .kick("room", &["b".into(), "ghost".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        rpc_data(&e),
+        json!({"missing": [{"participantId": "ghost"}]})
+    );
+    expect_quiet(&mut b).await;
+    client.kick("room", &["b".into()]).await.unwrap();
+    assert_eq!(
+        expect_event(&mut b, EventKind::Kicked).await.0.as_deref(),
+        Some("b")
+    );
+    assert_eq!(next(&mut b).await.unwrap_err().reason, "kicked");
+    assert_eq!(
+        expect_event(&mut a, EventKind::ParticipantLeft)
+            .await
+            .0
+            .as_deref(),
+        Some("b")
+    );
+    expect_event(&mut c, EventKind::ParticipantLeft).await;
+    let ids: Vec<_> = client
+        .list_participants("room")
+        .await
+        .unwrap()
+        .participants
+        .into_iter()
+        .map(|p| p.participant_id)
+        .collect();
+    assert_eq!(ids, ["a", "c"]);
+
+    // Destroy: everyone gets RoomDestroyed, then the close.
+    let other = srv.join(&s, "other-room", "z").await;
+    assert_eq!(client.destroy_room("room").await.unwrap().room_id, "room");
+    for p in [&mut a, &mut c] {
+        expect_event(p, EventKind::RoomDestroyed).await;
+        assert_eq!(next(p).await.unwrap_err().reason, "room destroyed");
+    }
+    assert_eq!(
+        client.list_rooms().await.unwrap(),
+        vec!["other-room".to_owned()]
+    );
+    assert_eq!(
+        rpc_code(&client.list_participants("room").await.unwrap_err()),
+        -11004
+    );
+    drop(other);
+}
+
+#[tokio::test]
+async fn a_room_ends_with_its_last_participant() {
+    let srv = spawn(|_| {}).await;
+    let (s, client) = srv.room_client("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    let mut b = srv.join(&s, "room", "b").await;
+    expect_event(&mut a, EventKind::ParticipantJoined).await;
+    b.send(&ClientMessage::Leave).await.unwrap();
+    assert_eq!(next(&mut b).await.unwrap_err().reason, "left");
+    expect_event(&mut a, EventKind::ParticipantLeft).await;
+    drop(a); // a dropped socket leaves at once (reconnect grace 0)
+    for _ in 0..50 {
+        if client.list_rooms().await.unwrap().is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the room outlived its last participant");
+}
+
+#[tokio::test]
+async fn a_second_join_with_the_same_participant_id_replaces_the_first() {
+    let srv = spawn(|_| {}).await;
+    let (s, client) = srv.room_client("svc").await;
+    let mut watcher = srv.join(&s, "room", "w").await;
+    let mut old = srv.join(&s, "room", "p").await;
+    expect_event(&mut watcher, EventKind::ParticipantJoined).await;
+    let sid = old.publish().await.unwrap();
+    expect_event(&mut watcher, EventKind::StreamPublished).await;
+    let _new = srv.join(&s, "room", "p").await;
+    let closed = next(&mut old).await.unwrap_err();
+    assert_eq!(closed.reason, "replaced");
+    // The old connection's stream ended with it; the participant stays.
+    assert_eq!(
+        expect_event(&mut watcher, EventKind::StreamUnpublished)
+            .await
+            .1,
+        Some(sid)
+    );
+    let listing = client.list_participants("room").await.unwrap();
+    assert_eq!(listing.participants.len(), 2);
+    assert!(listing.participants[1].streams.is_empty());
+}
+
+// ---- bad participants ----
+
+#[tokio::test]
+async fn bad_participants_are_refused_and_others_untouched() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let srv = spawn(|s| s.join_timeout_s = 1).await;
+    let (s, client) = srv.room_client("svc").await;
+    let mut member = srv.join(&s, "room", "m").await;
+    let ws_url = format!("{}/api/ws", srv.live_url.replacen("http", "ws", 1));
+
+    async fn open(
+        url: &str,
+    ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>
+    {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let challenge: Value =
+            serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+        assert_eq!(challenge["type"], "challenge");
+        ws
+    }
+    async fn refused(
+        ws: &mut tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+    ) -> (i64, String) {
+        let err: Value =
+            serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+        assert_eq!(err["type"], "error");
+        let Message::Close(Some(frame)) = ws.next().await.unwrap().unwrap() else {
+            panic!("expected a close")
+        };
+        (err["code"].as_i64().unwrap(), frame.reason.to_string())
+    }
+
+    let mut ws = open(&ws_url).await;
+    ws.send(Message::text("garbage")).await.unwrap();
+    assert_eq!(refused(&mut ws).await, (-32700, "invalid join".to_owned()));
+
+    let mut ws = open(&ws_url).await;
+    ws.send(Message::text(r#"{"type":"publish"}"#))
+        .await
+        .unwrap();
+    assert_eq!(refused(&mut ws).await.0, -32600);
+
+    let mut ws = open(&ws_url).await;
+    ws.send(Message::text(
+        r#"{"type":"join","serviceId":"svc","roomId":"room","value":"wrong"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(refused(&mut ws).await, (-11002, "unauthorized".to_owned()));
+
+    let mut ws = open(&ws_url).await;
+    ws.send(Message::text(
+        r#"{"type":"join","serviceId":"svc","value":"x"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(refused(&mut ws).await.0, -32602);
+
+    // Never answering the challenge: closed after the join timeout.
+    let mut ws = open(&ws_url).await;
+    assert_eq!(refused(&mut ws).await.1, "join timeout");
+
+    // A joined participant that sends garbage gets an error and stays.
+    member
+        .send(&ClientMessage::Unpublish { stream_id: 42 })
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut member).await,
+        Ok(ServerMessage::Error { code: -11004, .. })
+    ));
+    let stream_id = member.publish().await.unwrap();
+    assert_eq!(stream_id, 1);
+
+    let listing = client.list_participants("room").await.unwrap();
+    assert_eq!(listing.participants.len(), 1, "no refused socket joined");
+    expect_quiet(&mut member).await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_every_participant_with_a_close_frame() {
+    let srv = spawn(|_| {}).await;
+    let (s, _) = srv.room_client("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    srv.shutdown.cancel();
+    let closed = next(&mut a).await.unwrap_err();
+    assert_eq!(
+        (closed.code, closed.reason.as_str()),
+        (1001, "server shutting down")
+    );
+    tokio::time::timeout(Duration::from_secs(5), srv.service.drain())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn operator_calls_need_the_operator_token() {
+    let srv = spawn(|_| {}).await;
+    let admin_url = srv.admin.base_url().to_owned();
+    let res = reqwest::Client::new()
+        .get(format!("{admin_url}/admin/v1/live/services"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(res.headers()["www-authenticate"], "Bearer");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized");
+
+    let created = srv.create_service("svc").await;
+    let dup = srv
+        .admin
+        .create_live_service(&CreateServiceRequest {
+            service_id: Some("svc".into()),
+            external_verifier_url: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(dup, ClientError::Api { status: 409, .. }));
+    let bad = srv
+        .admin
+        .create_live_service(&CreateServiceRequest {
+            service_id: Some("no:colons".into()),
+            external_verifier_url: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(bad, ClientError::Api { status: 400, ref body } if body.contains("serviceId"))
+    );
+    let generated = srv
+        .admin
+        .create_live_service(&CreateServiceRequest::default())
+        .await
+        .unwrap();
+    let listed = srv.admin.list_live_services().await.unwrap();
+    let ids: Vec<_> = listed
+        .services
+        .iter()
+        .map(|s| s.service_id.as_str())
+        .collect();
+    assert_eq!(ids, ["svc", generated.service_id.as_str()]);
+
+    // Rotation: the old admin secret stops working, the new one works.
+    let rotated = srv.admin.rotate_live_secrets("svc").await.unwrap();
+    let client = LiveClient::new(&srv.live_url);
+    assert_eq!(
+        rpc_code(
+            &client
+                .provision("svc", &created.admin_secret)
+                .await
+                .unwrap_err()
+        ),
+        -11002
+    );
+    client
+        .provision("svc", &rotated.admin_secret)
+        .await
+        .unwrap();
+    assert!(matches!(
+        srv.admin.rotate_live_secrets("ghost").await.unwrap_err(),
+        ClientError::Api { status: 404, .. }
+    ));
+
+    // Malformed JSON is answered in the operator error shape.
+    let res = reqwest::Client::new()
+        .post(format!("{admin_url}/admin/v1/live/services"))
+        .bearer_auth(common::OPERATOR_TOKEN)
+        .header("content-type", "application/json")
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_body");
+}
