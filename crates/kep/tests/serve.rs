@@ -1,0 +1,412 @@
+//! The real `kep` binary: `kep serve` on port 0, driven by curl-like calls and by the CLI.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const KEP: &str = env!("CARGO_BIN_EXE_kep");
+
+struct Server {
+    child: Child,
+    data_dir: PathBuf,
+    admin: String,
+    live: String,
+    stdout: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    let _ = std::fs::remove_file(data_dir.join("addresses.json"));
+    let mut cmd = Command::new(KEP);
+    cmd.args(["serve", "--data-dir"]).arg(data_dir).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addresses = loop {
+        if let Ok(b) = std::fs::read(data_dir.join("addresses.json")) {
+            break serde_json::from_slice::<Value>(&b).unwrap();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("kep serve exited with {status}: {err}");
+        }
+        assert!(Instant::now() < deadline, "kep serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever the server printed before it listened (the operator token line, if any).
+    let stdout = child.stdout.take().unwrap();
+    let printed = read_available(stdout);
+    Server {
+        child,
+        data_dir: data_dir.to_owned(),
+        admin: format!("http://{}", addresses["admin"].as_str().unwrap()),
+        live: format!("http://{}", addresses["live"].as_str().unwrap()),
+        stdout: printed,
+    }
+}
+
+/// Lines already written to `out`, without waiting for more than a moment.
+fn read_available(out: ChildStdout) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut text = String::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+fn port0() -> Vec<&'static str> {
+    vec!["--admin-addr", "127.0.0.1:0", "--live-addr", "127.0.0.1:0"]
+}
+
+/// Runs a CLI command against the server; its stdout parsed as JSON.
+fn cli(srv: &Server, args: &[&str]) -> Value {
+    let out = Command::new(KEP)
+        .args(args)
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kep {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "kep {args:?}: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+    let client = reqwest::blocking::Client::new();
+    let mut req = client.request(method.parse().unwrap(), url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_owned());
+    }
+    let res = req.send().unwrap();
+    (res.status().as_u16(), res.json().unwrap_or(Value::Null))
+}
+
+/// A `kep live join` process, read line by line.
+struct Joiner {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Joiner {
+    fn start(srv: &Server, args: &[&str]) -> Self {
+        let mut child = Command::new(KEP)
+            .args(["live", "join"])
+            .args(args)
+            .env("KEP_DATA_DIR", &srv.data_dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Joiner { child, lines }
+    }
+
+    fn next(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a line from kep live join");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn exits(mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "kep live join did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn serve_and_the_cli_run_the_live_api_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[]);
+
+    // The operator token is generated once, printed once, kept with mode 0600.
+    let token = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+    assert!(
+        srv.stdout.contains(&token),
+        "printed at the first start: {:?}",
+        srv.stdout
+    );
+    assert_eq!(
+        http("GET", &format!("{}/healthz", srv.admin), None, None),
+        (200, serde_json::json!({"status": "ok"}))
+    );
+    assert_eq!(
+        http(
+            "GET",
+            &format!("{}/admin/v1/live/services", srv.admin),
+            None,
+            None
+        )
+        .0,
+        401
+    );
+    let (status, doc) = http(
+        "GET",
+        &format!("{}/openapi/admin.json", srv.admin),
+        None,
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(doc["paths"]["/admin/v1/live/services"]["post"].is_object());
+    let (_, doc) = http(
+        "GET",
+        &format!("{}/openapi/live.json", srv.admin),
+        None,
+        None,
+    );
+    assert!(doc["paths"]["/api/rpc"]["post"].is_object());
+
+    // Operator → Provision → participants → Room commands, all from the CLI.
+    let svc = cli(&srv, &["live", "service", "create", "--id", "demo"]);
+    assert_eq!(svc["serviceId"], "demo");
+    let secret = svc["serviceSecret"].as_str().unwrap().to_owned();
+    let provisioned = cli(
+        &srv,
+        &[
+            "live",
+            "provision",
+            "--service-id",
+            "demo",
+            "--admin-secret",
+            svc["adminSecret"].as_str().unwrap(),
+        ],
+    );
+    assert_eq!(provisioned["api"].as_str().unwrap(), srv.live);
+
+    let joiner = Joiner::start(
+        &srv,
+        &[
+            "lobby",
+            "--service-id",
+            "demo",
+            "--service-secret",
+            &secret,
+            "--participant-id",
+            "p1",
+            "--publish",
+        ],
+    );
+    assert_eq!(joiner.next()["type"], "joined");
+    assert_eq!(
+        joiner.next(),
+        serde_json::json!({"type": "published", "streamId": 1})
+    );
+
+    assert_eq!(cli(&srv, &["live", "rooms"]), serde_json::json!(["lobby"]));
+    assert_eq!(
+        cli(&srv, &["live", "participants", "lobby"]),
+        serde_json::json!({"participants": [{"participantId": "p1", "streams": [{"streamId": 1}]}]})
+    );
+    cli(&srv, &["live", "inactivate", "lobby", "p1:1"]);
+    let ev = joiner.next();
+    assert_eq!(
+        (ev["event"].as_str(), ev["streamId"].as_i64()),
+        (Some("InactivatedStream"), Some(1))
+    );
+    cli(&srv, &["live", "kick", "lobby", "p1"]);
+    assert_eq!(joiner.next()["event"], "Kicked");
+    assert_eq!(joiner.next()["reason"], "kicked");
+    joiner.exits();
+
+    let joiner = Joiner::start(
+        &srv,
+        &["stage", "--service-id", "demo", "--service-secret", &secret],
+    );
+    assert_eq!(joiner.next()["type"], "joined");
+    assert_eq!(
+        cli(&srv, &["live", "destroy", "stage"]),
+        serde_json::json!({"roomId": "stage"})
+    );
+    assert_eq!(joiner.next()["event"], "RoomDestroyed");
+    joiner.exits();
+
+    // A token from KEP_LIVE_TOKEN instead of the saved provision.
+    let out = Command::new(KEP)
+        .args(["live", "rooms", "--live-url", &srv.live])
+        .env("KEP_LIVE_TOKEN", "forged")
+        .env("KEP_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-11002"));
+}
+
+#[test]
+fn sigterm_closes_participants_and_a_restart_keeps_services_and_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut srv = serve(dir.path(), &port0(), &[("KEP_LOG_FORMAT", "json")]);
+    let svc = cli(&srv, &["live", "service", "create", "--id", "keep"]);
+    cli(
+        &srv,
+        &[
+            "live",
+            "provision",
+            "--service-id",
+            "keep",
+            "--admin-secret",
+            svc["adminSecret"].as_str().unwrap(),
+        ],
+    );
+    let joiner = Joiner::start(
+        &srv,
+        &[
+            "room",
+            "--service-id",
+            "keep",
+            "--service-secret",
+            svc["serviceSecret"].as_str().unwrap(),
+        ],
+    );
+    assert_eq!(joiner.next()["type"], "joined");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let closed = joiner.next();
+    assert_eq!(
+        (closed["closed"].as_i64(), closed["reason"].as_str()),
+        (Some(1001), Some("server shutting down"))
+    );
+    joiner.exits();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(s) = srv.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kep serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit}");
+    let mut logs = String::new();
+    std::io::Read::read_to_string(srv.child.stderr.as_mut().unwrap(), &mut logs).unwrap();
+    for line in logs.lines() {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|_| panic!("--log-format json: {line}"));
+        assert!(v["level"].is_string());
+    }
+
+    // Restart on the same data dir: the operator token is not printed again, the service
+    // and the provisioned token survive.
+    let srv = serve(dir.path(), &port0(), &[]);
+    assert!(!srv.stdout.contains("operator token"), "{}", srv.stdout);
+    let out = Command::new(KEP)
+        .args(["live", "rooms", "--live-url", &srv.live])
+        .env("KEP_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        cli(&srv, &["live", "service", "list"])["services"][0]["serviceId"],
+        "keep"
+    );
+}
+
+#[test]
+fn settings_come_from_flags_then_env_then_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kep.toml");
+    std::fs::write(
+        &config,
+        "[live]\ntoken_ttl_s = 42\naddr = \"127.0.0.1:1\"\n[admin]\naddr = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let srv = serve(
+        &data,
+        &["--config", config.to_str().unwrap()],
+        &[
+            ("KEP_LIVE_ADDR", "127.0.0.1:0"),
+            ("KEP_ADMIN_TOKEN", "from-env"),
+        ],
+    );
+    assert!(
+        !data.join("admin-token").exists(),
+        "KEP_ADMIN_TOKEN is used as it is"
+    );
+    let (status, svc) = http(
+        "POST",
+        &format!("{}/admin/v1/live/services", srv.admin),
+        Some("from-env"),
+        Some("{}"),
+    );
+    assert_eq!(status, 201);
+    let out = Command::new(KEP)
+        .args([
+            "live",
+            "provision",
+            "--service-id",
+            svc["serviceId"].as_str().unwrap(),
+            "--admin-secret",
+            svc["adminSecret"].as_str().unwrap(),
+        ])
+        .env("KEP_DATA_DIR", &data)
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["ttl"], 42, "from the TOML file");
+
+    // --only with an unknown service is refused.
+    let out = Command::new(KEP)
+        .args(["serve", "--only", "nope", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown service"));
+}
