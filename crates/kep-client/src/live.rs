@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::{AdminClient, ClientError};
@@ -289,7 +290,13 @@ impl Participant {
             "{}/api/ws",
             base.trim_end_matches('/').replacen("http", "ws", 1)
         );
-        let (mut socket, _) = tokio_tungstenite::connect_async(url).await?;
+        // The messages are small: 4 KiB buffers instead of 128 KiB let one process hold
+        // thousands of participants.
+        let config = WebSocketConfig::default()
+            .read_buffer_size(4 * 1024)
+            .write_buffer_size(0);
+        let (mut socket, _) =
+            tokio_tungstenite::connect_async_with_config(url, Some(config), true).await?;
         let nonce = match next_message(&mut socket).await? {
             Ok(ServerMessage::Challenge { nonce }) => nonce,
             other => {

@@ -8,7 +8,12 @@ use subtle::ConstantTimeEq as _;
 
 /// Lowercase hexadecimal SHA-256 of the UTF-8 text, the hash every seed computes.
 pub fn sha256_hex(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
+    hex::encode(sha256(text))
+}
+
+/// SHA-256 of the UTF-8 text, as raw bytes (a map key for hashed tokens).
+pub fn sha256(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
 }
 
 /// Compares two secrets (or their hashes) without leaking where they differ.

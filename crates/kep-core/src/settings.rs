@@ -91,7 +91,10 @@ mod tests {
     }
 
     #[test]
-    #[expect(clippy::result_large_err, reason = "figment::Jail fixes the closure's error type")]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
     fn layers_apply_in_order() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use kep_core::secret::{new_secret, new_uuid, sha256_hex};
+use kep_core::secret::{new_secret, new_uuid, sha256, sha256_hex};
 
 use crate::api::wire::ServiceSecrets;
 use crate::store::{ServiceRow, Store, TokenRow};
@@ -36,7 +36,8 @@ pub enum CreateOutcome {
 pub struct Access {
     store: Store,
     services: RwLock<HashMap<String, Service>>,
-    tokens: RwLock<HashMap<String, Grant>>,
+    /// By the SHA-256 digest of the token (raw bytes: no hex on the hot path).
+    tokens: RwLock<HashMap<[u8; 32], Grant>>,
 }
 
 pub fn now_unix() -> i64 {
@@ -63,14 +64,14 @@ impl Access {
             .live_tokens(now_unix())
             .await?
             .into_iter()
-            .map(|t| {
-                (
-                    t.token_hash,
-                    Grant {
-                        service_id: t.service_id.into(),
-                        expires_at: t.expires_at,
-                    },
-                )
+            .filter_map(|t| {
+                let mut digest = [0u8; 32];
+                hex::decode_to_slice(&t.token_hash, &mut digest).ok()?;
+                let grant = Grant {
+                    service_id: t.service_id.into(),
+                    expires_at: t.expires_at,
+                };
+                Some((digest, grant))
             })
             .collect();
         Ok(Access {
@@ -180,8 +181,9 @@ impl Access {
     pub async fn issue_token(&self, service_id: &str, ttl_s: u64) -> sqlx::Result<String> {
         let token = new_secret();
         let now = now_unix();
+        let digest = sha256(&token);
         let row = TokenRow {
-            token_hash: sha256_hex(&token),
+            token_hash: hex::encode(digest),
             service_id: service_id.to_owned(),
             expires_at: now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX)),
         };
@@ -189,7 +191,7 @@ impl Access {
         let mut tokens = self.tokens.write().expect("tokens lock");
         tokens.retain(|_, g| g.expires_at > now);
         tokens.insert(
-            row.token_hash,
+            digest,
             Grant {
                 service_id: row.service_id.into(),
                 expires_at: row.expires_at,
@@ -200,9 +202,9 @@ impl Access {
 
     /// The service a presented admin token is for, if it is known and unexpired.
     pub fn authorize(&self, token: &str) -> Option<Arc<str>> {
-        let hash = sha256_hex(token);
+        let digest = sha256(token);
         let tokens = self.tokens.read().expect("tokens lock");
-        let grant = tokens.get(&hash)?;
+        let grant = tokens.get(&digest)?;
         (grant.expires_at > now_unix()).then(|| grant.service_id.clone())
     }
 }

@@ -39,6 +39,8 @@ pub struct LiveSettings {
     /// Most targets in one `Room.KickParticipant` or `Room.InactiveStream` call.
     pub max_targets: usize,
     pub external_verifier_timeout_s: u64,
+    /// A participant that does not take its messages within this long is disconnected.
+    pub send_timeout_s: u64,
 }
 
 impl Default for LiveSettings {
@@ -54,6 +56,7 @@ impl Default for LiveSettings {
             body_limit_bytes: 1024 * 1024,
             max_targets: 1000,
             external_verifier_timeout_s: 5,
+            send_timeout_s: 10,
         }
     }
 }

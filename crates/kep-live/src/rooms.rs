@@ -70,8 +70,13 @@ pub struct Room {
 
 type RoomKey = (Arc<str>, String);
 
+/// One service's rooms by roomId.
+type ServiceRooms = DashMap<String, Arc<Room>>;
+
 pub struct Rooms {
-    map: DashMap<RoomKey, Arc<Room>>,
+    /// Rooms by service, so lookups by `&str` allocate nothing and a service lists only
+    /// its own rooms.
+    services: DashMap<Arc<str>, Arc<ServiceRooms>>,
     empty_room_grace: Duration,
 }
 
@@ -248,15 +253,17 @@ impl Room {
 impl Rooms {
     pub fn new(empty_room_grace: Duration) -> Self {
         Rooms {
-            map: DashMap::new(),
+            services: DashMap::new(),
             empty_room_grace,
         }
     }
 
-    fn get(&self, service_id: &Arc<str>, room_id: &str) -> Option<Arc<Room>> {
-        self.map
-            .get(&(service_id.clone(), room_id.to_owned()))
-            .map(|r| r.clone())
+    fn service(&self, service_id: &str) -> Option<Arc<ServiceRooms>> {
+        self.services.get(service_id).map(|r| r.clone())
+    }
+
+    fn get(&self, service_id: &str, room_id: &str) -> Option<Arc<Room>> {
+        self.service(service_id)?.get(room_id).map(|r| r.clone())
     }
 
     /// Joins `participant_id` to the room, creating the room if needed.
@@ -268,10 +275,10 @@ impl Rooms {
         conn: ConnId,
         outbox: Outbox,
     ) -> Joined {
+        let rooms = self.services.entry(service_id.clone()).or_default().clone();
         loop {
-            let room = self
-                .map
-                .entry((service_id.clone(), room_id.to_owned()))
+            let room = rooms
+                .entry(room_id.to_owned())
                 .or_insert_with(|| {
                     Arc::new(Room {
                         room_id: room_id.to_owned(),
@@ -337,8 +344,11 @@ impl Rooms {
         });
     }
 
-    fn remove_if_empty(&self, key: &RoomKey) {
-        self.map.remove_if(key, |_, room| {
+    fn remove_if_empty(&self, (service_id, room_id): &RoomKey) {
+        let Some(rooms) = self.service(service_id) else {
+            return;
+        };
+        rooms.remove_if(room_id, |_, room| {
             let mut st = room.lock();
             if st.participants.is_empty() {
                 st.closed = true;
@@ -352,11 +362,9 @@ impl Rooms {
     /// `Room.ListRooms`
     pub fn list_rooms(&self, service_id: &str) -> Vec<String> {
         let mut ids: Vec<String> = self
-            .map
-            .iter()
-            .filter(|e| &*e.key().0 == service_id)
-            .map(|e| e.key().1.clone())
-            .collect();
+            .service(service_id)
+            .map(|rooms| rooms.iter().map(|e| e.key().clone()).collect())
+            .unwrap_or_default();
         ids.sort();
         ids
     }
@@ -397,8 +405,8 @@ impl Rooms {
     /// `Room.DestroyRoom`: everyone gets `RoomDestroyed`, then their sockets close.
     pub fn destroy(&self, service_id: &Arc<str>, room_id: &str) -> Result<(), LiveError> {
         let (_, room) = self
-            .map
-            .remove(&(service_id.clone(), room_id.to_owned()))
+            .service(service_id)
+            .and_then(|rooms| rooms.remove(room_id))
             .ok_or_else(|| LiveError::RoomNotFound {
                 room_id: room_id.to_owned(),
             })?;

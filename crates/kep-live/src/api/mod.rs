@@ -45,9 +45,10 @@ pub(crate) fn router(live: LiveService) -> Router {
 )]
 pub struct LiveApiDoc;
 
-/// Parses a JSON value into `T`; a failure names the field at fault (`targets[1].streamId`).
-pub(crate) fn parse_params<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, LiveError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+/// Parses JSON text into `T`; a failure names the field at fault (`targets[1].streamId`).
+pub(crate) fn parse_params<T: DeserializeOwned>(json: &str) -> Result<T, LiveError> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         // serde reports a missing field at its parent: name the field itself.
@@ -78,17 +79,15 @@ pub(crate) fn check_id(field: &str, id: &str) -> Result<(), LiveError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
     #[test]
     fn params_errors_name_the_field() {
-        let err = parse_params::<wire::RoomParams>(json!({})).unwrap_err();
+        let err = parse_params::<wire::RoomParams>("{}").unwrap_err();
         assert!(
             matches!(err, LiveError::InvalidParams { ref field, .. } if field == "roomId"),
             "{err:?}"
         );
         let err = parse_params::<wire::TargetsParams<wire::StreamTarget>>(
-            json!({"roomId": "r", "targets": [{"participantId": "a", "streamId": 1}, {"participantId": "b", "streamId": "x"}]}),
+            r#"{"roomId": "r", "targets": [{"participantId": "a", "streamId": 1}, {"participantId": "b", "streamId": "x"}]}"#,
         )
         .unwrap_err();
         assert!(
@@ -96,7 +95,7 @@ mod tests {
             "{err:?}"
         );
         let err = parse_params::<wire::TargetsParams<wire::StreamTarget>>(
-            json!({"roomId": "r", "targets": [{"participantId": "a"}]}),
+            r#"{"roomId": "r", "targets": [{"participantId": "a"}]}"#,
         )
         .unwrap_err();
         assert!(

@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-use serde_json::Value;
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
 
 use super::wire::{
     DestroyRoomResult, ParticipantTarget, ProvisionParams, RoomParams, StreamTarget, TargetsParams,
@@ -36,7 +38,7 @@ enum RoomOperation {
 impl Operation {
     /// Maps a method and its params onto an operation; params are checked here, before any
     /// lookup.
-    fn parse(method: &str, params: Value, max_targets: usize) -> Result<Self, LiveError> {
+    fn parse(method: &str, params: &str, max_targets: usize) -> Result<Self, LiveError> {
         use RoomOperation as R;
         if method == "Provision" {
             let p: ProvisionParams = parse_params(params)?;
@@ -81,6 +83,19 @@ impl Operation {
     }
 }
 
+/// A JSON-RPC request, borrowed from the body.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
 fn dedup<T: Eq + std::hash::Hash + Clone>(targets: Vec<T>) -> Vec<T> {
     let mut seen = std::collections::HashSet::new();
     targets
@@ -122,10 +137,13 @@ pub(crate) async fn rpc(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut id = Value::Null;
+    let mut id = String::from("null");
     let outcome = handle(&live, &headers, body, &mut id).await;
     let (status, text) = match outcome {
-        Ok(result) => (axum::http::StatusCode::OK, envelope(&id, "result", &result)),
+        Ok(result) => (
+            axum::http::StatusCode::OK,
+            envelope(&id, "result", result.as_str()),
+        ),
         Err(err) => {
             let error = err.to_error_object().to_string();
             (err.http_status(), envelope(&id, "error", &error))
@@ -142,8 +160,31 @@ pub(crate) async fn rpc(
         .into_response()
 }
 
-fn envelope(id: &Value, key: &str, json: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"{key}":{json}}}"#)
+fn envelope(id: &str, key: &str, json: &str) -> String {
+    let mut out = String::with_capacity(json.len() + id.len() + 32);
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(id);
+    out.push_str(r#",""#);
+    out.push_str(key);
+    out.push_str(r#"":"#);
+    out.push_str(json);
+    out.push('}');
+    out
+}
+
+/// A result's JSON: built for this call, or shared (a room's cached listing).
+enum ResultJson {
+    Owned(String),
+    Shared(Arc<str>),
+}
+
+impl ResultJson {
+    fn as_str(&self) -> &str {
+        match self {
+            ResultJson::Owned(s) => s,
+            ResultJson::Shared(s) => s,
+        }
+    }
 }
 
 /// Runs one call; on success the JSON of its `result`. `id` is filled in as soon as known.
@@ -151,8 +192,8 @@ async fn handle(
     live: &LiveService,
     headers: &HeaderMap,
     body: Body,
-    id: &mut Value,
-) -> Result<String, LiveError> {
+    id: &mut String,
+) -> Result<ResultJson, LiveError> {
     let json_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -173,34 +214,38 @@ async fn handle(
             )));
         }
     };
-    let request: Value =
-        serde_json::from_slice(&bytes).map_err(|e| LiveError::Parse(e.to_string()))?;
-    let Value::Object(mut request) = request else {
-        return Err(LiveError::InvalidRequest(
+    // Borrowed pieces of the envelope: nothing is copied before the method is known.
+    let envelope: Envelope = serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => LiveError::InvalidRequest(
             "the body must be one JSON-RPC request object (batches are not supported)".into(),
-        ));
-    };
-    match request.remove("id") {
-        Some(v @ (Value::String(_) | Value::Number(_))) => *id = v,
+        ),
+        _ => LiveError::Parse(e.to_string()),
+    })?;
+    match envelope.id.map(|raw| raw.get()) {
+        Some(raw)
+            if raw.starts_with(['"', '-']) || raw.starts_with(|c: char| c.is_ascii_digit()) =>
+        {
+            raw.clone_into(id);
+        }
         _ => {
             return Err(LiveError::InvalidRequest(
                 "`id` must be a string or a number".into(),
             ));
         }
     }
-    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if envelope.jsonrpc.as_deref() != Some("2.0") {
         return Err(LiveError::InvalidRequest(
             "`jsonrpc` must be \"2.0\"".into(),
         ));
     }
-    let Some(Value::String(method)) = request.remove("method") else {
+    let Some(method) = envelope.method else {
         return Err(LiveError::InvalidRequest(
             "`method` must be a string".into(),
         ));
     };
-    let params = match request.remove("params") {
-        None => Value::Object(Default::default()),
-        Some(p @ Value::Object(_)) => p,
+    let params = match envelope.params.map(|raw| raw.get()) {
+        None => "{}",
+        Some(raw) if raw.starts_with('{') => raw,
         Some(_) => return Err(LiveError::invalid_params("params", "must be an object")),
     };
     let op = Operation::parse(&method, params, live.0.settings.max_targets)?;
@@ -211,23 +256,26 @@ async fn execute(
     live: &LiveService,
     headers: &HeaderMap,
     op: Operation,
-) -> Result<String, LiveError> {
+) -> Result<ResultJson, LiveError> {
     let live = &live.0;
     let op = match op {
         Operation::Provision(params) => {
             let result = live.provisioner.provision(&live.access, params).await?;
-            return Ok(serde_json::to_string(&result).expect("result serialises"));
+            let json = serde_json::to_string(&result).expect("result serialises");
+            return Ok(ResultJson::Owned(json));
         }
         Operation::Room(op) => op,
     };
     let service = authorize(live, headers)?;
     let rooms = &live.rooms;
-    Ok(match op {
+    let json = match op {
         RoomOperation::ListRooms => {
             serde_json::to_string(&rooms.list_rooms(&service)).expect("serialises")
         }
         RoomOperation::ListParticipants(p) => {
-            rooms.list_participants(&service, &p.room_id)?.to_string()
+            return Ok(ResultJson::Shared(
+                rooms.list_participants(&service, &p.room_id)?,
+            ));
         }
         RoomOperation::DestroyRoom(p) => {
             rooms.destroy(&service, &p.room_id)?;
@@ -241,7 +289,8 @@ async fn execute(
             rooms.inactivate(&service, &p.room_id, &p.targets)?;
             "{}".to_owned()
         }
-    })
+    };
+    Ok(ResultJson::Owned(json))
 }
 
 /// The service of the call's admin token.

@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use futures_util::SinkExt as _;
 use kep_core::secret::{constant_time_eq, new_uuid, random_token, sha256_hex};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -29,8 +30,12 @@ pub(crate) async fn participant_socket(
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
     let tracker = live.0.sockets.clone();
+    // Small buffers: messages are small, and at 10,000 sockets the 128 KiB defaults would
+    // cost gigabytes.
     ws.max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
+        .read_buffer_size(4 * 1024)
+        .write_buffer_size(0)
         .on_upgrade(move |socket| tracker.track_future(session(live.0, socket)))
 }
 
@@ -148,14 +153,10 @@ async fn run(
             // Room events first: a participant told to go must not act any more.
             biased;
             out = inbox.recv() => match out {
-                Some(Outbound::Text(text)) => {
-                    if socket.send(Message::Text(text)).await.is_err() {
-                        return End::Dropped;
+                Some(first) => {
+                    if let Some(end) = deliver(live, socket, first, inbox).await {
+                        return end;
                     }
-                }
-                Some(Outbound::Close { code, reason }) => {
-                    close_with(socket, code, reason).await;
-                    return End::ByServer;
                 }
                 None => return End::ByServer,
             },
@@ -200,10 +201,46 @@ async fn run(
     }
 }
 
+/// Writes `first` and whatever else is queued in one flush (an event and its close frame
+/// leave in one write). A participant that does not read within the send timeout is dropped,
+/// so a stuck socket cannot hold its queue forever.
+async fn deliver(
+    live: &Live,
+    socket: &mut WebSocket,
+    first: Outbound,
+    inbox: &mut mpsc::UnboundedReceiver<Outbound>,
+) -> Option<End> {
+    let mut next = Some(first);
+    let mut end = None;
+    let write = async {
+        while let Some(out) = next.take() {
+            match out {
+                Outbound::Text(text) => socket.feed(Message::Text(text)).await?,
+                Outbound::Close { code, reason } => {
+                    let frame = CloseFrame {
+                        code,
+                        reason: Utf8Bytes::from_static(reason),
+                    };
+                    socket.feed(Message::Close(Some(frame))).await?;
+                    end = Some(End::ByServer);
+                    break;
+                }
+            }
+            next = inbox.try_recv().ok();
+        }
+        socket.flush().await
+    };
+    let timeout = Duration::from_secs(live.settings.send_timeout_s);
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => end,
+        Ok(Err(_)) | Err(_) => Some(End::Dropped),
+    }
+}
+
 fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
     let value: Value = serde_json::from_str(text).map_err(|e| LiveError::Parse(e.to_string()))?;
     match value.get("type").and_then(Value::as_str) {
-        Some("join" | "publish" | "unpublish" | "leave") => parse_params(value),
+        Some("join" | "publish" | "unpublish" | "leave") => parse_params(text),
         _ => Err(LiveError::InvalidRequest(
             "`type` must be join, publish, unpublish or leave".into(),
         )),

@@ -1,0 +1,197 @@
+//! Load helpers that `bench/live.sh` drives against a real `kep serve`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use kep_client::live::{LiveClient, Participant};
+use kep_live::api::wire::{EventKind, ServerMessage};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Service {
+    /// The live listener, http://…
+    #[arg(long)]
+    live: String,
+    #[arg(long)]
+    service_id: String,
+    #[arg(long)]
+    service_secret: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve fixed bytes on POST /api/rpc: the ceiling a real handler is compared with.
+    Ceiling {
+        #[arg(long)]
+        addr: String,
+        /// File holding the exact response body.
+        #[arg(long)]
+        body: std::path::PathBuf,
+    },
+    /// Join `rooms` × `per_room` participants (each publishing one stream) and hold them
+    /// until stdin closes or the process is killed; prints "ready" once all joined.
+    Hold {
+        #[command(flatten)]
+        service: Service,
+        #[arg(long, default_value_t = 1)]
+        rooms: usize,
+        #[arg(long, default_value_t = 100)]
+        per_room: usize,
+        #[arg(long, default_value = "bench")]
+        prefix: String,
+    },
+    /// Join `participants` to one room, call Room.DestroyRoom, and report the time from the
+    /// call until each participant got RoomDestroyed.
+    Destroy {
+        #[command(flatten)]
+        service: Service,
+        #[arg(long)]
+        token: String,
+        #[arg(long, default_value_t = 1000)]
+        participants: usize,
+        #[arg(long, default_value = "destroy-me")]
+        room: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Ceiling { addr, body } => ceiling(&addr, body).await,
+        Cmd::Hold {
+            service,
+            rooms,
+            per_room,
+            prefix,
+        } => hold(service, rooms, per_room, &prefix).await,
+        Cmd::Destroy {
+            service,
+            token,
+            participants,
+            room,
+        } => destroy(service, &token, participants, &room).await,
+    }
+}
+
+async fn ceiling(addr: &str, body: std::path::PathBuf) -> anyhow::Result<()> {
+    let bytes = axum::body::Bytes::from(std::fs::read(body)?);
+    let app = axum::Router::new().route(
+        "/api/rpc",
+        axum::routing::post(move || {
+            let bytes = bytes.clone();
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    bytes,
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("ready {}", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Joins many participants, a bounded number at a time so the server's accept queue holds.
+async fn join_all(
+    service: &Service,
+    names: Vec<(String, String)>,
+) -> anyhow::Result<Vec<Participant>> {
+    use futures_util::StreamExt as _;
+    let joined: Vec<anyhow::Result<Participant>> = futures_util::stream::iter(names)
+        .map(|(room, pid)| {
+            let s = service.clone();
+            async move {
+                Participant::join(&s.live, &s.service_id, &s.service_secret, &room, Some(&pid))
+                    .await
+                    .with_context(|| format!("joining {room}/{pid}"))
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    joined.into_iter().collect()
+}
+
+async fn hold(service: Service, rooms: usize, per_room: usize, prefix: &str) -> anyhow::Result<()> {
+    let names = (0..rooms)
+        .flat_map(|r| (0..per_room).map(move |p| (format!("{prefix}-{r}"), format!("p{p}"))))
+        .collect();
+    let started = Instant::now();
+    let mut participants = join_all(&service, names).await?;
+    if rooms == 1 {
+        for p in &mut participants {
+            p.publish().await?;
+        }
+    }
+    println!(
+        "ready {} participants in {:.1} s",
+        participants.len(),
+        started.elapsed().as_secs_f64()
+    );
+    // Drain every socket so the server never blocks on a full send buffer.
+    let tasks: Vec<_> = participants
+        .into_iter()
+        .map(|mut p| tokio::spawn(async move { while let Ok(Ok(_)) = p.next().await {} }))
+        .collect();
+    tokio::signal::ctrl_c().await?;
+    drop(tasks);
+    Ok(())
+}
+
+async fn destroy(service: Service, token: &str, n: usize, room: &str) -> anyhow::Result<()> {
+    let names = (0..n).map(|p| (room.to_owned(), format!("d{p}"))).collect();
+    let participants = join_all(&service, names).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for mut p in participants {
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match p.next().await {
+                    Ok(Ok(ServerMessage::Event(e))) if e.event == EventKind::RoomDestroyed => {
+                        let _ = tx.send(Instant::now());
+                        return;
+                    }
+                    Ok(Ok(_)) => continue,
+                    _ => return,
+                }
+            }
+        }));
+    }
+    drop(tx);
+    // Let the join events of the last arrivals drain first.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let client = LiveClient::new(&service.live).with_token(token);
+    let t0 = Instant::now();
+    client.destroy_room(room).await?;
+    let call = t0.elapsed();
+    let mut lat = Vec::with_capacity(n);
+    while let Some(at) = rx.recv().await {
+        lat.push(at.duration_since(t0));
+    }
+    lat.sort();
+    anyhow::ensure!(
+        lat.len() == n,
+        "only {} of {n} participants got RoomDestroyed",
+        lat.len()
+    );
+    let pct = |q: f64| {
+        lat[((lat.len() as f64 * q).ceil() as usize).saturating_sub(1)].as_secs_f64() * 1000.0
+    };
+    println!(
+        "destroy {n} participants: call {:.2} ms; RoomDestroyed p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        call.as_secs_f64() * 1000.0,
+        pct(0.50),
+        pct(0.99),
+        pct(1.0)
+    );
+    Ok(())
+}
