@@ -81,12 +81,9 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(
-        bound.listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
+    axum::serve(bound.listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
 }
 
 /// Resolves on SIGINT or SIGTERM.

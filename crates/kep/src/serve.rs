@@ -263,7 +263,13 @@ fn spawn(
     router: Router,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let router = router.layer(TraceLayer::new_for_http());
+    // TraceLayer logs requests at DEBUG: wrap only when that is enabled (KEP_LOG=debug or
+    // tower_http=debug), since the layer costs about a tenth of a small request otherwise.
+    let router = if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+        router.layer(TraceLayer::new_for_http())
+    } else {
+        router
+    };
     let shutdown = shutdown.clone();
     tokio::spawn(async move {
         if let Err(e) = listener::serve(bound, router, shutdown).await {

@@ -47,6 +47,10 @@ pub struct LiveApiDoc;
 
 /// Parses JSON text into `T`; a failure names the field at fault (`targets[1].streamId`).
 pub(crate) fn parse_params<T: DeserializeOwned>(json: &str) -> Result<T, LiveError> {
+    // Tracking the path costs on every call: only a failed parse is parsed again with it.
+    if let Ok(parsed) = serde_json::from_str(json) {
+        return Ok(parsed);
+    }
     let mut de = serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

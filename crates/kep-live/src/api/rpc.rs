@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use std::borrow::Cow;
 
@@ -132,58 +132,72 @@ fn check_targets(n: usize, max: usize) -> Result<(), LiveError> {
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn rpc(
-    State(live): State<LiveService>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Response {
+    // The request taken whole: a `HeaderMap` extractor would clone every header.
+    let (parts, body) = req.into_parts();
     let mut id = String::from("null");
-    let outcome = handle(&live, &headers, body, &mut id).await;
-    let (status, text) = match outcome {
-        Ok(result) => (
-            axum::http::StatusCode::OK,
-            envelope(&id, "result", result.as_str()),
-        ),
+    let outcome = handle(&live, &parts.headers, body, &mut id).await;
+    let (status, answer) = match outcome {
+        Ok(result) => (StatusCode::OK, Answer::new(&id, "result", result)),
         Err(err) => {
-            let error = err.to_error_object().to_string();
-            (err.http_status(), envelope(&id, "error", &error))
+            let error = Bytes::from(err.to_error_object().to_string());
+            (err.http_status(), Answer::new(&id, "error", error))
         }
     };
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        text,
-    )
-        .into_response()
+    let mut res = Response::new(Body::new(answer));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
 }
 
-fn envelope(id: &str, key: &str, json: &str) -> String {
-    let mut out = String::with_capacity(json.len() + id.len() + 32);
-    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-    out.push_str(id);
-    out.push_str(r#",""#);
-    out.push_str(key);
-    out.push_str(r#"":"#);
-    out.push_str(json);
-    out.push('}');
-    out
+/// A JSON-RPC answer as three pieces (head with the id, the member's JSON, `}`), so that a
+/// shared result such as a room's cached listing goes out without being copied.
+struct Answer {
+    pieces: [Bytes; 3],
+    next: usize,
 }
 
-/// A result's JSON: built for this call, or shared (a room's cached listing).
-enum ResultJson {
-    Owned(String),
-    Shared(Arc<str>),
-}
-
-impl ResultJson {
-    fn as_str(&self) -> &str {
-        match self {
-            ResultJson::Owned(s) => s,
-            ResultJson::Shared(s) => s,
+impl Answer {
+    fn new(id: &str, key: &str, json: Bytes) -> Self {
+        let head = format!(r#"{{"jsonrpc":"2.0","id":{id},"{key}":"#);
+        Answer {
+            pieces: [Bytes::from(head), json, Bytes::from_static(b"}")],
+            next: 0,
         }
+    }
+}
+
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let i = self.next;
+        self.next += 1;
+        std::task::Poll::Ready(
+            self.pieces
+                .get_mut(i)
+                .map(|p| Ok(http_body::Frame::data(std::mem::take(p)))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next >= self.pieces.len()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(
+            self.pieces[self.next.min(3)..]
+                .iter()
+                .map(|p| p.len() as u64)
+                .sum(),
+        )
     }
 }
 
@@ -193,7 +207,7 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
     id: &mut String,
-) -> Result<ResultJson, LiveError> {
+) -> Result<Bytes, LiveError> {
     let json_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -256,13 +270,14 @@ async fn execute(
     live: &LiveService,
     headers: &HeaderMap,
     op: Operation,
-) -> Result<ResultJson, LiveError> {
+) -> Result<Bytes, LiveError> {
     let live = &live.0;
     let op = match op {
         Operation::Provision(params) => {
             let result = live.provisioner.provision(&live.access, params).await?;
-            let json = serde_json::to_string(&result).expect("result serialises");
-            return Ok(ResultJson::Owned(json));
+            return Ok(Bytes::from(
+                serde_json::to_vec(&result).expect("result serialises"),
+            ));
         }
         Operation::Room(op) => op,
     };
@@ -273,9 +288,7 @@ async fn execute(
             serde_json::to_string(&rooms.list_rooms(&service)).expect("serialises")
         }
         RoomOperation::ListParticipants(p) => {
-            return Ok(ResultJson::Shared(
-                rooms.list_participants(&service, &p.room_id)?,
-            ));
+            return rooms.list_participants(&service, &p.room_id);
         }
         RoomOperation::DestroyRoom(p) => {
             rooms.destroy(&service, &p.room_id)?;
@@ -290,7 +303,7 @@ async fn execute(
             "{}".to_owned()
         }
     };
-    Ok(ResultJson::Owned(json))
+    Ok(Bytes::from(json))
 }
 
 /// The service of the call's admin token.
