@@ -81,7 +81,12 @@ pub async fn serve(
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(bound.listener, router)
+    use axum::serve::ListenerExt as _;
+    // Events and answers are small writes: Nagle's algorithm would hold them back.
+    let listener = bound.listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }

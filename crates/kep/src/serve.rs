@@ -61,7 +61,7 @@ pub struct Settings {
     pub data_dir: PathBuf,
     pub log_format: LogFormat,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub only: Option<Vec<String>>,
+    pub only: Option<ServiceNames>,
     pub admin: AdminSettings,
     pub live: LiveSettings,
 }
@@ -74,6 +74,23 @@ impl Default for Settings {
             only: None,
             admin: AdminSettings::default(),
             live: LiveSettings::default(),
+        }
+    }
+}
+
+/// `only`: a list in TOML, a comma-separated string in `KEP_ONLY`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ServiceNames {
+    List(Vec<String>),
+    Csv(String),
+}
+
+impl ServiceNames {
+    fn names(&self) -> Vec<String> {
+        match self {
+            ServiceNames::List(l) => l.clone(),
+            ServiceNames::Csv(s) => s.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
         }
     }
 }
@@ -139,13 +156,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         kep_core::settings::load(args.config.as_deref(), SECTIONS, args.overrides()?)
             .map_err(|e| anyhow::anyhow!("settings: {e}"))?;
     init_tracing(settings.log_format);
-    let wanted = |name: &str| {
-        settings
-            .only
-            .as_ref()
-            .is_none_or(|o| o.iter().any(|s| s == name))
-    };
-    if let Some(only) = &settings.only
+    let only = settings.only.as_ref().map(ServiceNames::names);
+    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == name));
+    if let Some(only) = &only
         && let Some(bad) = only.iter().find(|s| !SERVICES.contains(&s.as_str()))
     {
         anyhow::bail!(
