@@ -36,6 +36,15 @@ impl AdminClient {
             .await
     }
 
+    /// `GET /admin/v1/live/services/{id}`
+    pub async fn live_service(&self, id: &str) -> Result<ServiceSummary, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("/admin/v1/live/services/{id}"))),
+        )
+        .await
+    }
+
     /// `PATCH /admin/v1/live/services/{id}`
     pub async fn set_live_verifier(
         &self,

@@ -90,13 +90,14 @@ impl Access {
     }
 
     /// Ids and verifier URLs, in creation order.
-    pub async fn list(&self) -> sqlx::Result<Vec<(String, Option<String>)>> {
+    /// Service ids, in creation order.
+    pub async fn list(&self) -> sqlx::Result<Vec<String>> {
         Ok(self
             .store
             .services()
             .await?
             .into_iter()
-            .map(|r| (r.service_id, r.external_verifier_url))
+            .map(|r| r.service_id)
             .collect())
     }
 

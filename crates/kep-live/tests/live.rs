@@ -642,6 +642,73 @@ async fn a_second_join_with_the_same_participant_id_replaces_the_first() {
     assert!(listing.participants[1].streams.is_empty());
 }
 
+#[tokio::test]
+async fn a_dropped_participant_may_come_back_within_the_reconnect_grace() {
+    let srv = spawn(|s| s.reconnect_grace_s = 1).await;
+    let (s, client) = srv.room_client("svc").await;
+    let count = || async {
+        client
+            .list_participants("room")
+            .await
+            .unwrap()
+            .participants
+            .len()
+    };
+    let mut watcher = srv.join(&s, "room", "w").await;
+    let p = srv.join(&s, "room", "p").await;
+    expect_event(&mut watcher, EventKind::ParticipantJoined).await;
+    drop(p);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(count().await, 2, "still in the room during the grace");
+    let _back = srv.join(&s, "room", "p").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(count().await, 2, "the one who came back stays");
+    expect_quiet(&mut watcher).await;
+
+    let q = srv.join(&s, "room", "q").await;
+    expect_event(&mut watcher, EventKind::ParticipantJoined).await;
+    drop(q);
+    assert_eq!(
+        expect_event(&mut watcher, EventKind::ParticipantLeft)
+            .await
+            .0
+            .as_deref(),
+        Some("q"),
+        "gone once the grace is over"
+    );
+    assert_eq!(count().await, 2);
+}
+
+#[tokio::test]
+async fn an_empty_room_lingers_for_its_grace() {
+    let srv = spawn(|s| s.empty_room_grace_s = 1).await;
+    let (s, client) = srv.room_client("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    a.send(&ClientMessage::Leave).await.unwrap();
+    assert_eq!(next(&mut a).await.unwrap_err().reason, "left");
+    assert_eq!(client.list_rooms().await.unwrap(), ["room"]);
+    assert!(
+        client
+            .list_participants("room")
+            .await
+            .unwrap()
+            .participants
+            .is_empty()
+    );
+
+    // A join within the grace keeps the room.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _b = srv.join(&s, "room", "b").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(client.list_rooms().await.unwrap(), ["room"]);
+    drop(_b);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert!(
+        client.list_rooms().await.unwrap().is_empty(),
+        "gone after the grace"
+    );
+}
+
 // ---- bad participants ----
 
 #[tokio::test]
@@ -782,12 +849,16 @@ async fn operator_calls_need_the_operator_token() {
         .await
         .unwrap();
     let listed = srv.admin.list_live_services().await.unwrap();
-    let ids: Vec<_> = listed
-        .services
-        .iter()
-        .map(|s| s.service_id.as_str())
-        .collect();
-    assert_eq!(ids, ["svc", generated.service_id.as_str()]);
+    assert_eq!(listed, ["svc", generated.service_id.as_str()]);
+    let one = srv.admin.live_service("svc").await.unwrap();
+    assert_eq!(
+        (one.service_id.as_str(), one.external_verifier_url),
+        ("svc", None)
+    );
+    assert!(matches!(
+        srv.admin.live_service("ghost").await.unwrap_err(),
+        ClientError::Api { status: 404, .. }
+    ));
 
     // Rotation: the old admin secret stops working, the new one works.
     let rotated = srv.admin.rotate_live_secrets("svc").await.unwrap();

@@ -90,7 +90,11 @@ impl ServiceNames {
     fn names(&self) -> Vec<String> {
         match self {
             ServiceNames::List(l) => l.clone(),
-            ServiceNames::Csv(s) => s.split(',').map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect(),
+            ServiceNames::Csv(s) => s
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect(),
         }
     }
 }

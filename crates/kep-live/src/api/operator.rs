@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{patch, post};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError};
 use utoipa::OpenApi;
@@ -19,7 +19,10 @@ pub(crate) fn router(live: LiveService) -> Router {
             "/admin/v1/live/services",
             post(create_service).get(list_services),
         )
-        .route("/admin/v1/live/services/{id}", patch(update_service))
+        .route(
+            "/admin/v1/live/services/{id}",
+            get(get_service).patch(update_service),
+        )
         .route("/admin/v1/live/services/{id}/secrets", post(rotate_secrets))
         .with_state(live)
 }
@@ -27,11 +30,16 @@ pub(crate) fn router(live: LiveService) -> Router {
 /// OpenAPI of the live operator calls.
 #[derive(OpenApi)]
 #[openapi(
-    paths(create_service, list_services, update_service, rotate_secrets),
+    paths(
+        create_service,
+        list_services,
+        get_service,
+        update_service,
+        rotate_secrets
+    ),
     components(schemas(
         CreateServiceRequest,
         ServiceSecrets,
-        ServiceList,
         ServiceSummary,
         UpdateServiceRequest
     ))
@@ -87,25 +95,35 @@ pub(crate) async fn create_service(
     }
 }
 
-/// `GET /admin/v1/live/services`
-#[utoipa::path(get, path = "/admin/v1/live/services", responses((status = 200, body = ServiceList)),
+/// `GET /admin/v1/live/services`: the service ids, in creation order.
+#[utoipa::path(get, path = "/admin/v1/live/services", responses((status = 200, body = Vec<String>)),
     security(("operator" = [])))]
 pub(crate) async fn list_services(
     State(live): State<LiveService>,
 ) -> Result<Json<ServiceList>, ApiError> {
-    let services = live
+    Ok(Json(
+        live.0.access.list().await.map_err(ApiError::internal)?,
+    ))
+}
+
+/// `GET /admin/v1/live/services/{id}`
+#[utoipa::path(get, path = "/admin/v1/live/services/{id}",
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = ServiceSummary), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn get_service(
+    State(live): State<LiveService>,
+    Path(id): Path<String>,
+) -> Result<Json<ServiceSummary>, ApiError> {
+    let svc = live
         .0
         .access
-        .list()
-        .await
-        .map_err(ApiError::internal)?
-        .into_iter()
-        .map(|(service_id, external_verifier_url)| ServiceSummary {
-            service_id,
-            external_verifier_url,
-        })
-        .collect();
-    Ok(Json(ServiceList { services }))
+        .service(&id)
+        .ok_or_else(|| ApiError::not_found("no such live service"))?;
+    Ok(Json(ServiceSummary {
+        service_id: id,
+        external_verifier_url: svc.external_verifier_url,
+    }))
 }
 
 /// `PATCH /admin/v1/live/services/{id}`: sets or removes the external verifier.

@@ -52,35 +52,59 @@ impl Operation {
             }
             "Room.ListParticipants" => R::ListParticipants(parse_params(params)?),
             "Room.DestroyRoom" => R::DestroyRoom(parse_params(params)?),
-            "Room.KickParticipant" => {
-                let mut p: TargetsParams<ParticipantTarget> = parse_params(params)?;
-                p.targets = dedup(p.targets);
-                check_targets(p.targets.len(), max_targets)?;
-                for (i, t) in p.targets.iter().enumerate() {
-                    check_id(&format!("targets[{i}].participantId"), &t.participant_id)?;
-                }
-                R::KickParticipant(p)
-            }
+            "Room.KickParticipant" => R::KickParticipant(parse_targets(params, max_targets)?),
             // `Room.InactivateStream` is the spelling of the service's later API version.
             "Room.InactiveStream" | "Room.InactivateStream" => {
-                let mut p: TargetsParams<StreamTarget> = parse_params(params)?;
-                p.targets = dedup(p.targets);
-                check_targets(p.targets.len(), max_targets)?;
-                for (i, t) in p.targets.iter().enumerate() {
-                    check_id(&format!("targets[{i}].participantId"), &t.participant_id)?;
-                }
-                R::InactiveStream(p)
+                R::InactiveStream(parse_targets(params, max_targets)?)
             }
             other => return Err(LiveError::MethodNotFound(other.to_owned())),
         };
-        match &op {
-            R::ListParticipants(p) | R::DestroyRoom(p) => check_id("roomId", &p.room_id)?,
-            R::KickParticipant(p) => check_id("roomId", &p.room_id)?,
-            R::InactiveStream(p) => check_id("roomId", &p.room_id)?,
-            R::ListRooms => {}
+        if let R::ListParticipants(p) | R::DestroyRoom(p) = &op {
+            check_id("roomId", &p.room_id)?;
         }
         Ok(Operation::Room(op))
     }
+}
+
+/// A target of a Kick or Inactivate call.
+trait Target: serde::de::DeserializeOwned + Eq + std::hash::Hash + Clone {
+    fn participant_id(&self) -> &str;
+}
+
+impl Target for ParticipantTarget {
+    fn participant_id(&self) -> &str {
+        &self.participant_id
+    }
+}
+
+impl Target for StreamTarget {
+    fn participant_id(&self) -> &str {
+        &self.participant_id
+    }
+}
+
+/// Params with `targets`: 1 to `max` of them once duplicates are dropped, each id well-formed.
+fn parse_targets<T: Target>(params: &str, max: usize) -> Result<TargetsParams<T>, LiveError> {
+    let mut p: TargetsParams<T> = parse_params(params)?;
+    check_id("roomId", &p.room_id)?;
+    let mut seen = std::collections::HashSet::new();
+    p.targets.retain(|t| seen.insert(t.clone()));
+    if p.targets.is_empty() {
+        return Err(LiveError::invalid_params(
+            "targets",
+            "must name at least one target",
+        ));
+    }
+    if p.targets.len() > max {
+        return Err(LiveError::invalid_params(
+            "targets",
+            format!("at most {max} targets per call"),
+        ));
+    }
+    for (i, t) in p.targets.iter().enumerate() {
+        check_id(&format!("targets[{i}].participantId"), t.participant_id())?;
+    }
+    Ok(p)
 }
 
 /// A JSON-RPC request, borrowed from the body.
@@ -94,30 +118,6 @@ struct Envelope<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
-}
-
-fn dedup<T: Eq + std::hash::Hash + Clone>(targets: Vec<T>) -> Vec<T> {
-    let mut seen = std::collections::HashSet::new();
-    targets
-        .into_iter()
-        .filter(|t| seen.insert(t.clone()))
-        .collect()
-}
-
-fn check_targets(n: usize, max: usize) -> Result<(), LiveError> {
-    if n == 0 {
-        return Err(LiveError::invalid_params(
-            "targets",
-            "must name at least one target",
-        ));
-    }
-    if n > max {
-        return Err(LiveError::invalid_params(
-            "targets",
-            format!("at most {max} targets per call"),
-        ));
-    }
-    Ok(())
 }
 
 /// `POST /api/rpc`: Provision and every Room method.

@@ -26,6 +26,7 @@ pub struct ServiceSecrets {
     pub service_secret: String,
 }
 
+/// `GET /admin/v1/live/services/{id}`
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSummary {
@@ -34,11 +35,8 @@ pub struct ServiceSummary {
     pub external_verifier_url: Option<String>,
 }
 
-/// `GET /admin/v1/live/services`
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ServiceList {
-    pub services: Vec<ServiceSummary>,
-}
+/// `GET /admin/v1/live/services`: the service ids, in creation order.
+pub type ServiceList = Vec<String>;
 
 /// `PATCH /admin/v1/live/services/{id}`: `null` removes the verifier.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

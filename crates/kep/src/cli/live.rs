@@ -78,6 +78,10 @@ enum ServiceCommand {
         verifier_url: Option<String>,
     },
     List,
+    /// One service and its external verifier.
+    Show {
+        id: String,
+    },
     /// New admin and service secrets.
     Rotate {
         id: String,
@@ -150,6 +154,7 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
                     print_json(&admin.create_live_service(&req).await?)
                 }
                 ServiceCommand::List => print_json(&admin.list_live_services().await?),
+                ServiceCommand::Show { id } => print_json(&admin.live_service(id).await?),
                 ServiceCommand::Rotate { id } => print_json(&admin.rotate_live_secrets(id).await?),
                 ServiceCommand::Verifier { id, url } => {
                     print_json(&admin.set_live_verifier(id, url.clone()).await?)
