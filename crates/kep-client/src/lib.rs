@@ -1,5 +1,6 @@
 //! A typed client for the kep APIs: what the `kep` CLI and the tests speak.
 
+pub mod adapter;
 pub mod live;
 
 /// What a call through this client can fail with.
@@ -55,6 +56,35 @@ impl AdminClient {
             });
         }
         Ok(res.json().await?)
+    }
+
+    /// A call whose answer has no body worth reading (204).
+    pub(crate) async fn send_empty(&self, req: reqwest::RequestBuilder) -> Result<(), ClientError> {
+        let res = req.bearer_auth(&self.token).send().await?;
+        let status = res.status();
+        if !status.is_success() {
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                body: res.text().await.unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A call whose answer is streamed back to the caller.
+    pub(crate) async fn send_raw(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
+        let res = req.bearer_auth(&self.token).send().await?;
+        let status = res.status();
+        if !status.is_success() {
+            return Err(ClientError::Api {
+                status: status.as_u16(),
+                body: res.text().await.unwrap_or_default(),
+            });
+        }
+        Ok(res)
     }
 
     pub(crate) fn url(&self, path: &str) -> String {

@@ -113,6 +113,31 @@ where
     }
 }
 
+/// Turns a JSON body into `T`; a failure is a 400 naming the field at fault
+/// (`data_model.login.oauth2.client_id`).
+pub fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let (field, message) = field_error(e);
+        ApiError::invalid_field(field, message)
+    })
+}
+
+/// The field a deserialisation failure is about, and serde's message.
+pub fn field_error(e: serde_path_to_error::Error<serde_json::Error>) -> (String, String) {
+    let path = e.path().to_string();
+    let message = e.into_inner().to_string();
+    // serde reports a missing field at its parent: name the field itself.
+    let field = match message
+        .strip_prefix("missing field `")
+        .and_then(|r| r.split('`').next())
+    {
+        Some(name) if path == "." => name.to_owned(),
+        Some(name) => format!("{path}.{name}"),
+        None => path,
+    };
+    (field, message)
+}
+
 /// The operator token, as the guard compares it.
 #[derive(Clone)]
 pub struct OperatorToken(pub std::sync::Arc<str>);

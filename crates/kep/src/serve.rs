@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::routing::get;
 use figment::value::Value;
+use kep_adapter::{AdapterService, AdapterSettings};
 use kep_core::http::{OperatorToken, require_operator};
 use kep_core::listener::{self, Bound};
 use kep_live::{LiveService, LiveSettings};
@@ -20,9 +21,9 @@ use tower_http::trace::TraceLayer;
 use utoipa::OpenApi as _;
 
 /// The services `--only` can name.
-const SERVICES: &[&str] = &["live"];
+const SERVICES: &[&str] = &["live", "adapter"];
 /// Sections of the settings that `KEP_<SECTION>_<NAME>` variables reach.
-const SECTIONS: &[&str] = &["admin", "live"];
+const SECTIONS: &[&str] = &["admin", "live", "adapter"];
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -38,7 +39,10 @@ pub struct ServeArgs {
     /// Live-streaming JSON-RPC and participant WebSocket [KEP_LIVE_ADDR; default 127.0.0.1:8801].
     #[arg(long)]
     live_addr: Option<SocketAddr>,
-    /// Start only these services (comma-separated: live) [KEP_ONLY].
+    /// Account adapter API [KEP_ADAPTER_ADDR; default 127.0.0.1:8802].
+    #[arg(long)]
+    adapter_addr: Option<SocketAddr>,
+    /// Start only these services (comma-separated: live, adapter) [KEP_ONLY].
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// text or json [KEP_LOG_FORMAT].
@@ -64,6 +68,7 @@ pub struct Settings {
     pub only: Option<ServiceNames>,
     pub admin: AdminSettings,
     pub live: LiveSettings,
+    pub adapter: AdapterSettings,
 }
 
 impl Default for Settings {
@@ -74,6 +79,7 @@ impl Default for Settings {
             only: None,
             admin: AdminSettings::default(),
             live: LiveSettings::default(),
+            adapter: AdapterSettings::default(),
         }
     }
 }
@@ -132,6 +138,9 @@ impl ServeArgs {
         }
         if let Some(a) = self.live_addr {
             o.push(("live.addr".into(), Value::from(a.to_string())));
+        }
+        if let Some(a) = self.adapter_addr {
+            o.push(("adapter.addr".into(), Value::from(a.to_string())));
         }
         if let Some(only) = &self.only {
             o.push(("only".into(), Value::from(only.clone())));
@@ -205,6 +214,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         live_service = Some(live);
     }
 
+    if wanted("adapter") {
+        let bound = listener::bind("adapter", settings.adapter.addr).await?;
+        let adapter = AdapterService::start(settings.adapter.clone(), &data_dir).await?;
+        admin_routes = admin_routes.merge(adapter.admin_router());
+        docs.merge(kep_adapter::api::operator::AdapterAdminDoc::openapi());
+        addresses.insert("adapter", bound.addr);
+        servers.push(spawn("adapter", bound, adapter.router(), &shutdown));
+    }
+
     let docs = Arc::new(docs);
     let admin_router = Router::new()
         .merge(
@@ -224,6 +242,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .route(
             "/openapi/live.json",
             get(|| async { axum::Json(kep_live::api::LiveApiDoc::openapi()) }),
+        )
+        .route(
+            "/openapi/adapter.json",
+            get(|| async { axum::Json(kep_adapter::api::AdapterApiDoc::openapi()) }),
         );
     servers.push(spawn("admin", admin, admin_router, &shutdown));
 

@@ -53,18 +53,8 @@ pub(crate) fn parse_params<T: DeserializeOwned>(json: &str) -> Result<T, LiveErr
     }
     let mut de = serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        // serde reports a missing field at its parent: name the field itself.
-        let field = match inner
-            .strip_prefix("missing field `")
-            .and_then(|r| r.split('`').next())
-        {
-            Some(name) if path == "." => name.to_owned(),
-            Some(name) => format!("{path}.{name}"),
-            None => path,
-        };
-        LiveError::invalid_params(field, inner)
+        let (field, reason) = kep_core::http::field_error(e);
+        LiveError::invalid_params(field, reason)
     })
 }
 

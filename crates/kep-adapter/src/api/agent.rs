@@ -1,0 +1,144 @@
+//! The agent's calls on the adapter listener: `getOrgLoginType`, `uploadResult`,
+//! `uploadDecrypted`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Multipart, State};
+use axum::http::HeaderMap;
+use kep_core::secret::{constant_time_eq, sha256_hex};
+
+use super::wire::{FileType, OrgLoginTypeAnswer, Status, UploadResult};
+use super::{header, worded};
+use crate::store::OrgRow;
+use crate::{Adapter, AdapterError, AdapterService};
+
+fn ok() -> Json<Status> {
+    Json(Status {
+        _code: 200,
+        _message: "ok".into(),
+    })
+}
+
+/// The `Kep-OrgLoginType` id and the secret key of `Authorization`.
+fn credentials<'a>(a: &Adapter, headers: &'a HeaderMap) -> Result<(i64, &'a str), AdapterError> {
+    let key = worded(headers, "Authorization", &a.settings.auth_scheme)?;
+    let id = worded(headers, "Kep-OrgLoginType", "ID")?
+        .parse()
+        .map_err(|_| {
+            AdapterError::MalformedHeader("Kep-OrgLoginType", "the id must be an integer".into())
+        })?;
+    Ok((id, key))
+}
+
+/// The org whose secret key was presented; an unknown org is refused like a wrong key.
+async fn authenticate(a: &Adapter, (id, key): (i64, &str)) -> Result<OrgRow, AdapterError> {
+    let org = a.store.org(id).await?.ok_or(AdapterError::Unauthorized)?;
+    if !constant_time_eq(&sha256_hex(key), &org.secret_hash) {
+        return Err(AdapterError::Unauthorized);
+    }
+    Ok(org)
+}
+
+fn file_id(headers: &HeaderMap) -> Result<&str, AdapterError> {
+    let id = header(headers, "Kep-File-Id")?.trim();
+    if id.is_empty() {
+        return Err(AdapterError::MalformedHeader(
+            "Kep-File-Id",
+            "must not be empty".into(),
+        ));
+    }
+    Ok(id)
+}
+
+/// `GET /api/trust/login/v0/getOrgLoginType`
+#[utoipa::path(get, path = "/api/trust/login/v0/getOrgLoginType",
+    params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
+           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`")),
+    responses((status = 200, body = OrgLoginTypeAnswer), (status = 400, body = Status), (status = 401, body = Status)))]
+pub(crate) async fn get_org_login_type(
+    State(adapter): State<AdapterService>,
+    headers: HeaderMap,
+) -> Result<Json<OrgLoginTypeAnswer>, AdapterError> {
+    let a = &adapter.0;
+    let org = authenticate(a, credentials(a, &headers)?).await?;
+    Ok(Json(OrgLoginTypeAnswer {
+        status: ok().0,
+        org: crate::orgs::view(org),
+    }))
+}
+
+/// `POST /api/trust/drm/v0/uploadResult`
+#[utoipa::path(post, path = "/api/trust/drm/v0/uploadResult", request_body = UploadResult,
+    params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
+           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`"),
+           ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`"),
+           ("Kep-File-Id" = String, Header, description = "the file of the session"),
+           ("Kep-File-Type" = String, Header, description = "`DRM` or `PLAIN`")),
+    responses((status = 200, body = Status), (status = 400, body = Status), (status = 401, body = Status),
+              (status = 404, body = Status), (status = 409, body = Status)))]
+pub(crate) async fn upload_result(
+    State(adapter): State<AdapterService>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Status>, AdapterError> {
+    let a = &adapter.0;
+    let creds = credentials(a, &headers)?;
+    let session = worded(&headers, "Kep-AgentSession", "DSID")?;
+    let file = file_id(&headers)?;
+    let file_type =
+        FileType::parse(header(&headers, "Kep-File-Type")?.trim()).ok_or_else(|| {
+            AdapterError::MalformedHeader("Kep-File-Type", "must be DRM or PLAIN".into())
+        })?;
+    let org = authenticate(a, creds).await?;
+    let body: UploadResult = serde_json::from_slice(&body?)
+        .map_err(|e| AdapterError::BadRequest(format!("body: {e}")))?;
+    let view = a.drm.for_agent(org.id, session, file).await?;
+    a.drm.record_result(&view, file_type, body).await?;
+    Ok(ok())
+}
+
+/// `POST /api/trust/drm/v0/uploadDecrypted`: the released file as the multipart part
+/// `file`, streamed to storage.
+#[utoipa::path(post, path = "/api/trust/drm/v0/uploadDecrypted",
+    request_body(content_type = "multipart/form-data", description = "part `file`: the released file"),
+    params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
+           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`"),
+           ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`"),
+           ("Kep-File-Id" = String, Header, description = "the file of the session")),
+    responses((status = 200, body = Status), (status = 400, body = Status), (status = 401, body = Status),
+              (status = 404, body = Status), (status = 409, body = Status), (status = 413, body = Status)))]
+pub(crate) async fn upload_decrypted(
+    State(adapter): State<AdapterService>,
+    headers: HeaderMap,
+    multipart: Result<Multipart, MultipartRejection>,
+) -> Result<Json<Status>, AdapterError> {
+    let a = &adapter.0;
+    let creds = credentials(a, &headers)?;
+    let session = worded(&headers, "Kep-AgentSession", "DSID")?;
+    let file = file_id(&headers)?;
+    let org = authenticate(a, creds).await?;
+    let view = a.drm.for_agent(org.id, session, file).await?;
+    // Refused before a byte of the file is read.
+    a.drm.check_release(&view)?;
+    let mut multipart = multipart?;
+    loop {
+        let field = multipart
+            .next_field()
+            .await
+            .map_err(|e| AdapterError::BadRequest(format!("multipart body: {e}")))?;
+        match field {
+            Some(field) if field.name() == Some("file") => {
+                a.drm.release(session, field).await?;
+                return Ok(ok());
+            }
+            Some(_) => continue,
+            None => {
+                return Err(AdapterError::BadRequest(
+                    "the multipart body has no `file` part".into(),
+                ));
+            }
+        }
+    }
+}

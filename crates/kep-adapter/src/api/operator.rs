@@ -1,0 +1,304 @@
+//! The platform side the seed does not show, under `/admin/v1/adapter` on the admin
+//! listener: org login types and DRM release requests.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, from_json};
+use kep_core::secret::{new_secret, sha256_hex};
+use serde_json::Value;
+use utoipa::OpenApi;
+
+use super::wire::{
+    DrmRequest, DrmRequestCreated, DrmSession, OrgLoginType, OrgLoginTypeRequest,
+    OrgLoginTypeSecret, SessionStatus,
+};
+use crate::drm::now_unix;
+use crate::{AdapterError, AdapterService, orgs};
+
+pub(crate) fn router(adapter: AdapterService) -> Router {
+    Router::new()
+        .route(
+            "/admin/v1/adapter/org-login-types",
+            post(create_org).get(list_orgs),
+        )
+        .route(
+            "/admin/v1/adapter/org-login-types/{id}",
+            get(show_org).put(update_org).delete(delete_org),
+        )
+        .route(
+            "/admin/v1/adapter/org-login-types/{id}/secret-key",
+            post(rotate_key),
+        )
+        .route("/admin/v1/adapter/drm-requests", post(create_drm_request))
+        .route(
+            "/admin/v1/adapter/drm-requests/{session}",
+            get(show_drm_request),
+        )
+        .route(
+            "/admin/v1/adapter/drm-requests/{session}/file",
+            get(released_file),
+        )
+        .with_state(adapter)
+}
+
+/// OpenAPI of the adapter's operator calls.
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        create_org,
+        list_orgs,
+        show_org,
+        update_org,
+        delete_org,
+        rotate_key,
+        create_drm_request,
+        show_drm_request,
+        released_file
+    ),
+    components(schemas(
+        OrgLoginTypeRequest,
+        OrgLoginTypeSecret,
+        OrgLoginType,
+        DrmRequest,
+        DrmRequestCreated,
+        DrmSession
+    ))
+)]
+pub struct AdapterAdminDoc;
+
+impl From<AdapterError> for ApiError {
+    fn from(e: AdapterError) -> Self {
+        match e {
+            AdapterError::NotFound(m) => ApiError::not_found(m),
+            AdapterError::Internal(e) => ApiError::internal(e),
+            other => ApiError::new(other.status(), "invalid", other.to_string()),
+        }
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(e)
+}
+
+fn data_model_json(req: &OrgLoginTypeRequest) -> Option<String> {
+    req.data_model
+        .as_ref()
+        .map(|d| serde_json::to_string(d).expect("data model serialises"))
+}
+
+/// `POST /admin/v1/adapter/org-login-types`: registers an org login type; its secret key
+/// is shown once.
+#[utoipa::path(post, path = "/admin/v1/adapter/org-login-types", request_body = OrgLoginTypeRequest,
+    responses((status = 201, body = OrgLoginTypeSecret), (status = 400, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn create_org(
+    State(adapter): State<AdapterService>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<(StatusCode, Json<OrgLoginTypeSecret>), ApiError> {
+    let req = orgs::validate(from_json(body)?)?;
+    let secret_key = new_secret();
+    let now = now_unix();
+    let id = adapter
+        .0
+        .store
+        .insert_org(
+            &req.method,
+            req.adapter_agent.trim(),
+            data_model_json(&req).as_deref(),
+            &sha256_hex(&secret_key),
+            now,
+        )
+        .await
+        .map_err(internal)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(OrgLoginTypeSecret { id, secret_key }),
+    ))
+}
+
+/// `GET /admin/v1/adapter/org-login-types`
+#[utoipa::path(get, path = "/admin/v1/adapter/org-login-types", responses((status = 200, body = Vec<OrgLoginType>)),
+    security(("operator" = [])))]
+pub(crate) async fn list_orgs(
+    State(adapter): State<AdapterService>,
+) -> Result<Json<Vec<OrgLoginType>>, ApiError> {
+    let rows = adapter.0.store.orgs().await.map_err(internal)?;
+    Ok(Json(rows.into_iter().map(orgs::view).collect()))
+}
+
+/// `GET /admin/v1/adapter/org-login-types/{id}`
+#[utoipa::path(get, path = "/admin/v1/adapter/org-login-types/{id}", params(("id" = i64, Path)),
+    responses((status = 200, body = OrgLoginType), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn show_org(
+    State(adapter): State<AdapterService>,
+    Path(id): Path<i64>,
+) -> Result<Json<OrgLoginType>, ApiError> {
+    let row = adapter
+        .0
+        .store
+        .org(id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found("no such org login type"))?;
+    Ok(Json(orgs::view(row)))
+}
+
+/// `PUT /admin/v1/adapter/org-login-types/{id}`: replaces method, agent and data model.
+#[utoipa::path(put, path = "/admin/v1/adapter/org-login-types/{id}", params(("id" = i64, Path)), request_body = OrgLoginTypeRequest,
+    responses((status = 200, body = OrgLoginType), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn update_org(
+    State(adapter): State<AdapterService>,
+    Path(id): Path<i64>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<Json<OrgLoginType>, ApiError> {
+    let req = orgs::validate(from_json(body)?)?;
+    let store = &adapter.0.store;
+    let done = store
+        .update_org(
+            id,
+            &req.method,
+            req.adapter_agent.trim(),
+            data_model_json(&req).as_deref(),
+            now_unix(),
+        )
+        .await
+        .map_err(internal)?;
+    if !done {
+        return Err(ApiError::not_found("no such org login type"));
+    }
+    show_org(State(adapter.clone()), Path(id)).await
+}
+
+/// `DELETE /admin/v1/adapter/org-login-types/{id}`: the org, its sessions and their files.
+#[utoipa::path(delete, path = "/admin/v1/adapter/org-login-types/{id}", params(("id" = i64, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn delete_org(
+    State(adapter): State<AdapterService>,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, ApiError> {
+    let sessions = adapter
+        .0
+        .store
+        .delete_org(id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found("no such org login type"))?;
+    adapter.0.drm.forget_files(&sessions).await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /admin/v1/adapter/org-login-types/{id}/secret-key`: a new secret key, shown once;
+/// the old one stops working.
+#[utoipa::path(post, path = "/admin/v1/adapter/org-login-types/{id}/secret-key", params(("id" = i64, Path)),
+    responses((status = 200, body = OrgLoginTypeSecret), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn rotate_key(
+    State(adapter): State<AdapterService>,
+    Path(id): Path<i64>,
+) -> Result<Json<OrgLoginTypeSecret>, ApiError> {
+    let secret_key = new_secret();
+    if !adapter
+        .0
+        .store
+        .set_secret(id, &sha256_hex(&secret_key), now_unix())
+        .await
+        .map_err(internal)?
+    {
+        return Err(ApiError::not_found("no such org login type"));
+    }
+    Ok(Json(OrgLoginTypeSecret { id, secret_key }))
+}
+
+/// `POST /admin/v1/adapter/drm-requests`: opens a `PENDING` session and notifies the org's
+/// agent.
+#[utoipa::path(post, path = "/admin/v1/adapter/drm-requests", request_body = DrmRequest,
+    responses((status = 201, body = DrmRequestCreated), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn create_drm_request(
+    State(adapter): State<AdapterService>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<(StatusCode, Json<DrmRequestCreated>), ApiError> {
+    let req: DrmRequest = from_json(body)?;
+    if req.file_id.trim().is_empty()
+        || req.file_id.len() > 1024
+        || req.file_id.chars().any(char::is_control)
+    {
+        return Err(ApiError::invalid_field(
+            "file_id",
+            "1 to 1024 characters, no control characters",
+        ));
+    }
+    let org = adapter
+        .0
+        .store
+        .org(req.org_login_type_id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::not_found("no such org login type"))?;
+    let notice = adapter.0.drm.request(req, &org.adapter_agent).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(DrmRequestCreated {
+            session_id: notice.session_id,
+            status: SessionStatus::Pending,
+        }),
+    ))
+}
+
+/// `GET /admin/v1/adapter/drm-requests/{session}`: status, result and the agent
+/// notification history.
+#[utoipa::path(get, path = "/admin/v1/adapter/drm-requests/{session}", params(("session" = String, Path)),
+    responses((status = 200, body = DrmSession), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn show_drm_request(
+    State(adapter): State<AdapterService>,
+    Path(session): Path<String>,
+) -> Result<Json<DrmSession>, ApiError> {
+    let s = adapter
+        .0
+        .drm
+        .show(&session)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such DRM session"))?;
+    Ok(Json(s))
+}
+
+/// `GET /admin/v1/adapter/drm-requests/{session}/file`: the released file, streamed.
+#[utoipa::path(get, path = "/admin/v1/adapter/drm-requests/{session}/file", params(("session" = String, Path)),
+    responses((status = 200, content_type = "application/octet-stream"), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn released_file(
+    State(adapter): State<AdapterService>,
+    Path(session): Path<String>,
+) -> Result<Response, ApiError> {
+    let drm = &adapter.0.drm;
+    let Some((path, file)) = drm.released_file(&session).await? else {
+        return match drm.show(&session).await? {
+            None => Err(ApiError::not_found("no such DRM session")),
+            Some(s) => Err(ApiError::conflict(format!(
+                "no released file: the session is {}",
+                s.status.as_str()
+            ))),
+        };
+    };
+    let handle = tokio::fs::File::open(&path).await.map_err(internal)?;
+    let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
+        handle,
+        64 * 1024,
+    ));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (header::CONTENT_LENGTH, file.size.to_string()),
+            (
+                header::HeaderName::from_static("x-kep-file-sha256"),
+                file.sha256,
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}

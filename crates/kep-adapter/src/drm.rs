@@ -1,0 +1,446 @@
+//! DRM release sessions: the request that notifies the agent, the agent's result, the
+//! released file streamed to storage, and expiry.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt as _};
+use kep_core::secret::random_token;
+use sha2::{Digest as _, Sha256};
+use tokio::io::AsyncWriteExt as _;
+
+use crate::AdapterError;
+use crate::api::wire::{
+    AgentNotification, DrmRequest, DrmSession, FileType, NotificationAttempt, ReleasedFile,
+    SessionStatus, UploadResult,
+};
+use crate::store::{SessionRow, Store};
+
+pub fn now_unix() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+fn rfc3339(unix: i64) -> String {
+    jiff::Timestamp::from_second(unix)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// How the agent is told of a new session.
+#[derive(Debug, Clone)]
+pub struct NotifyPolicy {
+    pub path: String,
+    pub attempts: u32,
+    pub backoff: Duration,
+    pub timeout: Duration,
+}
+
+pub struct Drm {
+    store: Store,
+    files: PathBuf,
+    session_ttl_s: i64,
+    max_file_bytes: u64,
+    notify: NotifyPolicy,
+    http: reqwest::Client,
+}
+
+/// A session as the agent's calls see it, after the org check.
+pub struct AgentView {
+    pub row: SessionRow,
+    pub file_type: FileType,
+    pub status: SessionStatus,
+}
+
+impl Drm {
+    pub fn new(
+        store: Store,
+        files: PathBuf,
+        session_ttl_s: u64,
+        max_file_bytes: u64,
+        notify: NotifyPolicy,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&files)?;
+        let http = reqwest::Client::builder().timeout(notify.timeout).build()?;
+        Ok(Drm {
+            store,
+            files,
+            session_ttl_s: i64::try_from(session_ttl_s).unwrap_or(i64::MAX),
+            max_file_bytes,
+            notify,
+            http,
+        })
+    }
+
+    fn file_path(&self, session_id: &str) -> PathBuf {
+        self.files.join(session_id)
+    }
+
+    /// Creates a `PENDING` session and starts notifying the org's agent.
+    pub async fn request(
+        self: &Arc<Self>,
+        req: DrmRequest,
+        adapter_agent: &str,
+    ) -> Result<AgentNotification, AdapterError> {
+        let now = now_unix();
+        let row = SessionRow {
+            session_id: random_token(16),
+            org_login_type_id: req.org_login_type_id,
+            file_id: req.file_id,
+            file_type: req.file_type.as_str().to_owned(),
+            user: req.user,
+            status: SessionStatus::Pending.as_str().to_owned(),
+            result: None,
+            reason: None,
+            extra: None,
+            file_size: None,
+            file_sha256: None,
+            created_at: now,
+            expires_at: now.saturating_add(self.session_ttl_s),
+        };
+        self.store.insert_session(&row).await?;
+        let notice = AgentNotification {
+            session_id: row.session_id,
+            org_login_type_id: row.org_login_type_id,
+            file_id: row.file_id,
+            file_type: req.file_type,
+            user: row.user,
+            expires_at: rfc3339(row.expires_at),
+        };
+        let url = format!(
+            "{}{}",
+            crate::orgs::agent_base(adapter_agent),
+            self.notify.path
+        );
+        tokio::spawn(Arc::clone(self).deliver(notice.clone(), url));
+        Ok(notice)
+    }
+
+    /// Notifies the agent, retrying with doubling back-off until it answers 2xx, the
+    /// session is no longer `PENDING`, or the attempts run out. Every attempt is recorded.
+    async fn deliver(self: Arc<Self>, notice: AgentNotification, url: String) {
+        let mut backoff = self.notify.backoff;
+        for attempt in 1..=i64::from(self.notify.attempts) {
+            let sent = self
+                .http
+                .post(&url)
+                .header("Kep-AgentSession", format!("DSID {}", notice.session_id))
+                .header(
+                    "Kep-OrgLoginType",
+                    format!("ID {}", notice.org_login_type_id),
+                )
+                .header("Kep-File-Id", &notice.file_id)
+                .header("Kep-File-Type", notice.file_type.as_str())
+                .json(&notice)
+                .send()
+                .await;
+            let (status, error) = match &sent {
+                Ok(res) => (Some(res.status().as_u16()), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            let at_ms = jiff::Timestamp::now().as_millisecond();
+            if let Err(e) = self
+                .store
+                .record_notification(&notice.session_id, attempt, at_ms, status, error.as_deref())
+                .await
+            {
+                tracing::warn!(error = %e, "recording a notification attempt");
+            }
+            if status.is_some_and(|s| (200..300).contains(&s)) {
+                return;
+            }
+            tracing::info!(
+                session = notice.session_id,
+                attempt,
+                ?status,
+                ?error,
+                "agent notification failed"
+            );
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2);
+            let still_pending = matches!(
+                self.store.session(&notice.session_id).await,
+                Ok(Some(row)) if row.status == SessionStatus::Pending.as_str() && row.expires_at > now_unix()
+            );
+            if !still_pending {
+                return;
+            }
+        }
+    }
+
+    /// The operator's view of a session, with its notification history.
+    pub async fn show(&self, session_id: &str) -> Result<Option<DrmSession>, AdapterError> {
+        let Some(row) = self.store.session(session_id).await? else {
+            return Ok(None);
+        };
+        let notifications = self
+            .store
+            .notifications(session_id)
+            .await?
+            .into_iter()
+            .map(|n| NotificationAttempt {
+                attempt: n.attempt,
+                at: jiff::Timestamp::from_millisecond(n.at)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default(),
+                status: n.status.and_then(|s| u16::try_from(s).ok()),
+                error: n.error,
+            })
+            .collect();
+        let status = effective_status(&row);
+        Ok(Some(DrmSession {
+            file: match (row.file_size, &row.file_sha256) {
+                (Some(size), Some(sha256)) => Some(ReleasedFile {
+                    size: size.unsigned_abs(),
+                    sha256: sha256.clone(),
+                }),
+                _ => None,
+            },
+            extra: row
+                .extra
+                .as_deref()
+                .and_then(|e| serde_json::from_str(e).ok()),
+            file_type: FileType::parse(&row.file_type).unwrap_or(FileType::Drm),
+            session_id: row.session_id,
+            org_login_type_id: row.org_login_type_id,
+            file_id: row.file_id,
+            user: row.user,
+            status,
+            result: row.result,
+            reason: row.reason,
+            created_at: rfc3339(row.created_at),
+            expires_at: rfc3339(row.expires_at),
+            notifications,
+        }))
+    }
+
+    /// The session an agent call names, if it belongs to `org_id` and is for `file_id`.
+    pub async fn for_agent(
+        &self,
+        org_id: i64,
+        session_id: &str,
+        file_id: &str,
+    ) -> Result<AgentView, AdapterError> {
+        let row = self
+            .store
+            .session(session_id)
+            .await?
+            .filter(|r| r.org_login_type_id == org_id)
+            .ok_or_else(|| AdapterError::NotFound("no such session".into()))?;
+        if row.file_id != file_id {
+            return Err(AdapterError::NotFound(
+                "no such file in this session".into(),
+            ));
+        }
+        let file_type = FileType::parse(&row.file_type).unwrap_or(FileType::Drm);
+        let status = effective_status(&row);
+        Ok(AgentView {
+            row,
+            file_type,
+            status,
+        })
+    }
+
+    /// `uploadResult`: `SUCCESS` grants a `DRM` file, `FAILURE` denies; once per session.
+    pub async fn record_result(
+        &self,
+        view: &AgentView,
+        claimed_type: FileType,
+        body: UploadResult,
+    ) -> Result<(), AdapterError> {
+        if claimed_type != view.file_type {
+            return Err(AdapterError::BadRequest(format!(
+                "Kep-File-Type {} does not match the session's file ({})",
+                claimed_type.as_str(),
+                view.file_type.as_str()
+            )));
+        }
+        let granted = match (view.file_type, body.result.as_str()) {
+            (FileType::Drm, "SUCCESS") => true,
+            (_, "FAILURE") => false,
+            (FileType::Plain, "SUCCESS") => {
+                return Err(AdapterError::BadRequest(
+                    "a PLAIN file takes FAILURE only: it needs no release".into(),
+                ));
+            }
+            _ => {
+                return Err(AdapterError::BadRequest(
+                    "result must be SUCCESS or FAILURE".into(),
+                ));
+            }
+        };
+        if body.reason.trim().is_empty() {
+            return Err(AdapterError::BadRequest("reason is required".into()));
+        }
+        if view.status != SessionStatus::Pending {
+            return Err(out_of_order(view.status));
+        }
+        let status = if granted {
+            SessionStatus::Granted
+        } else {
+            SessionStatus::Denied
+        };
+        let extra = body.extra.as_ref().map(|e| e.to_string());
+        let done = self
+            .store
+            .record_result(
+                &view.row.session_id,
+                status.as_str(),
+                &body.result,
+                &body.reason,
+                extra.as_deref(),
+                now_unix(),
+            )
+            .await?;
+        if !done {
+            // Another call or the expiry got there first.
+            return Err(AdapterError::Conflict(
+                "the session already has a result or expired".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `uploadDecrypted` may come now.
+    pub fn check_release(&self, view: &AgentView) -> Result<(), AdapterError> {
+        if view.file_type == FileType::Plain {
+            return Err(AdapterError::Conflict(
+                "a PLAIN file needs no release".into(),
+            ));
+        }
+        match view.status {
+            SessionStatus::Granted => Ok(()),
+            SessionStatus::Pending => Err(AdapterError::Conflict(
+                "no SUCCESS result for this session yet".into(),
+            )),
+            other => Err(out_of_order(other)),
+        }
+    }
+
+    /// Streams the released file to storage (never whole in memory), with its size limit
+    /// and SHA-256, then marks the session `RELEASED`.
+    pub async fn release<S, E>(
+        &self,
+        session_id: &str,
+        mut chunks: S,
+    ) -> Result<ReleasedFile, AdapterError>
+    where
+        S: Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let final_path = self.file_path(session_id);
+        let part_path = final_path.with_extension("part");
+        let written = async {
+            let mut file = tokio::fs::File::create(&part_path)
+                .await
+                .map_err(internal)?;
+            let mut hasher = Sha256::new();
+            let mut size: u64 = 0;
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk
+                    .map_err(|e| AdapterError::BadRequest(format!("reading the file part: {e}")))?;
+                size += chunk.len() as u64;
+                if size > self.max_file_bytes {
+                    return Err(AdapterError::PayloadTooLarge(self.max_file_bytes));
+                }
+                hasher.update(&chunk);
+                file.write_all(&chunk).await.map_err(internal)?;
+            }
+            if size == 0 {
+                return Err(AdapterError::BadRequest("the file is empty".into()));
+            }
+            file.sync_all().await.map_err(internal)?;
+            Ok(ReleasedFile {
+                size,
+                sha256: hex::encode(hasher.finalize()),
+            })
+        }
+        .await;
+        let released = match written {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&part_path).await;
+                return Err(e);
+            }
+        };
+        tokio::fs::rename(&part_path, &final_path)
+            .await
+            .map_err(internal)?;
+        let size = i64::try_from(released.size).unwrap_or(i64::MAX);
+        if !self
+            .store
+            .record_release(session_id, size, &released.sha256, now_unix())
+            .await?
+        {
+            let _ = tokio::fs::remove_file(&final_path).await;
+            return Err(AdapterError::Conflict(
+                "the session was released or expired meanwhile".into(),
+            ));
+        }
+        Ok(released)
+    }
+
+    /// The released file of a session, if there is one.
+    pub async fn released_file(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<(PathBuf, ReleasedFile)>, AdapterError> {
+        let Some(row) = self.store.session(session_id).await? else {
+            return Ok(None);
+        };
+        match (row.status.as_str(), row.file_size, row.file_sha256) {
+            ("RELEASED", Some(size), Some(sha256)) => Ok(Some((
+                self.file_path(session_id),
+                ReleasedFile {
+                    size: size.unsigned_abs(),
+                    sha256,
+                },
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Removes the files of deleted sessions.
+    pub async fn forget_files(&self, session_ids: &[String]) {
+        for id in session_ids {
+            let _ = tokio::fs::remove_file(self.file_path(id)).await;
+        }
+    }
+
+    /// Marks expired sessions, every `every`, until the process ends.
+    pub async fn sweep(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            match self.store.expire(now_unix()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(sessions = n, "DRM sessions expired"),
+                Err(e) => tracing::warn!(error = %e, "expiring DRM sessions"),
+            }
+        }
+    }
+}
+
+/// The stored status, with an open session past its expiry shown as `EXPIRED` even before
+/// the sweeper marks it.
+fn effective_status(row: &SessionRow) -> SessionStatus {
+    let status = SessionStatus::parse(&row.status).unwrap_or(SessionStatus::Expired);
+    match status {
+        SessionStatus::Pending | SessionStatus::Granted if row.expires_at <= now_unix() => {
+            SessionStatus::Expired
+        }
+        s => s,
+    }
+}
+
+fn out_of_order(status: SessionStatus) -> AdapterError {
+    AdapterError::Conflict(match status {
+        SessionStatus::Expired => "the session expired".to_owned(),
+        SessionStatus::Released => "the file was already released".to_owned(),
+        s => format!("the session already has a result ({})", s.as_str()),
+    })
+}
+
+fn internal(e: std::io::Error) -> AdapterError {
+    AdapterError::Internal(e.into())
+}

@@ -1,0 +1,86 @@
+//! The adapter's one error enum, mapped once onto its wire shape: the HTTP status, and the
+//! same number in `_code` with `_message`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdapterError {
+    /// A required header is absent.
+    #[error("missing header {0}")]
+    MissingHeader(&'static str),
+    /// A header is present but not in its documented form (`ID <id>`, `DSID <session>`, …).
+    #[error("malformed header {0}: {1}")]
+    MalformedHeader(&'static str, String),
+    /// A body axum could not take (not multipart, unreadable, too large).
+    #[error("{1}")]
+    Rejected(StatusCode, String),
+    /// A body that breaks the document's rules.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The secret key is not the org's.
+    #[error("invalid secret key")]
+    Unauthorized,
+    /// No such session or file for this org.
+    #[error("{0}")]
+    NotFound(String),
+    /// A call out of order for the session's state.
+    #[error("{0}")]
+    Conflict(String),
+    #[error("file is over {0} bytes")]
+    PayloadTooLarge(u64),
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for AdapterError {
+    fn from(e: sqlx::Error) -> Self {
+        AdapterError::Internal(e.into())
+    }
+}
+
+impl AdapterError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            AdapterError::MissingHeader(_)
+            | AdapterError::MalformedHeader(..)
+            | AdapterError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdapterError::Rejected(status, _) => *status,
+            AdapterError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdapterError::NotFound(_) => StatusCode::NOT_FOUND,
+            AdapterError::Conflict(_) => StatusCode::CONFLICT,
+            AdapterError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AdapterError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<axum::extract::rejection::BytesRejection> for AdapterError {
+    fn from(r: axum::extract::rejection::BytesRejection) -> Self {
+        AdapterError::Rejected(r.status(), r.body_text())
+    }
+}
+
+impl From<axum::extract::multipart::MultipartRejection> for AdapterError {
+    fn from(r: axum::extract::multipart::MultipartRejection) -> Self {
+        AdapterError::Rejected(r.status(), r.body_text())
+    }
+}
+
+/// `{_code, _message}` with the status as both.
+pub fn status_body(status: StatusCode, message: &str) -> Response {
+    let body = crate::api::wire::Status {
+        _code: status.as_u16(),
+        _message: message.to_owned(),
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+impl IntoResponse for AdapterError {
+    fn into_response(self) -> Response {
+        if let AdapterError::Internal(e) = &self {
+            tracing::error!(error = ?e, "adapter internal error");
+        }
+        status_body(self.status(), &self.to_string())
+    }
+}

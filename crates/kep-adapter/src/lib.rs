@@ -1,0 +1,102 @@
+//! The account adapter API of seed 001 part A: `getOrgLoginType`, `uploadResult` and
+//! `uploadDecrypted` on the adapter listener, and the platform side the seed does not show
+//! (org login types and DRM release requests) on the admin listener.
+
+pub mod api;
+mod drm;
+mod error;
+mod orgs;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::AdapterError;
+
+/// `[adapter]` settings (CONTRACT §2); durations in seconds unless `_ms`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdapterSettings {
+    pub addr: SocketAddr,
+    /// The scheme word before the secret key in `Authorization`.
+    pub auth_scheme: String,
+    /// Path on the agent that DRM release requests are POSTed to.
+    pub notify_path: String,
+    pub notify_attempts: u32,
+    /// First back-off between notification attempts; it doubles each time.
+    pub notify_backoff_ms: u64,
+    pub notify_timeout_s: u64,
+    /// A DRM session not finished by then is `EXPIRED`.
+    pub session_ttl_s: u64,
+    /// Largest file `uploadDecrypted` accepts.
+    pub max_file_bytes: u64,
+    /// How often expired sessions are marked.
+    pub sweep_interval_s: u64,
+}
+
+impl Default for AdapterSettings {
+    fn default() -> Self {
+        AdapterSettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8802)),
+            auth_scheme: "Secret".into(),
+            notify_path: "/drm/notify".into(),
+            notify_attempts: 5,
+            notify_backoff_ms: 500,
+            notify_timeout_s: 5,
+            session_ttl_s: 600,
+            max_file_bytes: 4 * 1024 * 1024 * 1024,
+            sweep_interval_s: 5,
+        }
+    }
+}
+
+pub(crate) struct Adapter {
+    settings: AdapterSettings,
+    store: store::Store,
+    drm: Arc<drm::Drm>,
+}
+
+/// The running adapter service; cheap to clone.
+#[derive(Clone)]
+pub struct AdapterService(Arc<Adapter>);
+
+impl AdapterService {
+    /// Opens `adapter.db` and the file store under `data_dir`, and starts the expiry sweeper.
+    pub async fn start(settings: AdapterSettings, data_dir: &Path) -> anyhow::Result<Self> {
+        let pool = kep_core::storage::open(data_dir, "adapter", &store::MIGRATOR).await?;
+        let store = store::Store::new(pool);
+        let notify = drm::NotifyPolicy {
+            path: settings.notify_path.clone(),
+            attempts: settings.notify_attempts.max(1),
+            backoff: Duration::from_millis(settings.notify_backoff_ms),
+            timeout: Duration::from_secs(settings.notify_timeout_s),
+        };
+        let drm = Arc::new(drm::Drm::new(
+            store.clone(),
+            data_dir.join("adapter-files"),
+            settings.session_ttl_s,
+            settings.max_file_bytes,
+            notify,
+        )?);
+        tokio::spawn(Arc::clone(&drm).sweep(Duration::from_secs(settings.sweep_interval_s.max(1))));
+        Ok(AdapterService(Arc::new(Adapter {
+            settings,
+            store,
+            drm,
+        })))
+    }
+
+    /// The adapter listener's routes: `/api/trust/...`.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.clone())
+    }
+
+    /// The operator routes under `/admin/v1/adapter`, to be guarded by the operator token.
+    pub fn admin_router(&self) -> axum::Router {
+        api::operator::router(self.clone())
+    }
+}

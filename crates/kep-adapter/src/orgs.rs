@@ -1,0 +1,166 @@
+//! Org login types: validation of the document's field tables, and the secret key.
+
+use kep_core::http::ApiError;
+
+use crate::api::wire::{
+    DataModel, METHODS, MetadataFetchingType, OrgLoginType, OrgLoginTypeRequest,
+};
+use crate::store::OrgRow;
+
+/// An org login type as it is shown, from its row.
+pub fn view(row: OrgRow) -> OrgLoginType {
+    OrgLoginType {
+        id: row.id,
+        method: row.method,
+        adapter_agent: row.adapter_agent,
+        data_model: row
+            .data_model
+            .as_deref()
+            .and_then(|d| serde_json::from_str(d).ok()),
+    }
+}
+
+fn required(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() {
+        return Err(ApiError::invalid_field(field, "must not be empty"));
+    }
+    Ok(())
+}
+
+/// Checks a request against the document's tables; returns it normalised (`options` and
+/// `active_options` both set, to the same array).
+pub fn validate(mut req: OrgLoginTypeRequest) -> Result<OrgLoginTypeRequest, ApiError> {
+    if !METHODS.contains(&req.method.as_str()) {
+        return Err(ApiError::invalid_field(
+            "method",
+            format!("must be one of {}", METHODS.join(", ")),
+        ));
+    }
+    let agent = req.adapter_agent.trim();
+    if agent.is_empty() || agent.len() > 255 || agent.contains(char::is_whitespace) {
+        return Err(ApiError::invalid_field(
+            "adapter_agent",
+            "a host name (host[:port]) or an http(s):// URL",
+        ));
+    }
+    if let Some(dm) = &mut req.data_model {
+        normalise(dm)?;
+    }
+    Ok(req)
+}
+
+fn normalise(dm: &mut DataModel) -> Result<(), ApiError> {
+    if let Some(sync) = dm.user.as_mut().and_then(|u| u.synchronization.as_mut()) {
+        let list = match (&sync.options, &sync.active_options) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::invalid_field(
+                    "data_model.user.synchronization",
+                    "options and active_options name the same list; they differ",
+                ));
+            }
+            (Some(a), _) | (None, Some(a)) => Some(a.clone()),
+            (None, None) => None,
+        };
+        sync.options = list.clone();
+        sync.active_options = list;
+    }
+    let Some(login) = &dm.login else {
+        return Ok(());
+    };
+    if let Some(o) = &login.oauth2 {
+        let p = "data_model.login.oauth2";
+        required(
+            &format!("{p}.authorization_endpoint"),
+            &o.authorization_endpoint,
+        )?;
+        required(&format!("{p}.token_endpoint"), &o.token_endpoint)?;
+        required(&format!("{p}.response_type"), &o.response_type)?;
+        required(&format!("{p}.client_id"), &o.client_id)?;
+        required(&format!("{p}.client_secret"), &o.client_secret)?;
+    }
+    if let Some(s) = &login.saml2 {
+        let p = "data_model.login.saml2";
+        required(&format!("{p}.registration_id"), &s.registration_id)?;
+        required(&format!("{p}.entity_id"), &s.entity_id)?;
+        if s.saml_metadata_fetching_type == MetadataFetchingType::FromMetadataLocation
+            && s.metadata_location
+                .as_deref()
+                .is_none_or(|l| l.trim().is_empty())
+        {
+            return Err(ApiError::invalid_field(
+                format!("{p}.metadata_location"),
+                "required when saml_metadata_fetching_type is FROM_METADATA_LOCATION",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The agent's base URL: `adapter_agent` as given when it has a scheme, else `http://`.
+pub fn agent_base(adapter_agent: &str) -> String {
+    let a = adapter_agent.trim().trim_end_matches('/');
+    if a.starts_with("http://") || a.starts_with("https://") {
+        a.to_owned()
+    } else {
+        format!("http://{a}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::wire::{Synchronization, UserModel};
+
+    fn req(dm: Option<DataModel>) -> OrgLoginTypeRequest {
+        OrgLoginTypeRequest {
+            method: "OAUTH2".into(),
+            adapter_agent: "agent.example:9000".into(),
+            data_model: dm,
+        }
+    }
+
+    #[test]
+    fn either_synchronization_name_fills_both() {
+        let dm = DataModel {
+            user: Some(UserModel {
+                synchronization: Some(Synchronization {
+                    options: None,
+                    active_options: Some(vec!["email".into()]),
+                }),
+            }),
+            login: None,
+        };
+        let out = validate(req(Some(dm))).unwrap();
+        let sync = out
+            .data_model
+            .unwrap()
+            .user
+            .unwrap()
+            .synchronization
+            .unwrap();
+        assert_eq!(sync.options, Some(vec!["email".to_owned()]));
+        assert_eq!(sync.active_options, sync.options);
+    }
+
+    #[test]
+    fn method_and_agent_are_checked() {
+        let mut r = req(None);
+        r.method = "LDAP".into();
+        assert_eq!(
+            validate(r).unwrap_err().detail.field.as_deref(),
+            Some("method")
+        );
+        let mut r = req(None);
+        r.adapter_agent = "has space".into();
+        assert_eq!(
+            validate(r).unwrap_err().detail.field.as_deref(),
+            Some("adapter_agent")
+        );
+    }
+
+    #[test]
+    fn agent_base_adds_a_scheme_only_when_missing() {
+        assert_eq!(agent_base("agent:9000"), "http://agent:9000");
+        assert_eq!(agent_base("https://agent/"), "https://agent");
+    }
+}
