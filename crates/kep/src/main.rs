@@ -18,6 +18,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// The live-streaming admin API: provision, rooms, participants.
     Live(cli::live::LiveArgs),
+    /// The account adapter API: org login types, DRM releases, a reference agent.
+    Adapter(cli::adapter::AdapterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -26,5 +28,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args)),
         Command::Live(args) => runtime.block_on(cli::live::run(args)),
+        Command::Adapter(args) => runtime.block_on(cli::adapter::run(args)),
     }
 }

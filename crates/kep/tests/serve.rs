@@ -81,7 +81,14 @@ fn read_available(out: ChildStdout) -> String {
 }
 
 fn port0() -> Vec<&'static str> {
-    vec!["--admin-addr", "127.0.0.1:0", "--live-addr", "127.0.0.1:0"]
+    vec![
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--live-addr",
+        "127.0.0.1:0",
+        "--adapter-addr",
+        "127.0.0.1:0",
+    ]
 }
 
 /// Runs a CLI command against the server; its stdout parsed as JSON.
@@ -119,7 +126,7 @@ fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u1
     (res.status().as_u16(), res.json().unwrap_or(Value::Null))
 }
 
-/// A `kep live join` process, read line by line.
+/// A long-running CLI process (`kep live join`, `kep adapter agent`), read line by line.
 struct Joiner {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
@@ -127,8 +134,11 @@ struct Joiner {
 
 impl Joiner {
     fn start(srv: &Server, args: &[&str]) -> Self {
+        Self::command(srv, &[&["live", "join"], args].concat())
+    }
+
+    fn command(srv: &Server, args: &[&str]) -> Self {
         let mut child = Command::new(KEP)
-            .args(["live", "join"])
             .args(args)
             .env("KEP_DATA_DIR", &srv.data_dir)
             .stdout(Stdio::piped())
@@ -360,7 +370,7 @@ fn settings_come_from_flags_then_env_then_toml() {
     let config = dir.path().join("kep.toml");
     std::fs::write(
         &config,
-        "[live]\ntoken_ttl_s = 42\naddr = \"127.0.0.1:1\"\n[admin]\naddr = \"127.0.0.1:0\"\n",
+        "[live]\ntoken_ttl_s = 42\naddr = \"127.0.0.1:1\"\n[admin]\naddr = \"127.0.0.1:0\"\n[adapter]\naddr = \"127.0.0.1:0\"\n",
     )
     .unwrap();
     let data = dir.path().join("data");
@@ -406,4 +416,100 @@ fn settings_come_from_flags_then_env_then_toml() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown service"));
+}
+
+#[test]
+fn the_adapter_round_trip_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[]);
+    let (status, doc) = http(
+        "GET",
+        &format!("{}/openapi/adapter.json", srv.admin),
+        None,
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(doc["paths"]["/api/trust/drm/v0/uploadDecrypted"]["post"].is_object());
+
+    let agent_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let org = cli(
+        &srv,
+        &[
+            "adapter",
+            "org",
+            "create",
+            "--method",
+            "OAUTH2",
+            "--agent",
+            &agent_addr,
+        ],
+    );
+    let (id, key) = (
+        org["id"].to_string(),
+        org["secret_key"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(
+        cli(&srv, &["adapter", "org", "show", &id])["adapter_agent"],
+        agent_addr.as_str()
+    );
+
+    let released = dir.path().join("released.bin");
+    let content: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&released, &content).unwrap();
+    let agent = Joiner::command(
+        &srv,
+        &[
+            "adapter",
+            "agent",
+            "--listen",
+            &agent_addr,
+            "--org",
+            &id,
+            "--secret-key",
+            &key,
+            "--file",
+            released.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(agent.next()["step"], "getOrgLoginType");
+
+    let session = cli(
+        &srv,
+        &[
+            "adapter",
+            "drm",
+            "request",
+            "--org",
+            &id,
+            "--file-id",
+            "report.pdf",
+        ],
+    );
+    let session = session["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(agent.next()["notice"]["session_id"], session.as_str());
+    assert_eq!(agent.next()["result"], "SUCCESS");
+    assert_eq!(agent.next()["answer"]["Ok"]["_code"], 200);
+    let shown = cli(&srv, &["adapter", "drm", "show", &session]);
+    assert_eq!(shown["status"], "RELEASED");
+    let out = dir.path().join("fetched.bin");
+    let fetched = cli(
+        &srv,
+        &[
+            "adapter",
+            "drm",
+            "fetch",
+            &session,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(fetched["size"], content.len());
+    assert_eq!(std::fs::read(&out).unwrap(), content);
+    let mut agent = agent;
+    let _ = agent.child.kill();
+    let _ = agent.child.wait();
 }

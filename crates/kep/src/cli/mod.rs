@@ -1,5 +1,6 @@
 //! The CLI: subcommands that speak to a running `kep serve` through `kep-client`.
 
+pub mod adapter;
 pub mod live;
 
 use std::path::{Path, PathBuf};
