@@ -331,9 +331,13 @@ impl Drm {
         let final_path = self.file_path(session_id);
         let part_path = final_path.with_extension("part");
         let written = async {
-            let mut file = tokio::fs::File::create(&part_path)
-                .await
-                .map_err(internal)?;
+            // Large writes: every tokio::fs call is a hop to the blocking pool.
+            let mut file = tokio::io::BufWriter::with_capacity(
+                1024 * 1024,
+                tokio::fs::File::create(&part_path)
+                    .await
+                    .map_err(internal)?,
+            );
             let mut hasher = Sha256::new();
             let mut size: u64 = 0;
             while let Some(chunk) = chunks.next().await {
@@ -349,7 +353,9 @@ impl Drm {
             if size == 0 {
                 return Err(AdapterError::BadRequest("the file is empty".into()));
             }
-            file.sync_all().await.map_err(internal)?;
+            file.flush().await.map_err(internal)?;
+            // Durable before the agent hears 200.
+            file.get_ref().sync_all().await.map_err(internal)?;
             Ok(ReleasedFile {
                 size,
                 sha256: hex::encode(hasher.finalize()),
