@@ -13,7 +13,7 @@ use kep_adapter::api::wire::{
 use kep_adapter::{AdapterService, AdapterSettings};
 use kep_client::adapter::AgentClient;
 use kep_client::{AdminClient, ClientError};
-use kep_core::http::{OperatorToken, require_operator};
+use kep_core::http::operator_only;
 use reqwest::multipart::Part;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -43,12 +43,7 @@ async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         .unwrap();
     let adapter_url = format!("http://{}", adapter.addr);
     let admin_url = format!("http://{}", admin.addr);
-    let admin_router = service
-        .admin_router()
-        .route_layer(axum::middleware::from_fn_with_state(
-            OperatorToken(OPERATOR_TOKEN.into()),
-            require_operator,
-        ));
+    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN);
     tokio::spawn(kep_core::listener::serve(
         adapter,
         service.router(),

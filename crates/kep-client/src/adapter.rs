@@ -123,15 +123,7 @@ impl AgentClient {
     async fn answer<T: serde::de::DeserializeOwned>(
         req: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
-        let res = req.send().await?;
-        let status = res.status();
-        if !status.is_success() {
-            return Err(ClientError::Api {
-                status: status.as_u16(),
-                body: res.text().await.unwrap_or_default(),
-            });
-        }
-        Ok(res.json().await?)
+        Ok(crate::checked(req.send().await?).await?.json().await?)
     }
 
     /// `GET /api/trust/login/v0/getOrgLoginType`

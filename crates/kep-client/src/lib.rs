@@ -47,28 +47,12 @@ impl AdminClient {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {
-        let res = req.bearer_auth(&self.token).send().await?;
-        let status = res.status();
-        if !status.is_success() {
-            return Err(ClientError::Api {
-                status: status.as_u16(),
-                body: res.text().await.unwrap_or_default(),
-            });
-        }
-        Ok(res.json().await?)
+        Ok(self.send_raw(req).await?.json().await?)
     }
 
     /// A call whose answer has no body worth reading (204).
     pub(crate) async fn send_empty(&self, req: reqwest::RequestBuilder) -> Result<(), ClientError> {
-        let res = req.bearer_auth(&self.token).send().await?;
-        let status = res.status();
-        if !status.is_success() {
-            return Err(ClientError::Api {
-                status: status.as_u16(),
-                body: res.text().await.unwrap_or_default(),
-            });
-        }
-        Ok(())
+        self.send_raw(req).await.map(drop)
     }
 
     /// A call whose answer is streamed back to the caller.
@@ -76,18 +60,22 @@ impl AdminClient {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ClientError> {
-        let res = req.bearer_auth(&self.token).send().await?;
-        let status = res.status();
-        if !status.is_success() {
-            return Err(ClientError::Api {
-                status: status.as_u16(),
-                body: res.text().await.unwrap_or_default(),
-            });
-        }
-        Ok(res)
+        checked(req.bearer_auth(&self.token).send().await?).await
     }
 
     pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+}
+
+/// The answer if it is a 2xx, else `ClientError::Api` with its status and body.
+pub(crate) async fn checked(res: reqwest::Response) -> Result<reqwest::Response, ClientError> {
+    let status = res.status();
+    if !status.is_success() {
+        return Err(ClientError::Api {
+            status: status.as_u16(),
+            body: res.text().await.unwrap_or_default(),
+        });
+    }
+    Ok(res)
 }

@@ -142,6 +142,14 @@ pub fn field_error(e: serde_path_to_error::Error<serde_json::Error>) -> (String,
 #[derive(Clone)]
 pub struct OperatorToken(pub std::sync::Arc<str>);
 
+/// `router` with every route behind the operator token.
+pub fn operator_only(router: axum::Router, token: &str) -> axum::Router {
+    router.route_layer(axum::middleware::from_fn_with_state(
+        OperatorToken(token.into()),
+        require_operator,
+    ))
+}
+
 /// Middleware: `Authorization: Bearer <operator token>` or 401.
 pub async fn require_operator(
     State(token): State<OperatorToken>,

@@ -12,7 +12,7 @@ use axum::Router;
 use axum::routing::get;
 use figment::value::Value;
 use kep_adapter::{AdapterService, AdapterSettings};
-use kep_core::http::{OperatorToken, require_operator};
+use kep_core::http::operator_only;
 use kep_core::listener::{self, Bound};
 use kep_live::{LiveService, LiveSettings};
 use serde::{Deserialize, Serialize};
@@ -225,12 +225,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let docs = Arc::new(docs);
     let admin_router = Router::new()
-        .merge(
-            admin_routes.route_layer(axum::middleware::from_fn_with_state(
-                OperatorToken(token.into()),
-                require_operator,
-            )),
-        )
+        .merge(operator_only(admin_routes, &token))
         .route(
             "/healthz",
             get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kep_client::AdminClient;
 use kep_client::live::{Closed, LiveClient, Participant};
-use kep_core::http::{OperatorToken, require_operator};
+use kep_core::http::operator_only;
 use kep_live::api::wire::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
 use kep_live::{LiveService, LiveSettings};
 use tokio_util::sync::CancellationToken;
@@ -43,12 +43,7 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
     let service = LiveService::start(settings, dir.path(), live_url.clone(), shutdown.clone())
         .await
         .unwrap();
-    let admin_router = service
-        .admin_router()
-        .route_layer(axum::middleware::from_fn_with_state(
-            OperatorToken(OPERATOR_TOKEN.into()),
-            require_operator,
-        ));
+    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN);
     tokio::spawn(kep_core::listener::serve(
         live,
         service.router(),
