@@ -16,10 +16,18 @@ use serde::de::DeserializeOwned;
 /// One flag's value, already named by its key path (`live.addr`).
 pub type Override = (String, Value);
 
+/// Which variables `KEP_<SECTION>_<NAME>` reach, and variables with names of their own
+/// (`("SIMULATOR_DELAY_MS", "messaging.simulator_delay_ms")`).
+#[derive(Clone, Copy)]
+pub struct EnvNames {
+    pub sections: &'static [&'static str],
+    pub aliases: &'static [(&'static str, &'static str)],
+}
+
 /// Loads `T` from its defaults, the TOML file, the environment and the flag overrides.
 pub fn load<T>(
     config_file: Option<&Path>,
-    sections: &'static [&'static str],
+    env: EnvNames,
     overrides: Vec<Override>,
 ) -> Result<T, Box<figment::Error>>
 where
@@ -35,17 +43,24 @@ where
         }
         figment = figment.merge(Toml::file(path));
     }
-    figment = figment.merge(env_provider(sections));
+    figment = figment.merge(env_provider(env));
     for (key, value) in overrides {
         figment = figment.merge(Serialized::global(&key, value));
     }
     figment.extract().map_err(Box::new)
 }
 
-fn env_provider(sections: &'static [&'static str]) -> Env {
+fn env_provider(env: EnvNames) -> Env {
     Env::prefixed("KEP_").map(move |key| {
         let lower = key.as_str().to_ascii_lowercase();
-        match sections.iter().find(|s| {
+        if let Some((_, path)) = env
+            .aliases
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(&lower))
+        {
+            return (*path).into();
+        }
+        match env.sections.iter().find(|s| {
             lower
                 .strip_prefix(**s)
                 .is_some_and(|rest| rest.starts_with('_'))
@@ -60,6 +75,11 @@ fn env_provider(sections: &'static [&'static str]) -> Env {
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    const ENV: EnvNames = EnvNames {
+        sections: &["live"],
+        aliases: &[("TTL", "live.token_ttl_s")],
+    };
 
     #[derive(Debug, Serialize, Deserialize, PartialEq)]
     #[serde(default)]
@@ -102,7 +122,7 @@ mod tests {
                 "data_dir = \"/from/toml\"\n[live]\ntoken_ttl_s = 10\naddr = \"127.0.0.1:1\"\n",
             )?;
             jail.set_env("KEP_LIVE_ADDR", "127.0.0.1:2");
-            let top: Top = load(Some(Path::new("kep.toml")), &["live"], vec![]).unwrap();
+            let top: Top = load(Some(Path::new("kep.toml")), ENV, vec![]).unwrap();
             assert_eq!(top.data_dir, "/from/toml");
             assert_eq!(top.live.token_ttl_s, 10);
             assert_eq!(
@@ -112,23 +132,27 @@ mod tests {
 
             let top: Top = load(
                 Some(Path::new("kep.toml")),
-                &["live"],
+                ENV,
                 vec![("live.addr".into(), Value::from("127.0.0.1:3"))],
             )
             .unwrap();
             assert_eq!(top.live.addr, "127.0.0.1:3", "a flag beats the environment");
 
             jail.set_env("KEP_DATA_DIR", "/from/env");
-            let top: Top = load(None, &["live"], vec![]).unwrap();
+            let top: Top = load(None, ENV, vec![]).unwrap();
             assert_eq!(top.data_dir, "/from/env");
             assert_eq!(top.live.token_ttl_s, 3600, "defaults fill the rest");
+
+            jail.set_env("KEP_TTL", "7");
+            let top: Top = load(None, ENV, vec![]).unwrap();
+            assert_eq!(top.live.token_ttl_s, 7, "an alias names its own key");
             Ok(())
         });
     }
 
     #[test]
     fn a_missing_config_file_is_an_error() {
-        let err = load::<Top>(Some(Path::new("/nonexistent/kep.toml")), &["live"], vec![]);
+        let err = load::<Top>(Some(Path::new("/nonexistent/kep.toml")), ENV, vec![]);
         assert!(err.is_err());
     }
 }

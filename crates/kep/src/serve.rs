@@ -14,16 +14,22 @@ use figment::value::Value;
 use kep_adapter::{AdapterService, AdapterSettings};
 use kep_core::http::operator_only;
 use kep_core::listener::{self, Bound};
+use kep_core::settings::EnvNames;
 use kep_live::{LiveService, LiveSettings};
+use kep_messaging::{MessagingService, MessagingSettings};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi as _;
 
 /// The services `--only` can name.
-const SERVICES: &[&str] = &["live", "adapter"];
-/// Sections of the settings that `KEP_<SECTION>_<NAME>` variables reach.
-const SECTIONS: &[&str] = &["admin", "live", "adapter"];
+const SERVICES: &[&str] = &["live", "adapter", "messaging"];
+/// Sections of the settings that `KEP_<SECTION>_<NAME>` variables reach, and the
+/// variables CONTRACT §4 names on their own.
+const ENV: EnvNames = EnvNames {
+    sections: &["admin", "live", "adapter", "messaging"],
+    aliases: &[("SIMULATOR_DELAY_MS", "messaging.simulator_delay_ms")],
+};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -42,7 +48,10 @@ pub struct ServeArgs {
     /// Account adapter API [KEP_ADAPTER_ADDR; default 127.0.0.1:8802].
     #[arg(long)]
     adapter_addr: Option<SocketAddr>,
-    /// Start only these services (comma-separated: live, adapter) [KEP_ONLY].
+    /// Text-message sending API [KEP_MESSAGING_ADDR; default 127.0.0.1:8803].
+    #[arg(long)]
+    messaging_addr: Option<SocketAddr>,
+    /// Start only these services (comma-separated: live, adapter, messaging) [KEP_ONLY].
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// text or json [KEP_LOG_FORMAT].
@@ -69,6 +78,7 @@ pub struct Settings {
     pub admin: AdminSettings,
     pub live: LiveSettings,
     pub adapter: AdapterSettings,
+    pub messaging: MessagingSettings,
 }
 
 impl Default for Settings {
@@ -80,6 +90,7 @@ impl Default for Settings {
             admin: AdminSettings::default(),
             live: LiveSettings::default(),
             adapter: AdapterSettings::default(),
+            messaging: MessagingSettings::default(),
         }
     }
 }
@@ -142,6 +153,9 @@ impl ServeArgs {
         if let Some(a) = self.adapter_addr {
             o.push(("adapter.addr".into(), Value::from(a.to_string())));
         }
+        if let Some(a) = self.messaging_addr {
+            o.push(("messaging.addr".into(), Value::from(a.to_string())));
+        }
         if let Some(only) = &self.only {
             o.push(("only".into(), Value::from(only.clone())));
         }
@@ -166,7 +180,7 @@ fn init_tracing(format: LogFormat) {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let settings: Settings =
-        kep_core::settings::load(args.config.as_deref(), SECTIONS, args.overrides()?)
+        kep_core::settings::load(args.config.as_deref(), ENV, args.overrides()?)
             .map_err(|e| anyhow::anyhow!("settings: {e}"))?;
     init_tracing(settings.log_format);
     let only = settings.only.as_ref().map(ServiceNames::names);
@@ -223,6 +237,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         servers.push(spawn("adapter", bound, adapter.router(), &shutdown));
     }
 
+    if wanted("messaging") {
+        let bound = listener::bind("messaging", settings.messaging.addr).await?;
+        let messaging = MessagingService::start(settings.messaging.clone(), &data_dir).await?;
+        admin_routes = admin_routes.merge(messaging.admin_router());
+        docs.merge(kep_messaging::api::operator::MessagingAdminDoc::openapi());
+        addresses.insert("messaging", bound.addr);
+        servers.push(spawn("messaging", bound, messaging.router(), &shutdown));
+    }
+
     let docs = Arc::new(docs);
     let admin_router = Router::new()
         .merge(operator_only(admin_routes, &token))
@@ -241,6 +264,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .route(
             "/openapi/adapter.json",
             get(|| async { axum::Json(kep_adapter::api::AdapterApiDoc::openapi()) }),
+        )
+        .route(
+            "/openapi/messaging.json",
+            get(|| async { axum::Json(kep_messaging::api::MessagingApiDoc::openapi()) }),
         );
     servers.push(spawn("admin", admin, admin_router, &shutdown));
 

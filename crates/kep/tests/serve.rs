@@ -370,7 +370,7 @@ fn settings_come_from_flags_then_env_then_toml() {
     let config = dir.path().join("kep.toml");
     std::fs::write(
         &config,
-        "[live]\ntoken_ttl_s = 42\naddr = \"127.0.0.1:1\"\n[admin]\naddr = \"127.0.0.1:0\"\n[adapter]\naddr = \"127.0.0.1:0\"\n",
+        "[live]\ntoken_ttl_s = 42\naddr = \"127.0.0.1:1\"\n[admin]\naddr = \"127.0.0.1:0\"\n[adapter]\naddr = \"127.0.0.1:0\"\n[messaging]\naddr = \"127.0.0.1:0\"\n",
     )
     .unwrap();
     let data = dir.path().join("data");

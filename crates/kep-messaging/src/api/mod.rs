@@ -1,0 +1,351 @@
+//! Wire types and handlers of the messaging API.
+
+pub mod operator;
+pub mod wire;
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use kep_core::secret::sha256_hex;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use utoipa::OpenApi;
+
+use self::wire::{
+    Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
+};
+use crate::store::{Inserted, MessageRow, SearchQuery};
+use crate::time::{new_uid, now_ms, uid_at};
+use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
+
+pub(crate) fn router(m: MessagingService) -> Router {
+    Router::new()
+        .route("/v2/oauth/token", post(token))
+        .route("/v2/send/xms", post(send_xms))
+        .route("/v2/info/message/search", post(search_xms))
+        .route("/v2/info/message/search/detail/{uid}", get(xms_detail))
+        .fallback(|| async { MessagingError::NotFound("no such API".into()) })
+        .with_state(m)
+}
+
+/// OpenAPI of the messaging listener.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "kep text-message sending API",
+        description = "Seed 002: OAuth 2.0, XMS sends, search"
+    ),
+    paths(token, send_xms, search_xms, xms_detail),
+    components(schemas(
+        TokenAnswer,
+        SendAnswer,
+        XmsSearch,
+        XmsSearchAnswer,
+        XmsSearchRow,
+        XmsDetailAnswer,
+        Detail
+    ))
+)]
+pub struct MessagingApiDoc;
+
+/// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it.
+fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(T, Value), MessagingError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(MessagingError::invalid(
+            "Content-Type",
+            "must be application/json",
+        ));
+    }
+    let body = body.map_err(|e| MessagingError::invalid("body", e.body_text()))?;
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| MessagingError::invalid("body", format!("not JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(MessagingError::invalid("body", "must be a JSON object"));
+    }
+    let parsed = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let (field, message) = kep_core::http::field_error(e);
+        MessagingError::invalid(field, message)
+    })?;
+    Ok((parsed, value))
+}
+
+/// `POST /v2/oauth/token`: client credentials; the client authenticates by HTTP Basic
+/// (base64 `id:secret`), by `Basic <id> <secret>`, or by form fields.
+#[utoipa::path(post, path = "/v2/oauth/token",
+    request_body(content_type = "application/x-www-form-urlencoded", description = "grant_type=client_credentials"),
+    responses((status = 200, body = TokenAnswer), (status = 400, description = "RFC 6749 §5.2 error"),
+              (status = 401, description = "invalid_client")))]
+pub(crate) async fn token(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let issued = oauth::token(&m.0.store, m.0.settings.token_ttl_s, &headers, &form).await?;
+    let answer = TokenAnswer {
+        access_token: issued.access_token,
+        token_type: "Bearer".into(),
+        expires_in: issued.expires_in,
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(answer)).into_response())
+}
+
+/// `POST /v2/send/xms`: validated, stored durably, then answered; delivery follows.
+#[utoipa::path(post, path = "/v2/send/xms", request_body(content = Object, description = "the document's XMS fields"),
+    responses((status = 200, body = SendAnswer), (status = 400, description = "code 410, naming the field"),
+              (status = 401, description = "code 400")),
+    security(("bearer" = [])))]
+pub(crate) async fn send_xms(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<SendAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    let (send, raw): (xms::XmsSend, Value) = json_body(&headers, body)?;
+    xms::validate(&send, &client_id)?;
+    let cid = send.cid.clone().unwrap_or_default();
+    let request = serde_json::to_string(&raw).expect("JSON serialises");
+    let request_hash = sha256_hex(&request);
+    let now = now_ms();
+    let row = MessageRow {
+        uid: new_uid(),
+        client_id: client_id.clone(),
+        cid: cid.clone(),
+        channel: "XMS".into(),
+        message_type: send.message_type.clone().unwrap_or_default(),
+        phone_number: send.phone_number.clone().unwrap_or_default(),
+        request,
+        request_hash,
+        status: "100".into(),
+        rcs_status: None,
+        fallback_status: None,
+        sms_status_code: None,
+        error_message: None,
+        attempts: 0,
+        reg_date: now,
+        req_date: Some(now),
+        sent_date: None,
+        res_date: None,
+    };
+    let uid = match m.0.store.insert_message(&row).await? {
+        Inserted::New => {
+            m.0.dispatcher.wake();
+            row.uid
+        }
+        // The same cid: the first answer again if the body is the same, else a 410.
+        Inserted::Existing(first)
+            if first.request_hash == row.request_hash && first.channel == "XMS" =>
+        {
+            first.uid
+        }
+        Inserted::Existing(_) => {
+            return Err(MessagingError::invalid(
+                "cid",
+                "already used with a different message",
+            ));
+        }
+    };
+    Ok(Json(SendAnswer {
+        code: "200".into(),
+        uid,
+        cid,
+        result: Detail::ok("accepted"),
+    }))
+}
+
+/// Parses `yyyy-mm-dd`.
+fn date(field: &str, s: &str) -> Result<jiff::civil::Date, MessagingError> {
+    let valid_form = s.len() == 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-';
+    s.parse::<jiff::civil::Date>()
+        .ok()
+        .filter(|_| valid_form)
+        .ok_or_else(|| MessagingError::invalid(field, "a date as yyyy-mm-dd"))
+}
+
+/// `POST /v2/info/message/search`: one page of the caller's XMS messages, oldest first.
+#[utoipa::path(post, path = "/v2/info/message/search", request_body = XmsSearch,
+    responses((status = 200, body = XmsSearchAnswer), (status = 400, description = "code 410"), (status = 401, description = "code 400")),
+    security(("bearer" = [])))]
+pub(crate) async fn search_xms(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<XmsSearchAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
+    let zone = &m.0.zone;
+    let (start, end) = match (&q.start_date, &q.end_date) {
+        (None, None) => (zone.today(), zone.today()),
+        (Some(s), Some(e)) => (date("start_date", s)?, date("end_date", e)?),
+        (Some(_), None) => {
+            return Err(MessagingError::invalid(
+                "end_date",
+                "start_date and end_date go together",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(MessagingError::invalid(
+                "start_date",
+                "start_date and end_date go together",
+            ));
+        }
+    };
+    if start > end {
+        return Err(MessagingError::invalid("start_date", "after end_date"));
+    }
+    let size = q.size.unwrap_or(100);
+    if !(1..=1000).contains(&size) {
+        return Err(MessagingError::invalid("size", "1 to 1000"));
+    }
+    let (from, to) = zone
+        .day_range(start, end)
+        .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
+    let mut after = format!("{:020}", (from * crate::time::UIDS_PER_MS - 1).max(0));
+    if let Some(last) = &q.last_uid {
+        if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(MessagingError::invalid(
+                "last_uid",
+                "a uid from a previous page",
+            ));
+        }
+        after = after.max(last.clone());
+    }
+    let mut filters = Vec::new();
+    if let Some(s) = &q.status_code {
+        let code = s.strip_prefix("API_").unwrap_or(s);
+        filters.push(("status", code.to_owned()));
+    }
+    for (key, value) in [("etc1", &q.etc1), ("etc2", &q.etc2)] {
+        if let Some(v) = value {
+            filters.push((
+                if key == "etc1" {
+                    "json_extract(request, '$.etc1')"
+                } else {
+                    "json_extract(request, '$.etc2')"
+                },
+                v.clone(),
+            ));
+        }
+    }
+    // Another client's id finds nothing: a client sees only its own messages.
+    let rows = if q.client_id.as_ref().is_some_and(|c| c != &client_id) {
+        Vec::new()
+    } else {
+        let query = SearchQuery {
+            client_id: &client_id,
+            channel: "XMS",
+            after,
+            before: uid_at(to),
+            limit: size + 1,
+            filters,
+        };
+        m.0.store.search(&query).await?
+    };
+    let next = rows.len() as i64 > size;
+    let results: Vec<XmsSearchRow> = rows
+        .into_iter()
+        .take(size as usize)
+        .map(|r| search_row(zone, r))
+        .collect();
+    Ok(Json(XmsSearchAnswer {
+        status: "200".into(),
+        code: "200".into(),
+        count: results.len() as i64,
+        next,
+        last_uid: results.last().map(|r| r.uid.clone()),
+        code_detail: Detail::ok("ok"),
+        results,
+    }))
+}
+
+fn request_field(request: &Value, key: &str) -> Option<String> {
+    request.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn search_row(zone: &crate::time::ServiceZone, r: MessageRow) -> XmsSearchRow {
+    let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
+    let etc: BTreeMap<String, String> = (1..=10)
+        .filter_map(|i| {
+            let key = format!("etc{i}");
+            request_field(&request, &key).map(|v| (key, v))
+        })
+        .collect();
+    XmsSearchRow {
+        status_code: format!("API_{}", r.status),
+        sms_status_code: r.sms_status_code,
+        error_message: r.error_message,
+        tax_cd1: request_field(&request, "tax_cd1"),
+        tax_cd2: request_field(&request, "tax_cd2"),
+        reg_date: zone.format(r.reg_date),
+        uid: r.uid,
+        cid: r.cid,
+        etc,
+    }
+}
+
+/// `GET /v2/info/message/search/detail/{uid}`
+#[utoipa::path(get, path = "/v2/info/message/search/detail/{uid}", params(("uid" = String, Path)),
+    responses((status = 200, body = XmsDetailAnswer), (status = 401, description = "code 400"), (status = 404, description = "not the caller's")),
+    security(("bearer" = [])))]
+pub(crate) async fn xms_detail(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    Path(uid): Path<String>,
+) -> Result<Json<XmsDetailAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    let r =
+        m.0.store
+            .message(&client_id, "XMS", &uid)
+            .await?
+            .ok_or_else(|| MessagingError::NotFound(format!("no message {uid}")))?;
+    let zone = &m.0.zone;
+    let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
+    let mut result = serde_json::Map::new();
+    let mut put = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            result.insert(k.to_owned(), Value::String(v));
+        }
+    };
+    put("uid", Some(r.uid.clone()));
+    put("cid", Some(r.cid.clone()));
+    put("reg_date", Some(zone.format(r.reg_date)));
+    put("message_type", Some(r.message_type.clone()));
+    put("status_code", Some(format!("API_{}", r.status)));
+    put("phone_number", Some(r.phone_number.clone()));
+    put("req_date", r.req_date.map(|t| zone.format(t)));
+    put("sent_date", r.sent_date.map(|t| zone.format(t)));
+    put("res_date", r.res_date.map(|t| zone.format(t)));
+    put("error_message", r.error_message.clone());
+    put("sms_status_code", r.sms_status_code.clone());
+    for key in [
+        "sender_no",
+        "message",
+        "title",
+        "nat_cd",
+        "content_group_id",
+    ] {
+        put(key, request_field(&request, key));
+    }
+    Ok(Json(XmsDetailAnswer {
+        code: "200".into(),
+        code_detail: Detail::ok("ok"),
+        result,
+    }))
+}

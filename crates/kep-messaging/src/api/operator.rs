@@ -1,0 +1,158 @@
+//! The operator's messaging calls under `/admin/v1/messaging`: API clients, and a
+//! read-back of what the carrier was handed.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use kep_core::http::{AdminJson, ApiError, ErrorBody};
+use kep_core::secret::{new_secret, random_token, sha256_hex};
+use utoipa::OpenApi;
+
+use super::wire::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
+use crate::MessagingService;
+use crate::time::now_s;
+
+pub(crate) fn router(m: MessagingService) -> Router {
+    Router::new()
+        .route(
+            "/admin/v1/messaging/clients",
+            post(create_client).get(list_clients),
+        )
+        .route("/admin/v1/messaging/clients/{id}", delete(delete_client))
+        .route(
+            "/admin/v1/messaging/clients/{id}/secret",
+            post(rotate_secret),
+        )
+        .route("/admin/v1/messaging/outbox", get(outbox))
+        .with_state(m)
+}
+
+/// OpenAPI of the messaging operator calls.
+#[derive(OpenApi)]
+#[openapi(
+    paths(create_client, list_clients, delete_client, rotate_secret, outbox),
+    components(schemas(CreateClient, ClientSecret, ClientSummary, OutboxEntry))
+)]
+pub struct MessagingAdminDoc;
+
+/// `POST /admin/v1/messaging/clients`: a new API client; its secret is shown once.
+#[utoipa::path(post, path = "/admin/v1/messaging/clients", request_body = CreateClient,
+    responses((status = 201, body = ClientSecret), (status = 400, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn create_client(
+    State(m): State<MessagingService>,
+    AdminJson(req): AdminJson<CreateClient>,
+) -> Result<(StatusCode, Json<ClientSecret>), ApiError> {
+    if req.name.as_ref().is_some_and(|n| n.chars().count() > 100) {
+        return Err(ApiError::invalid_field("name", "at most 100 characters"));
+    }
+    // Letters and digits only: the id travels inside `Basic <id> <secret>` and `id:secret`.
+    let client_id = random_token(12).replace(['-', '_'], "x");
+    let client_secret = new_secret();
+    m.0.store
+        .insert_client(
+            &client_id,
+            req.name.as_deref(),
+            &sha256_hex(&client_secret),
+            now_s(),
+        )
+        .await
+        .map_err(ApiError::internal)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ClientSecret {
+            client_id,
+            client_secret,
+        }),
+    ))
+}
+
+/// `GET /admin/v1/messaging/clients`
+#[utoipa::path(get, path = "/admin/v1/messaging/clients", responses((status = 200, body = Vec<ClientSummary>)),
+    security(("operator" = [])))]
+pub(crate) async fn list_clients(
+    State(m): State<MessagingService>,
+) -> Result<Json<Vec<ClientSummary>>, ApiError> {
+    let clients = m.0.store.clients().await.map_err(ApiError::internal)?;
+    Ok(Json(
+        clients
+            .into_iter()
+            .map(|(client_id, name)| ClientSummary { client_id, name })
+            .collect(),
+    ))
+}
+
+/// `DELETE /admin/v1/messaging/clients/{id}`: the client, its tokens and its messages.
+#[utoipa::path(delete, path = "/admin/v1/messaging/clients/{id}", params(("id" = String, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn delete_client(
+    State(m): State<MessagingService>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if !m
+        .0
+        .store
+        .delete_client(&id)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        return Err(ApiError::not_found("no such client"));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /admin/v1/messaging/clients/{id}/secret`: a new secret, shown once; the old one
+/// and every token it got stop working.
+#[utoipa::path(post, path = "/admin/v1/messaging/clients/{id}/secret", params(("id" = String, Path)),
+    responses((status = 200, body = ClientSecret), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn rotate_secret(
+    State(m): State<MessagingService>,
+    Path(id): Path<String>,
+) -> Result<Json<ClientSecret>, ApiError> {
+    let client_secret = new_secret();
+    if !m
+        .0
+        .store
+        .set_client_secret(&id, &sha256_hex(&client_secret))
+        .await
+        .map_err(ApiError::internal)?
+    {
+        return Err(ApiError::not_found("no such client"));
+    }
+    Ok(Json(ClientSecret {
+        client_id: id,
+        client_secret,
+    }))
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct OutboxQuery {
+    limit: Option<i64>,
+}
+
+/// `GET /admin/v1/messaging/outbox?limit=N`: what left for the carrier, newest first.
+#[utoipa::path(get, path = "/admin/v1/messaging/outbox", params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100")),
+    responses((status = 200, body = Vec<OutboxEntry>)), security(("operator" = [])))]
+pub(crate) async fn outbox(
+    State(m): State<MessagingService>,
+    Query(q): Query<OutboxQuery>,
+) -> Result<Json<Vec<OutboxEntry>>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid_field("limit", "1 to 1000"));
+    }
+    let rows = m.0.store.outbox(limit).await.map_err(ApiError::internal)?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| OutboxEntry {
+                id: r.id,
+                uid: r.uid,
+                route: r.route,
+                phone_number: r.phone_number,
+                payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),
+                outcome: r.outcome,
+                at: m.0.zone.format(r.at),
+            })
+            .collect(),
+    ))
+}

@@ -1,0 +1,135 @@
+//! Wire types of the messaging API, shared by the server, the client crate and the CLI.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `result` / `code_detail` of every answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Detail {
+    pub detail_code: String,
+    pub detail_message: String,
+}
+
+impl Detail {
+    pub fn ok(message: &str) -> Self {
+        Detail {
+            detail_code: "API_200".into(),
+            detail_message: message.into(),
+        }
+    }
+}
+
+/// `POST /v2/oauth/token` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenAnswer {
+    pub access_token: String,
+    pub token_type: String,
+    pub expires_in: u64,
+}
+
+/// `POST /v2/send/xms` (and RCS) answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SendAnswer {
+    pub code: String,
+    pub uid: String,
+    pub cid: String,
+    pub result: Detail,
+}
+
+/// `POST /v2/info/message/search` body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct XmsSearch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etc1: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etc2: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<String>,
+}
+
+/// One row of an XMS search.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct XmsSearchRow {
+    pub uid: String,
+    pub cid: String,
+    pub reg_date: String,
+    pub status_code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sms_status_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_cd1: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_cd2: Option<String>,
+    #[serde(flatten)]
+    pub etc: std::collections::BTreeMap<String, String>,
+}
+
+/// `POST /v2/info/message/search` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct XmsSearchAnswer {
+    pub status: String,
+    pub code: String,
+    /// Results on this page.
+    pub count: i64,
+    pub next: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_uid: Option<String>,
+    pub code_detail: Detail,
+    pub results: Vec<XmsSearchRow>,
+}
+
+/// `GET /v2/info/message/search/detail/{uid}` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct XmsDetailAnswer {
+    pub code: String,
+    pub code_detail: Detail,
+    #[schema(value_type = Object)]
+    pub result: serde_json::Map<String, serde_json::Value>,
+}
+
+// ---- operator API ----
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct CreateClient {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// The secret is shown here once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClientSecret {
+    pub client_id: String,
+    pub client_secret: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClientSummary {
+    pub client_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// One hand-over to the carrier, as `GET /admin/v1/messaging/outbox` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OutboxEntry {
+    pub id: i64,
+    pub uid: String,
+    pub route: String,
+    pub phone_number: String,
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    pub outcome: String,
+    pub at: String,
+}

@@ -1,0 +1,120 @@
+//! The messaging API's one error enum, mapped once onto its wire shape: HTTP status and
+//! body `code` go together (CONTRACT §4), with `result.detail_code` / `detail_message`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MessagingError {
+    /// No, a malformed, an unknown or an expired access token: 401 with body code `400`.
+    #[error("invalid token: {0}")]
+    Unauthorized(&'static str),
+    /// An input that breaks a rule of the document: 400 with code `410`, naming the field.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// A message, group or file that is not the caller's or does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for MessagingError {
+    fn from(e: sqlx::Error) -> Self {
+        MessagingError::Internal(e.into())
+    }
+}
+
+impl MessagingError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        MessagingError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// (HTTP status, body code).
+    fn codes(&self) -> (StatusCode, &'static str) {
+        match self {
+            MessagingError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "400"),
+            MessagingError::Invalid { .. } => (StatusCode::BAD_REQUEST, "410"),
+            MessagingError::NotFound(_) => (StatusCode::NOT_FOUND, "404"),
+            MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
+        }
+    }
+}
+
+impl IntoResponse for MessagingError {
+    fn into_response(self) -> Response {
+        if let MessagingError::Internal(e) = &self {
+            tracing::error!(error = ?e, "messaging internal error");
+        }
+        let (status, code) = self.codes();
+        let message = match &self {
+            MessagingError::Internal(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        };
+        let body = json!({
+            "code": code,
+            "result": { "detail_code": format!("API_{code}"), "detail_message": message },
+        });
+        let mut res = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer error=\"invalid_token\""),
+            );
+        }
+        res
+    }
+}
+
+/// RFC 6749 §5.2 errors of the token endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthError {
+    /// Unknown client or wrong secret (401, `WWW-Authenticate: Basic`).
+    #[error("invalid_client")]
+    InvalidClient,
+    #[error("unsupported_grant_type")]
+    UnsupportedGrantType,
+    /// A malformed request: `error_description` says what.
+    #[error("invalid_request")]
+    InvalidRequest(&'static str),
+    #[error("server_error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for OAuthError {
+    fn from(e: sqlx::Error) -> Self {
+        OAuthError::Internal(e.into())
+    }
+}
+
+impl IntoResponse for OAuthError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            OAuthError::InvalidClient => StatusCode::UNAUTHORIZED,
+            OAuthError::Internal(e) => {
+                tracing::error!(error = ?e, "token endpoint internal error");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            _ => StatusCode::BAD_REQUEST,
+        };
+        let mut body = json!({ "error": self.to_string() });
+        if let OAuthError::InvalidRequest(why) = &self {
+            body["error_description"] = json!(why);
+        }
+        let mut res = (status, axum::Json(body)).into_response();
+        // RFC 6749 §5.2: no caching of token answers.
+        res.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if status == StatusCode::UNAUTHORIZED {
+            res.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"kep\""),
+            );
+        }
+        res
+    }
+}

@@ -1,0 +1,105 @@
+//! The text-message sending API of seed 002 on the messaging listener: OAuth 2.0 client
+//! credentials, XMS sends, a durable delivery pipeline, search and detail; and the
+//! operator's clients and outbox read-back on the admin listener.
+
+pub mod api;
+mod error;
+mod oauth;
+mod pipeline;
+mod store;
+mod text;
+mod time;
+mod xms;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{MessagingError, OAuthError};
+
+/// `[messaging]` settings (CONTRACT §4).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MessagingSettings {
+    pub addr: SocketAddr,
+    /// Access token lifetime (`expires_in`).
+    pub token_ttl_s: u64,
+    /// IANA name of the service time zone: dates in bodies, times in answers.
+    pub time_zone: String,
+    /// The built-in carrier's delay per hand-over (`KEP_SIMULATOR_DELAY_MS`).
+    pub simulator_delay_ms: u64,
+    /// Messages handed to the carrier at once.
+    pub dispatch_concurrency: usize,
+    /// A claimed message not finished within this is claimed again (a crash, say).
+    pub dispatch_lease_s: u64,
+    pub dispatch_max_attempts: i64,
+    pub dispatch_backoff_ms: u64,
+    pub body_limit_bytes: usize,
+}
+
+impl Default for MessagingSettings {
+    fn default() -> Self {
+        MessagingSettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8803)),
+            token_ttl_s: 21_600,
+            time_zone: "Asia/Seoul".into(),
+            simulator_delay_ms: 200,
+            dispatch_concurrency: 256,
+            dispatch_lease_s: 30,
+            dispatch_max_attempts: 5,
+            dispatch_backoff_ms: 500,
+            body_limit_bytes: 1024 * 1024,
+        }
+    }
+}
+
+pub(crate) struct Messaging {
+    settings: MessagingSettings,
+    store: store::Store,
+    zone: time::ServiceZone,
+    dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
+}
+
+/// The running messaging service; cheap to clone.
+#[derive(Clone)]
+pub struct MessagingService(Arc<Messaging>);
+
+impl MessagingService {
+    /// Opens `messaging.db` and starts the dispatcher, which first resumes every accepted
+    /// message that did not reach a final status.
+    pub async fn start(settings: MessagingSettings, data_dir: &Path) -> anyhow::Result<Self> {
+        let pool = kep_core::storage::open(data_dir, "messaging", &store::MIGRATOR).await?;
+        let store = store::Store::new(pool);
+        let zone = time::ServiceZone::new(&settings.time_zone)?;
+        let carrier = pipeline::Simulator {
+            delay: Duration::from_millis(settings.simulator_delay_ms),
+        };
+        let policy = pipeline::DispatchPolicy {
+            concurrency: settings.dispatch_concurrency,
+            lease: Duration::from_secs(settings.dispatch_lease_s),
+            max_attempts: settings.dispatch_max_attempts,
+            backoff: Duration::from_millis(settings.dispatch_backoff_ms),
+        };
+        let dispatcher = pipeline::Dispatcher::new(store.clone(), carrier, policy);
+        tokio::spawn(Arc::clone(&dispatcher).run());
+        Ok(MessagingService(Arc::new(Messaging {
+            settings,
+            store,
+            zone,
+            dispatcher,
+        })))
+    }
+
+    /// The messaging listener's routes: `/v2/...`.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.clone())
+    }
+
+    /// The operator routes under `/admin/v1/messaging`, to be guarded by the operator token.
+    pub fn admin_router(&self) -> axum::Router {
+        api::operator::router(self.clone())
+    }
+}

@@ -1,0 +1,198 @@
+//! The delivery pipeline: a dispatcher claims due messages from the durable queue (the
+//! `messages` table), hands them to a carrier connector with bounded concurrency, and
+//! records the outcome. A message claimed by a process that died is claimed again once its
+//! lease runs out, so nothing accepted is lost.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+
+use crate::store::{MessageRow, Store};
+use crate::time::now_ms;
+
+/// What the carrier made of one hand-over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CarrierOutcome {
+    Delivered,
+    /// Failed (510).
+    Failed,
+    /// Failed but can be resent (520).
+    Resendable,
+    /// The number has no RCS.
+    NoRcs,
+}
+
+/// A connector that delivers to the mobile carriers. `Err` is a transient failure (the
+/// connector could not reach the carrier): the message is tried again later.
+pub trait Carrier: Send + Sync + 'static {
+    fn deliver(
+        &self,
+        route: &str,
+        phone_number: &str,
+        payload: &str,
+    ) -> impl Future<Output = Result<CarrierOutcome, String>> + Send;
+}
+
+/// The built-in carrier of CONTRACT §4: it decides by the last four digits of the number.
+pub struct Simulator {
+    pub delay: Duration,
+}
+
+impl Carrier for Simulator {
+    async fn deliver(
+        &self,
+        route: &str,
+        phone_number: &str,
+        _payload: &str,
+    ) -> Result<CarrierOutcome, String> {
+        tokio::time::sleep(self.delay).await;
+        let last4 = &phone_number[phone_number.len().saturating_sub(4)..];
+        Ok(match last4 {
+            "0000" => CarrierOutcome::Failed,
+            "0001" => CarrierOutcome::Resendable,
+            "0002" if route == "RCS" => CarrierOutcome::NoRcs,
+            _ => CarrierOutcome::Delivered,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DispatchPolicy {
+    pub concurrency: usize,
+    /// How long a claimed message is held before another claim may take it.
+    pub lease: Duration,
+    /// Transient failures are retried this many times, with doubling back-off.
+    pub max_attempts: i64,
+    pub backoff: Duration,
+}
+
+pub struct Dispatcher<C> {
+    store: Store,
+    carrier: C,
+    policy: DispatchPolicy,
+    wake: Notify,
+}
+
+impl<C: Carrier> Dispatcher<C> {
+    pub fn new(store: Store, carrier: C, policy: DispatchPolicy) -> Arc<Self> {
+        Arc::new(Dispatcher {
+            store,
+            carrier,
+            policy,
+            wake: Notify::new(),
+        })
+    }
+
+    /// Something new is due.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Runs until the process ends.
+    pub async fn run(self: Arc<Self>) {
+        let permits = Arc::new(Semaphore::new(self.policy.concurrency.max(1)));
+        let lease_ms = i64::try_from(self.policy.lease.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            let free = i64::try_from(permits.available_permits()).unwrap_or(0);
+            let due = if free == 0 {
+                Vec::new()
+            } else {
+                match self.store.claim_due(now_ms(), lease_ms, free).await {
+                    Ok(due) => due,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming due messages");
+                        Vec::new()
+                    }
+                }
+            };
+            if due.is_empty() {
+                // New work wakes us; the timer catches retries that came due.
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                continue;
+            }
+            for m in due {
+                let permit = Arc::clone(&permits)
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore open");
+                let me = Arc::clone(&self);
+                tokio::spawn(async move {
+                    me.process(m).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+
+    async fn process(&self, mut m: MessageRow) {
+        let payload = m.request.clone();
+        let outcome = self
+            .carrier
+            .deliver(&m.channel, &m.phone_number, &payload)
+            .await;
+        let now = now_ms();
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(why) if m.attempts < self.policy.max_attempts => {
+                let backoff = self
+                    .policy
+                    .backoff
+                    .saturating_mul(1 << (m.attempts - 1).clamp(0, 16) as u32);
+                tracing::info!(
+                    uid = m.uid,
+                    attempt = m.attempts,
+                    why,
+                    "carrier unreachable; retrying"
+                );
+                let at = now + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
+                if let Err(e) = self.store.retry_at(&m.uid, at).await {
+                    tracing::warn!(error = %e, "scheduling a retry");
+                }
+                return;
+            }
+            Err(why) => {
+                m.error_message = Some(format!("carrier unreachable: {why}"));
+                CarrierOutcome::Failed
+            }
+        };
+        let status = match outcome {
+            CarrierOutcome::Delivered => "200",
+            CarrierOutcome::Failed | CarrierOutcome::NoRcs => "510",
+            CarrierOutcome::Resendable => "520",
+        };
+        if status != "200" && m.error_message.is_none() {
+            m.error_message = Some(
+                match outcome {
+                    CarrierOutcome::Resendable => "failed; may be resent",
+                    CarrierOutcome::NoRcs => "no RCS on this number",
+                    _ => "failed to send",
+                }
+                .to_owned(),
+            );
+        }
+        m.status = status.to_owned();
+        m.sms_status_code = Some(format!("API_{status}"));
+        m.sent_date = Some(now);
+        m.res_date = Some(now_ms());
+        let recorded = self
+            .store
+            .record_outbox(
+                &m.uid,
+                &m.channel,
+                &m.phone_number,
+                &payload,
+                &format!("API_{status}"),
+                now,
+            )
+            .await;
+        if let Err(e) = recorded.and(self.store.finish(&m).await) {
+            // The lease runs out and the message is tried again.
+            tracing::warn!(uid = m.uid, error = %e, "recording a delivery");
+        }
+    }
+}

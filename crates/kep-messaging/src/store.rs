@@ -1,0 +1,313 @@
+//! Persistence in `messaging.db`: clients, tokens, messages (the durable queue) and the
+//! outbox of what the carrier was handed.
+
+use sqlx::migrate::Migrator;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MessageRow {
+    pub uid: String,
+    pub client_id: String,
+    pub cid: String,
+    pub channel: String,
+    pub message_type: String,
+    pub phone_number: String,
+    pub request: String,
+    pub request_hash: String,
+    pub status: String,
+    pub rcs_status: Option<String>,
+    pub fallback_status: Option<String>,
+    pub sms_status_code: Option<String>,
+    pub error_message: Option<String>,
+    pub attempts: i64,
+    pub reg_date: i64,
+    pub req_date: Option<i64>,
+    pub sent_date: Option<i64>,
+    pub res_date: Option<i64>,
+}
+
+const MESSAGE_COLUMNS: &str = "uid, client_id, cid, channel, message_type, phone_number, request, request_hash, \
+    status, rcs_status, fallback_status, sms_status_code, error_message, attempts, reg_date, req_date, sent_date, res_date";
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub uid: String,
+    pub route: String,
+    pub phone_number: String,
+    pub payload: String,
+    pub outcome: String,
+    pub at: i64,
+}
+
+/// What a search asks for; all within one client's messages.
+pub struct SearchQuery<'a> {
+    pub client_id: &'a str,
+    pub channel: &'a str,
+    /// uid bounds: `(after, before)`, exclusive.
+    pub after: String,
+    pub before: String,
+    pub limit: i64,
+    /// `(column, value)` equality filters on the stored request or status.
+    pub filters: Vec<(&'static str, String)>,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+pub enum Inserted {
+    New,
+    /// The client already has a message with that cid.
+    Existing(Box<MessageRow>),
+}
+
+impl Store {
+    pub fn new(pool: SqlitePool) -> Self {
+        Store { pool }
+    }
+
+    pub async fn insert_client(
+        &self,
+        client_id: &str,
+        name: Option<&str>,
+        secret_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<()> {
+        sqlx::query(
+            "INSERT INTO clients (client_id, name, secret_hash, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(client_id)
+        .bind(name)
+        .bind(secret_hash)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// `(client_id, name)` of every client.
+    pub async fn clients(&self) -> sqlx::Result<Vec<(String, Option<String>)>> {
+        sqlx::query_as("SELECT client_id, name FROM clients ORDER BY created_at, client_id")
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    pub async fn client_secret_hash(&self, client_id: &str) -> sqlx::Result<Option<String>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT secret_hash FROM clients WHERE client_id = ?")
+                .bind(client_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| r.0))
+    }
+
+    pub async fn set_client_secret(
+        &self,
+        client_id: &str,
+        secret_hash: &str,
+    ) -> sqlx::Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query("UPDATE clients SET secret_hash = ? WHERE client_id = ?")
+            .bind(secret_hash)
+            .bind(client_id)
+            .execute(&mut *tx)
+            .await?;
+        // A new secret ends the tokens the old one got.
+        sqlx::query("DELETE FROM tokens WHERE client_id = ?")
+            .bind(client_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn delete_client(&self, client_id: &str) -> sqlx::Result<bool> {
+        let done = sqlx::query("DELETE FROM clients WHERE client_id = ?")
+            .bind(client_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn insert_token(
+        &self,
+        token_hash: &str,
+        client_id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM tokens WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO tokens (token_hash, client_id, expires_at) VALUES (?, ?, ?)")
+            .bind(token_hash)
+            .bind(client_id)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// The client of an unexpired token.
+    pub async fn token_client(&self, token_hash: &str, now: i64) -> sqlx::Result<Option<String>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT client_id FROM tokens WHERE token_hash = ? AND expires_at > ?")
+                .bind(token_hash)
+                .bind(now)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| r.0))
+    }
+
+    /// Stores an accepted message, unless the client already used its cid.
+    pub async fn insert_message(&self, m: &MessageRow) -> sqlx::Result<Inserted> {
+        let mut tx = self.pool.begin().await?;
+        let existing: Option<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
+        )))
+        .bind(&m.client_id)
+        .bind(&m.cid)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(existing) = existing {
+            return Ok(Inserted::Existing(Box::new(existing)));
+        }
+        sqlx::query(
+            "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
+               status, next_attempt_at, reg_date, req_date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&m.uid)
+        .bind(&m.client_id)
+        .bind(&m.cid)
+        .bind(&m.channel)
+        .bind(&m.message_type)
+        .bind(&m.phone_number)
+        .bind(&m.request)
+        .bind(&m.request_hash)
+        .bind(&m.status)
+        .bind(m.reg_date)
+        .bind(m.reg_date)
+        .bind(m.req_date)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Inserted::New)
+    }
+
+    /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.
+    pub async fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE messages SET next_attempt_at = ?, attempts = attempts + 1
+             WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= ?
+                           ORDER BY next_attempt_at LIMIT ?)
+             RETURNING {MESSAGE_COLUMNS}"
+        )))
+        .bind(now_ms + lease_ms)
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// A transient failure: try again at `at_ms`.
+    pub async fn retry_at(&self, uid: &str, at_ms: i64) -> sqlx::Result<()> {
+        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = '100'")
+            .bind(at_ms)
+            .bind(uid)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Records one hand-over to the carrier.
+    pub async fn record_outbox(
+        &self,
+        uid: &str,
+        route: &str,
+        phone: &str,
+        payload: &str,
+        outcome: &str,
+        at: i64,
+    ) -> sqlx::Result<()> {
+        sqlx::query("INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) VALUES (?, ?, ?, ?, ?, ?)")
+            .bind(uid)
+            .bind(route)
+            .bind(phone)
+            .bind(payload)
+            .bind(outcome)
+            .bind(at)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The final state of a message.
+    pub async fn finish(&self, m: &MessageRow) -> sqlx::Result<()> {
+        sqlx::query(
+            "UPDATE messages SET status = ?, rcs_status = ?, fallback_status = ?, sms_status_code = ?, error_message = ?,
+               sent_date = ?, res_date = ? WHERE uid = ?",
+        )
+        .bind(&m.status)
+        .bind(&m.rcs_status)
+        .bind(&m.fallback_status)
+        .bind(&m.sms_status_code)
+        .bind(&m.error_message)
+        .bind(m.sent_date)
+        .bind(m.res_date)
+        .bind(&m.uid)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn message(
+        &self,
+        client_id: &str,
+        channel: &str,
+        uid: &str,
+    ) -> sqlx::Result<Option<MessageRow>> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid = ? AND client_id = ? AND channel = ?"
+        )))
+        .bind(uid)
+        .bind(client_id)
+        .bind(channel)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    /// One page of a client's messages in uid order.
+    pub async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = "
+        ));
+        b.push_bind(q.client_id);
+        b.push(" AND channel = ").push_bind(q.channel);
+        b.push(" AND uid > ").push_bind(&q.after);
+        b.push(" AND uid < ").push_bind(&q.before);
+        for (column, value) in &q.filters {
+            b.push(format!(" AND {column} = ")).push_bind(value);
+        }
+        b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
+        b.build_query_as().fetch_all(&self.pool).await
+    }
+
+    /// The newest `limit` outbox rows, newest first.
+    pub async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
+        sqlx::query_as("SELECT id, uid, route, phone_number, payload, outcome, at FROM outbox ORDER BY id DESC LIMIT ?")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+    }
+}

@@ -1,0 +1,102 @@
+//! Clocks and the service time zone.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use jiff::tz::TimeZone;
+
+pub fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+pub fn now_s() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+static LAST_UID: AtomicI64 = AtomicI64::new(0);
+/// uids per millisecond: a uid is `ms * UIDS_PER_MS + n`, twenty digits.
+pub const UIDS_PER_MS: i64 = 1_000_000;
+
+/// A new message key: twenty digits that sort in issue order (the millisecond, then a
+/// counter), so searches page by uid.
+pub fn new_uid() -> String {
+    let floor = now_ms() * UIDS_PER_MS;
+    let prev = LAST_UID
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some((last + 1).max(floor))
+        })
+        .expect("the closure always returns Some");
+    format!("{:020}", (prev + 1).max(floor))
+}
+
+/// The bound of uids issued before `ms`.
+pub fn uid_at(ms: i64) -> String {
+    format!("{:020}", ms.max(0) * UIDS_PER_MS)
+}
+
+/// The service time zone (IANA name), for dates in bodies and times in answers.
+#[derive(Clone)]
+pub struct ServiceZone(pub TimeZone);
+
+impl ServiceZone {
+    pub fn new(name: &str) -> anyhow::Result<Self> {
+        Ok(ServiceZone(TimeZone::get(name)?))
+    }
+
+    /// `yyyy-mm-dd HH:MM:SS`
+    pub fn format(&self, ms: i64) -> String {
+        jiff::Timestamp::from_millisecond(ms)
+            .map(|t| {
+                t.to_zoned(self.0.clone())
+                    .strftime("%Y-%m-%d %H:%M:%S")
+                    .to_string()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `[start, end)` in unix milliseconds for the days `start_date` to `end_date`
+    /// (`yyyy-mm-dd`, inclusive).
+    pub fn day_range(
+        &self,
+        start: jiff::civil::Date,
+        end: jiff::civil::Date,
+    ) -> anyhow::Result<(i64, i64)> {
+        let from = start.to_zoned(self.0.clone())?.timestamp().as_millisecond();
+        let to = end
+            .tomorrow()?
+            .to_zoned(self.0.clone())?
+            .timestamp()
+            .as_millisecond();
+        Ok((from, to))
+    }
+
+    pub fn today(&self) -> jiff::civil::Date {
+        jiff::Timestamp::now().to_zoned(self.0.clone()).date()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uids_sort_in_issue_order() {
+        let a = new_uid();
+        let b = new_uid();
+        assert!(a < b);
+        assert_eq!(a.len(), 20);
+        assert!(uid_at(now_ms() + 1000) > b);
+    }
+
+    #[test]
+    fn a_seoul_day_starts_at_15_utc_the_day_before() {
+        let z = ServiceZone::new("Asia/Seoul").unwrap();
+        let d = jiff::civil::date(2026, 11, 22);
+        let (from, to) = z.day_range(d, d).unwrap();
+        assert_eq!(
+            jiff::Timestamp::from_millisecond(from).unwrap().to_string(),
+            "2026-11-21T15:00:00Z"
+        );
+        assert_eq!(to - from, 86_400_000);
+        assert_eq!(z.format(from), "2026-11-22 00:00:00");
+    }
+}

@@ -1,0 +1,569 @@
+//! The messaging API end to end on a real server: tokens, XMS sends through the delivery
+//! pipeline, search and detail.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use kep_messaging::{MessagingService, MessagingSettings};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const OPERATOR_TOKEN: &str = "test-operator-token";
+
+struct Server {
+    url: String,
+    admin: String,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+async fn spawn() -> Server {
+    let settings = MessagingSettings {
+        simulator_delay_ms: 20,
+        ..MessagingSettings::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let service = MessagingService::start(settings, dir.path()).await.unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let api = kep_core::listener::bind("messaging", "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let admin = kep_core::listener::bind("admin", "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (url, admin_url) = (
+        format!("http://{}", api.addr),
+        format!("http://{}", admin.addr),
+    );
+    let admin_router = kep_core::http::operator_only(service.admin_router(), OPERATOR_TOKEN);
+    tokio::spawn(kep_core::listener::serve(
+        api,
+        service.router(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(kep_core::listener::serve(admin, admin_router, shutdown));
+    Server {
+        url,
+        admin: admin_url,
+        http: reqwest::Client::new(),
+        _dir: dir,
+    }
+}
+
+impl Server {
+    async fn client(&self) -> (String, String) {
+        let res = self
+            .http
+            .post(format!("{}/admin/v1/messaging/clients", self.admin))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&json!({"name": "test"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let v: Value = res.json().await.unwrap();
+        (
+            v["client_id"].as_str().unwrap().to_owned(),
+            v["client_secret"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    async fn token(&self, id: &str, secret: &str) -> String {
+        let res = self
+            .http
+            .post(format!("{}/v2/oauth/token", self.url))
+            .basic_auth(id, Some(secret))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.json::<Value>().await.unwrap()["access_token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    async fn post(&self, token: &str, path: &str, body: &Value) -> (StatusCode, Value) {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .header("accept", "*/*")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (res.status(), res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        let res = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (res.status(), res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The detail once the message left status 100.
+    async fn settled(&self, token: &str, uid: &str) -> Value {
+        for _ in 0..200 {
+            let (_, v) = self
+                .get(token, &format!("/v2/info/message/search/detail/{uid}"))
+                .await;
+            if v["result"]["status_code"] != "API_100" {
+                return v["result"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{uid} never settled");
+    }
+}
+
+fn sms(cid: &str, phone: &str) -> Value {
+    json!({"cid": cid, "message_type": "SM", "phone_number": phone, "message": "안녕하세요", "sender_no": "0212345678"})
+}
+
+#[tokio::test]
+async fn the_token_endpoint_takes_all_three_client_authentications() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let url = format!("{}/v2/oauth/token", srv.url);
+    let grant = [("grant_type", "client_credentials")];
+
+    let basic = srv
+        .http
+        .post(&url)
+        .basic_auth(&id, Some(&secret))
+        .form(&grant)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status(), 200);
+    assert_eq!(basic.headers()["cache-control"], "no-store");
+    let v: Value = basic.json().await.unwrap();
+    assert_eq!(
+        (v["token_type"].as_str(), v["expires_in"].as_u64()),
+        (Some("Bearer"), Some(21600))
+    );
+    let two_words = srv
+        .http
+        .post(&url)
+        .header("Authorization", format!("Basic {id} {secret}"))
+        .form(&grant)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(two_words.status(), 200);
+    let form = srv
+        .http
+        .post(&url)
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", &id),
+            ("client_secret", &secret),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(form.status(), 200);
+
+    let wrong = srv
+        .http
+        .post(&url)
+        .basic_auth(&id, Some("wrong"))
+        .form(&grant)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().contains_key("www-authenticate"));
+    assert_eq!(
+        wrong.json::<Value>().await.unwrap()["error"],
+        "invalid_client"
+    );
+    let nobody = srv.http.post(&url).form(&grant).send().await.unwrap();
+    assert_eq!(
+        nobody.json::<Value>().await.unwrap()["error"],
+        "invalid_client"
+    );
+    let password = srv
+        .http
+        .post(&url)
+        .basic_auth(&id, Some(&secret))
+        .form(&[("grant_type", "password")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(password.status(), 400);
+    assert_eq!(
+        password.json::<Value>().await.unwrap()["error"],
+        "unsupported_grant_type"
+    );
+    let no_grant = srv
+        .http
+        .post(&url)
+        .basic_auth(&id, Some(&secret))
+        .form(&[("scope", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        no_grant.json::<Value>().await.unwrap()["error"],
+        "invalid_request"
+    );
+    let both = srv
+        .http
+        .post(&url)
+        .basic_auth(&id, Some(&secret))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", &id),
+            ("client_secret", &secret),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        both.json::<Value>().await.unwrap()["error"],
+        "invalid_request"
+    );
+    // Base64 of something that is not id:secret.
+    let garbage = srv
+        .http
+        .post(&url)
+        .header(
+            "Authorization",
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode("nocolon")
+            ),
+        )
+        .form(&grant)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbage.status(), 401);
+}
+
+#[tokio::test]
+async fn an_xms_send_is_delivered_and_its_result_read_back() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+
+    let (status, v) = srv
+        .post(&token, "/v2/send/xms", &sms("c-1", "821012345678"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (v["code"].as_str(), v["cid"].as_str()),
+        (Some("200"), Some("c-1"))
+    );
+    let uid = v["uid"].as_str().unwrap().to_owned();
+    let detail = srv.settled(&token, &uid).await;
+    assert_eq!(detail["status_code"], "API_200");
+    assert_eq!(detail["message"], "안녕하세요");
+    assert!(
+        detail["sent_date"].as_str().unwrap().len() == 19,
+        "yyyy-mm-dd HH:MM:SS"
+    );
+
+    // The simulator's numbers: 0000 fails, 0001 fails but may be resent.
+    let (_, v) = srv
+        .post(&token, "/v2/send/xms", &sms("c-2", "821012340000"))
+        .await;
+    assert_eq!(
+        srv.settled(&token, v["uid"].as_str().unwrap()).await["status_code"],
+        "API_510"
+    );
+    let (_, v) = srv
+        .post(&token, "/v2/send/xms", &sms("c-3", "821012340001"))
+        .await;
+    assert_eq!(
+        srv.settled(&token, v["uid"].as_str().unwrap()).await["status_code"],
+        "API_520"
+    );
+
+    // What left for the carrier.
+    let outbox: Value = srv
+        .http
+        .get(format!("{}/admin/v1/messaging/outbox", srv.admin))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let uids: Vec<_> = outbox
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["uid"].as_str().unwrap())
+        .collect();
+    assert!(uids.contains(&uid.as_str()));
+    assert_eq!(outbox.as_array().unwrap().len(), 3);
+
+    // The same cid: the same body answers the first uid and sends nothing more; another
+    // body is a 410.
+    let (status, again) = srv
+        .post(&token, "/v2/send/xms", &sms("c-1", "821012345678"))
+        .await;
+    assert_eq!(
+        (status, again["uid"].as_str()),
+        (StatusCode::OK, Some(uid.as_str()))
+    );
+    let (status, v) = srv
+        .post(&token, "/v2/send/xms", &sms("c-1", "821099999999"))
+        .await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("410"))
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let outbox: Value = srv
+        .http
+        .get(format!("{}/admin/v1/messaging/outbox", srv.admin))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(outbox.as_array().unwrap().len(), 3, "nothing sent twice");
+
+    // Another client sees none of it.
+    let (id2, secret2) = srv.client().await;
+    let token2 = srv.token(&id2, &secret2).await;
+    let (status, v) = srv
+        .get(&token2, &format!("/v2/info/message/search/detail/{uid}"))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(v["code"], "404");
+}
+
+#[tokio::test]
+async fn every_rule_of_an_xms_send_is_a_410_naming_its_field() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+    let base = sms("c", "821012345678");
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = base.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    let cases = vec![
+        (without("cid"), "cid"),
+        (without("message_type"), "message_type"),
+        (without("phone_number"), "phone_number"),
+        (without("message"), "message"),
+        (without("sender_no"), "sender_no"),
+        (with("message_type", json!("XX")), "message_type"),
+        (with("cid", json!(5)), "cid"),
+        (with("phone_number", json!("01012345678")), "phone_number"),
+        (with("message", json!("가".repeat(46))), "message"),
+        (with("message", json!("emoji 😀")), "message"),
+        (with("title", json!("a title")), "title"),
+        (with("client_id", json!("someone-else")), "client_id"),
+        (with("content_group_id", json!("g")), "content_group_id"),
+        (with("tax_cd1", json!("x".repeat(51))), "tax_cd1"),
+        (
+            json!({"cid": "c", "message_type": "LM", "phone_number": "821012345678", "message": "m", "sender_no": "02", "title": "가".repeat(31)}),
+            "title",
+        ),
+        (
+            json!({"cid": "c", "message_type": "ISM", "phone_number": "11234567", "message": "m", "sender_no": "02"}),
+            "nat_cd",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, v) = srv.post(&token, "/v2/send/xms", &body).await;
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("410")),
+            "{body}"
+        );
+        let message = v["result"]["detail_message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{field}:")),
+            "{body}: {message}"
+        );
+    }
+    // At the limits: 45 Hangul syllables in an SM, a 30-syllable LM title.
+    let (status, _) = srv
+        .post(
+            &token,
+            "/v2/send/xms",
+            &with("message", json!("가".repeat(45))),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // Transport: malformed JSON, a wrong content type, an accept that refuses JSON.
+    let raw = |ct: &'static str, accept: &'static str, body: &'static str| {
+        srv.http
+            .post(format!("{}/v2/send/xms", srv.url))
+            .bearer_auth(&token)
+            .header("content-type", ct)
+            .header("accept", accept)
+            .body(body)
+            .send()
+    };
+    for (ct, accept, body) in [
+        ("application/json", "*/*", "{oops"),
+        ("text/plain", "*/*", "{}"),
+        ("application/json", "text/html", "{}"),
+    ] {
+        let res = raw(ct, accept, body).await.unwrap();
+        assert_eq!(res.status(), 400, "{ct} {accept} {body}");
+        assert_eq!(res.json::<Value>().await.unwrap()["code"], "410");
+    }
+
+    // No token, a forged one: 401 with code 400 and WWW-Authenticate.
+    for auth in [None, Some("Bearer forged"), Some("Basic abc")] {
+        let mut req = srv
+            .http
+            .post(format!("{}/v2/send/xms", srv.url))
+            .json(&base);
+        if let Some(a) = auth {
+            req = req.header("Authorization", a);
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), 401);
+        assert_eq!(
+            res.headers()["www-authenticate"],
+            "Bearer error=\"invalid_token\""
+        );
+        assert_eq!(res.json::<Value>().await.unwrap()["code"], "400");
+    }
+}
+
+#[tokio::test]
+async fn search_pages_by_uid_within_the_callers_messages() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+    let mut uids = Vec::new();
+    for i in 0..5 {
+        let mut body = sms(&format!("s-{i}"), "821012345678");
+        body["etc1"] = json!(if i % 2 == 0 { "even" } else { "odd" });
+        let (_, v) = srv.post(&token, "/v2/send/xms", &body).await;
+        uids.push(v["uid"].as_str().unwrap().to_owned());
+    }
+    let (status, page) = srv
+        .post(&token, "/v2/info/message/search", &json!({"size": 2}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (page["count"].as_i64(), page["next"].as_bool()),
+        (Some(2), Some(true))
+    );
+    let got: Vec<_> = page["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uid"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, uids[..2]);
+    let (_, page2) = srv
+        .post(
+            &token,
+            "/v2/info/message/search",
+            &json!({"size": 2, "last_uid": page["last_uid"]}),
+        )
+        .await;
+    let got: Vec<_> = page2["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uid"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, uids[2..4]);
+    let (_, odd) = srv
+        .post(&token, "/v2/info/message/search", &json!({"etc1": "odd"}))
+        .await;
+    assert_eq!(odd["count"], 2);
+    assert_eq!(odd["results"][0]["etc1"], "odd");
+
+    // Today by explicit dates finds them; yesterday finds none.
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::get("Asia/Seoul").unwrap())
+        .date();
+    let (_, v) = srv
+        .post(
+            &token,
+            "/v2/info/message/search",
+            &json!({"start_date": today.to_string(), "end_date": today.to_string(), "size": 1000}),
+        )
+        .await;
+    assert_eq!(v["count"], 5);
+    let y = today.yesterday().unwrap().to_string();
+    let (_, v) = srv
+        .post(
+            &token,
+            "/v2/info/message/search",
+            &json!({"start_date": y, "end_date": y}),
+        )
+        .await;
+    assert_eq!(
+        (v["count"].as_i64(), v["next"].as_bool()),
+        (Some(0), Some(false))
+    );
+
+    // Bounds and rules.
+    for (body, field) in [
+        (json!({"size": 0}), "size"),
+        (json!({"size": 1001}), "size"),
+        (json!({"start_date": today.to_string()}), "end_date"),
+        (
+            json!({"start_date": "2026/01/01", "end_date": "2026-01-01"}),
+            "start_date",
+        ),
+        (json!({"last_uid": "abc"}), "last_uid"),
+    ] {
+        let (status, v) = srv.post(&token, "/v2/info/message/search", &body).await;
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("410")),
+            "{body}"
+        );
+        assert!(
+            v["result"]["detail_message"]
+                .as_str()
+                .unwrap()
+                .starts_with(field),
+            "{body}: {v}"
+        );
+    }
+    let (status, _) = srv
+        .post(&token, "/v2/info/message/search", &json!({"size": 1000}))
+        .await;
+    assert_eq!(status, 200);
+
+    // Another client's id, and another client's token: nothing.
+    let (_, v) = srv
+        .post(
+            &token,
+            "/v2/info/message/search",
+            &json!({"client_id": "someone-else"}),
+        )
+        .await;
+    assert_eq!(v["count"], 0);
+    let (id2, secret2) = srv.client().await;
+    let token2 = srv.token(&id2, &secret2).await;
+    let (_, v) = srv
+        .post(&token2, "/v2/info/message/search", &json!({}))
+        .await;
+    assert_eq!(v["count"], 0);
+}
