@@ -120,11 +120,14 @@ impl Store {
     /// Deletes the org and its sessions; the ids of those sessions, so their files can go.
     pub async fn delete_org(&self, id: i64) -> sqlx::Result<Option<Vec<String>>> {
         let mut tx = self.pool.begin().await?;
-        let sessions: Vec<(String,)> =
-            sqlx::query_as("SELECT session_id FROM drm_sessions WHERE org_login_type_id = ?")
-                .bind(id)
-                .fetch_all(&mut *tx)
-                .await?;
+        // A write first: a transaction that reads first cannot take the write lock while
+        // another connection writes (SQLite answers BUSY at once).
+        let sessions: Vec<(String,)> = sqlx::query_as(
+            "DELETE FROM drm_sessions WHERE org_login_type_id = ? RETURNING session_id",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
         let done = sqlx::query("DELETE FROM org_login_types WHERE id = ?")
             .bind(id)
             .execute(&mut *tx)

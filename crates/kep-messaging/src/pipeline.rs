@@ -3,8 +3,9 @@
 //! records the outcome. A message claimed by a process that died is claimed again once its
 //! lease runs out, so nothing accepted is lost.
 
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
@@ -73,6 +74,9 @@ pub struct Dispatcher<C> {
     carrier: C,
     policy: DispatchPolicy,
     wake: Notify,
+    /// Messages this process is delivering: a claim whose lease ran out while the carrier
+    /// is still busy with it must not hand it over a second time.
+    in_flight: Mutex<HashSet<String>>,
 }
 
 impl<C: Carrier> Dispatcher<C> {
@@ -82,6 +86,7 @@ impl<C: Carrier> Dispatcher<C> {
             carrier,
             policy,
             wake: Notify::new(),
+            in_flight: Mutex::default(),
         })
     }
 
@@ -116,13 +121,23 @@ impl<C: Carrier> Dispatcher<C> {
                 continue;
             }
             for m in due {
+                if !self
+                    .in_flight
+                    .lock()
+                    .expect("in-flight lock")
+                    .insert(m.uid.clone())
+                {
+                    continue;
+                }
                 let permit = Arc::clone(&permits)
                     .acquire_owned()
                     .await
                     .expect("semaphore open");
                 let me = Arc::clone(&self);
                 tokio::spawn(async move {
+                    let uid = m.uid.clone();
                     me.process(m).await;
+                    me.in_flight.lock().expect("in-flight lock").remove(&uid);
                     drop(permit);
                 });
             }

@@ -166,21 +166,14 @@ impl Store {
     }
 
     /// Stores an accepted message, unless the client already used its cid.
+    ///
+    /// One statement, not a read then a write: a transaction that reads first cannot take
+    /// the write lock while the dispatcher writes (SQLite answers BUSY at once then).
     pub async fn insert_message(&self, m: &MessageRow) -> sqlx::Result<Inserted> {
-        let mut tx = self.pool.begin().await?;
-        let existing: Option<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
-        )))
-        .bind(&m.client_id)
-        .bind(&m.cid)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(existing) = existing {
-            return Ok(Inserted::Existing(Box::new(existing)));
-        }
-        sqlx::query(
+        let done = sqlx::query(
             "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
-               status, next_attempt_at, reg_date, req_date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+               status, next_attempt_at, reg_date, req_date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (client_id, cid) DO NOTHING",
         )
         .bind(&m.uid)
         .bind(&m.client_id)
@@ -194,10 +187,19 @@ impl Store {
         .bind(m.reg_date)
         .bind(m.reg_date)
         .bind(m.req_date)
-        .execute(&mut *tx)
+        .execute(&self.pool)
         .await?;
-        tx.commit().await?;
-        Ok(Inserted::New)
+        if done.rows_affected() == 1 {
+            return Ok(Inserted::New);
+        }
+        let existing: MessageRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
+        )))
+        .bind(&m.client_id)
+        .bind(&m.cid)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Inserted::Existing(Box::new(existing)))
     }
 
     /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.

@@ -18,10 +18,15 @@ struct Server {
 }
 
 async fn spawn() -> Server {
-    let settings = MessagingSettings {
+    spawn_with(|_| {}).await
+}
+
+async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
+    let mut settings = MessagingSettings {
         simulator_delay_ms: 20,
         ..MessagingSettings::default()
     };
+    configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
     let service = MessagingService::start(settings, dir.path()).await.unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -566,4 +571,33 @@ async fn search_pages_by_uid_within_the_callers_messages() {
         .post(&token2, "/v2/info/message/search", &json!({}))
         .await;
     assert_eq!(v["count"], 0);
+}
+
+#[tokio::test]
+async fn a_carrier_slower_than_the_lease_still_gets_each_message_once() {
+    let srv = spawn_with(|s| {
+        s.simulator_delay_ms = 2500;
+        s.dispatch_lease_s = 1;
+    })
+    .await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+    let (_, v) = srv
+        .post(&token, "/v2/send/xms", &sms("slow", "821012345678"))
+        .await;
+    assert_eq!(
+        srv.settled(&token, v["uid"].as_str().unwrap()).await["status_code"],
+        "API_200"
+    );
+    let outbox: Value = srv
+        .http
+        .get(format!("{}/admin/v1/messaging/outbox", srv.admin))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(outbox.as_array().unwrap().len(), 1);
 }

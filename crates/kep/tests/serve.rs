@@ -88,6 +88,8 @@ fn port0() -> Vec<&'static str> {
         "127.0.0.1:0",
         "--adapter-addr",
         "127.0.0.1:0",
+        "--messaging-addr",
+        "127.0.0.1:0",
     ]
 }
 
@@ -512,4 +514,136 @@ fn the_adapter_round_trip_from_the_cli() {
     let mut agent = agent;
     let _ = agent.child.kill();
     let _ = agent.child.wait();
+}
+
+/// Creates a messaging client through the operator API: (client_id, client_secret).
+fn messaging_client(srv: &Server) -> (String, String) {
+    let token = std::fs::read_to_string(srv.data_dir.join("admin-token")).unwrap();
+    let (status, v) = http(
+        "POST",
+        &format!("{}/admin/v1/messaging/clients", srv.admin),
+        Some(token.trim()),
+        Some("{}"),
+    );
+    assert_eq!(status, 201);
+    (
+        v["client_id"].as_str().unwrap().to_owned(),
+        v["client_secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn messaging_url(srv: &Server) -> String {
+    let addresses: Value =
+        serde_json::from_slice(&std::fs::read(srv.data_dir.join("addresses.json")).unwrap())
+            .unwrap();
+    format!("http://{}", addresses["messaging"].as_str().unwrap())
+}
+
+#[test]
+fn a_real_oauth_client_gets_a_token_and_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[("KEP_SIMULATOR_DELAY_MS", "10")]);
+    let (id, secret) = messaging_client(&srv);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/oauth_client.py");
+    let out = Command::new("python3")
+        .args([script, &messaging_url(&srv), &id, &secret])
+        // oauthlib refuses plain http unless told the transport is local.
+        .env("OAUTHLIB_INSECURE_TRANSPORT", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "requests-oauthlib client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["token"]["token_type"], "Bearer");
+    assert_eq!(v["token"]["expires_in"], 21600);
+    assert_eq!(v["send_status"], 200);
+    assert_eq!(v["send"]["code"], "200");
+}
+
+#[test]
+fn accepted_messages_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    // A carrier so slow that nothing finishes before the kill.
+    let slow = [
+        ("KEP_SIMULATOR_DELAY_MS", "60000"),
+        ("KEP_MESSAGING_DISPATCH_LEASE_S", "1"),
+    ];
+    let mut srv = serve(dir.path(), &port0(), &slow);
+    let (id, secret) = messaging_client(&srv);
+    let url = messaging_url(&srv);
+    let client = reqwest::blocking::Client::new();
+    let token: Value = client
+        .post(format!("{url}/v2/oauth/token"))
+        .basic_auth(&id, Some(&secret))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let token = token["access_token"].as_str().unwrap().to_owned();
+    let mut uids = Vec::new();
+    for i in 0..20 {
+        let body = serde_json::json!({"cid": format!("k-{i}"), "message_type": "SM", "phone_number": format!("8210123400{:02}", i + 10),
+            "message": "survive", "sender_no": "0212345678"});
+        let v: Value = client
+            .post(format!("{url}/v2/send/xms"))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(v["code"], "200", "{i}: {v}");
+        uids.push(v["uid"].as_str().unwrap().to_owned());
+    }
+    srv.child.kill().unwrap(); // SIGKILL
+    srv.child.wait().unwrap();
+
+    let srv = serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_SIMULATOR_DELAY_MS", "10"),
+            ("KEP_MESSAGING_DISPATCH_LEASE_S", "1"),
+        ],
+    );
+    let url = messaging_url(&srv);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page: Value = client
+            .post(format!("{url}/v2/info/message/search"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"size": 1000}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let results = page["results"].as_array().unwrap();
+        assert_eq!(results.len(), 20, "every accepted message is still there");
+        if results.iter().all(|r| r["status_code"] == "API_200") {
+            let got: Vec<_> = results
+                .iter()
+                .map(|r| r["uid"].as_str().unwrap().to_owned())
+                .collect();
+            assert_eq!(got, uids);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every message reached a final status: {page}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Each left for the carrier exactly once.
+    let op = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+    let (_, outbox) = http(
+        "GET",
+        &format!("{}/admin/v1/messaging/outbox?limit=1000", srv.admin),
+        Some(op.trim()),
+        None,
+    );
+    assert_eq!(outbox.as_array().unwrap().len(), 20);
 }
