@@ -6,6 +6,7 @@ pub mod api;
 mod error;
 mod oauth;
 mod pipeline;
+mod rcs;
 mod store;
 mod text;
 mod time;
@@ -38,6 +39,8 @@ pub struct MessagingSettings {
     pub dispatch_max_attempts: i64,
     pub dispatch_backoff_ms: u64,
     pub body_limit_bytes: usize,
+    /// A result group not completed within this goes back to the pool.
+    pub results_lease_s: u64,
 }
 
 impl Default for MessagingSettings {
@@ -52,6 +55,7 @@ impl Default for MessagingSettings {
             dispatch_max_attempts: 5,
             dispatch_backoff_ms: 500,
             body_limit_bytes: 1024 * 1024,
+            results_lease_s: 300,
         }
     }
 }

@@ -144,11 +144,12 @@ impl<C: Carrier> Dispatcher<C> {
         }
     }
 
-    async fn process(&self, mut m: MessageRow) {
-        let payload = m.request.clone();
+    /// Hands `route`'s payload to the carrier; `None` when the carrier could not be
+    /// reached and the message was put back for a retry.
+    async fn hand_over(&self, m: &mut MessageRow, route: &str) -> Option<CarrierOutcome> {
         let outcome = self
             .carrier
-            .deliver(&m.channel, &m.phone_number, &payload)
+            .deliver(route, &m.phone_number, &m.request)
             .await;
         let now = now_ms();
         let outcome = match outcome {
@@ -168,21 +169,70 @@ impl<C: Carrier> Dispatcher<C> {
                 if let Err(e) = self.store.retry_at(&m.uid, at).await {
                     tracing::warn!(error = %e, "scheduling a retry");
                 }
-                return;
+                return None;
             }
             Err(why) => {
                 m.error_message = Some(format!("carrier unreachable: {why}"));
                 CarrierOutcome::Failed
             }
         };
-        let status = match outcome {
-            CarrierOutcome::Delivered => "200",
-            CarrierOutcome::Failed | CarrierOutcome::NoRcs => "510",
-            CarrierOutcome::Resendable => "520",
+        m.sent_date.get_or_insert(now);
+        let code = status_of(outcome);
+        if let Err(e) = self
+            .store
+            .record_outbox(
+                &m.uid,
+                route,
+                &m.phone_number,
+                &m.request,
+                &format!("API_{code}"),
+                now,
+            )
+            .await
+        {
+            tracing::warn!(uid = m.uid, error = %e, "recording a hand-over");
+        }
+        Some(outcome)
+    }
+
+    async fn process(&self, mut m: MessageRow) {
+        let first_route = m.channel.clone();
+        let Some(outcome) = self.hand_over(&mut m, &first_route).await else {
+            return;
         };
+        let mut last = outcome;
+        if m.channel == "RCS" {
+            let delivered = outcome == CarrierOutcome::Delivered;
+            m.rcs_status = Some(if delivered { "success" } else { "fail" }.to_owned());
+            let request: serde_json::Value = serde_json::from_str(&m.request).unwrap_or_default();
+            let fall_back = request["fall_back_yn"].as_bool().unwrap_or(false);
+            if !delivered && fall_back {
+                let route = match request["fall_back_message_type"].as_str() {
+                    Some("LM") => "FALLBACK_LM",
+                    _ => "FALLBACK_SM",
+                };
+                let Some(fallback) = self.hand_over(&mut m, route).await else {
+                    return;
+                };
+                m.fallback_status = Some(
+                    if fallback == CarrierOutcome::Delivered {
+                        "success"
+                    } else {
+                        "fail"
+                    }
+                    .to_owned(),
+                );
+                m.sms_status_code = Some(format!("API_{}", status_of(fallback)));
+                last = fallback;
+            }
+        } else {
+            m.sms_status_code = Some(format!("API_{}", status_of(outcome)));
+        }
+        // The message's status is the outcome of its last attempt.
+        let status = status_of(last);
         if status != "200" && m.error_message.is_none() {
             m.error_message = Some(
-                match outcome {
+                match last {
                     CarrierOutcome::Resendable => "failed; may be resent",
                     CarrierOutcome::NoRcs => "no RCS on this number",
                     _ => "failed to send",
@@ -191,23 +241,18 @@ impl<C: Carrier> Dispatcher<C> {
             );
         }
         m.status = status.to_owned();
-        m.sms_status_code = Some(format!("API_{status}"));
-        m.sent_date = Some(now);
         m.res_date = Some(now_ms());
-        let recorded = self
-            .store
-            .record_outbox(
-                &m.uid,
-                &m.channel,
-                &m.phone_number,
-                &payload,
-                &format!("API_{status}"),
-                now,
-            )
-            .await;
-        if let Err(e) = recorded.and(self.store.finish(&m).await) {
+        if let Err(e) = self.store.finish(&m).await {
             // The lease runs out and the message is tried again.
             tracing::warn!(uid = m.uid, error = %e, "recording a delivery");
         }
+    }
+}
+
+fn status_of(outcome: CarrierOutcome) -> &'static str {
+    match outcome {
+        CarrierOutcome::Delivered => "200",
+        CarrierOutcome::Failed | CarrierOutcome::NoRcs => "510",
+        CarrierOutcome::Resendable => "520",
     }
 }

@@ -59,6 +59,14 @@ pub struct Store {
     pool: SqlitePool,
 }
 
+pub enum GroupCompletion {
+    Done,
+    Unknown,
+    AlreadyCompleted,
+    /// Its lease ran out: its results went back to the pool.
+    Expired,
+}
+
 pub enum Inserted {
     New,
     /// The client already has a message with that cid.
@@ -289,6 +297,17 @@ impl Store {
         .await
     }
 
+    /// A message of any client (the RCS detail tells 403 from 404).
+    pub async fn any_message(&self, channel: &str, uid: &str) -> sqlx::Result<Option<MessageRow>> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid = ? AND channel = ?"
+        )))
+        .bind(uid)
+        .bind(channel)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
     /// One page of a client's messages in uid order.
     pub async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
@@ -303,6 +322,96 @@ impl Store {
         }
         b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
         b.build_query_as().fetch_all(&self.pool).await
+    }
+
+    /// Hands out up to `limit` finished RCS results that no open group holds, as the new
+    /// group `group_id`; groups whose lease ran out first give theirs back.
+    pub async fn hand_out_results(
+        &self,
+        client_id: &str,
+        group_id: &str,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE messages SET report_group_id = NULL WHERE report_group_id IN
+               (SELECT report_group_id FROM report_groups WHERE client_id = ? AND completed_at IS NULL AND lease_until <= ?)",
+        )
+        .bind(client_id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM report_groups WHERE client_id = ? AND completed_at IS NULL AND lease_until <= ?")
+            .bind(client_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        let mut rows: Vec<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE messages SET report_group_id = ? WHERE uid IN
+               (SELECT uid FROM messages WHERE client_id = ? AND channel = 'RCS' AND reported = 0 AND status <> '100'
+                  AND report_group_id IS NULL ORDER BY uid LIMIT ?)
+             RETURNING {MESSAGE_COLUMNS}"
+        )))
+        .bind(group_id)
+        .bind(client_id)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        if !rows.is_empty() {
+            sqlx::query("INSERT INTO report_groups (report_group_id, client_id, created_at, lease_until) VALUES (?, ?, ?, ?)")
+                .bind(group_id)
+                .bind(client_id)
+                .bind(now_ms)
+                .bind(now_ms + lease_ms)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        rows.sort_by(|a, b| a.uid.cmp(&b.uid));
+        Ok(rows)
+    }
+
+    /// Retires a group's results for good.
+    pub async fn complete_group(
+        &self,
+        client_id: &str,
+        group_id: &str,
+        now_ms: i64,
+    ) -> sqlx::Result<GroupCompletion> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE report_groups SET completed_at = ?
+             WHERE report_group_id = ? AND client_id = ? AND completed_at IS NULL AND lease_until > ?",
+        )
+        .bind(now_ms)
+        .bind(group_id)
+        .bind(client_id)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            sqlx::query("UPDATE messages SET reported = 1 WHERE report_group_id = ?")
+                .bind(group_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(GroupCompletion::Done);
+        }
+        let state: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT completed_at FROM report_groups WHERE report_group_id = ? AND client_id = ?",
+        )
+        .bind(group_id)
+        .bind(client_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(match state {
+            None => GroupCompletion::Unknown,
+            Some((Some(_),)) => GroupCompletion::AlreadyCompleted,
+            Some((None,)) => GroupCompletion::Expired,
+        })
     }
 
     /// The newest `limit` outbox rows, newest first.

@@ -1,6 +1,7 @@
 //! Wire types and handlers of the messaging API.
 
 pub mod operator;
+mod rcs;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -28,9 +29,23 @@ pub(crate) fn router(m: MessagingService) -> Router {
     Router::new()
         .route("/v2/oauth/token", post(token))
         .route("/v2/send/xms", post(send_xms))
+        .route("/v2/send/rcs", post(rcs::send_rcs))
+        .route("/v2/info/rcs/results", get(rcs::results).post(rcs::results))
+        .route(
+            "/v2/info/rcs/results/complete/{report_group_id}",
+            axum::routing::put(rcs::complete),
+        )
+        .route(
+            "/v2/info/rcs/search",
+            get(rcs::search_get).post(rcs::search_post),
+        )
+        .route("/v2/info/rcs/search/detail/{uid}", get(rcs::detail))
         .route("/v2/info/message/search", post(search_xms))
         .route("/v2/info/message/search/detail/{uid}", get(xms_detail))
         .fallback(|| async { MessagingError::NotFound("no such API".into()) })
+        .layer(axum::extract::DefaultBodyLimit::max(
+            m.0.settings.body_limit_bytes,
+        ))
         .with_state(m)
 }
 
@@ -41,7 +56,18 @@ pub(crate) fn router(m: MessagingService) -> Router {
         title = "kep text-message sending API",
         description = "Seed 002: OAuth 2.0, XMS sends, search"
     ),
-    paths(token, send_xms, search_xms, xms_detail),
+    paths(
+        token,
+        send_xms,
+        search_xms,
+        xms_detail,
+        rcs::send_rcs,
+        rcs::results,
+        rcs::complete,
+        rcs::search_post,
+        rcs::search_get,
+        rcs::detail
+    ),
     components(schemas(
         TokenAnswer,
         SendAnswer,
@@ -55,7 +81,7 @@ pub(crate) fn router(m: MessagingService) -> Router {
 pub struct MessagingApiDoc;
 
 /// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it.
-fn json_body<T: DeserializeOwned>(
+pub(crate) fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(T, Value), MessagingError> {
@@ -119,20 +145,42 @@ pub(crate) async fn send_xms(
     let (send, raw): (xms::XmsSend, Value) = json_body(&headers, body)?;
     xms::validate(&send, &client_id)?;
     let cid = send.cid.clone().unwrap_or_default();
-    let request = serde_json::to_string(&raw).expect("JSON serialises");
+    let message_type = send.message_type.clone().unwrap_or_default();
+    let phone = send.phone_number.clone().unwrap_or_default();
+    let uid = accept(&m, client_id, "XMS", &cid, message_type, phone, &raw).await?;
+    Ok(Json(SendAnswer {
+        code: "200".into(),
+        uid,
+        cid,
+        result: Detail::ok("accepted"),
+    }))
+}
+
+/// Stores an accepted message durably and wakes the dispatcher; its uid. The same cid
+/// with the same body answers the first uid and sends nothing; another body is a 410.
+pub(crate) async fn accept(
+    m: &MessagingService,
+    client_id: String,
+    channel: &str,
+    cid: &str,
+    message_type: String,
+    phone_number: String,
+    raw: &Value,
+) -> Result<String, MessagingError> {
+    let request = serde_json::to_string(raw).expect("JSON serialises");
     let request_hash = sha256_hex(&request);
     let now = now_ms();
     let row = MessageRow {
         uid: new_uid(),
-        client_id: client_id.clone(),
-        cid: cid.clone(),
-        channel: "XMS".into(),
-        message_type: send.message_type.clone().unwrap_or_default(),
-        phone_number: send.phone_number.clone().unwrap_or_default(),
+        client_id,
+        cid: cid.to_owned(),
+        channel: channel.to_owned(),
+        message_type,
+        phone_number,
         request,
         request_hash,
         status: "100".into(),
-        rcs_status: None,
+        rcs_status: (channel == "RCS").then(|| "processing".to_owned()),
         fallback_status: None,
         sms_status_code: None,
         error_message: None,
@@ -142,30 +190,93 @@ pub(crate) async fn send_xms(
         sent_date: None,
         res_date: None,
     };
-    let uid = match m.0.store.insert_message(&row).await? {
+    match m.0.store.insert_message(&row).await? {
         Inserted::New => {
             m.0.dispatcher.wake();
-            row.uid
+            Ok(row.uid)
         }
-        // The same cid: the first answer again if the body is the same, else a 410.
         Inserted::Existing(first)
-            if first.request_hash == row.request_hash && first.channel == "XMS" =>
+            if first.request_hash == row.request_hash && first.channel == channel =>
         {
-            first.uid
+            Ok(first.uid)
         }
-        Inserted::Existing(_) => {
+        Inserted::Existing(_) => Err(MessagingError::invalid(
+            "cid",
+            "already used with a different message",
+        )),
+    }
+}
+
+/// The paging fields both searches share.
+pub(crate) struct Page<'a> {
+    pub start_date: Option<&'a str>,
+    pub end_date: Option<&'a str>,
+    pub client_id: Option<&'a str>,
+    pub size: Option<i64>,
+    pub last_uid: Option<&'a str>,
+}
+
+/// One page of the caller's messages of `channel`, oldest first, and whether more follow.
+pub(crate) async fn page(
+    m: &MessagingService,
+    caller: &str,
+    channel: &'static str,
+    p: Page<'_>,
+    filters: Vec<(&'static str, String)>,
+) -> Result<(Vec<MessageRow>, bool), MessagingError> {
+    let zone = &m.0.zone;
+    let (start, end) = match (p.start_date, p.end_date) {
+        (None, None) => (zone.today(), zone.today()),
+        (Some(s), Some(e)) => (date("start_date", s)?, date("end_date", e)?),
+        (Some(_), None) => {
             return Err(MessagingError::invalid(
-                "cid",
-                "already used with a different message",
+                "end_date",
+                "start_date and end_date go together",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(MessagingError::invalid(
+                "start_date",
+                "start_date and end_date go together",
             ));
         }
     };
-    Ok(Json(SendAnswer {
-        code: "200".into(),
-        uid,
-        cid,
-        result: Detail::ok("accepted"),
-    }))
+    if start > end {
+        return Err(MessagingError::invalid("start_date", "after end_date"));
+    }
+    let size = p.size.unwrap_or(100);
+    if !(1..=1000).contains(&size) {
+        return Err(MessagingError::invalid("size", "1 to 1000"));
+    }
+    let (from, to) = zone
+        .day_range(start, end)
+        .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
+    let mut after = format!("{:020}", (from * crate::time::UIDS_PER_MS - 1).max(0));
+    if let Some(last) = p.last_uid {
+        if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(MessagingError::invalid(
+                "last_uid",
+                "a uid from a previous page",
+            ));
+        }
+        after = after.max(last.to_owned());
+    }
+    // Another client's id finds nothing: a client sees only its own messages.
+    if p.client_id.is_some_and(|c| c != caller) {
+        return Ok((Vec::new(), false));
+    }
+    let query = SearchQuery {
+        client_id: caller,
+        channel,
+        after,
+        before: uid_at(to),
+        limit: size + 1,
+        filters,
+    };
+    let mut rows = m.0.store.search(&query).await?;
+    let next = rows.len() as i64 > size;
+    rows.truncate(size as usize);
+    Ok((rows, next))
 }
 
 /// Parses `yyyy-mm-dd`.
@@ -189,80 +300,26 @@ pub(crate) async fn search_xms(
     let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
     oauth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
-    let zone = &m.0.zone;
-    let (start, end) = match (&q.start_date, &q.end_date) {
-        (None, None) => (zone.today(), zone.today()),
-        (Some(s), Some(e)) => (date("start_date", s)?, date("end_date", e)?),
-        (Some(_), None) => {
-            return Err(MessagingError::invalid(
-                "end_date",
-                "start_date and end_date go together",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(MessagingError::invalid(
-                "start_date",
-                "start_date and end_date go together",
-            ));
-        }
-    };
-    if start > end {
-        return Err(MessagingError::invalid("start_date", "after end_date"));
-    }
-    let size = q.size.unwrap_or(100);
-    if !(1..=1000).contains(&size) {
-        return Err(MessagingError::invalid("size", "1 to 1000"));
-    }
-    let (from, to) = zone
-        .day_range(start, end)
-        .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
-    let mut after = format!("{:020}", (from * crate::time::UIDS_PER_MS - 1).max(0));
-    if let Some(last) = &q.last_uid {
-        if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(MessagingError::invalid(
-                "last_uid",
-                "a uid from a previous page",
-            ));
-        }
-        after = after.max(last.clone());
-    }
     let mut filters = Vec::new();
     if let Some(s) = &q.status_code {
-        let code = s.strip_prefix("API_").unwrap_or(s);
-        filters.push(("status", code.to_owned()));
+        filters.push(("status", s.strip_prefix("API_").unwrap_or(s).to_owned()));
     }
-    for (key, value) in [("etc1", &q.etc1), ("etc2", &q.etc2)] {
-        if let Some(v) = value {
-            filters.push((
-                if key == "etc1" {
-                    "json_extract(request, '$.etc1')"
-                } else {
-                    "json_extract(request, '$.etc2')"
-                },
-                v.clone(),
-            ));
-        }
+    if let Some(v) = &q.etc1 {
+        filters.push(("json_extract(request, '$.etc1')", v.clone()));
     }
-    // Another client's id finds nothing: a client sees only its own messages.
-    let rows = if q.client_id.as_ref().is_some_and(|c| c != &client_id) {
-        Vec::new()
-    } else {
-        let query = SearchQuery {
-            client_id: &client_id,
-            channel: "XMS",
-            after,
-            before: uid_at(to),
-            limit: size + 1,
-            filters,
-        };
-        m.0.store.search(&query).await?
+    if let Some(v) = &q.etc2 {
+        filters.push(("json_extract(request, '$.etc2')", v.clone()));
+    }
+    let p = Page {
+        start_date: q.start_date.as_deref(),
+        end_date: q.end_date.as_deref(),
+        client_id: q.client_id.as_deref(),
+        size: q.size,
+        last_uid: q.last_uid.as_deref(),
     };
-    let next = rows.len() as i64 > size;
-    let results: Vec<XmsSearchRow> = rows
-        .into_iter()
-        .take(size as usize)
-        .map(|r| search_row(zone, r))
-        .collect();
+    let (rows, next) = page(&m, &client_id, "XMS", p, filters).await?;
+    let zone = &m.0.zone;
+    let results: Vec<XmsSearchRow> = rows.into_iter().map(|r| search_row(zone, r)).collect();
     Ok(Json(XmsSearchAnswer {
         status: "200".into(),
         code: "200".into(),
@@ -274,7 +331,7 @@ pub(crate) async fn search_xms(
     }))
 }
 
-fn request_field(request: &Value, key: &str) -> Option<String> {
+pub(crate) fn request_field(request: &Value, key: &str) -> Option<String> {
     request.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 

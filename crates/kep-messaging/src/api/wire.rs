@@ -133,3 +133,84 @@ pub struct OutboxEntry {
     pub outcome: String,
     pub at: String,
 }
+
+// ---- RCS ----
+
+/// One result of `GET /v2/info/rcs/results`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RcsResult {
+    pub uid: String,
+    pub client_id: String,
+    pub cid: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcs_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_status: Option<String>,
+}
+
+/// `GET|POST /v2/info/rcs/results` answer; no group when nothing is pending.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RcsResultsAnswer {
+    pub code: String,
+    pub code_detail: Detail,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_group_id: Option<String>,
+    pub results: Vec<RcsResult>,
+}
+
+/// `PUT /v2/info/rcs/results/complete/{report_group_id}` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CodeAnswer {
+    pub code: String,
+    pub code_detail: Detail,
+}
+
+/// `POST|GET /v2/info/rcs/search` fields (a body, or the query string).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RcsSearch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RcsSearchRow {
+    pub uid: String,
+    pub cid: String,
+    pub reg_date: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcs_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_cd1: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tax_cd2: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RcsSearchAnswer {
+    pub status: String,
+    pub code: String,
+    pub count: i64,
+    pub next: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_uid: Option<String>,
+    pub code_detail: Detail,
+    pub results: Vec<RcsSearchRow>,
+}

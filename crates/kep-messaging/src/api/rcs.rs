@@ -1,0 +1,297 @@
+//! The RCS calls: send, result groups, search and detail.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use kep_core::secret::random_token;
+use serde_json::{Value, json};
+
+use super::wire::{
+    CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
+    SendAnswer,
+};
+use super::{Page, accept, json_body, page, request_field};
+use crate::store::GroupCompletion;
+use crate::time::now_ms;
+use crate::{MessagingError, MessagingService, oauth, rcs};
+
+/// Results per group (CONTRACT §4).
+const GROUP_SIZE: i64 = 1000;
+
+/// `POST /v2/send/rcs`
+#[utoipa::path(post, path = "/v2/send/rcs", request_body(content = Object, description = "the document's RCS fields"),
+    responses((status = 200, body = SendAnswer), (status = 400, description = "code 410, naming the field"),
+              (status = 401, description = "code 400")),
+    security(("bearer" = [])))]
+pub(crate) async fn send_rcs(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<SendAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    let (send, raw): (rcs::RcsSend, Value) = json_body(&headers, body)?;
+    rcs::validate(&send, &client_id)?;
+    let cid = send.cid.clone().unwrap_or_default();
+    let message_type = send.message_type.clone().unwrap_or_default();
+    let phone = send.phone_number.clone().unwrap_or_default();
+    let uid = accept(&m, client_id, "RCS", &cid, message_type, phone, &raw).await?;
+    Ok(Json(SendAnswer {
+        code: "200".into(),
+        uid,
+        cid,
+        result: Detail::ok("accepted"),
+    }))
+}
+
+/// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
+/// new group to complete.
+#[utoipa::path(get, path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
+pub(crate) async fn results(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+) -> Result<Json<RcsResultsAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    let group = random_token(12);
+    let lease_ms = i64::try_from(m.0.settings.results_lease_s)
+        .unwrap_or(i64::MAX / 2)
+        .saturating_mul(1000);
+    let rows =
+        m.0.store
+            .hand_out_results(&client_id, &group, now_ms(), lease_ms, GROUP_SIZE)
+            .await?;
+    let report_group_id = (!rows.is_empty()).then_some(group);
+    let results = rows
+        .into_iter()
+        .map(|r| RcsResult {
+            uid: r.uid,
+            client_id: r.client_id,
+            cid: r.cid,
+            status: format!("API_{}", r.status),
+            rcs_status: r.rcs_status,
+            fallback_status: r.fallback_status,
+        })
+        .collect();
+    Ok(Json(RcsResultsAnswer {
+        code: "200".into(),
+        code_detail: Detail::ok("ok"),
+        report_group_id,
+        results,
+    }))
+}
+
+/// `PUT /v2/info/rcs/results/complete/{report_group_id}`: the group's results are never
+/// handed out again.
+#[utoipa::path(put, path = "/v2/info/rcs/results/complete/{report_group_id}", params(("report_group_id" = String, Path)),
+    responses((status = 200, body = CodeAnswer), (status = 400, description = "code 410: unknown, completed or expired group")),
+    security(("bearer" = [])))]
+pub(crate) async fn complete(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    Path(group): Path<String>,
+) -> Result<Json<CodeAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    match m
+        .0
+        .store
+        .complete_group(&client_id, &group, now_ms())
+        .await?
+    {
+        GroupCompletion::Done => Ok(Json(CodeAnswer {
+            code: "200".into(),
+            code_detail: Detail::ok("completed"),
+        })),
+        GroupCompletion::Unknown => Err(MessagingError::invalid(
+            "report_group_id",
+            "no such open group",
+        )),
+        GroupCompletion::AlreadyCompleted => Err(MessagingError::invalid(
+            "report_group_id",
+            "already completed",
+        )),
+        GroupCompletion::Expired => Err(MessagingError::invalid(
+            "report_group_id",
+            "its lease ran out; its results are handed out again",
+        )),
+    }
+}
+
+async fn search(
+    m: MessagingService,
+    headers: HeaderMap,
+    q: RcsSearch,
+) -> Result<Json<RcsSearchAnswer>, MessagingError> {
+    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    oauth::check_accept(&headers)?;
+    let mut filters = Vec::new();
+    if let Some(s) = &q.status {
+        filters.push(("status", s.strip_prefix("API_").unwrap_or(s).to_owned()));
+    }
+    if let Some(t) = &q.service_type {
+        if !rcs::RCS_TYPES.contains(&t.as_str()) {
+            return Err(MessagingError::invalid(
+                "service_type",
+                format!("one of {}", rcs::RCS_TYPES.join(", ")),
+            ));
+        }
+        filters.push(("message_type", t.clone()));
+    }
+    let p = Page {
+        start_date: q.start_date.as_deref(),
+        end_date: q.end_date.as_deref(),
+        client_id: q.client_id.as_deref(),
+        size: q.size,
+        last_uid: q.last_uid.as_deref(),
+    };
+    let (rows, next) = page(&m, &client_id, "RCS", p, filters).await?;
+    let zone = &m.0.zone;
+    let results: Vec<RcsSearchRow> = rows
+        .into_iter()
+        .map(|r| {
+            let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
+            RcsSearchRow {
+                reg_date: zone.format(r.reg_date),
+                status: format!("API_{}", r.status),
+                rcs_status: r.rcs_status,
+                fallback_status: r.fallback_status,
+                error_message: r.error_message,
+                tax_cd1: request_field(&request, "tax_cd1"),
+                tax_cd2: request_field(&request, "tax_cd2"),
+                uid: r.uid,
+                cid: r.cid,
+            }
+        })
+        .collect();
+    Ok(Json(RcsSearchAnswer {
+        status: "200".into(),
+        code: "200".into(),
+        count: results.len() as i64,
+        next,
+        last_uid: results.last().map(|r| r.uid.clone()),
+        code_detail: Detail::ok("ok"),
+        results,
+    }))
+}
+
+/// `POST /v2/info/rcs/search`
+#[utoipa::path(post, path = "/v2/info/rcs/search", request_body = RcsSearch,
+    responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
+pub(crate) async fn search_post(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<RcsSearchAnswer>, MessagingError> {
+    let (q, _): (RcsSearch, Value) = json_body(&headers, body)?;
+    search(m, headers, q).await
+}
+
+/// `GET /v2/info/rcs/search`: the same fields as a query string.
+#[utoipa::path(get, path = "/v2/info/rcs/search", params(RcsSearchParams),
+    responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
+pub(crate) async fn search_get(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    q: Result<Query<RcsSearch>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RcsSearchAnswer>, MessagingError> {
+    let Query(q) = q.map_err(|e| MessagingError::invalid("query", e.body_text()))?;
+    search(m, headers, q).await
+}
+
+/// The query-string form of [`RcsSearch`], for the OpenAPI description.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "describes the query string only")]
+pub(crate) struct RcsSearchParams {
+    start_date: Option<String>,
+    end_date: Option<String>,
+    client_id: Option<String>,
+    size: Option<i64>,
+    last_uid: Option<String>,
+    status: Option<String>,
+    service_type: Option<String>,
+}
+
+/// `GET /v2/info/rcs/search/detail/{uid}`: 200, 401, 403 (another client's message), 404.
+#[utoipa::path(get, path = "/v2/info/rcs/search/detail/{uid}", params(("uid" = String, Path)),
+    responses((status = 200, description = "the message"), (status = 401, description = "code 401"),
+              (status = 403, description = "code 403"), (status = 404, description = "code 404")),
+    security(("bearer" = [])))]
+pub(crate) async fn detail(
+    State(m): State<MessagingService>,
+    headers: HeaderMap,
+    Path(uid): Path<String>,
+) -> Response {
+    // This call's codes are HTTP-style (the seed): 401 rather than 400 for a bad token.
+    let detail_answer = |status: StatusCode, message: &str| {
+        let code = status.as_u16().to_string();
+        (status, Json(json!({"code": code, "code_detail": {"detail_code": format!("API_{code}"), "detail_message": message}})))
+            .into_response()
+    };
+    let client_id = match oauth::authorize(&m.0.store, &headers, false).await {
+        Ok(c) => c,
+        Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
+        Err(e) => {
+            let mut res = detail_answer(StatusCode::UNAUTHORIZED, &e.to_string());
+            res.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
+            );
+            return res;
+        }
+    };
+    let r = match m.0.store.any_message("RCS", &uid).await {
+        Ok(Some(r)) if r.client_id == client_id => r,
+        Ok(Some(_)) => return detail_answer(StatusCode::FORBIDDEN, "not your message"),
+        Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
+        Err(e) => return MessagingError::from(e).into_response(),
+    };
+    let zone = &m.0.zone;
+    let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
+    let date = |ms: Option<i64>| ms.map(|t| zone.format(t));
+    let buttons: Vec<String> = request["body"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|b| b["button"].as_array().cloned().unwrap_or_default())
+        .map(|b| b.to_string())
+        .collect();
+    let mut result = json!({
+        "uid": r.uid, "client_id": r.client_id, "cid": r.cid, "reg_date": zone.format(r.reg_date),
+        "phone_number": r.phone_number, "callback": request_field(&request, "sender_no"),
+        "message_base_id": request_field(&request, "template_code"), "message_group_id": r.uid,
+        "service_type": r.message_type, "body": request.get("body").map(|b| b.to_string()),
+        "fallback_type": request_field(&request, "fall_back_message_type"),
+        "fallback_calback": request_field(&request, "sender_no"),
+        "fallback_subject": request_field(&request, "fall_back_title"),
+        "fallback_message": request_field(&request, "fall_back_message"),
+        "req_date": date(r.req_date), "res_date": date(r.res_date), "sent_date": date(r.sent_date),
+        "time_stamp": date(r.res_date),
+        "status": format!("API_{}", r.status), "rcs_status": r.rcs_status, "fallback_status": r.fallback_status,
+        "error_message": r.error_message, "mno_info": mno_info(&r.phone_number),
+        "buttons": buttons, "fallback_yn": request["fall_back_yn"].as_bool().unwrap_or(false),
+    });
+    // Fields never set are left out, not null (CONTRACT §0).
+    if let Some(obj) = result.as_object_mut() {
+        obj.retain(|_, v| !v.is_null());
+    }
+    (
+        StatusCode::OK,
+        Json(json!({"code": "200", "code_detail": Detail::ok("ok"), "result": result})),
+    )
+        .into_response()
+}
+
+/// The simulated carrier of a number: one of the three Korean mobile carriers.
+fn mno_info(phone: &str) -> &'static str {
+    let digit = phone
+        .bytes()
+        .last()
+        .map(|b| b.wrapping_sub(b'0'))
+        .unwrap_or(0);
+    ["SKT", "KT", "LGU"][usize::from(digit % 3)]
+}

@@ -1,0 +1,255 @@
+//! `POST /v2/send/rcs`: the document's field table and RCS limits (CONTRACT §4).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::MessagingError;
+use crate::text::{check_digits, check_text, require_text};
+
+/// An RCS send as it arrives; every field optional here so a missing one is named.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RcsSend {
+    pub cid: Option<String>,
+    pub message_type: Option<String>,
+    pub phone_number: Option<String>,
+    pub template_code: Option<String>,
+    pub agency_id: Option<String>,
+    pub client_id: Option<String>,
+    pub ad_flag: Option<String>,
+    pub footer: Option<String>,
+    pub sender_no: Option<String>,
+    #[expect(
+        dead_code,
+        reason = "parsed to check its type; the carrier connector has no use for it"
+    )]
+    pub copy_allowed: Option<bool>,
+    pub body: Option<Vec<RcsBody>>,
+    pub tmpl_decription: Option<String>,
+    pub tmpl_variable: Option<std::collections::BTreeMap<String, String>>,
+    pub biz_no: Option<String>,
+    pub fall_back_yn: Option<bool>,
+    pub fall_back_message_type: Option<String>,
+    pub fall_back_title: Option<String>,
+    pub fall_back_message: Option<String>,
+    pub tax_cd1: Option<String>,
+    pub tax_cd2: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RcsBody {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub media: Option<String>,
+    pub button: Option<Vec<Value>>,
+}
+
+pub const RCS_TYPES: [&str; 4] = ["RCSSMS", "RCSLMS", "RCSMMS", "RCSTMPL"];
+
+/// (bodies, buttons per body, description bytes) for a type with bodies.
+fn body_limits(message_type: &str) -> Option<(usize, usize, usize)> {
+    match message_type {
+        "RCSSMS" => Some((1, 1, 100)),
+        "RCSLMS" => Some((1, 3, 1300)),
+        "RCSMMS" => Some((6, 2, 1300)),
+        _ => None,
+    }
+}
+
+/// RCS text is carried as UTF-8: a character CP949 has counts as its CP949 bytes, any
+/// other (an emoji) as its UTF-8 length.
+pub fn rcs_len(text: &str) -> usize {
+    text.chars()
+        .map(
+            |c| match crate::text::cp949_len(c.encode_utf8(&mut [0u8; 4])) {
+                Ok(n) => n,
+                Err(_) => c.len_utf8(),
+            },
+        )
+        .sum()
+}
+
+fn check_rcs_text(field: &str, text: &str, max: usize) -> Result<(), MessagingError> {
+    let n = rcs_len(text);
+    if n > max {
+        return Err(MessagingError::invalid(
+            field,
+            format!("{n} bytes, at most {max}"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate(send: &RcsSend, caller: &str) -> Result<(), MessagingError> {
+    if let Some(id) = &send.client_id
+        && id != caller
+    {
+        return Err(MessagingError::invalid(
+            "client_id",
+            "is not the client of the access token",
+        ));
+    }
+    require_text("cid", send.cid.as_deref(), 100)?;
+    let message_type = send
+        .message_type
+        .as_deref()
+        .ok_or_else(|| MessagingError::invalid("message_type", "required"))?;
+    if !RCS_TYPES.contains(&message_type) {
+        return Err(MessagingError::invalid(
+            "message_type",
+            format!("one of {}", RCS_TYPES.join(", ")),
+        ));
+    }
+    let phone = send
+        .phone_number
+        .as_deref()
+        .ok_or_else(|| MessagingError::invalid("phone_number", "required"))?;
+    check_digits("phone_number", phone, 16)?;
+    if !phone.starts_with("82") {
+        return Err(MessagingError::invalid(
+            "phone_number",
+            "must start with the country code 82",
+        ));
+    }
+    require_text("template_code", send.template_code.as_deref(), 30)?;
+    require_text("agency_id", send.agency_id.as_deref(), 50)?;
+    match send.ad_flag.as_deref() {
+        Some("Y" | "N") => {}
+        Some(_) => return Err(MessagingError::invalid("ad_flag", "Y or N")),
+        None => return Err(MessagingError::invalid("ad_flag", "required")),
+    }
+    if let Some(footer) = &send.footer {
+        if send.ad_flag.as_deref() != Some("Y") {
+            return Err(MessagingError::invalid("footer", "only with ad_flag Y"));
+        }
+        check_digits("footer", footer, 16)?;
+    }
+    let sender = send
+        .sender_no
+        .as_deref()
+        .ok_or_else(|| MessagingError::invalid("sender_no", "required"))?;
+    check_digits("sender_no", sender, 16)?;
+    match body_limits(message_type) {
+        Some((max_bodies, max_buttons, max_bytes)) => {
+            let bodies = send.body.as_deref().unwrap_or_default();
+            if bodies.is_empty() {
+                return Err(MessagingError::invalid(
+                    "body",
+                    format!("{message_type} needs a body"),
+                ));
+            }
+            if bodies.len() > max_bodies {
+                return Err(MessagingError::invalid(
+                    "body",
+                    format!("{message_type} has at most {max_bodies} bodies"),
+                ));
+            }
+            for (i, b) in bodies.iter().enumerate() {
+                if b.title.as_deref().is_none_or(|t| t.trim().is_empty()) {
+                    return Err(MessagingError::invalid(
+                        format!("body[{i}].title"),
+                        "required",
+                    ));
+                }
+                let description = b.description.as_deref().filter(|d| !d.trim().is_empty());
+                let description = description.ok_or_else(|| {
+                    MessagingError::invalid(format!("body[{i}].description"), "required")
+                })?;
+                check_rcs_text(&format!("body[{i}].description"), description, max_bytes)?;
+                if b.button.as_ref().is_some_and(|bs| bs.len() > max_buttons) {
+                    return Err(MessagingError::invalid(
+                        format!("body[{i}].button"),
+                        format!("{message_type} has at most {max_buttons} buttons per body"),
+                    ));
+                }
+                if let Some(media) = &b.media {
+                    if message_type != "RCSMMS" {
+                        return Err(MessagingError::invalid(
+                            format!("body[{i}].media"),
+                            "only RCSMMS carries media",
+                        ));
+                    }
+                    if !media.starts_with("maapfile://") || media.len() <= "maapfile://".len() {
+                        return Err(MessagingError::invalid(
+                            format!("body[{i}].media"),
+                            "an uploaded file's maapfile:// url",
+                        ));
+                    }
+                }
+            }
+        }
+        None => {
+            // RCSTMPL: a free-type text or cell-type variables, at most 90 bytes.
+            match (&send.tmpl_decription, &send.tmpl_variable) {
+                (Some(text), _) => check_rcs_text("tmpl_decription", text, 90)?,
+                (None, Some(vars)) => {
+                    let total: usize = vars.values().map(|v| rcs_len(v)).sum();
+                    if total > 90 {
+                        return Err(MessagingError::invalid(
+                            "tmpl_variable",
+                            format!("{total} bytes of variables, at most 90"),
+                        ));
+                    }
+                }
+                (None, None) => {
+                    return Err(MessagingError::invalid(
+                        "tmpl_decription",
+                        "RCSTMPL needs tmpl_decription or tmpl_variable",
+                    ));
+                }
+            }
+        }
+    }
+    let fall_back = send
+        .fall_back_yn
+        .ok_or_else(|| MessagingError::invalid("fall_back_yn", "required"))?;
+    if fall_back {
+        let kind = send.fall_back_message_type.as_deref();
+        let max = match kind {
+            Some("SM") => 90,
+            Some("LM") => 2000,
+            Some(_) => {
+                return Err(MessagingError::invalid(
+                    "fall_back_message_type",
+                    "SM or LM",
+                ));
+            }
+            None => {
+                return Err(MessagingError::invalid(
+                    "fall_back_message_type",
+                    "required when fall_back_yn is true",
+                ));
+            }
+        };
+        require_text("fall_back_message", send.fall_back_message.as_deref(), max)?;
+        if let Some(title) = &send.fall_back_title {
+            check_text("fall_back_title", title, 60)?;
+        }
+    } else if let Some(kind) = &send.fall_back_message_type
+        && !matches!(kind.as_str(), "SM" | "LM")
+    {
+        return Err(MessagingError::invalid(
+            "fall_back_message_type",
+            "SM or LM",
+        ));
+    }
+    if let Some(biz) = &send.biz_no {
+        check_text("biz_no", biz, 50)?;
+    }
+    for (field, value) in [("tax_cd1", &send.tax_cd1), ("tax_cd2", &send.tax_cd2)] {
+        if let Some(v) = value {
+            check_text(field, v, 50)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emoji_counts_as_its_utf8_length_in_rcs() {
+        assert_eq!(rcs_len("가a"), 3);
+        assert_eq!(rcs_len("😀"), 4);
+    }
+}
