@@ -159,8 +159,8 @@ impl Joiner {
     fn next(&self) -> Value {
         let line = self
             .lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a line from kep live join");
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line from the CLI within 30 s");
         serde_json::from_str(&line).unwrap()
     }
 

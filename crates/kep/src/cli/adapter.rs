@@ -116,7 +116,12 @@ struct AgentArgs {
     path: String,
     #[arg(long)]
     org: i64,
-    #[arg(long, env = "KEP_ADAPTER_SECRET_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "KEP_ADAPTER_SECRET_KEY",
+        hide_env_values = true,
+        allow_hyphen_values = true
+    )]
     secret_key: String,
     /// The scheme word of `Authorization` (the server's `adapter.auth_scheme`).
     #[arg(long, default_value = "Secret")]

@@ -31,7 +31,12 @@ enum LiveCommand {
     Provision {
         #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
         service_id: String,
-        #[arg(long, env = "KEP_LIVE_ADMIN_SECRET", hide_env_values = true)]
+        #[arg(
+            long,
+            env = "KEP_LIVE_ADMIN_SECRET",
+            hide_env_values = true,
+            allow_hyphen_values = true
+        )]
         admin_secret: String,
     },
     /// Room.ListRooms
@@ -57,7 +62,12 @@ enum LiveCommand {
         room: String,
         #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
         service_id: String,
-        #[arg(long, env = "KEP_LIVE_SERVICE_SECRET", hide_env_values = true)]
+        #[arg(
+            long,
+            env = "KEP_LIVE_SERVICE_SECRET",
+            hide_env_values = true,
+            allow_hyphen_values = true
+        )]
         service_secret: String,
         #[arg(long)]
         participant_id: Option<String>,
@@ -239,5 +249,33 @@ async fn join(
                 p.send(&ClientMessage::Leave).await?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        live: super::LiveCommand,
+    }
+
+    #[test]
+    fn a_secret_may_start_with_a_hyphen() {
+        // Secrets are URL-safe base64, which may begin with '-'.
+        let cli = Cli::try_parse_from([
+            "kep",
+            "provision",
+            "--service-id",
+            "s",
+            "--admin-secret",
+            "-QR_0Ot",
+        ])
+        .unwrap();
+        assert!(
+            matches!(cli.live, super::LiveCommand::Provision { ref admin_secret, .. } if admin_secret == "-QR_0Ot")
+        );
     }
 }
