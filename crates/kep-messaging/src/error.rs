@@ -13,6 +13,14 @@ pub enum MessagingError {
     /// An input that breaks a rule of the document: 400 with code `410`, naming the field.
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    /// A file that breaks a rule (type by its bytes, size, count), or a reference to one
+    /// that is unknown or expired: code `420`, HTTP 413 when too large, else 400.
+    #[error("{field}: {message}")]
+    File {
+        field: String,
+        message: String,
+        too_large: bool,
+    },
     /// A message, group or file that is not the caller's or does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -34,11 +42,23 @@ impl MessagingError {
         }
     }
 
+    pub fn file(field: impl Into<String>, message: impl Into<String>) -> Self {
+        MessagingError::File {
+            field: field.into(),
+            message: message.into(),
+            too_large: false,
+        }
+    }
+
     /// (HTTP status, body code).
     fn codes(&self) -> (StatusCode, &'static str) {
         match self {
             MessagingError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "400"),
             MessagingError::Invalid { .. } => (StatusCode::BAD_REQUEST, "410"),
+            MessagingError::File {
+                too_large: true, ..
+            } => (StatusCode::PAYLOAD_TOO_LARGE, "420"),
+            MessagingError::File { .. } => (StatusCode::BAD_REQUEST, "420"),
             MessagingError::NotFound(_) => (StatusCode::NOT_FOUND, "404"),
             MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
         }

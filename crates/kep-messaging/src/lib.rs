@@ -10,6 +10,7 @@ mod rcs;
 mod store;
 mod text;
 mod time;
+mod uploads;
 mod xms;
 
 use std::net::SocketAddr;
@@ -41,6 +42,9 @@ pub struct MessagingSettings {
     pub body_limit_bytes: usize,
     /// A result group not completed within this goes back to the pool.
     pub results_lease_s: u64,
+    /// An uploaded file is usable this long (`expiry_date`), then swept.
+    pub upload_ttl_s: u64,
+    pub upload_sweep_interval_s: u64,
 }
 
 impl Default for MessagingSettings {
@@ -56,6 +60,8 @@ impl Default for MessagingSettings {
             dispatch_backoff_ms: 500,
             body_limit_bytes: 1024 * 1024,
             results_lease_s: 300,
+            upload_ttl_s: 7 * 24 * 3600,
+            upload_sweep_interval_s: 60,
         }
     }
 }
@@ -65,6 +71,7 @@ pub(crate) struct Messaging {
     store: store::Store,
     zone: time::ServiceZone,
     dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
+    uploads: Arc<uploads::Uploads>,
 }
 
 /// The running messaging service; cheap to clone.
@@ -89,11 +96,21 @@ impl MessagingService {
         };
         let dispatcher = pipeline::Dispatcher::new(store.clone(), carrier, policy);
         tokio::spawn(Arc::clone(&dispatcher).run());
+        let uploads = Arc::new(uploads::Uploads {
+            store: store.clone(),
+            dir: data_dir.join("messaging-files"),
+            ttl_ms: i64::try_from(settings.upload_ttl_s)
+                .unwrap_or(i64::MAX / 2)
+                .saturating_mul(1000),
+        });
+        let sweep_every = Duration::from_secs(settings.upload_sweep_interval_s.max(1));
+        tokio::spawn(Arc::clone(&uploads).sweep(sweep_every));
         Ok(MessagingService(Arc::new(Messaging {
             settings,
             store,
             zone,
             dispatcher,
+            uploads,
         })))
     }
 

@@ -42,6 +42,18 @@ pub struct OutboxRow {
     pub at: i64,
 }
 
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UploadRow {
+    pub file_id: String,
+    pub client_id: String,
+    pub kind: String,
+    pub content_group_id: Option<String>,
+    pub description: Option<String>,
+    pub size: i64,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
 /// What a search asks for; all within one client's messages.
 pub struct SearchQuery<'a> {
     pub client_id: &'a str,
@@ -412,6 +424,74 @@ impl Store {
             Some((Some(_),)) => GroupCompletion::AlreadyCompleted,
             Some((None,)) => GroupCompletion::Expired,
         })
+    }
+
+    pub async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for r in rows {
+            sqlx::query(
+                "INSERT INTO uploads (file_id, client_id, kind, content_group_id, description, size, created_at, expires_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&r.file_id)
+            .bind(&r.client_id)
+            .bind(&r.kind)
+            .bind(&r.content_group_id)
+            .bind(&r.description)
+            .bind(r.size)
+            .bind(r.created_at)
+            .bind(r.expires_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Whether the client has an unexpired RCS file `file_id`.
+    pub async fn rcs_file_usable(
+        &self,
+        client_id: &str,
+        file_id: &str,
+        now_ms: i64,
+    ) -> sqlx::Result<bool> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "SELECT 1 FROM uploads WHERE file_id = ? AND client_id = ? AND kind = 'RCS' AND expires_at > ?",
+        )
+        .bind(file_id)
+        .bind(client_id)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some())
+    }
+
+    /// Whether the client has an MMS content group whose files are all unexpired.
+    pub async fn mms_group_usable(
+        &self,
+        client_id: &str,
+        group: &str,
+        now_ms: i64,
+    ) -> sqlx::Result<bool> {
+        let (total, live): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COALESCE(SUM(expires_at > ?), 0) FROM uploads
+             WHERE content_group_id = ? AND client_id = ? AND kind = 'MMS'",
+        )
+        .bind(now_ms)
+        .bind(group)
+        .bind(client_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(total > 0 && total == live)
+    }
+
+    /// Deletes expired uploads; their file ids.
+    pub async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<String>> {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("DELETE FROM uploads WHERE expires_at <= ? RETURNING file_id")
+                .bind(now_ms)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|r| r.0).collect())
     }
 
     /// The newest `limit` outbox rows, newest first.

@@ -2,6 +2,7 @@
 
 pub mod operator;
 mod rcs;
+mod uploads;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -25,11 +26,25 @@ use crate::store::{Inserted, MessageRow, SearchQuery};
 use crate::time::{new_uid, now_ms, uid_at};
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
 
+/// Upload bodies stop here; the parts' own limits (1 MB, 200 KB) are checked as they arrive,
+/// so a file over its limit is told apart (413) from a body that is simply too big.
+const UPLOAD_BODY_LIMIT: usize = 4 * 1024 * 1024;
+
 pub(crate) fn router(m: MessagingService) -> Router {
     Router::new()
         .route("/v2/oauth/token", post(token))
         .route("/v2/send/xms", post(send_xms))
         .route("/v2/send/rcs", post(rcs::send_rcs))
+        .route(
+            "/v2/upload/rcs",
+            post(uploads::upload_rcs)
+                .layer(axum::extract::DefaultBodyLimit::max(UPLOAD_BODY_LIMIT)),
+        )
+        .route(
+            "/v2/upload/message/mms/files",
+            post(uploads::upload_mms)
+                .layer(axum::extract::DefaultBodyLimit::max(UPLOAD_BODY_LIMIT)),
+        )
         .route("/v2/info/rcs/results", get(rcs::results).post(rcs::results))
         .route(
             "/v2/info/rcs/results/complete/{report_group_id}",
@@ -144,6 +159,18 @@ pub(crate) async fn send_xms(
     oauth::check_accept(&headers)?;
     let (send, raw): (xms::XmsSend, Value) = json_body(&headers, body)?;
     xms::validate(&send, &client_id)?;
+    if let Some(group) = &send.content_group_id
+        && !m
+            .0
+            .store
+            .mms_group_usable(&client_id, group, now_ms())
+            .await?
+    {
+        return Err(MessagingError::file(
+            "content_group_id",
+            "no such MMS upload, or it expired",
+        ));
+    }
     let cid = send.cid.clone().unwrap_or_default();
     let message_type = send.message_type.clone().unwrap_or_default();
     let phone = send.phone_number.clone().unwrap_or_default();

@@ -35,6 +35,26 @@ pub(crate) async fn send_rcs(
     oauth::check_accept(&headers)?;
     let (send, raw): (rcs::RcsSend, Value) = json_body(&headers, body)?;
     rcs::validate(&send, &client_id)?;
+    for (i, body) in send.body.iter().flatten().enumerate() {
+        let Some(file_id) = body
+            .media
+            .as_deref()
+            .and_then(|u| u.strip_prefix("maapfile://"))
+        else {
+            continue;
+        };
+        if !m
+            .0
+            .store
+            .rcs_file_usable(&client_id, file_id, now_ms())
+            .await?
+        {
+            return Err(MessagingError::file(
+                format!("body[{i}].media"),
+                "no such RCS upload, or it expired",
+            ));
+        }
+    }
     let cid = send.cid.clone().unwrap_or_default();
     let message_type = send.message_type.clone().unwrap_or_default();
     let phone = send.phone_number.clone().unwrap_or_default();

@@ -214,3 +214,22 @@ pub struct RcsSearchAnswer {
     pub code_detail: Detail,
     pub results: Vec<RcsSearchRow>,
 }
+
+/// `POST /v2/upload/rcs` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RcsUploadAnswer {
+    pub code: String,
+    pub result: Detail,
+    pub file_id: String,
+    /// `maapfile://<file_id>`, for `body[].media`.
+    pub url: String,
+    pub expiry_date: String,
+}
+
+/// `POST /v2/upload/message/mms/files` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MmsUploadAnswer {
+    pub code: String,
+    pub result: Detail,
+    pub content_group_id: String,
+}

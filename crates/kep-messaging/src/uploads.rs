@@ -1,0 +1,220 @@
+//! Uploads: RCS images and MMS images, checked by their bytes (CONTRACT §4), kept in the
+//! data dir until they expire.
+
+use std::path::PathBuf;
+
+use axum::extract::Multipart;
+use kep_core::secret::random_token;
+
+use crate::MessagingError;
+use crate::store::{Store, UploadRow};
+use crate::time::now_ms;
+
+pub const RCS_MAX_BYTES: usize = 1024 * 1024;
+pub const MMS_MAX_FILES: usize = 3;
+pub const MMS_MAX_TOTAL_BYTES: usize = 200 * 1024;
+
+const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF];
+const PNG: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+
+fn is_jpeg(bytes: &[u8]) -> bool {
+    bytes.starts_with(JPEG)
+}
+
+fn is_png(bytes: &[u8]) -> bool {
+    bytes.starts_with(PNG)
+}
+
+pub struct Uploads {
+    pub store: Store,
+    pub dir: PathBuf,
+    pub ttl_ms: i64,
+}
+
+/// Reads one part, stopping as soon as it passes `max` bytes.
+async fn read_part(
+    field: &mut axum::extract::multipart::Field<'_>,
+    name: &str,
+    max: usize,
+) -> Result<Vec<u8>, MessagingError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|e| MessagingError::file(name, format!("unreadable part: {e}")))?
+    {
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > max {
+            return Err(MessagingError::File {
+                field: name.into(),
+                message: format!("over {max} bytes"),
+                too_large: true,
+            });
+        }
+    }
+    Ok(bytes)
+}
+
+fn multipart_error(e: axum::extract::multipart::MultipartError) -> MessagingError {
+    MessagingError::file("multipart", e.to_string())
+}
+
+impl Uploads {
+    async fn keep(
+        &self,
+        client_id: &str,
+        kind: &str,
+        group: Option<&str>,
+        description: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<UploadRow, MessagingError> {
+        let now = now_ms();
+        let row = UploadRow {
+            file_id: random_token(12).replace(['-', '_'], "0"),
+            client_id: client_id.to_owned(),
+            kind: kind.to_owned(),
+            content_group_id: group.map(str::to_owned),
+            description: description.map(str::to_owned),
+            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+            created_at: now,
+            expires_at: now.saturating_add(self.ttl_ms),
+        };
+        tokio::fs::create_dir_all(&self.dir)
+            .await
+            .map_err(|e| MessagingError::Internal(e.into()))?;
+        tokio::fs::write(self.dir.join(&row.file_id), bytes)
+            .await
+            .map_err(|e| MessagingError::Internal(e.into()))?;
+        Ok(row)
+    }
+
+    /// `POST /v2/upload/rcs`: part `image` (JPEG or PNG, at most 1 MB) and `description`.
+    pub async fn rcs(
+        &self,
+        client_id: &str,
+        mut form: Multipart,
+    ) -> Result<UploadRow, MessagingError> {
+        let (mut image, mut description) = (None, None);
+        while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
+            match field.name() {
+                Some("image") => image = Some(read_part(&mut field, "image", RCS_MAX_BYTES).await?),
+                Some("description") => {
+                    description = Some(
+                        field
+                            .text()
+                            .await
+                            .map_err(|e| MessagingError::invalid("description", e.to_string()))?,
+                    )
+                }
+                _ => {}
+            }
+        }
+        let image = image.ok_or_else(|| MessagingError::file("image", "required"))?;
+        if image.is_empty() {
+            return Err(MessagingError::file("image", "empty"));
+        }
+        if !(is_jpeg(&image) || is_png(&image)) {
+            return Err(MessagingError::file(
+                "image",
+                "must be a JPEG or PNG image (by its bytes)",
+            ));
+        }
+        let description = description
+            .filter(|d| !d.trim().is_empty())
+            .ok_or_else(|| MessagingError::invalid("description", "required"))?;
+        let row = self
+            .keep(client_id, "RCS", None, Some(&description), &image)
+            .await?;
+        self.store
+            .insert_uploads(std::slice::from_ref(&row))
+            .await?;
+        Ok(row)
+    }
+
+    /// `POST /v2/upload/message/mms/files`: parts `files` (or `images`), at most 3 JPEGs and
+    /// 200 KB together; one content group.
+    pub async fn mms(
+        &self,
+        client_id: &str,
+        mut form: Multipart,
+    ) -> Result<String, MessagingError> {
+        let mut files = Vec::new();
+        let mut total = 0usize;
+        while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
+            // The table names the part `files`, the seed's example `images`: both count.
+            let name = match field.name() {
+                Some("files") => "files",
+                Some("images") => "images",
+                _ => continue,
+            };
+            if files.len() == MMS_MAX_FILES {
+                return Err(MessagingError::file(
+                    name,
+                    format!("at most {MMS_MAX_FILES} files"),
+                ));
+            }
+            let bytes = read_part(&mut field, name, MMS_MAX_TOTAL_BYTES - total)
+                .await
+                .map_err(|e| match e {
+                    MessagingError::File {
+                        too_large: true, ..
+                    } => MessagingError::File {
+                        field: name.into(),
+                        message: format!("over {MMS_MAX_TOTAL_BYTES} bytes together"),
+                        too_large: true,
+                    },
+                    other => other,
+                })?;
+            if bytes.is_empty() || !is_jpeg(&bytes) {
+                return Err(MessagingError::file(
+                    name,
+                    "every file must be a JPEG image (by its bytes)",
+                ));
+            }
+            total += bytes.len();
+            files.push(bytes);
+        }
+        if files.is_empty() {
+            return Err(MessagingError::file("files", "required"));
+        }
+        let group = random_token(12).replace(['-', '_'], "0");
+        let mut rows = Vec::new();
+        for bytes in &files {
+            rows.push(
+                self.keep(client_id, "MMS", Some(&group), None, bytes)
+                    .await?,
+            );
+        }
+        self.store.insert_uploads(&rows).await?;
+        Ok(group)
+    }
+
+    /// Removes expired uploads and their files, every `every`.
+    pub async fn sweep(self: std::sync::Arc<Self>, every: std::time::Duration) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            match self.store.take_expired_uploads(now_ms()).await {
+                Ok(ids) => {
+                    for id in ids {
+                        let _ = tokio::fs::remove_file(self.dir.join(&id)).await;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "sweeping expired uploads"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_are_told_by_their_bytes() {
+        assert!(is_jpeg(&[0xFF, 0xD8, 0xFF, 0xE0]));
+        assert!(is_png(b"\x89PNG\r\n\x1a\n...."));
+        assert!(!is_jpeg(b"\x89PNG\r\n\x1a\n"));
+        assert!(!is_png(b"hello.png"));
+    }
+}
