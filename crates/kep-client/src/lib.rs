@@ -2,6 +2,7 @@
 
 pub mod adapter;
 pub mod live;
+pub mod messaging;
 
 /// What a call through this client can fail with.
 #[derive(Debug, thiserror::Error)]

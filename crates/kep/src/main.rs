@@ -20,6 +20,8 @@ enum Command {
     Live(cli::live::LiveArgs),
     /// The account adapter API: org login types, DRM releases, a reference agent.
     Adapter(cli::adapter::AdapterArgs),
+    /// The text-message sending API: tokens, sends, uploads, results, search.
+    Msg(cli::msg::MsgArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -29,5 +31,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => runtime.block_on(serve::run(args)),
         Command::Live(args) => runtime.block_on(cli::live::run(args)),
         Command::Adapter(args) => runtime.block_on(cli::adapter::run(args)),
+        Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
     }
 }

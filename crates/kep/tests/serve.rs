@@ -647,3 +647,103 @@ fn accepted_messages_survive_kill_9() {
     );
     assert_eq!(outbox.as_array().unwrap().len(), 20);
 }
+
+#[test]
+fn the_messaging_flow_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[("KEP_SIMULATOR_DELAY_MS", "5")]);
+    let client = cli(&srv, &["msg", "client", "--name", "cli"]);
+    let token = cli(
+        &srv,
+        &[
+            "msg",
+            "token",
+            "--client-id",
+            client["client_id"].as_str().unwrap(),
+            "--client-secret",
+            client["client_secret"].as_str().unwrap(),
+        ],
+    );
+    assert_eq!(token["token_type"], "Bearer");
+    let sent = cli(
+        &srv,
+        &[
+            "msg",
+            "send-xms",
+            "--to",
+            "821012345678",
+            "--from",
+            "0212345678",
+            "--text",
+            "안녕",
+            "--cid",
+            "cli-1",
+        ],
+    );
+    assert_eq!(sent["code"], "200");
+    let uid = sent["uid"].as_str().unwrap().to_owned();
+
+    let jpeg = dir.path().join("a.jpg");
+    let mut bytes = vec![0xFF, 0xD8, 0xFF, 0xE0];
+    bytes.resize(5000, 7);
+    std::fs::write(&jpeg, &bytes).unwrap();
+    let group = cli(&srv, &["msg", "upload-mms", jpeg.to_str().unwrap()]);
+    let mm = cli(
+        &srv,
+        &[
+            "msg",
+            "send-xms",
+            "--type",
+            "MM",
+            "--to",
+            "821012345678",
+            "--from",
+            "0212345678",
+            "--text",
+            "사진",
+            "--title",
+            "제목",
+            "--content-group-id",
+            group["content_group_id"].as_str().unwrap(),
+        ],
+    );
+    assert_eq!(mm["code"], "200");
+
+    let rcs = dir.path().join("rcs.json");
+    std::fs::write(
+        &rcs,
+        serde_json::json!({"cid": "cli-rcs", "message_type": "RCSSMS", "phone_number": "821012345678", "template_code": "T",
+            "agency_id": "a", "ad_flag": "N", "sender_no": "0212345678", "fall_back_yn": false,
+            "body": [{"title": "t", "description": "d"}]})
+        .to_string(),
+    )
+    .unwrap();
+    assert_eq!(
+        cli(&srv, &["msg", "send-rcs", "--json", rcs.to_str().unwrap()])["code"],
+        "200"
+    );
+
+    // Wait until everything is delivered, then read it back.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = cli(&srv, &["msg", "search"]);
+        let results = page["results"].as_array().unwrap();
+        if results.len() == 2 && results.iter().all(|r| r["status_code"] == "API_200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{page}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        cli(&srv, &["msg", "show", &uid])["result"]["message"],
+        "안녕"
+    );
+    let results = cli(&srv, &["msg", "results"]);
+    assert_eq!(results["results"][0]["cid"], "cli-rcs");
+    assert_eq!(
+        cli(&srv, &["msg", "results"])["results"],
+        serde_json::json!([]),
+        "completed by the first call"
+    );
+    assert_eq!(cli(&srv, &["msg", "search", "--rcs"])["count"], 1);
+}

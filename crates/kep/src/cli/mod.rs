@@ -2,6 +2,7 @@
 
 pub mod adapter;
 pub mod live;
+pub mod msg;
 
 use std::path::{Path, PathBuf};
 

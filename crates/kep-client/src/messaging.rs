@@ -1,0 +1,170 @@
+//! The text-message API: the operator's clients, and a customer's calls with its token.
+
+use std::path::Path;
+
+use kep_messaging::api::wire::{
+    ClientSecret, CodeAnswer, CreateClient, MmsUploadAnswer, RcsResultsAnswer, RcsSearch,
+    RcsSearchAnswer, RcsUploadAnswer, SendAnswer, TokenAnswer, XmsSearch, XmsSearchAnswer,
+};
+use reqwest::multipart::{Form, Part};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::{AdminClient, ClientError, checked};
+
+impl AdminClient {
+    /// `POST /admin/v1/messaging/clients`
+    pub async fn create_messaging_client(
+        &self,
+        name: Option<String>,
+    ) -> Result<ClientSecret, ClientError> {
+        self.send(
+            self.http
+                .post(self.url("/admin/v1/messaging/clients"))
+                .json(&CreateClient { name }),
+        )
+        .await
+    }
+}
+
+/// A customer's server calling the messaging listener.
+#[derive(Clone)]
+pub struct MessagingClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl MessagingClient {
+    /// `POST /v2/oauth/token` with HTTP Basic client authentication.
+    pub async fn token(
+        base: &str,
+        client_id: &str,
+        client_secret: &str,
+    ) -> Result<TokenAnswer, ClientError> {
+        let res = reqwest::Client::new()
+            .post(format!("{}/v2/oauth/token", base.trim_end_matches('/')))
+            .basic_auth(client_id, Some(client_secret))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await?;
+        Ok(checked(res).await?.json().await?)
+    }
+
+    pub fn new(base: &str, token: impl Into<String>) -> Self {
+        MessagingClient {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.into(),
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
+        Ok(checked(
+            req.bearer_auth(&self.token)
+                .header("accept", "*/*")
+                .send()
+                .await?,
+        )
+        .await?
+        .json()
+        .await?)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `POST /v2/send/xms`
+    pub async fn send_xms(&self, body: &Value) -> Result<SendAnswer, ClientError> {
+        self.call(self.http.post(self.url("/v2/send/xms")).json(body))
+            .await
+    }
+
+    /// `POST /v2/send/rcs`
+    pub async fn send_rcs(&self, body: &Value) -> Result<SendAnswer, ClientError> {
+        self.call(self.http.post(self.url("/v2/send/rcs")).json(body))
+            .await
+    }
+
+    async fn file_part(path: &Path) -> Result<Part, ClientError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        Ok(Part::bytes(bytes).file_name(name))
+    }
+
+    /// `POST /v2/upload/rcs`
+    pub async fn upload_rcs(
+        &self,
+        path: &Path,
+        description: &str,
+    ) -> Result<RcsUploadAnswer, ClientError> {
+        let form = Form::new()
+            .part("image", Self::file_part(path).await?)
+            .text("description", description.to_owned());
+        self.call(self.http.post(self.url("/v2/upload/rcs")).multipart(form))
+            .await
+    }
+
+    /// `POST /v2/upload/message/mms/files`
+    pub async fn upload_mms(
+        &self,
+        paths: &[std::path::PathBuf],
+    ) -> Result<MmsUploadAnswer, ClientError> {
+        let mut form = Form::new();
+        for p in paths {
+            form = form.part("files", Self::file_part(p).await?);
+        }
+        self.call(
+            self.http
+                .post(self.url("/v2/upload/message/mms/files"))
+                .multipart(form),
+        )
+        .await
+    }
+
+    /// `GET /v2/info/rcs/results`
+    pub async fn rcs_results(&self) -> Result<RcsResultsAnswer, ClientError> {
+        self.call(self.http.get(self.url("/v2/info/rcs/results")))
+            .await
+    }
+
+    /// `PUT /v2/info/rcs/results/complete/{report_group_id}`
+    pub async fn complete(&self, report_group_id: &str) -> Result<CodeAnswer, ClientError> {
+        self.call(
+            self.http
+                .put(self.url(&format!("/v2/info/rcs/results/complete/{report_group_id}"))),
+        )
+        .await
+    }
+
+    /// `POST /v2/info/message/search`
+    pub async fn search_xms(&self, q: &XmsSearch) -> Result<XmsSearchAnswer, ClientError> {
+        self.call(self.http.post(self.url("/v2/info/message/search")).json(q))
+            .await
+    }
+
+    /// `POST /v2/info/rcs/search`
+    pub async fn search_rcs(&self, q: &RcsSearch) -> Result<RcsSearchAnswer, ClientError> {
+        self.call(self.http.post(self.url("/v2/info/rcs/search")).json(q))
+            .await
+    }
+
+    /// `GET /v2/info/{message|rcs}/search/detail/{uid}`
+    pub async fn detail(&self, uid: &str, rcs: bool) -> Result<Value, ClientError> {
+        let kind = if rcs { "rcs" } else { "message" };
+        self.call(
+            self.http
+                .get(self.url(&format!("/v2/info/{kind}/search/detail/{uid}"))),
+        )
+        .await
+    }
+}
