@@ -11,6 +11,7 @@ mod store;
 mod text;
 mod time;
 mod uploads;
+mod writer;
 mod xms;
 
 use std::net::SocketAddr;
@@ -54,7 +55,8 @@ impl Default for MessagingSettings {
             token_ttl_s: 21_600,
             time_zone: "Asia/Seoul".into(),
             simulator_delay_ms: 200,
-            dispatch_concurrency: 256,
+            // Sleeping hand-overs are cheap; at 200 ms each, 10,000/s needs 2,000 at once.
+            dispatch_concurrency: 4096,
             dispatch_lease_s: 30,
             dispatch_max_attempts: 5,
             dispatch_backoff_ms: 500,
@@ -71,7 +73,9 @@ pub(crate) struct Messaging {
     store: store::Store,
     zone: time::ServiceZone,
     dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
+    writer: writer::Writer,
     uploads: Arc<uploads::Uploads>,
+    tokens: oauth::Tokens,
 }
 
 /// The running messaging service; cheap to clone.
@@ -94,7 +98,8 @@ impl MessagingService {
             max_attempts: settings.dispatch_max_attempts,
             backoff: Duration::from_millis(settings.dispatch_backoff_ms),
         };
-        let dispatcher = pipeline::Dispatcher::new(store.clone(), carrier, policy);
+        let writer = writer::Writer::start(store.clone());
+        let dispatcher = pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy);
         tokio::spawn(Arc::clone(&dispatcher).run());
         let uploads = Arc::new(uploads::Uploads {
             store: store.clone(),
@@ -105,12 +110,15 @@ impl MessagingService {
         });
         let sweep_every = Duration::from_secs(settings.upload_sweep_interval_s.max(1));
         tokio::spawn(Arc::clone(&uploads).sweep(sweep_every));
+        let tokens = oauth::Tokens::new(store.clone());
         Ok(MessagingService(Arc::new(Messaging {
             settings,
             store,
             zone,
             dispatcher,
+            writer,
             uploads,
+            tokens,
         })))
     }
 

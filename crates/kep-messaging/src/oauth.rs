@@ -3,7 +3,10 @@
 use axum::http::{HeaderMap, header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use kep_core::secret::{constant_time_eq, new_secret, sha256_hex};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
 use crate::error::{MessagingError, OAuthError};
 use crate::store::Store;
@@ -70,67 +73,105 @@ pub struct Issued {
     pub expires_in: u64,
 }
 
-/// `POST /v2/oauth/token`
-pub async fn token(
-    store: &Store,
-    ttl_s: u64,
-    headers: &HeaderMap,
-    form: &[(String, String)],
-) -> Result<Issued, OAuthError> {
-    let grant = form
-        .iter()
-        .find(|(k, _)| k == "grant_type")
-        .map(|(_, v)| v.as_str());
-    let Some(grant) = grant else {
-        return Err(OAuthError::InvalidRequest("grant_type is required"));
-    };
-    let (client_id, secret) = client_credentials(headers, form)?;
-    let known = store.client_secret_hash(&client_id).await?;
-    if !known.is_some_and(|h| constant_time_eq(&h, &sha256_hex(&secret))) {
-        return Err(OAuthError::InvalidClient);
-    }
-    if grant != "client_credentials" {
-        return Err(OAuthError::UnsupportedGrantType);
-    }
-    let access_token = new_secret();
-    let now = now_s();
-    let expires_at = now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX));
-    store
-        .insert_token(&sha256_hex(&access_token), &client_id, expires_at, now)
-        .await?;
-    Ok(Issued {
-        access_token,
-        expires_in: ttl_s,
-    })
+/// Access tokens: stored hashed in the database, and cached in memory by their digest, so
+/// the check on every message call reads no disk.
+pub struct Tokens {
+    store: Store,
+    cache: RwLock<HashMap<[u8; 32], (String, i64)>>,
 }
 
-/// The client of a message call's `Authorization: Bearer <token>`. `bare_ok` also takes the
-/// token without the word (the seed's MMS upload example sends it so).
-pub async fn authorize(
-    store: &Store,
-    headers: &HeaderMap,
-    bare_ok: bool,
-) -> Result<String, MessagingError> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or(MessagingError::Unauthorized("Authorization is required"))?
-        .to_str()
-        .map_err(|_| MessagingError::Unauthorized("malformed Authorization"))?;
-    let token = match value.strip_prefix("Bearer ") {
-        Some(t) => t.trim(),
-        None if bare_ok && !value.contains(' ') => value.trim(),
-        None => {
-            return Err(MessagingError::Unauthorized(
-                "expected Bearer <access token>",
-            ));
+impl Tokens {
+    pub fn new(store: Store) -> Self {
+        Tokens {
+            store,
+            cache: RwLock::default(),
         }
-    };
-    store
-        .token_client(&sha256_hex(token), now_s())
-        .await?
-        .ok_or(MessagingError::Unauthorized(
-            "unknown or expired access token",
-        ))
+    }
+
+    /// `POST /v2/oauth/token`
+    pub async fn issue(
+        &self,
+        ttl_s: u64,
+        headers: &HeaderMap,
+        form: &[(String, String)],
+    ) -> Result<Issued, OAuthError> {
+        let grant = form
+            .iter()
+            .find(|(k, _)| k == "grant_type")
+            .map(|(_, v)| v.as_str());
+        let Some(grant) = grant else {
+            return Err(OAuthError::InvalidRequest("grant_type is required"));
+        };
+        let (client_id, secret) = client_credentials(headers, form)?;
+        let known = self.store.client_secret_hash(&client_id).await?;
+        if !known.is_some_and(|h| constant_time_eq(&h, &sha256_hex(&secret))) {
+            return Err(OAuthError::InvalidClient);
+        }
+        if grant != "client_credentials" {
+            return Err(OAuthError::UnsupportedGrantType);
+        }
+        let access_token = new_secret();
+        let now = now_s();
+        let expires_at = now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX));
+        let digest = sha256(&access_token);
+        self.store
+            .insert_token(&hex::encode(digest), &client_id, expires_at, now)
+            .await?;
+        let mut cache = self.cache.write().expect("token cache lock");
+        cache.retain(|_, (_, exp)| *exp > now);
+        cache.insert(digest, (client_id, expires_at));
+        Ok(Issued {
+            access_token,
+            expires_in: ttl_s,
+        })
+    }
+
+    /// The client of a message call's `Authorization: Bearer <token>`. `bare_ok` also takes
+    /// the token without the word (the seed's MMS upload example sends it so).
+    pub async fn authorize(
+        &self,
+        headers: &HeaderMap,
+        bare_ok: bool,
+    ) -> Result<String, MessagingError> {
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .ok_or(MessagingError::Unauthorized("Authorization is required"))?
+            .to_str()
+            .map_err(|_| MessagingError::Unauthorized("malformed Authorization"))?;
+        let token = match value.strip_prefix("Bearer ") {
+            Some(t) => t.trim(),
+            None if bare_ok && !value.contains(' ') => value.trim(),
+            None => {
+                return Err(MessagingError::Unauthorized(
+                    "expected Bearer <access token>",
+                ));
+            }
+        };
+        let digest = sha256(token);
+        let now = now_s();
+        if let Some((client, exp)) = self.cache.read().expect("token cache lock").get(&digest)
+            && *exp > now
+        {
+            return Ok(client.clone());
+        }
+        // Not cached (issued before a restart): the database knows.
+        let client = self
+            .store
+            .token_client(&hex::encode(digest), now)
+            .await?
+            .ok_or(MessagingError::Unauthorized(
+                "unknown or expired access token",
+            ))?;
+        Ok(client)
+    }
+
+    /// The client's secret changed or it is gone: its tokens stop working.
+    pub fn forget_client(&self, client_id: &str) {
+        self.cache
+            .write()
+            .expect("token cache lock")
+            .retain(|_, (c, _)| c != client_id);
+    }
 }
 
 /// The `accept` rule of every message call: absent, or one that takes JSON.

@@ -12,6 +12,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::store::{MessageRow, Store};
 use crate::time::now_ms;
+use crate::writer::{Handover, Writer};
 
 /// What the carrier made of one hand-over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +72,7 @@ pub struct DispatchPolicy {
 
 pub struct Dispatcher<C> {
     store: Store,
+    writer: Writer,
     carrier: C,
     policy: DispatchPolicy,
     wake: Notify,
@@ -80,9 +82,10 @@ pub struct Dispatcher<C> {
 }
 
 impl<C: Carrier> Dispatcher<C> {
-    pub fn new(store: Store, carrier: C, policy: DispatchPolicy) -> Arc<Self> {
+    pub fn new(store: Store, writer: Writer, carrier: C, policy: DispatchPolicy) -> Arc<Self> {
         Arc::new(Dispatcher {
             store,
+            writer,
             carrier,
             policy,
             wake: Notify::new(),
@@ -146,7 +149,12 @@ impl<C: Carrier> Dispatcher<C> {
 
     /// Hands `route`'s payload to the carrier; `None` when the carrier could not be
     /// reached and the message was put back for a retry.
-    async fn hand_over(&self, m: &mut MessageRow, route: &str) -> Option<CarrierOutcome> {
+    async fn hand_over(
+        &self,
+        m: &mut MessageRow,
+        route: &str,
+        handovers: &mut Vec<Handover>,
+    ) -> Option<CarrierOutcome> {
         let outcome = self
             .carrier
             .deliver(route, &m.phone_number, &m.request)
@@ -177,27 +185,18 @@ impl<C: Carrier> Dispatcher<C> {
             }
         };
         m.sent_date.get_or_insert(now);
-        let code = status_of(outcome);
-        if let Err(e) = self
-            .store
-            .record_outbox(
-                &m.uid,
-                route,
-                &m.phone_number,
-                &m.request,
-                &format!("API_{code}"),
-                now,
-            )
-            .await
-        {
-            tracing::warn!(uid = m.uid, error = %e, "recording a hand-over");
-        }
+        handovers.push(Handover {
+            route: route.to_owned(),
+            outcome: format!("API_{}", status_of(outcome)),
+            at: now,
+        });
         Some(outcome)
     }
 
     async fn process(&self, mut m: MessageRow) {
         let first_route = m.channel.clone();
-        let Some(outcome) = self.hand_over(&mut m, &first_route).await else {
+        let mut handovers = Vec::new();
+        let Some(outcome) = self.hand_over(&mut m, &first_route, &mut handovers).await else {
             return;
         };
         let mut last = outcome;
@@ -211,7 +210,7 @@ impl<C: Carrier> Dispatcher<C> {
                     Some("LM") => "FALLBACK_LM",
                     _ => "FALLBACK_SM",
                 };
-                let Some(fallback) = self.hand_over(&mut m, route).await else {
+                let Some(fallback) = self.hand_over(&mut m, route, &mut handovers).await else {
                     return;
                 };
                 m.fallback_status = Some(
@@ -242,10 +241,7 @@ impl<C: Carrier> Dispatcher<C> {
         }
         m.status = status.to_owned();
         m.res_date = Some(now_ms());
-        if let Err(e) = self.store.finish(&m).await {
-            // The lease runs out and the message is tried again.
-            tracing::warn!(uid = m.uid, error = %e, "recording a delivery");
-        }
+        self.writer.finish(m, handovers);
     }
 }
 

@@ -185,14 +185,20 @@ impl Store {
         Ok(row.map(|r| r.0))
     }
 
-    /// Stores an accepted message, unless the client already used its cid.
-    ///
-    /// One statement, not a read then a write: a transaction that reads first cannot take
-    /// the write lock while the dispatcher writes (SQLite answers BUSY at once then).
-    pub async fn insert_message(&self, m: &MessageRow) -> sqlx::Result<Inserted> {
+    pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
+        self.pool.begin().await
+    }
+
+    /// Stores an accepted message, unless the client already used its cid (then that
+    /// message). The insert comes first, so the transaction holds the write lock from its
+    /// first statement.
+    pub async fn insert_message(
+        tx: &mut sqlx::SqliteConnection,
+        m: &MessageRow,
+    ) -> sqlx::Result<Inserted> {
         let done = sqlx::query(
             "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
-               status, next_attempt_at, reg_date, req_date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               status, rcs_status, next_attempt_at, reg_date, req_date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (client_id, cid) DO NOTHING",
         )
         .bind(&m.uid)
@@ -204,10 +210,11 @@ impl Store {
         .bind(&m.request)
         .bind(&m.request_hash)
         .bind(&m.status)
+        .bind(&m.rcs_status)
         .bind(m.reg_date)
         .bind(m.reg_date)
         .bind(m.req_date)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 1 {
             return Ok(Inserted::New);
@@ -217,7 +224,7 @@ impl Store {
         )))
         .bind(&m.client_id)
         .bind(&m.cid)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
         Ok(Inserted::Existing(Box::new(existing)))
     }
@@ -252,30 +259,12 @@ impl Store {
         Ok(())
     }
 
-    /// Records one hand-over to the carrier.
-    pub async fn record_outbox(
-        &self,
-        uid: &str,
-        route: &str,
-        phone: &str,
-        payload: &str,
-        outcome: &str,
-        at: i64,
+    /// The final state of a message, and what the carrier was handed.
+    pub async fn finish(
+        tx: &mut sqlx::SqliteConnection,
+        m: &MessageRow,
+        handovers: &[crate::writer::Handover],
     ) -> sqlx::Result<()> {
-        sqlx::query("INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) VALUES (?, ?, ?, ?, ?, ?)")
-            .bind(uid)
-            .bind(route)
-            .bind(phone)
-            .bind(payload)
-            .bind(outcome)
-            .bind(at)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// The final state of a message.
-    pub async fn finish(&self, m: &MessageRow) -> sqlx::Result<()> {
         sqlx::query(
             "UPDATE messages SET status = ?, rcs_status = ?, fallback_status = ?, sms_status_code = ?, error_message = ?,
                sent_date = ?, res_date = ? WHERE uid = ?",
@@ -288,8 +277,19 @@ impl Store {
         .bind(m.sent_date)
         .bind(m.res_date)
         .bind(&m.uid)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        for h in handovers {
+            sqlx::query("INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) VALUES (?, ?, ?, ?, ?, ?)")
+                .bind(&m.uid)
+                .bind(&h.route)
+                .bind(&m.phone_number)
+                .bind(&m.request)
+                .bind(&h.outcome)
+                .bind(h.at)
+                .execute(&mut *tx)
+                .await?;
+        }
         Ok(())
     }
 

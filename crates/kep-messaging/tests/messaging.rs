@@ -1082,3 +1082,37 @@ async fn uploads_are_checked_by_their_bytes_and_used_by_sends() {
     let (status, _) = srv.post(&token, "/v2/send/xms", &mm).await;
     assert_eq!(status, 400);
 }
+
+#[tokio::test]
+async fn a_new_secret_ends_the_old_tokens() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+    let (status, _) = srv
+        .post(&token, "/v2/info/message/search", &json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let res = srv
+        .http
+        .post(format!(
+            "{}/admin/v1/messaging/clients/{id}/secret",
+            srv.admin
+        ))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let new_secret = res.json::<Value>().await.unwrap()["client_secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _) = srv
+        .post(&token, "/v2/info/message/search", &json!({}))
+        .await;
+    assert_eq!(status, 401, "the old token stopped working");
+    let token = srv.token(&id, &new_secret).await;
+    let (status, _) = srv
+        .post(&token, "/v2/info/message/search", &json!({}))
+        .await;
+    assert_eq!(status, 200);
+}

@@ -136,7 +136,10 @@ pub(crate) async fn token(
     body: Bytes,
 ) -> Result<Response, OAuthError> {
     let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
-    let issued = oauth::token(&m.0.store, m.0.settings.token_ttl_s, &headers, &form).await?;
+    let issued =
+        m.0.tokens
+            .issue(m.0.settings.token_ttl_s, &headers, &form)
+            .await?;
     let answer = TokenAnswer {
         access_token: issued.access_token,
         token_type: "Bearer".into(),
@@ -155,7 +158,7 @@ pub(crate) async fn send_xms(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let (send, raw): (xms::XmsSend, Value) = json_body(&headers, body)?;
     xms::validate(&send, &client_id)?;
@@ -198,6 +201,7 @@ pub(crate) async fn accept(
     let request_hash = sha256_hex(&request);
     let now = now_ms();
     let row = MessageRow {
+        request_hash: request_hash.clone(),
         uid: new_uid(),
         client_id,
         cid: cid.to_owned(),
@@ -205,7 +209,6 @@ pub(crate) async fn accept(
         message_type,
         phone_number,
         request,
-        request_hash,
         status: "100".into(),
         rcs_status: (channel == "RCS").then(|| "processing".to_owned()),
         fallback_status: None,
@@ -217,13 +220,14 @@ pub(crate) async fn accept(
         sent_date: None,
         res_date: None,
     };
-    match m.0.store.insert_message(&row).await? {
+    let uid = row.uid.clone();
+    match m.0.writer.insert(row).await? {
         Inserted::New => {
             m.0.dispatcher.wake();
-            Ok(row.uid)
+            Ok(uid)
         }
         Inserted::Existing(first)
-            if first.request_hash == row.request_hash && first.channel == channel =>
+            if first.request_hash == request_hash && first.channel == channel =>
         {
             Ok(first.uid)
         }
@@ -324,7 +328,7 @@ pub(crate) async fn search_xms(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<XmsSearchAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
     let mut filters = Vec::new();
@@ -392,7 +396,7 @@ pub(crate) async fn xms_detail(
     headers: HeaderMap,
     Path(uid): Path<String>,
 ) -> Result<Json<XmsDetailAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let r =
         m.0.store

@@ -98,6 +98,7 @@ pub(crate) async fn delete_client(
     {
         return Err(ApiError::not_found("no such client"));
     }
+    m.0.tokens.forget_client(&id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -119,6 +120,7 @@ pub(crate) async fn rotate_secret(
     {
         return Err(ApiError::not_found("no such client"));
     }
+    m.0.tokens.forget_client(&id);
     Ok(Json(ClientSecret {
         client_id: id,
         client_secret,

@@ -31,7 +31,7 @@ pub(crate) async fn send_rcs(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let (send, raw): (rcs::RcsSend, Value) = json_body(&headers, body)?;
     rcs::validate(&send, &client_id)?;
@@ -74,7 +74,7 @@ pub(crate) async fn results(
     State(m): State<MessagingService>,
     headers: HeaderMap,
 ) -> Result<Json<RcsResultsAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let group = random_token(12);
     let lease_ms = i64::try_from(m.0.settings.results_lease_s)
@@ -114,7 +114,7 @@ pub(crate) async fn complete(
     headers: HeaderMap,
     Path(group): Path<String>,
 ) -> Result<Json<CodeAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     match m
         .0
@@ -146,7 +146,7 @@ async fn search(
     headers: HeaderMap,
     q: RcsSearch,
 ) -> Result<Json<RcsSearchAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let mut filters = Vec::new();
     if let Some(s) = &q.status {
@@ -252,7 +252,7 @@ pub(crate) async fn detail(
         (status, Json(json!({"code": code, "code_detail": {"detail_code": format!("API_{code}"), "detail_message": message}})))
             .into_response()
     };
-    let client_id = match oauth::authorize(&m.0.store, &headers, false).await {
+    let client_id = match m.0.tokens.authorize(&headers, false).await {
         Ok(c) => c,
         Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
         Err(e) => {

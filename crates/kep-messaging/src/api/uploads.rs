@@ -23,7 +23,7 @@ pub(crate) async fn upload_rcs(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<RcsUploadAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, false).await?;
+    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let row = m.0.uploads.rcs(&client_id, form(multipart)?).await?;
     Ok(Json(RcsUploadAnswer {
@@ -45,7 +45,7 @@ pub(crate) async fn upload_mms(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<MmsUploadAnswer>, MessagingError> {
-    let client_id = oauth::authorize(&m.0.store, &headers, true).await?;
+    let client_id = m.0.tokens.authorize(&headers, true).await?;
     oauth::check_accept(&headers)?;
     let content_group_id = m.0.uploads.mms(&client_id, form(multipart)?).await?;
     Ok(Json(MmsUploadAnswer {
