@@ -189,46 +189,6 @@ impl Store {
         self.pool.begin().await
     }
 
-    /// Stores an accepted message, unless the client already used its cid (then that
-    /// message). The insert comes first, so the transaction holds the write lock from its
-    /// first statement.
-    pub async fn insert_message(
-        tx: &mut sqlx::SqliteConnection,
-        m: &MessageRow,
-    ) -> sqlx::Result<Inserted> {
-        let done = sqlx::query(
-            "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
-               status, rcs_status, next_attempt_at, reg_date, req_date) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (client_id, cid) DO NOTHING",
-        )
-        .bind(&m.uid)
-        .bind(&m.client_id)
-        .bind(&m.cid)
-        .bind(&m.channel)
-        .bind(&m.message_type)
-        .bind(&m.phone_number)
-        .bind(&m.request)
-        .bind(&m.request_hash)
-        .bind(&m.status)
-        .bind(&m.rcs_status)
-        .bind(m.reg_date)
-        .bind(m.reg_date)
-        .bind(m.req_date)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            return Ok(Inserted::New);
-        }
-        let existing: MessageRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
-        )))
-        .bind(&m.client_id)
-        .bind(&m.cid)
-        .fetch_one(&mut *tx)
-        .await?;
-        Ok(Inserted::Existing(Box::new(existing)))
-    }
-
     /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.
     pub async fn claim_due(
         &self,
@@ -257,6 +217,51 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// Stores many accepted messages in one statement; the uids that went in (the others'
+    /// cids were taken).
+    pub async fn insert_messages(
+        tx: &mut sqlx::SqliteConnection,
+        rows: &[&MessageRow],
+    ) -> sqlx::Result<std::collections::HashSet<String>> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
+               status, rcs_status, next_attempt_at, reg_date, req_date) ",
+        );
+        b.push_values(rows, |mut v, m| {
+            v.push_bind(&m.uid)
+                .push_bind(&m.client_id)
+                .push_bind(&m.cid)
+                .push_bind(&m.channel)
+                .push_bind(&m.message_type)
+                .push_bind(&m.phone_number)
+                .push_bind(&m.request)
+                .push_bind(&m.request_hash)
+                .push_bind(&m.status)
+                .push_bind(&m.rcs_status)
+                .push_bind(m.reg_date)
+                .push_bind(m.reg_date)
+                .push_bind(m.req_date);
+        });
+        b.push(" ON CONFLICT (client_id, cid) DO NOTHING RETURNING uid");
+        let inserted: Vec<(String,)> = b.build_query_as().fetch_all(&mut *tx).await?;
+        Ok(inserted.into_iter().map(|r| r.0).collect())
+    }
+
+    /// The message a client's cid names.
+    pub async fn message_by_cid(
+        tx: &mut sqlx::SqliteConnection,
+        client_id: &str,
+        cid: &str,
+    ) -> sqlx::Result<MessageRow> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
+        )))
+        .bind(client_id)
+        .bind(cid)
+        .fetch_one(&mut *tx)
+        .await
     }
 
     /// The final state of a message, and what the carrier was handed.

@@ -73,10 +73,28 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
 async fn commit(store: &Store, batch: &mut Vec<Write>) {
     let result = async {
         let mut tx = store.begin().await?;
+        // All the accepted messages in one statement (SQLite takes up to 32,766 values: 13
+        // columns × MAX_BATCH fits), then the finishes.
+        let new: Vec<&MessageRow> = batch
+            .iter()
+            .filter_map(|w| match w {
+                Write::Insert(row, _) => Some(&**row),
+                Write::Finish(..) => None,
+            })
+            .collect();
+        let inserted = if new.is_empty() {
+            Default::default()
+        } else {
+            Store::insert_messages(&mut tx, &new).await?
+        };
         let mut outcomes = Vec::with_capacity(batch.len());
         for w in batch.iter() {
             outcomes.push(match w {
-                Write::Insert(row, _) => Some(Store::insert_message(&mut tx, row).await?),
+                Write::Insert(row, _) if inserted.contains(&row.uid) => Some(Inserted::New),
+                // Its cid was taken, by an earlier message or one earlier in this batch.
+                Write::Insert(row, _) => Some(Inserted::Existing(Box::new(
+                    Store::message_by_cid(&mut tx, &row.client_id, &row.cid).await?,
+                ))),
                 Write::Finish(row, handovers) => {
                     Store::finish(&mut tx, row, handovers).await?;
                     None
