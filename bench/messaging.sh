@@ -51,3 +51,40 @@ sleep 2
 PENDING=$(sqlite3 "$DATA/messaging.db" "SELECT COUNT(*) FROM messages WHERE status = '100'" 2>/dev/null || echo "?")
 TOTAL=$(sqlite3 "$DATA/messaging.db" "SELECT COUNT(*) FROM messages" 2>/dev/null || echo "?")
 echo "   stored: $TOTAL; still at status 100 two seconds after the run: $PENDING"
+
+# --- 2. search with 1,000,000 stored messages ---
+kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
+CLIENT=$(jq -r .client_id <<<"$C")
+NOW_MS=$(($(date +%s%3N)))
+SPAN_MS=$((10 * 86400 * 1000))
+STEP=$((SPAN_MS / ROWS))
+START=$((NOW_MS - SPAN_MS))
+echo "== inserting $ROWS messages over the last 10 days for one client"
+T0=$(date +%s)
+sqlite3 "$DATA/messaging.db" <<SQL
+PRAGMA journal_mode=WAL;
+WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq WHERE n < $ROWS - 1)
+INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash, status,
+                      sms_status_code, next_attempt_at, reg_date, req_date, sent_date, res_date)
+SELECT printf('%020d', ($START + n * $STEP) * 1000000 + n % 1000), '$CLIENT', 'bulk-' || n, 'XMS', 'SM', '821012345678',
+       '{"cid":"bulk-' || n || '","message_type":"SM","phone_number":"821012345678","message":"bench","sender_no":"0212345678","etc1":"e' || (n % 10) || '"}',
+       'bulk', '200', 'API_200', 0, $START + n * $STEP, $START + n * $STEP, $START + n * $STEP, $START + n * $STEP
+FROM seq;
+SQL
+echo "   done in $(( $(date +%s) - T0 )) s; $(sqlite3 "$DATA/messaging.db" 'SELECT COUNT(*) FROM messages') rows"
+start
+cat >"$DATA/search.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"size":1000}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["accept"] = "*/*"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("TOKEN")
+function response(status) if status ~= 200 then io.stderr:write("status " .. status .. "\n") end end
+LUA
+ROWS_TODAY=$(curl -sf -XPOST -H "Authorization: Bearer $TOKEN" -H 'content-type: application/json' "$MSG/v2/info/message/search" -d '{"size":1000}' | jq '.results | length')
+for c in 1 4; do
+  echo "== POST /v2/info/message/search, today's first page ($ROWS_TODAY results of 1000 asked), wrk -t1 -c$c -d$DURATION"
+  wrk -t1 -c$c -d"$DURATION" --latency -s "$DATA/search.lua" "$MSG/v2/info/message/search" 2>>"$DATA/wrk2.err" \
+    | grep -E "Requests/sec|50%|99%" | sed 's/^/   /'
+done
+sort "$DATA/wrk2.err" | uniq -c | head -3 | sed 's/^/   non-200: /'

@@ -341,6 +341,52 @@ impl Store {
         b.build_query_as().fetch_all(&self.pool).await
     }
 
+    /// One page of a client's XMS search, built as JSON by SQLite itself: (the results
+    /// array, rows found — `limit + 1` means more follow —, the last uid on the page).
+    ///
+    /// A page is up to 1000 rows; decoding them one by one through the driver cost more than
+    /// the query (a thread hand-off per row), so SQLite hands back one row. Times are
+    /// formatted with `utc_offset` (`+09:00`), the service zone's offset at the page's start.
+    pub async fn xms_page(
+        &self,
+        q: &SearchQuery<'_>,
+        utc_offset: &str,
+    ) -> sqlx::Result<(String, i64, Option<String>)> {
+        let size = q.limit - 1;
+        let mut b: QueryBuilder<Sqlite> =
+            QueryBuilder::new("SELECT COALESCE(json_group_array(json(obj)) FILTER (WHERE rn <= ");
+        b.push_bind(size);
+        b.push("), '[]'), COUNT(*), MAX(uid) FILTER (WHERE rn <= ");
+        b.push_bind(size);
+        b.push(
+            ") FROM (SELECT uid, ROW_NUMBER() OVER (ORDER BY uid) AS rn,
+               json_patch('{}', json_object(
+                 'uid', uid, 'cid', cid,
+                 'reg_date', strftime('%Y-%m-%d %H:%M:%S', reg_date / 1000, 'unixepoch', ",
+        );
+        b.push_bind(utc_offset.to_owned());
+        b.push(
+            "), 'status_code', 'API_' || status, 'sms_status_code', sms_status_code, 'error_message', error_message,
+                 'tax_cd1', json_extract(request, '$.tax_cd1'), 'tax_cd2', json_extract(request, '$.tax_cd2'),
+                 'etc1', json_extract(request, '$.etc1'), 'etc2', json_extract(request, '$.etc2'),
+                 'etc3', json_extract(request, '$.etc3'), 'etc4', json_extract(request, '$.etc4'),
+                 'etc5', json_extract(request, '$.etc5'), 'etc6', json_extract(request, '$.etc6'),
+                 'etc7', json_extract(request, '$.etc7'), 'etc8', json_extract(request, '$.etc8'),
+                 'etc9', json_extract(request, '$.etc9'), 'etc10', json_extract(request, '$.etc10'))) AS obj
+             FROM messages WHERE client_id = ",
+        );
+        b.push_bind(q.client_id);
+        b.push(" AND channel = ").push_bind(q.channel);
+        b.push(" AND uid > ").push_bind(&q.after);
+        b.push(" AND uid < ").push_bind(&q.before);
+        for (column, value) in &q.filters {
+            b.push(format!(" AND {column} = ")).push_bind(value);
+        }
+        b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
+        b.push(")");
+        b.build_query_as().fetch_one(&self.pool).await
+    }
+
     /// Hands out up to `limit` finished RCS results that no open group holds, as the new
     /// group `group_id`; groups whose lease ran out first give theirs back.
     pub async fn hand_out_results(

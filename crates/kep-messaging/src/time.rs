@@ -44,13 +44,20 @@ impl ServiceZone {
 
     /// `yyyy-mm-dd HH:MM:SS`
     pub fn format(&self, ms: i64) -> String {
-        jiff::Timestamp::from_millisecond(ms)
-            .map(|t| {
-                t.to_zoned(self.0.clone())
-                    .strftime("%Y-%m-%d %H:%M:%S")
-                    .to_string()
-            })
-            .unwrap_or_default()
+        // An offset and a civil time, not a `Zoned`: a search page formats thousands of these.
+        let Ok(t) = jiff::Timestamp::from_millisecond(ms) else {
+            return String::new();
+        };
+        let d = self.0.to_offset(t).to_datetime(t);
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            d.year(),
+            d.month(),
+            d.day(),
+            d.hour(),
+            d.minute(),
+            d.second()
+        )
     }
 
     /// `[start, end)` in unix milliseconds for the days `start_date` to `end_date`
@@ -67,6 +74,15 @@ impl ServiceZone {
             .timestamp()
             .as_millisecond();
         Ok((from, to))
+    }
+
+    /// The zone's UTC offset at `ms`, as SQLite's date modifiers take it (`+09:00`).
+    pub fn offset_modifier(&self, ms: i64) -> String {
+        let t = jiff::Timestamp::from_millisecond(ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let secs = self.0.to_offset(t).seconds();
+        let sign = if secs < 0 { '-' } else { '+' };
+        let secs = secs.unsigned_abs();
+        format!("{sign}{:02}:{:02}", secs / 3600, secs % 3600 / 60)
     }
 
     pub fn today(&self) -> jiff::civil::Date {

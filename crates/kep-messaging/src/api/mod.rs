@@ -5,8 +5,6 @@ mod rcs;
 mod uploads;
 pub mod wire;
 
-use std::collections::BTreeMap;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -247,14 +245,17 @@ pub(crate) struct Page<'a> {
     pub last_uid: Option<&'a str>,
 }
 
-/// One page of the caller's messages of `channel`, oldest first, and whether more follow.
-pub(crate) async fn page(
+/// The query for one page of the caller's messages of `channel`, oldest first, asking for
+/// one row more than the page so the answer knows whether more follow; `None` when the
+/// request names another client (a client sees only its own messages). The second value
+/// is the start of the date range, in unix milliseconds.
+pub(crate) fn page_query<'a>(
     m: &MessagingService,
-    caller: &str,
+    caller: &'a str,
     channel: &'static str,
     p: Page<'_>,
     filters: Vec<(&'static str, String)>,
-) -> Result<(Vec<MessageRow>, bool), MessagingError> {
+) -> Result<Option<(SearchQuery<'a>, i64)>, MessagingError> {
     let zone = &m.0.zone;
     let (start, end) = match (p.start_date, p.end_date) {
         (None, None) => (zone.today(), zone.today()),
@@ -292,9 +293,8 @@ pub(crate) async fn page(
         }
         after = after.max(last.to_owned());
     }
-    // Another client's id finds nothing: a client sees only its own messages.
     if p.client_id.is_some_and(|c| c != caller) {
-        return Ok((Vec::new(), false));
+        return Ok(None);
     }
     let query = SearchQuery {
         client_id: caller,
@@ -304,9 +304,21 @@ pub(crate) async fn page(
         limit: size + 1,
         filters,
     };
+    Ok(Some((query, from)))
+}
+
+/// One page of rows, and whether more follow.
+pub(crate) async fn page(
+    m: &MessagingService,
+    query: Option<SearchQuery<'_>>,
+) -> Result<(Vec<MessageRow>, bool), MessagingError> {
+    let Some(query) = query else {
+        return Ok((Vec::new(), false));
+    };
     let mut rows = m.0.store.search(&query).await?;
-    let next = rows.len() as i64 > size;
-    rows.truncate(size as usize);
+    let size = usize::try_from(query.limit - 1).unwrap_or(0);
+    let next = rows.len() > size;
+    rows.truncate(size);
     Ok((rows, next))
 }
 
@@ -327,7 +339,7 @@ pub(crate) async fn search_xms(
     State(m): State<MessagingService>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<XmsSearchAnswer>, MessagingError> {
+) -> Result<Response, MessagingError> {
     let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
@@ -348,42 +360,60 @@ pub(crate) async fn search_xms(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (rows, next) = page(&m, &client_id, "XMS", p, filters).await?;
-    let zone = &m.0.zone;
-    let results: Vec<XmsSearchRow> = rows.into_iter().map(|r| search_row(zone, r)).collect();
-    Ok(Json(XmsSearchAnswer {
-        status: "200".into(),
-        code: "200".into(),
-        count: results.len() as i64,
-        next,
-        last_uid: results.last().map(|r| r.uid.clone()),
+    let (results, found, last_uid) = match page_query(&m, &client_id, "XMS", p, filters)? {
+        None => ("[]".to_owned(), 0, None),
+        Some((query, from)) => {
+            let size = query.limit - 1;
+            let (json, found, last) =
+                m.0.store
+                    .xms_page(&query, &m.0.zone.offset_modifier(from))
+                    .await?;
+            (json, found.min(size + 1), last.filter(|_| found > 0))
+        }
+    };
+    let size = q.size.unwrap_or(100);
+    let results = serde_json::value::RawValue::from_string(results)
+        .map_err(|e| MessagingError::Internal(e.into()))?;
+    // The same shape as `XmsSearchAnswer`, with the rows as SQLite wrote them.
+    Ok(Json(XmsPage {
+        status: "200",
+        code: "200",
+        count: found.min(size),
+        next: found > size,
+        last_uid,
         code_detail: Detail::ok("ok"),
         results,
-    }))
+    })
+    .into_response())
+}
+
+#[derive(serde::Serialize)]
+struct XmsPage {
+    status: &'static str,
+    code: &'static str,
+    count: i64,
+    next: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_uid: Option<String>,
+    code_detail: Detail,
+    results: Box<serde_json::value::RawValue>,
 }
 
 pub(crate) fn request_field(request: &Value, key: &str) -> Option<String> {
     request.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
-fn search_row(zone: &crate::time::ServiceZone, r: MessageRow) -> XmsSearchRow {
-    let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
-    let etc: BTreeMap<String, String> = (1..=10)
-        .filter_map(|i| {
-            let key = format!("etc{i}");
-            request_field(&request, &key).map(|v| (key, v))
-        })
-        .collect();
-    XmsSearchRow {
-        status_code: format!("API_{}", r.status),
-        sms_status_code: r.sms_status_code,
-        error_message: r.error_message,
-        tax_cd1: request_field(&request, "tax_cd1"),
-        tax_cd2: request_field(&request, "tax_cd2"),
-        reg_date: zone.format(r.reg_date),
-        uid: r.uid,
-        cid: r.cid,
-        etc,
+/// The fields of a stored request that an RCS search row shows; the rest is skipped
+/// unparsed.
+#[derive(serde::Deserialize, Default)]
+pub(crate) struct ShownFields {
+    tax_cd1: Option<String>,
+    tax_cd2: Option<String>,
+}
+
+impl ShownFields {
+    pub(crate) fn of(request: &str) -> Self {
+        serde_json::from_str(request).unwrap_or_default()
     }
 }
 

@@ -13,7 +13,7 @@ use super::wire::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
     SendAnswer,
 };
-use super::{Page, accept, json_body, page, request_field};
+use super::{Page, accept, json_body, page, page_query, request_field};
 use crate::store::GroupCompletion;
 use crate::time::now_ms;
 use crate::{MessagingError, MessagingService, oauth, rcs};
@@ -168,20 +168,24 @@ async fn search(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (rows, next) = page(&m, &client_id, "RCS", p, filters).await?;
+    let (rows, next) = page(
+        &m,
+        page_query(&m, &client_id, "RCS", p, filters)?.map(|(q, _)| q),
+    )
+    .await?;
     let zone = &m.0.zone;
     let results: Vec<RcsSearchRow> = rows
         .into_iter()
         .map(|r| {
-            let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
+            let shown = super::ShownFields::of(&r.request);
             RcsSearchRow {
                 reg_date: zone.format(r.reg_date),
                 status: format!("API_{}", r.status),
                 rcs_status: r.rcs_status,
                 fallback_status: r.fallback_status,
                 error_message: r.error_message,
-                tax_cd1: request_field(&request, "tax_cd1"),
-                tax_cd2: request_field(&request, "tax_cd2"),
+                tax_cd1: shown.tax_cd1,
+                tax_cd2: shown.tax_cd2,
                 uid: r.uid,
                 cid: r.cid,
             }
