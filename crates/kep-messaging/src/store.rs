@@ -264,36 +264,49 @@ impl Store {
         .await
     }
 
-    /// The final state of a message, and what the carrier was handed.
-    pub async fn finish(
+    /// The final states of many messages, and what the carrier was handed: two statements
+    /// for the whole batch (`UPDATE … FROM (VALUES …)` and a multi-row insert).
+    pub async fn finish_all(
         tx: &mut sqlx::SqliteConnection,
-        m: &MessageRow,
-        handovers: &[crate::writer::Handover],
+        done: &[(&MessageRow, &[crate::writer::Handover])],
     ) -> sqlx::Result<()> {
-        sqlx::query(
-            "UPDATE messages SET status = ?, rcs_status = ?, fallback_status = ?, sms_status_code = ?, error_message = ?,
-               sent_date = ?, res_date = ? WHERE uid = ?",
-        )
-        .bind(&m.status)
-        .bind(&m.rcs_status)
-        .bind(&m.fallback_status)
-        .bind(&m.sms_status_code)
-        .bind(&m.error_message)
-        .bind(m.sent_date)
-        .bind(m.res_date)
-        .bind(&m.uid)
-        .execute(&mut *tx)
-        .await?;
-        for h in handovers {
-            sqlx::query("INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) VALUES (?, ?, ?, ?, ?, ?)")
-                .bind(&m.uid)
-                .bind(&h.route)
-                .bind(&m.phone_number)
-                .bind(&m.request)
-                .bind(&h.outcome)
-                .bind(h.at)
-                .execute(&mut *tx)
-                .await?;
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "WITH v(uid, status, rcs_status, fallback_status, sms_status_code, error_message, sent_date, res_date) AS (",
+        );
+        b.push_values(done, |mut v, (m, _)| {
+            v.push_bind(&m.uid)
+                .push_bind(&m.status)
+                .push_bind(&m.rcs_status)
+                .push_bind(&m.fallback_status)
+                .push_bind(&m.sms_status_code)
+                .push_bind(&m.error_message)
+                .push_bind(m.sent_date)
+                .push_bind(m.res_date);
+        });
+        b.push(
+            ") UPDATE messages SET status = v.status, rcs_status = v.rcs_status, fallback_status = v.fallback_status,
+               sms_status_code = v.sms_status_code, error_message = v.error_message, sent_date = v.sent_date,
+               res_date = v.res_date FROM v WHERE messages.uid = v.uid",
+        );
+        b.build().execute(&mut *tx).await?;
+        let handovers: Vec<(&MessageRow, &crate::writer::Handover)> = done
+            .iter()
+            .flat_map(|(m, hs)| hs.iter().map(move |h| (*m, h)))
+            .collect();
+        // 6 values a row: well under SQLite's 32,766 per statement.
+        for chunk in handovers.chunks(4096) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) ",
+            );
+            b.push_values(chunk, |mut v, (m, h)| {
+                v.push_bind(&m.uid)
+                    .push_bind(&h.route)
+                    .push_bind(&m.phone_number)
+                    .push_bind(&m.request)
+                    .push_bind(&h.outcome)
+                    .push_bind(h.at);
+            });
+            b.build().execute(&mut *tx).await?;
         }
         Ok(())
     }

@@ -74,7 +74,7 @@ async fn commit(store: &Store, batch: &mut Vec<Write>) {
     let result = async {
         let mut tx = store.begin().await?;
         // All the accepted messages in one statement (SQLite takes up to 32,766 values: 13
-        // columns × MAX_BATCH fits), then the finishes.
+        // columns × MAX_BATCH fits), then all the finishes in two.
         let new: Vec<&MessageRow> = batch
             .iter()
             .filter_map(|w| match w {
@@ -95,11 +95,19 @@ async fn commit(store: &Store, batch: &mut Vec<Write>) {
                 Write::Insert(row, _) => Some(Inserted::Existing(Box::new(
                     Store::message_by_cid(&mut tx, &row.client_id, &row.cid).await?,
                 ))),
-                Write::Finish(row, handovers) => {
-                    Store::finish(&mut tx, row, handovers).await?;
-                    None
-                }
+                Write::Finish(..) => None,
             });
+        }
+        let finished: Vec<(&MessageRow, &[Handover])> = batch
+            .iter()
+            .filter_map(|w| match w {
+                Write::Finish(row, handovers) => Some((&**row, handovers.as_slice())),
+                Write::Insert(..) => None,
+            })
+            .collect();
+        // 8 values a row: MAX_BATCH rows fit one statement.
+        if !finished.is_empty() {
+            Store::finish_all(&mut tx, &finished).await?;
         }
         tx.commit().await?;
         Ok::<_, sqlx::Error>(outcomes)

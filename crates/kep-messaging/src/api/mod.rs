@@ -115,7 +115,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(
     if !value.is_object() {
         return Err(MessagingError::invalid("body", "must be a JSON object"));
     }
-    let parsed = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+    let parsed = serde_path_to_error::deserialize(&value).map_err(|e| {
         let (field, message) = kep_core::http::field_error(e);
         MessagingError::invalid(field, message)
     })?;
