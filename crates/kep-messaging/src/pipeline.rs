@@ -252,3 +252,100 @@ fn status_of(outcome: CarrierOutcome) -> &'static str {
         CarrierOutcome::Resendable => "520",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::writer::Writer;
+
+    /// A connector that cannot reach the carrier the first `failures` times.
+    struct Flaky {
+        failures: usize,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl Carrier for Flaky {
+        async fn deliver(&self, _: &str, _: &str, _: &str) -> Result<CarrierOutcome, String> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            if n < self.failures {
+                Err("connection refused".into())
+            } else {
+                Ok(CarrierOutcome::Delivered)
+            }
+        }
+    }
+
+    async fn deliver_with(failures: usize, max_attempts: i64) -> (MessageRow, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = kep_core::storage::open(dir.path(), "messaging", &crate::store::MIGRATOR)
+            .await
+            .unwrap();
+        let store = Store::new(pool);
+        store.insert_client("c", None, "h", 0).await.unwrap();
+        let writer = Writer::start(store.clone());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let policy = DispatchPolicy {
+            concurrency: 4,
+            lease: Duration::from_secs(30),
+            max_attempts,
+            backoff: Duration::from_millis(10),
+        };
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            writer.clone(),
+            Flaky {
+                failures,
+                calls: calls.clone(),
+            },
+            policy,
+        );
+        tokio::spawn(Arc::clone(&dispatcher).run());
+        let now = now_ms();
+        let row = MessageRow {
+            uid: crate::time::new_uid(),
+            client_id: "c".into(),
+            cid: "x".into(),
+            channel: "XMS".into(),
+            message_type: "SM".into(),
+            phone_number: "821012345678".into(),
+            request: "{}".into(),
+            request_hash: "h".into(),
+            status: "100".into(),
+            rcs_status: None,
+            fallback_status: None,
+            sms_status_code: None,
+            error_message: None,
+            attempts: 0,
+            reg_date: now,
+            req_date: Some(now),
+            sent_date: None,
+            res_date: None,
+        };
+        let uid = row.uid.clone();
+        writer.insert(row).await.unwrap();
+        dispatcher.wake();
+        for _ in 0..300 {
+            let m = store.message("c", "XMS", &uid).await.unwrap().unwrap();
+            if m.status != "100" {
+                return (m, calls.load(Ordering::SeqCst));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never finished");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_carrier_is_retried_with_back_off() {
+        let (m, calls) = deliver_with(2, 5).await;
+        assert_eq!((m.status.as_str(), m.attempts, calls), ("200", 3, 3));
+    }
+
+    #[tokio::test]
+    async fn retries_end_in_a_failure_after_the_last_attempt() {
+        let (m, calls) = deliver_with(10, 3).await;
+        assert_eq!((m.status.as_str(), calls), ("510", 3));
+        assert!(m.error_message.unwrap().starts_with("carrier unreachable"));
+    }
+}
