@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::MessagingError;
-use crate::text::{check_digits, check_text, require_text};
+use crate::text::{check_digits, check_head, check_text, require_text};
 
 /// An RCS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize)]
@@ -80,30 +80,14 @@ fn check_rcs_text(field: &str, text: &str, max: usize) -> Result<(), MessagingEr
 }
 
 pub fn validate(send: &RcsSend, caller: &str) -> Result<(), MessagingError> {
-    if let Some(id) = &send.client_id
-        && id != caller
-    {
-        return Err(MessagingError::invalid(
-            "client_id",
-            "is not the client of the access token",
-        ));
-    }
-    require_text("cid", send.cid.as_deref(), 100)?;
-    let message_type = send
-        .message_type
-        .as_deref()
-        .ok_or_else(|| MessagingError::invalid("message_type", "required"))?;
-    if !RCS_TYPES.contains(&message_type) {
-        return Err(MessagingError::invalid(
-            "message_type",
-            format!("one of {}", RCS_TYPES.join(", ")),
-        ));
-    }
-    let phone = send
-        .phone_number
-        .as_deref()
-        .ok_or_else(|| MessagingError::invalid("phone_number", "required"))?;
-    check_digits("phone_number", phone, 16)?;
+    let (message_type, phone) = check_head(
+        send.client_id.as_deref(),
+        caller,
+        send.cid.as_deref(),
+        send.message_type.as_deref(),
+        &RCS_TYPES,
+        send.phone_number.as_deref(),
+    )?;
     if !phone.starts_with("82") {
         return Err(MessagingError::invalid(
             "phone_number",

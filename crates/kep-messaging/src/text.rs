@@ -57,6 +57,37 @@ pub fn check_digits(field: &str, value: &str, max: usize) -> Result<(), Messagin
     Ok(())
 }
 
+/// What every send starts with, XMS or RCS: its `client_id` (if given) is the caller's,
+/// a `cid`, a `message_type` of `types`, and a `phone_number` of digits. Returns the type
+/// and the number.
+pub fn check_head<'a>(
+    client_id: Option<&str>,
+    caller: &str,
+    cid: Option<&str>,
+    message_type: Option<&'a str>,
+    types: &[&str],
+    phone_number: Option<&'a str>,
+) -> Result<(&'a str, &'a str), MessagingError> {
+    if client_id.is_some_and(|id| id != caller) {
+        return Err(MessagingError::invalid(
+            "client_id",
+            "is not the client of the access token",
+        ));
+    }
+    require_text("cid", cid, 100)?;
+    let message_type =
+        message_type.ok_or_else(|| MessagingError::invalid("message_type", "required"))?;
+    if !types.contains(&message_type) {
+        return Err(MessagingError::invalid(
+            "message_type",
+            format!("one of {}", types.join(", ")),
+        ));
+    }
+    let phone = phone_number.ok_or_else(|| MessagingError::invalid("phone_number", "required"))?;
+    check_digits("phone_number", phone, 16)?;
+    Ok((message_type, phone))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

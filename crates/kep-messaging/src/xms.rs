@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use crate::MessagingError;
-use crate::text::{check_digits, check_text, require_text};
+use crate::text::{check_digits, check_head, check_text, require_text};
 
 /// An XMS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -45,30 +45,14 @@ pub fn message_limit(message_type: &str) -> usize {
 
 /// Checks `send` for `client_id` (the caller); on success the fields that identify it.
 pub fn validate(send: &XmsSend, caller: &str) -> Result<(), MessagingError> {
-    if let Some(id) = &send.client_id
-        && id != caller
-    {
-        return Err(MessagingError::invalid(
-            "client_id",
-            "is not the client of the access token",
-        ));
-    }
-    require_text("cid", send.cid.as_deref(), 100)?;
-    let message_type = send
-        .message_type
-        .as_deref()
-        .ok_or_else(|| MessagingError::invalid("message_type", "required"))?;
-    if !XMS_TYPES.contains(&message_type) {
-        return Err(MessagingError::invalid(
-            "message_type",
-            format!("one of {}", XMS_TYPES.join(", ")),
-        ));
-    }
-    let phone = send
-        .phone_number
-        .as_deref()
-        .ok_or_else(|| MessagingError::invalid("phone_number", "required"))?;
-    check_digits("phone_number", phone, 16)?;
+    let (message_type, phone) = check_head(
+        send.client_id.as_deref(),
+        caller,
+        send.cid.as_deref(),
+        send.message_type.as_deref(),
+        &XMS_TYPES,
+        send.phone_number.as_deref(),
+    )?;
     let international = matches!(message_type, "ISM" | "ILM");
     if international {
         let nat = send
