@@ -113,6 +113,18 @@ impl Server {
         (res.status(), res.json().await.unwrap_or(Value::Null))
     }
 
+    /// What was handed to the carrier, newest first.
+    async fn outbox(&self) -> Value {
+        let res = self
+            .http
+            .get(format!("{}/admin/v1/messaging/outbox", self.admin))
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        res.json().await.unwrap()
+    }
+
     /// The detail once the message left status 100.
     async fn settled(&self, token: &str, uid: &str) -> Value {
         for _ in 0..200 {
@@ -294,16 +306,7 @@ async fn an_xms_send_is_delivered_and_its_result_read_back() {
     );
 
     // What left for the carrier.
-    let outbox: Value = srv
-        .http
-        .get(format!("{}/admin/v1/messaging/outbox", srv.admin))
-        .bearer_auth(OPERATOR_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let outbox = srv.outbox().await;
     let uids: Vec<_> = outbox
         .as_array()
         .unwrap()
@@ -330,16 +333,7 @@ async fn an_xms_send_is_delivered_and_its_result_read_back() {
         (StatusCode::BAD_REQUEST, Some("410"))
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let outbox: Value = srv
-        .http
-        .get(format!("{}/admin/v1/messaging/outbox", srv.admin))
-        .bearer_auth(OPERATOR_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let outbox = srv.outbox().await;
     assert_eq!(outbox.as_array().unwrap().len(), 3, "nothing sent twice");
 
     // Another client sees none of it.
@@ -589,16 +583,7 @@ async fn a_carrier_slower_than_the_lease_still_gets_each_message_once() {
         srv.settled(&token, v["uid"].as_str().unwrap()).await["status_code"],
         "API_200"
     );
-    let outbox: Value = srv
-        .http
-        .get(format!("{}/admin/v1/messaging/outbox", srv.admin))
-        .bearer_auth(OPERATOR_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let outbox = srv.outbox().await;
     assert_eq!(outbox.as_array().unwrap().len(), 1);
 }
 
@@ -647,7 +632,17 @@ async fn every_rule_of_an_rcs_send_is_a_410_naming_its_field() {
         )
     };
     let cases = vec![
+        (set(&["cid"], Value::Null), "cid"),
+        (set(&["message_type"], Value::Null), "message_type"),
+        (set(&["phone_number"], Value::Null), "phone_number"),
+        (set(&["phone_number"], json!("01012345678")), "phone_number"),
+        (set(&["sender_no"], Value::Null), "sender_no"),
+        (set(&["ad_flag"], Value::Null), "ad_flag"),
         (set(&["template_code"], Value::Null), "template_code"),
+        (
+            set(&["template_code"], json!("t".repeat(31))),
+            "template_code",
+        ),
         (set(&["agency_id"], json!("")), "agency_id"),
         (set(&["ad_flag"], json!("X")), "ad_flag"),
         (set(&["footer"], json!("0801234567")), "footer"),
