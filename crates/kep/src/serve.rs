@@ -259,7 +259,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         )
         .route(
             "/openapi/live.json",
-            get(|| async { axum::Json(kep_live::api::LiveApiDoc::openapi()) }),
+            get(|| async { axum::Json(with_bearer(kep_live::api::LiveApiDoc::openapi())) }),
         )
         .route(
             "/openapi/adapter.json",
@@ -267,7 +267,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         )
         .route(
             "/openapi/messaging.json",
-            get(|| async { axum::Json(kep_messaging::api::MessagingApiDoc::openapi()) }),
+            get(|| async {
+                axum::Json(with_bearer(kep_messaging::api::MessagingApiDoc::openapi()))
+            }),
         );
     servers.push(spawn("admin", admin, admin_router, &shutdown));
 
@@ -297,6 +299,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A service document whose calls take `Authorization: Bearer …`, with that scheme named.
+fn with_bearer(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    );
+    doc
 }
 
 /// The operator API's document, before the services add their paths.

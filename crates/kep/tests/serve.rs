@@ -652,6 +652,35 @@ fn accepted_messages_survive_kill_9() {
 fn the_messaging_flow_from_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let srv = serve(dir.path(), &port0(), &[("KEP_SIMULATOR_DELAY_MS", "5")]);
+    let (status, doc) = http(
+        "GET",
+        &format!("{}/openapi/messaging.json", srv.admin),
+        None,
+        None,
+    );
+    assert_eq!(status, 200);
+    for path in [
+        "/v2/oauth/token",
+        "/v2/send/xms",
+        "/v2/send/rcs",
+        "/v2/upload/rcs",
+        "/v2/info/rcs/results",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} is described");
+    }
+    let (_, admin_doc) = http(
+        "GET",
+        &format!("{}/openapi/admin.json", srv.admin),
+        None,
+        None,
+    );
+    for path in [
+        "/admin/v1/messaging/clients",
+        "/admin/v1/adapter/org-login-types",
+        "/admin/v1/live/services",
+    ] {
+        assert!(admin_doc["paths"][path].is_object(), "{path} is described");
+    }
     let client = cli(&srv, &["msg", "client", "--name", "cli"]);
     let token = cli(
         &srv,

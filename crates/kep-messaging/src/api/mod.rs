@@ -79,7 +79,9 @@ pub(crate) fn router(m: MessagingService) -> Router {
         rcs::complete,
         rcs::search_post,
         rcs::search_get,
-        rcs::detail
+        rcs::detail,
+        uploads::upload_rcs,
+        uploads::upload_mms
     ),
     components(schemas(
         TokenAnswer,
