@@ -5,6 +5,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
@@ -78,6 +79,9 @@ pub struct Issued {
 pub struct Tokens {
     store: Store,
     cache: RwLock<HashMap<[u8; 32], (String, i64)>>,
+    /// Bumped by every revocation: a lookup that read the database before one must not
+    /// put a revoked token back into the cache.
+    revocations: AtomicU64,
 }
 
 impl Tokens {
@@ -85,6 +89,7 @@ impl Tokens {
         Tokens {
             store,
             cache: RwLock::default(),
+            revocations: AtomicU64::new(0),
         }
     }
 
@@ -154,23 +159,27 @@ impl Tokens {
         {
             return Ok(client.clone());
         }
-        // Not cached (issued before a restart): the database knows.
-        let client = self
+        // Not cached (issued before a restart): the database knows, and the cache learns.
+        let seen = self.revocations.load(Ordering::SeqCst);
+        let (client, expires_at) = self
             .store
             .token_client(&hex::encode(digest), now)
             .await?
             .ok_or(MessagingError::Unauthorized(
                 "unknown or expired access token",
             ))?;
+        let mut cache = self.cache.write().expect("token cache lock");
+        if self.revocations.load(Ordering::SeqCst) == seen {
+            cache.insert(digest, (client.clone(), expires_at));
+        }
         Ok(client)
     }
 
     /// The client's secret changed or it is gone: its tokens stop working.
     pub fn forget_client(&self, client_id: &str) {
-        self.cache
-            .write()
-            .expect("token cache lock")
-            .retain(|_, (c, _)| c != client_id);
+        let mut cache = self.cache.write().expect("token cache lock");
+        self.revocations.fetch_add(1, Ordering::SeqCst);
+        cache.retain(|_, (c, _)| c != client_id);
     }
 }
 

@@ -175,14 +175,19 @@ impl Store {
     }
 
     /// The client of an unexpired token.
-    pub async fn token_client(&self, token_hash: &str, now: i64) -> sqlx::Result<Option<String>> {
-        let row: Option<(String,)> =
-            sqlx::query_as("SELECT client_id FROM tokens WHERE token_hash = ? AND expires_at > ?")
-                .bind(token_hash)
-                .bind(now)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.map(|r| r.0))
+    /// The client of an unexpired token, and when it expires.
+    pub async fn token_client(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<Option<(String, i64)>> {
+        sqlx::query_as(
+            "SELECT client_id, expires_at FROM tokens WHERE token_hash = ? AND expires_at > ?",
+        )
+        .bind(token_hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
     }
 
     pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
