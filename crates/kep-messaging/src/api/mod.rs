@@ -20,7 +20,7 @@ use utoipa::OpenApi;
 use self::wire::{
     Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
 };
-use crate::store::{Inserted, MessageRow, SearchQuery};
+use crate::store::{Inserted, MessageRow, SearchQuery, Store};
 use crate::time::{new_uid, now_ms, uid_at};
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
 
@@ -158,26 +158,57 @@ pub(crate) async fn send_xms(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
+    send::<xms::XmsSend>(m, headers, body).await
+}
+
+/// A kind of send: its channel, its rules, and the uploads it may name.
+pub(crate) trait Sendable: DeserializeOwned {
+    const CHANNEL: &'static str;
+    fn validate(&self, caller: &str) -> Result<(), MessagingError>;
+    /// `(cid, message_type, phone_number)`, once validated.
+    fn head(&self) -> (String, String, String);
+    /// The uploads the send names must be the caller's and unexpired (a file error).
+    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError>;
+}
+
+impl Sendable for xms::XmsSend {
+    const CHANNEL: &'static str = "XMS";
+
+    fn validate(&self, caller: &str) -> Result<(), MessagingError> {
+        xms::validate(self, caller)
+    }
+
+    fn head(&self) -> (String, String, String) {
+        let f = |v: &Option<String>| v.clone().unwrap_or_default();
+        (f(&self.cid), f(&self.message_type), f(&self.phone_number))
+    }
+
+    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError> {
+        if let Some(group) = &self.content_group_id
+            && !store.mms_group_usable(caller, group, now_ms()).await?
+        {
+            return Err(MessagingError::file(
+                "content_group_id",
+                "no such MMS upload, or it expired",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Every send: the token, `accept`, the body, its rules and files, then the durable store.
+pub(crate) async fn send<T: Sendable>(
+    m: MessagingService,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<SendAnswer>, MessagingError> {
     let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
-    let (send, raw): (xms::XmsSend, Value) = json_body(&headers, body)?;
-    xms::validate(&send, &client_id)?;
-    if let Some(group) = &send.content_group_id
-        && !m
-            .0
-            .store
-            .mms_group_usable(&client_id, group, now_ms())
-            .await?
-    {
-        return Err(MessagingError::file(
-            "content_group_id",
-            "no such MMS upload, or it expired",
-        ));
-    }
-    let cid = send.cid.clone().unwrap_or_default();
-    let message_type = send.message_type.clone().unwrap_or_default();
-    let phone = send.phone_number.clone().unwrap_or_default();
-    let uid = accept(&m, client_id, "XMS", &cid, message_type, phone, &raw).await?;
+    let (send, raw): (T, Value) = json_body(&headers, body)?;
+    send.validate(&client_id)?;
+    send.check_files(&m.0.store, &client_id).await?;
+    let (cid, message_type, phone) = send.head();
+    let uid = accept(&m, client_id, T::CHANNEL, &cid, message_type, phone, &raw).await?;
     Ok(Json(SendAnswer {
         code: "200".into(),
         uid,

@@ -13,8 +13,8 @@ use super::wire::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
     SendAnswer,
 };
-use super::{Page, accept, json_body, page, page_query, request_field};
-use crate::store::GroupCompletion;
+use super::{Page, json_body, page, page_query, request_field};
+use crate::store::{GroupCompletion, Store};
 use crate::time::now_ms;
 use crate::{MessagingError, MessagingService, oauth, rcs};
 
@@ -31,40 +31,39 @@ pub(crate) async fn send_rcs(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
-    oauth::check_accept(&headers)?;
-    let (send, raw): (rcs::RcsSend, Value) = json_body(&headers, body)?;
-    rcs::validate(&send, &client_id)?;
-    for (i, body) in send.body.iter().flatten().enumerate() {
-        let Some(file_id) = body
-            .media
-            .as_deref()
-            .and_then(|u| u.strip_prefix("maapfile://"))
-        else {
-            continue;
-        };
-        if !m
-            .0
-            .store
-            .rcs_file_usable(&client_id, file_id, now_ms())
-            .await?
-        {
-            return Err(MessagingError::file(
-                format!("body[{i}].media"),
-                "no such RCS upload, or it expired",
-            ));
-        }
+    super::send::<rcs::RcsSend>(m, headers, body).await
+}
+
+impl super::Sendable for rcs::RcsSend {
+    const CHANNEL: &'static str = "RCS";
+
+    fn validate(&self, caller: &str) -> Result<(), MessagingError> {
+        rcs::validate(self, caller)
     }
-    let cid = send.cid.clone().unwrap_or_default();
-    let message_type = send.message_type.clone().unwrap_or_default();
-    let phone = send.phone_number.clone().unwrap_or_default();
-    let uid = accept(&m, client_id, "RCS", &cid, message_type, phone, &raw).await?;
-    Ok(Json(SendAnswer {
-        code: "200".into(),
-        uid,
-        cid,
-        result: Detail::ok("accepted"),
-    }))
+
+    fn head(&self) -> (String, String, String) {
+        let f = |v: &Option<String>| v.clone().unwrap_or_default();
+        (f(&self.cid), f(&self.message_type), f(&self.phone_number))
+    }
+
+    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError> {
+        for (i, body) in self.body.iter().flatten().enumerate() {
+            let Some(file_id) = body
+                .media
+                .as_deref()
+                .and_then(|u| u.strip_prefix("maapfile://"))
+            else {
+                continue;
+            };
+            if !store.rcs_file_usable(caller, file_id, now_ms()).await? {
+                return Err(MessagingError::file(
+                    format!("body[{i}].media"),
+                    "no such RCS upload, or it expired",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
