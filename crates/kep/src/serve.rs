@@ -17,17 +17,25 @@ use kep_core::listener::{self, Bound};
 use kep_core::settings::EnvNames;
 use kep_live::{LiveService, LiveSettings};
 use kep_messaging::{MessagingService, MessagingSettings};
+use kep_serving::{GatewaySettings, ServingService, ServingSettings};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi as _;
 
 /// The services `--only` can name.
-const SERVICES: &[&str] = &["live", "adapter", "messaging"];
+const SERVICES: &[&str] = &["live", "adapter", "messaging", "serving"];
 /// Sections of the settings that `KEP_<SECTION>_<NAME>` variables reach, and the
 /// variables CONTRACT §4 names on their own.
 const ENV: EnvNames = EnvNames {
-    sections: &["admin", "live", "adapter", "messaging"],
+    sections: &[
+        "admin",
+        "live",
+        "adapter",
+        "messaging",
+        "serving",
+        "gateway",
+    ],
     aliases: &[("SIMULATOR_DELAY_MS", "messaging.simulator_delay_ms")],
 };
 
@@ -51,7 +59,10 @@ pub struct ServeArgs {
     /// Text-message sending API [KEP_MESSAGING_ADDR; default 127.0.0.1:8803].
     #[arg(long)]
     messaging_addr: Option<SocketAddr>,
-    /// Start only these services (comma-separated: live, adapter, messaging) [KEP_ONLY].
+    /// Model-serving endpoint calls [KEP_GATEWAY_ADDR; default 127.0.0.1:8804].
+    #[arg(long)]
+    gateway_addr: Option<SocketAddr>,
+    /// Start only these services (comma-separated: live, adapter, messaging, serving) [KEP_ONLY].
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// text or json [KEP_LOG_FORMAT].
@@ -79,6 +90,8 @@ pub struct Settings {
     pub live: LiveSettings,
     pub adapter: AdapterSettings,
     pub messaging: MessagingSettings,
+    pub serving: ServingSettings,
+    pub gateway: GatewaySettings,
 }
 
 impl Default for Settings {
@@ -91,6 +104,8 @@ impl Default for Settings {
             live: LiveSettings::default(),
             adapter: AdapterSettings::default(),
             messaging: MessagingSettings::default(),
+            serving: ServingSettings::default(),
+            gateway: GatewaySettings::default(),
         }
     }
 }
@@ -155,6 +170,9 @@ impl ServeArgs {
         }
         if let Some(a) = self.messaging_addr {
             o.push(("messaging.addr".into(), Value::from(a.to_string())));
+        }
+        if let Some(a) = self.gateway_addr {
+            o.push(("gateway.addr".into(), Value::from(a.to_string())));
         }
         if let Some(only) = &self.only {
             o.push(("only".into(), Value::from(only.clone())));
@@ -246,6 +264,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         servers.push(spawn("messaging", bound, messaging.router(), &shutdown));
     }
 
+    let mut serving_service = None;
+    if wanted("serving") {
+        let bound = listener::bind("gateway", settings.gateway.addr).await?;
+        let public = listener::public_url(settings.gateway.public_url.as_deref(), bound.addr);
+        let serving = ServingService::start(
+            settings.serving.clone(),
+            &settings.gateway,
+            &data_dir,
+            public,
+        )
+        .await?;
+        admin_routes = admin_routes.merge(serving.admin_router());
+        docs.merge(kep_serving::api::operator::ServingAdminDoc::openapi());
+        addresses.insert("gateway", bound.addr);
+        servers.push(spawn("gateway", bound, serving.gateway_router(), &shutdown));
+        serving_service = Some(serving);
+    }
+
     let docs = Arc::new(docs);
     let admin_router = Router::new()
         .merge(operator_only(admin_routes, &token))
@@ -285,6 +321,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let drained = tokio::time::timeout(grace, async {
         if let Some(live) = &live_service {
             live.drain().await;
+        }
+        if let Some(serving) = &serving_service {
+            serving.stop().await;
         }
         for s in servers {
             let _ = s.await;

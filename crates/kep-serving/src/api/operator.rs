@@ -1,0 +1,463 @@
+//! The management API under `/admin/v1/serving` (CONTRACT §3).
+
+use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, from_json};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::Digest as _;
+use tokio::io::AsyncWriteExt as _;
+use utoipa::{IntoParams, OpenApi};
+
+use super::wire::{
+    ApiKey, Deployment, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
+    EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Quota, Traffic, TrafficRequest,
+};
+use crate::control::Control;
+use crate::store::ModelRow;
+use crate::{ServingError, ServingService};
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+pub(crate) fn router(serving: ServingService) -> Router {
+    const E: &str = "/admin/v1/serving/endpoints/{endpoint}";
+    const D: &str = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}";
+    Router::new()
+        .route(
+            "/admin/v1/serving/images",
+            post(create_image).get(list_images),
+        )
+        .route(
+            "/admin/v1/serving/images/{name}",
+            get(show_image).delete(delete_image),
+        )
+        .route(
+            "/admin/v1/serving/models",
+            // The artifact is streamed to disk under its own limit.
+            post(upload_model)
+                .layer(DefaultBodyLimit::disable())
+                .get(list_models),
+        )
+        .route(
+            "/admin/v1/serving/models/{name}",
+            get(show_model).delete(delete_model),
+        )
+        .route(
+            "/admin/v1/serving/endpoints",
+            post(create_endpoint).get(list_endpoints),
+        )
+        .route(E, get(show_endpoint).delete(delete_endpoint))
+        .route(&format!("{E}/api-key"), post(reissue_key))
+        .route(
+            &format!("{E}/deployments"),
+            post(create_deployment).get(list_deployments),
+        )
+        .route(
+            D,
+            get(show_deployment)
+                .patch(patch_deployment)
+                .delete(delete_deployment),
+        )
+        .route(&format!("{D}/events"), get(deployment_events))
+        .route(
+            &format!("{D}/instances/{{instance}}/logs"),
+            get(instance_logs),
+        )
+        .route(&format!("{E}/traffic"), put(set_traffic).get(show_traffic))
+        .route(
+            &format!("{E}/mirroring"),
+            put(set_mirroring).get(show_mirroring),
+        )
+        .route("/admin/v1/serving/quota", get(show_quota))
+        .with_state(serving)
+}
+
+/// OpenAPI of the model-serving management calls.
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        create_image,
+        list_images,
+        show_image,
+        delete_image,
+        upload_model,
+        list_models,
+        show_model,
+        delete_model,
+        create_endpoint,
+        list_endpoints,
+        show_endpoint,
+        delete_endpoint,
+        reissue_key,
+        create_deployment,
+        list_deployments,
+        show_deployment,
+        patch_deployment,
+        delete_deployment,
+        deployment_events,
+        instance_logs,
+        set_traffic,
+        show_traffic,
+        set_mirroring,
+        show_mirroring,
+        show_quota
+    ),
+    components(schemas(
+        ImageRequest,
+        Image,
+        Model,
+        EndpointRequest,
+        Endpoint,
+        EndpointCreated,
+        ApiKey,
+        DeploymentRequest,
+        DeploymentPatch,
+        Deployment,
+        Event,
+        TrafficRequest,
+        Traffic,
+        Mirroring,
+        Quota
+    ))
+)]
+pub struct ServingAdminDoc;
+
+fn control(s: &ServingService) -> &Control {
+    &s.control
+}
+
+#[utoipa::path(post, path = "/admin/v1/serving/images", request_body = ImageRequest,
+    responses((status = 201, body = Image), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn create_image(
+    State(s): State<ServingService>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<(StatusCode, Json<Image>)> {
+    let image = control(&s).create_image(from_json(body)?).await?;
+    Ok((StatusCode::CREATED, Json(image)))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/images", responses((status = 200, body = Vec<Image>)), security(("operator" = [])))]
+async fn list_images(State(s): State<ServingService>) -> Result<Json<Vec<Image>>> {
+    Ok(Json(control(&s).images().await?))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/images/{name}",
+    responses((status = 200, body = Image), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_image(
+    State(s): State<ServingService>,
+    Path(name): Path<String>,
+) -> Result<Json<Image>> {
+    Ok(Json(control(&s).image(&name).await?))
+}
+
+/// Deployments made from it keep running, but can no longer be edited.
+#[utoipa::path(delete, path = "/admin/v1/serving/images/{name}",
+    responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn delete_image(
+    State(s): State<ServingService>,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    control(&s).delete_image(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Multipart `name`, `framework` (`tensorflow`, `pytorch` or `onnx`) and `file`; the file
+/// is streamed to disk.
+#[utoipa::path(post, path = "/admin/v1/serving/models", request_body(content_type = "multipart/form-data", content = String),
+    responses((status = 201, body = Model), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn upload_model(
+    State(s): State<ServingService>,
+    multipart: std::result::Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Result<(StatusCode, Json<Model>)> {
+    let bad = |e: &dyn std::fmt::Display| ServingError::BadRequest(format!("multipart: {e}"));
+    let mut multipart =
+        multipart.map_err(|e| ApiError::new(e.status(), "invalid_body", e.body_text()))?;
+    let control = control(&s);
+    let id = kep_core::secret::new_uuid();
+    let path = control.models_dir().join(&id);
+    let part_path = control.models_dir().join(format!("{id}.part"));
+    let (mut name, mut framework, mut file) = (None, None, None);
+    let result: std::result::Result<(), ServingError> = async {
+        while let Some(mut field) = multipart.next_field().await.map_err(|e| bad(&e))? {
+            match field.name() {
+                Some("name") => name = Some(field.text().await.map_err(|e| bad(&e))?),
+                Some("framework") => framework = Some(field.text().await.map_err(|e| bad(&e))?),
+                Some("file") => {
+                    let mut out = tokio::fs::File::create(&part_path).await?;
+                    let (mut size, mut hash) = (0u64, sha2::Sha256::new());
+                    while let Some(chunk) = field.chunk().await.map_err(|e| bad(&e))? {
+                        size += chunk.len() as u64;
+                        if size > control.max_model_bytes() {
+                            return Err(ServingError::PayloadTooLarge(control.max_model_bytes()));
+                        }
+                        hash.update(&chunk);
+                        out.write_all(&chunk).await?;
+                    }
+                    out.sync_all().await?;
+                    file = Some((size, hex::encode(hash.finalize())));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let finish = async {
+        result?;
+        let name = name.ok_or_else(|| ServingError::field("name", "missing part `name`"))?;
+        let framework = framework
+            .ok_or_else(|| ServingError::field("framework", "missing part `framework`"))?;
+        let (size, sha256) =
+            file.ok_or_else(|| ServingError::field("file", "missing part `file`"))?;
+        if size == 0 {
+            return Err(ServingError::field("file", "the model file is empty"));
+        }
+        Control::check_model_fields(&name, &framework)?;
+        tokio::fs::rename(&part_path, &path).await?;
+        control
+            .register_model(ModelRow {
+                id,
+                name,
+                framework,
+                path: path.to_string_lossy().into_owned(),
+                size: size as i64,
+                sha256,
+                created_at: jiff::Timestamp::now().as_second(),
+            })
+            .await
+    };
+    match finish.await {
+        Ok(model) => Ok((StatusCode::CREATED, Json(model))),
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&part_path).await;
+            Err(e.into())
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/models", responses((status = 200, body = Vec<Model>)), security(("operator" = [])))]
+async fn list_models(State(s): State<ServingService>) -> Result<Json<Vec<Model>>> {
+    Ok(Json(control(&s).models().await?))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/models/{name}",
+    responses((status = 200, body = Model), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_model(
+    State(s): State<ServingService>,
+    Path(name): Path<String>,
+) -> Result<Json<Model>> {
+    Ok(Json(control(&s).model(&name).await?))
+}
+
+#[utoipa::path(delete, path = "/admin/v1/serving/models/{name}",
+    responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn delete_model(
+    State(s): State<ServingService>,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    control(&s).delete_model(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The API key is shown in this answer only.
+#[utoipa::path(post, path = "/admin/v1/serving/endpoints", request_body = EndpointRequest,
+    responses((status = 201, body = EndpointCreated), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn create_endpoint(
+    State(s): State<ServingService>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<(StatusCode, Json<EndpointCreated>)> {
+    let (endpoint, api_key) = control(&s).create_endpoint(from_json(body)?).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(EndpointCreated { endpoint, api_key }),
+    ))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints", responses((status = 200, body = Vec<Endpoint>)), security(("operator" = [])))]
+async fn list_endpoints(State(s): State<ServingService>) -> Result<Json<Vec<Endpoint>>> {
+    Ok(Json(control(&s).endpoints().await?))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}",
+    responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_endpoint(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<Endpoint>> {
+    Ok(Json(control(&s).endpoint(&e).await?))
+}
+
+/// Stops every deployment's instances and forgets the endpoint.
+#[utoipa::path(delete, path = "/admin/v1/serving/endpoints/{endpoint}",
+    responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn delete_endpoint(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<StatusCode> {
+    control(&s).delete_endpoint(&e).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A new API key; the old one stops working at once.
+#[utoipa::path(post, path = "/admin/v1/serving/endpoints/{endpoint}/api-key",
+    responses((status = 200, body = ApiKey), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn reissue_key(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<ApiKey>> {
+    Ok(Json(ApiKey {
+        api_key: control(&s).reissue_key(&e).await?,
+    }))
+}
+
+#[utoipa::path(post, path = "/admin/v1/serving/endpoints/{endpoint}/deployments", request_body = DeploymentRequest,
+    responses((status = 201, body = Deployment), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn create_deployment(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<(StatusCode, Json<Deployment>)> {
+    let d = control(&s).create_deployment(&e, from_json(body)?).await?;
+    Ok((StatusCode::CREATED, Json(d)))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments",
+    responses((status = 200, body = Vec<Deployment>), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn list_deployments(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<Vec<Deployment>>> {
+    Ok(Json(control(&s).deployments(&e).await?))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}",
+    responses((status = 200, body = Deployment), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_deployment(
+    State(s): State<ServingService>,
+    Path((e, d)): Path<(String, String)>,
+) -> Result<Json<Deployment>> {
+    Ok(Json(control(&s).deployment(&e, &d).await?))
+}
+
+/// Only the editable fields; the name, the type and the instance configuration are fixed.
+#[utoipa::path(patch, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}", request_body = DeploymentPatch,
+    responses((status = 200, body = Deployment), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn patch_deployment(
+    State(s): State<ServingService>,
+    Path((e, d)): Path<(String, String)>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<Json<Deployment>> {
+    for fixed in ["name", "type", "instance_type", "instance_count"] {
+        if body.get(fixed).is_some() {
+            return Err(ServingError::field(
+                fixed,
+                format!("{fixed} cannot be changed after creation"),
+            )
+            .into());
+        }
+    }
+    let patch: DeploymentPatch = from_json(body)?;
+    Ok(Json(control(&s).patch_deployment(&e, &d, patch).await?))
+}
+
+#[utoipa::path(delete, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}",
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)), security(("operator" = [])))]
+async fn delete_deployment(
+    State(s): State<ServingService>,
+    Path((e, d)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    control(&s).delete_deployment(&e, &d).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, IntoParams)]
+struct EventsQuery {
+    /// At most this many, newest first (default 100).
+    limit: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}/events", params(EventsQuery),
+    responses((status = 200, body = Vec<Event>), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn deployment_events(
+    State(s): State<ServingService>,
+    Path((e, d)): Path<(String, String)>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<Vec<Event>>> {
+    Ok(Json(
+        control(&s).events(&e, &d, q.limit.unwrap_or(100)).await?,
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+struct LogsQuery {
+    /// The last this many bytes (default 65536).
+    tail_bytes: Option<u64>,
+}
+
+/// What the instance wrote to stdout and stderr, across its restarts.
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}/instances/{instance}/logs", params(LogsQuery),
+    responses((status = 200, content_type = "text/plain", body = String), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn instance_logs(
+    State(s): State<ServingService>,
+    Path((e, d, i)): Path<(String, String, String)>,
+    Query(q): Query<LogsQuery>,
+) -> Result<impl IntoResponse> {
+    let bytes = control(&s)
+        .logs(&e, &d, &i, q.tail_bytes.unwrap_or(65536))
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes))
+}
+
+/// `{"weights": {"d1": 30, "d2": 70}}` (steps of 5, summing to 100) or
+/// `{"ratio": "1:2", "deployments": ["d1", "d2"]}`.
+#[utoipa::path(put, path = "/admin/v1/serving/endpoints/{endpoint}/traffic", request_body = TrafficRequest,
+    responses((status = 200, body = Traffic), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn set_traffic(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<Json<Traffic>> {
+    Ok(Json(control(&s).set_traffic(&e, from_json(body)?).await?))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/traffic",
+    responses((status = 200, body = Traffic), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_traffic(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<Traffic>> {
+    Ok(Json(control(&s).endpoint(&e).await?.traffic))
+}
+
+/// With mirroring on, every deployment gets each call and the responder's answer is returned.
+#[utoipa::path(put, path = "/admin/v1/serving/endpoints/{endpoint}/mirroring", request_body = Mirroring,
+    responses((status = 200, body = Mirroring), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn set_mirroring(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<Json<Mirroring>> {
+    Ok(Json(control(&s).set_mirroring(&e, from_json(body)?).await?))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/mirroring",
+    responses((status = 200, body = Mirroring), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_mirroring(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<Mirroring>> {
+    Ok(Json(control(&s).endpoint(&e).await?.mirroring))
+}
+
+#[utoipa::path(get, path = "/admin/v1/serving/quota", responses((status = 200, body = Quota)), security(("operator" = [])))]
+async fn show_quota(State(s): State<ServingService>) -> Result<Json<Quota>> {
+    Ok(Json(control(&s).quota().await?))
+}

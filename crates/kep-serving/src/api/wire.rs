@@ -1,0 +1,302 @@
+//! Wire types of the model-serving management API (CONTRACT §3). An optional field never
+//! set is left out of an answer.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /admin/v1/serving/images`: the local stand-in for a registered container image.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageRequest {
+    pub name: String,
+    pub command: Command,
+}
+
+/// A command line split as a shell splits words, or the words already split.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Command {
+    Line(String),
+    Words(Vec<String>),
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Image {
+    pub name: String,
+    pub command: Vec<String>,
+    pub created_at: String,
+}
+
+/// A registered model artifact.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Model {
+    pub name: String,
+    /// `tensorflow`, `pytorch` or `onnx`: what the model was trained with.
+    pub framework: String,
+    pub size: u64,
+    pub sha256: String,
+    pub created_at: String,
+}
+
+/// `POST /admin/v1/serving/endpoints`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointRequest {
+    pub name: String,
+    pub description: Option<String>,
+    /// One of the configured instance types; fixed after creation.
+    pub instance_type: Option<String>,
+    /// Instances per deployment; fixed after creation.
+    pub instance_count: Option<u32>,
+    /// `http` (default) or `grpc`.
+    pub protocol: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Endpoint {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Where callers send requests: `{gateway}/endpoints/{name}`.
+    pub url: String,
+    pub instance_type: String,
+    pub instance_count: u32,
+    pub protocol: String,
+    /// Deployments in creation order.
+    pub deployments: Vec<String>,
+    pub traffic: Traffic,
+    pub mirroring: Mirroring,
+    pub created_at: String,
+}
+
+/// An endpoint as created: its API key is shown this once.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EndpointCreated {
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    pub api_key: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApiKey {
+    pub api_key: String,
+}
+
+/// `custom-image`, `tensorflow-serving`, `triton` or `cosmos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeploymentType {
+    CustomImage,
+    TensorflowServing,
+    Triton,
+    Cosmos,
+}
+
+impl DeploymentType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentType::CustomImage => "custom-image",
+            DeploymentType::TensorflowServing => "tensorflow-serving",
+            DeploymentType::Triton => "triton",
+            DeploymentType::Cosmos => "cosmos",
+        }
+    }
+}
+
+/// A readiness or liveness probe: exactly one of `http` and `tcp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_delay_s: Option<f64>,
+}
+
+/// HTTP GET of `path`: a status in the 200 or 300 ranges is healthy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpProbe {
+    pub path: String,
+}
+
+/// A TCP connection to the instance's port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TcpProbe {}
+
+/// `POST …/deployments`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentRequest {
+    pub name: String,
+    pub description: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: DeploymentType,
+    /// Image name (`custom-image`).
+    pub image: Option<String>,
+    /// Model name (`tensorflow-serving`, `triton`, `cosmos`).
+    pub model: Option<String>,
+    /// Serving script (`cosmos`): the text, or a git repository URL.
+    pub script: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The container port (`custom-image`); 8080 when none is given.
+    pub port: Option<u16>,
+    pub readiness: Option<Probe>,
+    pub liveness: Option<Probe>,
+}
+
+/// `PATCH …/deployments/{d}`: only the editable fields; `null` clears an optional one.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentPatch {
+    #[serde(default, with = "patch")]
+    #[schema(value_type = Option<String>)]
+    pub description: Option<Option<String>>,
+    pub image: Option<String>,
+    pub model: Option<String>,
+    #[serde(default, with = "patch")]
+    #[schema(value_type = Option<String>)]
+    pub script: Option<Option<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub port: Option<u16>,
+    #[serde(default, with = "patch")]
+    #[schema(value_type = Option<Probe>)]
+    pub readiness: Option<Option<Probe>>,
+    #[serde(default, with = "patch")]
+    #[schema(value_type = Option<Probe>)]
+    pub liveness: Option<Option<Probe>>,
+}
+
+/// Absent → `None`; `null` → `Some(None)`; a value → `Some(Some(v))`.
+mod patch {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Deployment {
+    pub endpoint: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: DeploymentType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Probe>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<Probe>,
+    /// `Progressing` or `Available`.
+    pub state: String,
+    /// This deployment's traffic weight.
+    pub weight: u32,
+    /// Whether its image or model has been deleted (it can no longer be edited).
+    pub source_deleted: bool,
+    pub instances: Vec<Instance>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// One instance (pod) of a deployment.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Instance {
+    pub id: String,
+    /// `Running`, `Pending`, `Terminating`, `Terminated`, `Failed` or `Unknown`.
+    pub state: String,
+    /// Whether it receives calls (its readiness probe passes).
+    pub ready: bool,
+    pub restarts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+/// `PUT …/traffic`: percentages in steps of 5 summing to 100, or a ratio.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficRequest {
+    pub weights: Option<BTreeMap<String, u32>>,
+    /// `1:2`: one part per deployment, in `deployments` order (default: creation order).
+    pub ratio: Option<String>,
+    pub deployments: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Traffic {
+    pub weights: BTreeMap<String, u32>,
+    /// Each deployment's share of the calls, in percent.
+    pub percent: BTreeMap<String, f64>,
+}
+
+/// `PUT …/mirroring`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Mirroring {
+    pub enabled: bool,
+    /// The deployment whose answer the caller gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responder: Option<String>,
+}
+
+/// A recorded state transition.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Event {
+    pub id: i64,
+    pub at: String,
+    pub deployment: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// `deployment_state`, `instance_state`, `ready` or `restart`.
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What an instance type or the workspace quota holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Resources {
+    pub cpu: f64,
+    pub memory_mb: u64,
+    pub gpu: u32,
+}
+
+/// `GET /admin/v1/serving/quota`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Quota {
+    pub total: Resources,
+    pub used: Resources,
+    pub instance_types: BTreeMap<String, Resources>,
+}

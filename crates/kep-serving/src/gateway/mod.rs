@@ -1,0 +1,324 @@
+//! The inference gateway: `/endpoints/{endpoint}/{path…}` with the endpoint's API key,
+//! a weighted choice of deployment, round robin over its ready instances, mirroring, and
+//! proxying over kept-alive connections. It learns endpoints from the control plane and
+//! ready instances from the runtime, both through [`RouteUpdate`]s.
+
+mod body;
+mod route;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::mpsc;
+
+use crate::runtime::DeploymentKey;
+use crate::{GatewaySettings, ServingError};
+use body::{Held, Limits, ProxyBody};
+pub use route::EndpointRoute;
+use route::{Route, Table};
+
+/// What the control plane and the runtime tell the gateway.
+#[derive(Debug)]
+pub enum RouteUpdate {
+    Endpoint(EndpointRoute),
+    EndpointRemoved(String),
+    Backends {
+        key: DeploymentKey,
+        ready: Vec<SocketAddr>,
+    },
+}
+
+pub struct Gateway {
+    table: ArcSwap<Table>,
+    http1: Client<HttpConnector, ProxyBody>,
+    http2: Client<HttpConnector, ProxyBody>,
+    limits: Limits,
+    timeout: Duration,
+    spool: PathBuf,
+}
+
+impl Gateway {
+    /// The gateway, and the sender its routing updates go to.
+    pub fn start(
+        settings: &GatewaySettings,
+        spool: PathBuf,
+    ) -> (Arc<Gateway>, mpsc::UnboundedSender<RouteUpdate>) {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(settings.connect_timeout_s)));
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder.pool_idle_timeout(Duration::from_secs(settings.pool_idle_timeout_s));
+        let http1 = builder.build(connector.clone());
+        let http2 = builder.http2_only(true).build(connector);
+        let gateway = Arc::new(Gateway {
+            table: ArcSwap::from_pointee(Table::default()),
+            http1,
+            http2,
+            limits: Limits {
+                max_body: settings.max_body_bytes,
+                buffer: settings.body_buffer_bytes,
+            },
+            timeout: Duration::from_secs(settings.upstream_timeout_s),
+            spool,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(Arc::clone(&gateway).route_updates(rx));
+        (gateway, tx)
+    }
+
+    /// Keeps the table current: each update rebuilds the one endpoint it touches.
+    async fn route_updates(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<RouteUpdate>) {
+        let mut configs: HashMap<String, EndpointRoute> = HashMap::new();
+        let mut ready: HashMap<DeploymentKey, Vec<SocketAddr>> = HashMap::new();
+        while let Some(update) = rx.recv().await {
+            let endpoint = match update {
+                RouteUpdate::Endpoint(config) => {
+                    let name = config.name.clone();
+                    configs.insert(name.clone(), config);
+                    name
+                }
+                RouteUpdate::EndpointRemoved(name) => {
+                    configs.remove(&name);
+                    ready.retain(|k, _| k.endpoint != name);
+                    name
+                }
+                RouteUpdate::Backends { key, ready: addrs } => {
+                    let name = key.endpoint.clone();
+                    if addrs.is_empty() {
+                        ready.remove(&key);
+                    } else {
+                        ready.insert(key, addrs);
+                    }
+                    name
+                }
+            };
+            let mut endpoints = self.table.load().endpoints.clone();
+            match configs.get(&endpoint) {
+                Some(config) => {
+                    let route = Route::build(config, |deployment| {
+                        let key = DeploymentKey {
+                            endpoint: endpoint.clone(),
+                            deployment: deployment.to_owned(),
+                        };
+                        ready.get(&key).cloned().unwrap_or_default()
+                    });
+                    endpoints.insert(endpoint, Arc::new(route));
+                }
+                None => {
+                    endpoints.remove(&endpoint);
+                }
+            }
+            self.table.store(Arc::new(Table { endpoints }));
+        }
+    }
+
+    pub fn router(self: &Arc<Self>) -> axum::Router {
+        axum::Router::new()
+            .fallback(call)
+            .with_state(Arc::clone(self))
+    }
+
+    async fn forward(&self, req: Request) -> Result<Response, ServingError> {
+        let (parts, body) = req.into_parts();
+        let (endpoint, rest) = split_path(parts.uri.path()).ok_or_else(|| {
+            ServingError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
+        })?;
+        let table = self.table.load();
+        let route = table
+            .endpoints
+            .get(endpoint)
+            .filter(|r| authorized(&parts.headers, &r.key_hash))
+            .ok_or(ServingError::Unauthorized)?;
+        let choice = route
+            .choose()
+            .ok_or_else(|| ServingError::NoReadyInstance(endpoint.to_owned()))?;
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let held = Held::read(body, declared, &self.limits, &self.spool).await?;
+        let path_and_query = match parts.uri.query() {
+            Some(q) => format!("{rest}?{q}"),
+            None => rest.to_owned(),
+        };
+        let headers = upstream_headers(&parts.headers, &held);
+        let client = if route.http2 {
+            &self.http2
+        } else {
+            &self.http1
+        };
+
+        for mirror in &choice.mirrors {
+            let Some(addr) = mirror.instance() else {
+                continue;
+            };
+            let req =
+                upstream_request(&parts.method, addr, &path_and_query, &headers, held.body()?)?;
+            let (client, timeout, name) = (client.clone(), self.timeout, Arc::clone(&mirror.name));
+            // A mirror's answer is read and dropped; its failure never reaches the caller.
+            tokio::spawn(async move {
+                match tokio::time::timeout(timeout, client.request(req)).await {
+                    Ok(Ok(res)) => {
+                        let _ = http_body_util::BodyExt::collect(res.into_body()).await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(deployment = %name, error = %e, "mirror call failed")
+                    }
+                    Err(_) => tracing::debug!(deployment = %name, "mirror call timed out"),
+                }
+            });
+        }
+
+        // A refused connection (an instance that just died) is tried on the next instance.
+        let attempts = choice.primary.instance_count().min(3);
+        let mut last_error = None;
+        for _ in 0..attempts {
+            let Some(addr) = choice.primary.instance() else {
+                break;
+            };
+            let req =
+                upstream_request(&parts.method, addr, &path_and_query, &headers, held.body()?)?;
+            match tokio::time::timeout(self.timeout, client.request(req)).await {
+                Err(_) => return Err(ServingError::GatewayTimeout(self.timeout.as_secs())),
+                Ok(Ok(res)) => return Ok(downstream_response(res)),
+                Ok(Err(e)) if e.is_connect() => last_error = Some(e),
+                Ok(Err(e)) => return Err(bad_gateway(&choice.primary.name, &e)),
+            }
+        }
+        Err(match last_error {
+            Some(e) => bad_gateway(&choice.primary.name, &e),
+            None => ServingError::NoReadyInstance(endpoint.to_owned()),
+        })
+    }
+}
+
+async fn call(State(gateway): State<Arc<Gateway>>, req: Request) -> Response {
+    match gateway.forward(req).await {
+        Ok(res) => res,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `/endpoints/{endpoint}/{rest}` → (endpoint, `/{rest}`); the rest is `/` when absent.
+fn split_path(path: &str) -> Option<(&str, &str)> {
+    let after = path.strip_prefix("/endpoints/")?;
+    let (endpoint, rest) = match after.find('/') {
+        Some(i) => (&after[..i], &after[i..]),
+        None => (after, "/"),
+    };
+    (!endpoint.is_empty()).then_some((endpoint, rest))
+}
+
+fn authorized(headers: &HeaderMap, key_hash: &[u8; 32]) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        // Digests are compared: timing can tell nothing about the key itself.
+        .is_some_and(|key| kep_core::secret::sha256(key.trim()) == *key_hash)
+}
+
+/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[header::HeaderName] = &[
+    header::CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn hop_by_hop(name: &header::HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive"
+}
+
+/// The caller's headers, less the hop-by-hop ones, `Host` and the API key (which is the
+/// platform's, not the instance's); the length of the body as held.
+fn upstream_headers(incoming: &HeaderMap, held: &Held) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(incoming.len());
+    for (name, value) in incoming {
+        if !hop_by_hop(name)
+            && name != header::HOST
+            && name != header::AUTHORIZATION
+            && name != header::CONTENT_LENGTH
+        {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    if held.len() > 0 || incoming.contains_key(header::CONTENT_LENGTH) {
+        out.insert(header::CONTENT_LENGTH, HeaderValue::from(held.len()));
+    }
+    out
+}
+
+fn upstream_request(
+    method: &axum::http::Method,
+    addr: SocketAddr,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: ProxyBody,
+) -> Result<hyper::Request<ProxyBody>, ServingError> {
+    let uri: Uri = format!("http://{addr}{path_and_query}")
+        .parse()
+        .map_err(|e| ServingError::BadRequest(format!("path: {e}")))?;
+    let mut req = hyper::Request::builder()
+        .method(method.clone())
+        .uri(uri)
+        .body(body)
+        .map_err(|e| ServingError::BadRequest(e.to_string()))?;
+    *req.headers_mut() = headers.clone();
+    Ok(req)
+}
+
+fn downstream_response(res: hyper::Response<hyper::body::Incoming>) -> Response {
+    let (mut parts, body) = res.into_parts();
+    let names: Vec<header::HeaderName> = parts
+        .headers
+        .keys()
+        .filter(|n| hop_by_hop(n))
+        .cloned()
+        .collect();
+    for n in names {
+        parts.headers.remove(n);
+    }
+    Response::from_parts(parts, Body::new(body))
+}
+
+fn bad_gateway(deployment: &str, e: &hyper_util::client::legacy::Error) -> ServingError {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    ServingError::BadGateway(format!(
+        "deployment {deployment}: the instance failed: {cause}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_path;
+
+    #[test]
+    fn paths_split_into_endpoint_and_rest() {
+        assert_eq!(
+            split_path("/endpoints/e1/v1/models"),
+            Some(("e1", "/v1/models"))
+        );
+        assert_eq!(split_path("/endpoints/e1"), Some(("e1", "/")));
+        assert_eq!(split_path("/endpoints/e1/"), Some(("e1", "/")));
+        assert_eq!(split_path("/endpoints/"), None);
+        assert_eq!(split_path("/other/e1"), None);
+    }
+}

@@ -1,0 +1,187 @@
+//! Model serving (seed 001 part B, CONTRACT §3), in three parts that talk through typed
+//! channels: the control plane (management API, validation, the store), the runtime
+//! (instance processes, probes, restarts, states) and the gateway (routing, proxying).
+
+pub mod api;
+mod control;
+mod error;
+mod gateway;
+mod runtime;
+mod spec;
+mod store;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use api::wire::Resources;
+pub use error::ServingError;
+pub use store::NewEvent;
+
+/// `[serving]` settings: the control plane and the runtime.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServingSettings {
+    /// Instance types an endpoint may choose, by name.
+    pub instance_types: BTreeMap<String, Resources>,
+    pub default_instance_type: String,
+    /// The workspace compute quota: deployments' instances hold it from creation.
+    pub quota: Resources,
+    /// Most instances an endpoint may ask for per deployment.
+    pub max_instance_count: u32,
+    pub max_model_bytes: u64,
+    pub max_script_bytes: usize,
+    /// First restart back-off of a failed instance; doubles up to `restart_backoff_max_s`.
+    pub restart_backoff_ms: u64,
+    pub restart_backoff_max_s: u64,
+    /// A process that ran this long restarts with the first back-off again.
+    pub restart_backoff_reset_s: u64,
+    /// Time between SIGTERM and SIGKILL when an instance is stopped.
+    pub termination_grace_s: u64,
+}
+
+impl Default for ServingSettings {
+    fn default() -> Self {
+        let t = |cpu, memory_mb, gpu| Resources {
+            cpu,
+            memory_mb,
+            gpu,
+        };
+        ServingSettings {
+            instance_types: BTreeMap::from([
+                ("cpu-small".to_owned(), t(1.0, 2048, 0)),
+                ("cpu-medium".to_owned(), t(2.0, 4096, 0)),
+                ("cpu-large".to_owned(), t(4.0, 8192, 0)),
+                ("gpu-small".to_owned(), t(4.0, 16384, 1)),
+            ]),
+            default_instance_type: "cpu-small".into(),
+            quota: t(16.0, 65536, 0),
+            max_instance_count: 10,
+            max_model_bytes: 4 * 1024 * 1024 * 1024,
+            max_script_bytes: 1024 * 1024,
+            restart_backoff_ms: 1000,
+            restart_backoff_max_s: 60,
+            restart_backoff_reset_s: 60,
+            termination_grace_s: 5,
+        }
+    }
+}
+
+/// `[gateway]` settings: the listener of endpoint calls (CONTRACT §0, §3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GatewaySettings {
+    pub addr: SocketAddr,
+    /// Base of the endpoint URLs handed out; the listener's own address when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    /// Proxy body size: a larger request body is 413.
+    pub max_body_bytes: u64,
+    /// Client body buffer size: a larger body is spooled to disk.
+    pub body_buffer_bytes: u64,
+    pub connect_timeout_s: u64,
+    /// How long an instance may take to start answering.
+    pub upstream_timeout_s: u64,
+    /// How long an unused kept-alive connection to an instance stays open.
+    pub pool_idle_timeout_s: u64,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8804)),
+            public_url: None,
+            max_body_bytes: 20 * 1024 * 1024,
+            body_buffer_bytes: 10 * 1024 * 1024,
+            connect_timeout_s: 5,
+            upstream_timeout_s: 60,
+            pool_idle_timeout_s: 90,
+        }
+    }
+}
+
+/// The running serving service; cheap to clone.
+#[derive(Clone)]
+pub struct ServingService {
+    control: Arc<control::Control>,
+    gateway: Arc<gateway::Gateway>,
+    events: tokio::sync::broadcast::Sender<NewEvent>,
+}
+
+impl ServingService {
+    /// Opens `serving.db`, kills what a previous kep left running, and starts every
+    /// deployment's instances. `gateway_url` is the base of the endpoint URLs.
+    pub async fn start(
+        settings: ServingSettings,
+        gateway: &GatewaySettings,
+        data_dir: &Path,
+        gateway_url: String,
+    ) -> anyhow::Result<Self> {
+        let pool = kep_core::storage::open(data_dir, "serving", &store::MIGRATOR).await?;
+        let store = store::Store::new(pool);
+        let root = data_dir.join("serving");
+        let killed = runtime::reconcile(&store).await?;
+        if killed > 0 {
+            tracing::info!(killed, "stopped instance processes left by a previous run");
+        }
+        let (gateway, routes) = gateway::Gateway::start(gateway, root.join("spool"));
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (listeners, _) = tokio::sync::broadcast::channel(1024);
+        tokio::spawn(runtime::record_events(
+            store.clone(),
+            events_rx,
+            listeners.clone(),
+        ));
+        let runtime = runtime::start(runtime::RuntimeContext {
+            store: store.clone(),
+            logs_dir: root.join("logs"),
+            policy: runtime::RestartPolicy {
+                initial: Duration::from_millis(settings.restart_backoff_ms),
+                max: Duration::from_secs(settings.restart_backoff_max_s),
+                reset_after: Duration::from_secs(settings.restart_backoff_reset_s),
+                grace: Duration::from_secs(settings.termination_grace_s),
+            },
+            http: runtime::probe::http_client(),
+            routes: routes.clone(),
+            events: events_tx,
+        });
+        let control = Arc::new(control::Control::new(
+            settings,
+            store,
+            runtime,
+            routes,
+            root,
+            gateway_url,
+        )?);
+        control.resume().await?;
+        Ok(ServingService {
+            control,
+            gateway,
+            events: listeners,
+        })
+    }
+
+    /// The management routes under `/admin/v1/serving`, to be guarded by the operator token.
+    pub fn admin_router(&self) -> axum::Router {
+        api::operator::router(self.clone())
+    }
+
+    /// The gateway listener's routes: `/endpoints/{endpoint}/{path…}`.
+    pub fn gateway_router(&self) -> axum::Router {
+        self.gateway.router()
+    }
+
+    /// Every recorded transition, as it happens (the hook alerts listen on).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<NewEvent> {
+        self.events.subscribe()
+    }
+
+    /// Stops every instance (SIGTERM, then SIGKILL after the grace period).
+    pub async fn stop(&self) {
+        self.control.stop().await;
+    }
+}

@@ -1,0 +1,233 @@
+//! One instance's life: spawn, probe, restart with back-off, stop. It reports every change
+//! of its state to its deployment's supervisor.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::process::Child;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Launch, RestartPolicy, probe, process};
+use crate::api::wire::Instance;
+use crate::store::{ProcessRow, Store};
+
+pub const PENDING: &str = "Pending";
+pub const RUNNING: &str = "Running";
+pub const TERMINATING: &str = "Terminating";
+pub const TERMINATED: &str = "Terminated";
+pub const FAILED: &str = "Failed";
+
+/// What an instance tells its supervisor: its whole status, and whether it has ended.
+#[derive(Debug)]
+pub struct Report {
+    pub status: Instance,
+    pub finished: bool,
+}
+
+pub struct InstanceTask {
+    pub id: String,
+    pub launch: Arc<Launch>,
+    pub log: PathBuf,
+    pub policy: RestartPolicy,
+    pub store: Store,
+    pub http: reqwest::Client,
+    pub reports: mpsc::UnboundedSender<Report>,
+    pub cancel: CancellationToken,
+}
+
+/// How a running process stopped being watched.
+enum Outcome {
+    Exited(std::process::ExitStatus),
+    LivenessFailed(String),
+    Cancelled,
+}
+
+impl InstanceTask {
+    fn report(&self, status: &Instance, finished: bool) {
+        let _ = self.reports.send(Report {
+            status: status.clone(),
+            finished,
+        });
+    }
+
+    pub async fn run(self) {
+        let mut status = Instance {
+            id: self.id.clone(),
+            state: PENDING.into(),
+            ready: false,
+            restarts: 0,
+            reason: None,
+            pid: None,
+            port: None,
+        };
+        self.report(&status, false);
+        let mut backoff = self.policy.initial;
+        let mut ever_ready = false;
+        loop {
+            let started = Instant::now();
+            match &self.launch.command {
+                Err(reason) => {
+                    // Nothing to run until the deployment is changed: wait to be stopped.
+                    status.reason = Some(reason.clone());
+                    self.report(&status, false);
+                    self.cancel.cancelled().await;
+                    break;
+                }
+                Ok(argv) => match self.start(argv, &mut status) {
+                    Err(e) => {
+                        status.state = PENDING.into();
+                        status.reason = Some(format!("CommandNotFound: {}: {e}", argv[0]));
+                    }
+                    Ok(mut child) => {
+                        let outcome = self.watch(&mut child, &mut status, &mut ever_ready).await;
+                        let pid = status.pid.take();
+                        status.ready = false;
+                        match outcome {
+                            Outcome::Cancelled => {
+                                status.state = TERMINATING.into();
+                                self.report(&status, false);
+                                process::terminate(&mut child, self.policy.grace).await;
+                                self.forget(pid).await;
+                                break;
+                            }
+                            Outcome::Exited(code) => {
+                                if let Some(pid) = pid {
+                                    process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                                }
+                                self.forget(pid).await;
+                                status.state = FAILED.into();
+                                status.reason = Some(format!("exited: {code}"));
+                            }
+                            Outcome::LivenessFailed(why) => {
+                                process::terminate(&mut child, self.policy.grace).await;
+                                self.forget(pid).await;
+                                status.state = PENDING.into();
+                                status.reason = Some(format!("liveness probe failed: {why}"));
+                            }
+                        }
+                    }
+                },
+            }
+            // A restart: after a back-off that doubles while it keeps failing.
+            if started.elapsed() >= self.policy.reset_after {
+                backoff = self.policy.initial;
+            }
+            status.restarts += 1;
+            status.port = None;
+            if !ever_ready && let Some(r) = &status.reason {
+                status.reason = Some(format!("CrashLoopBackOff: {r}"));
+            }
+            self.report(&status, false);
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.cancel.cancelled() => break,
+            }
+            backoff = (backoff * 2).min(self.policy.max);
+        }
+        status.state = TERMINATED.into();
+        status.ready = false;
+        status.pid = None;
+        status.port = None;
+        self.report(&status, true);
+    }
+
+    fn start(&self, argv: &[String], status: &mut Instance) -> std::io::Result<Child> {
+        let port = process::free_port()?;
+        let child = process::spawn(argv, &self.launch.env, port, &self.log)?;
+        status.state = PENDING.into();
+        status.reason = None;
+        status.pid = child.id();
+        status.port = Some(port);
+        if let Some(pid) = child.id() {
+            let row = ProcessRow {
+                instance: self.id.clone(),
+                pid: i64::from(pid),
+                start_ticks: process::start_ticks(pid).unwrap_or(-1),
+            };
+            let store = self.store.clone();
+            // Recorded so a kep killed outright can reconcile it at its next start.
+            tokio::spawn(async move {
+                if let Err(e) = store.insert_process(&row).await {
+                    tracing::warn!(error = %e, "recording an instance process");
+                }
+            });
+        }
+        self.report(status, false);
+        Ok(child)
+    }
+
+    async fn forget(&self, pid: Option<u32>) {
+        if pid.is_some()
+            && let Err(e) = self.store.delete_process(&self.id).await
+        {
+            tracing::warn!(error = %e, "forgetting an instance process");
+        }
+    }
+
+    async fn watch(
+        &self,
+        child: &mut Child,
+        status: &mut Instance,
+        ever_ready: &mut bool,
+    ) -> Outcome {
+        let port = status.port.unwrap_or_default();
+        let readiness = self.launch.readiness.clone();
+        let threshold = readiness.failure_threshold;
+        let (_ready_task, mut ready_rx) = probe::spawn(readiness, port, self.http.clone());
+        let (_live_task, mut live_rx) = match &self.launch.liveness {
+            Some(spec) => {
+                let (task, rx) = probe::spawn(spec.clone(), port, self.http.clone());
+                (Some(task), Some(rx))
+            }
+            None => (None, None),
+        };
+        let live_threshold = self
+            .launch
+            .liveness
+            .as_ref()
+            .map_or(u32::MAX, |l| l.failure_threshold);
+        let (mut ready_fails, mut live_fails) = (0u32, 0u32);
+        loop {
+            tokio::select! {
+                exit = child.wait() => {
+                    return match exit {
+                        Ok(code) => Outcome::Exited(code),
+                        Err(e) => Outcome::LivenessFailed(format!("waiting for the process: {e}")),
+                    };
+                }
+                _ = self.cancel.cancelled() => return Outcome::Cancelled,
+                Some(result) = ready_rx.recv() => match result {
+                    Ok(()) => {
+                        ready_fails = 0;
+                        if !status.ready {
+                            status.ready = true;
+                            status.state = RUNNING.into();
+                            status.reason = None;
+                            *ever_ready = true;
+                            self.report(status, false);
+                        }
+                    }
+                    Err(why) => {
+                        ready_fails += 1;
+                        if ready_fails == threshold {
+                            status.ready = false;
+                            status.reason = Some(format!("readiness probe failed: {why}"));
+                            self.report(status, false);
+                        }
+                    }
+                },
+                Some(result) = async { live_rx.as_mut()?.recv().await } => match result {
+                    Ok(()) => live_fails = 0,
+                    Err(why) => {
+                        live_fails += 1;
+                        if live_fails >= live_threshold {
+                            return Outcome::LivenessFailed(why);
+                        }
+                    }
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The runtime: each deployment's instances as real processes, supervised by one task per
+//! deployment. The control plane drives it through [`RuntimeHandle`]; it tells the gateway
+//! which instances are ready and records every transition as an event.
+
+mod instance;
+pub mod probe;
+pub mod process;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng as _;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::wire::Instance;
+use crate::gateway::RouteUpdate;
+use crate::store::{NewEvent, Store};
+use instance::{InstanceTask, Report};
+use probe::ProbeSpec;
+
+pub const PROGRESSING: &str = "Progressing";
+pub const AVAILABLE: &str = "Available";
+
+/// What an instance of a deployment runs.
+#[derive(Debug)]
+pub struct Launch {
+    /// The argv, or why there is nothing that can be run.
+    pub command: Result<Vec<String>, String>,
+    pub env: BTreeMap<String, String>,
+    pub readiness: ProbeSpec,
+    pub liveness: Option<ProbeSpec>,
+}
+
+/// Restarts back off from `initial`, doubling up to `max`; a process that ran for
+/// `reset_after` starts from `initial` again. Stopping waits `grace` before SIGKILL.
+#[derive(Debug, Clone, Copy)]
+pub struct RestartPolicy {
+    pub initial: Duration,
+    pub max: Duration,
+    pub reset_after: Duration,
+    pub grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeploymentKey {
+    pub endpoint: String,
+    pub deployment: String,
+}
+
+/// A deployment as the runtime sees it now.
+#[derive(Debug, Clone)]
+pub struct DeploymentStatus {
+    pub state: &'static str,
+    pub instances: Vec<Instance>,
+}
+
+enum Command {
+    Apply {
+        key: DeploymentKey,
+        launch: Arc<Launch>,
+        count: u32,
+    },
+    Remove {
+        key: DeploymentKey,
+        done: oneshot::Sender<()>,
+    },
+    Status {
+        key: DeploymentKey,
+        reply: oneshot::Sender<DeploymentStatus>,
+    },
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// The control plane's side of the runtime.
+#[derive(Clone)]
+pub struct RuntimeHandle {
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+impl RuntimeHandle {
+    /// Creates the deployment's instances, or rolls them over to `launch`.
+    pub fn apply(&self, key: DeploymentKey, launch: Launch, count: u32) {
+        let _ = self.tx.send(Command::Apply {
+            key,
+            launch: Arc::new(launch),
+            count,
+        });
+    }
+
+    /// Stops every instance of the deployment; returns once they have ended.
+    pub async fn remove(&self, key: DeploymentKey) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Command::Remove { key, done }).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    pub async fn status(&self, key: DeploymentKey) -> Option<DeploymentStatus> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Command::Status { key, reply }).ok()?;
+        answer.await.ok()
+    }
+
+    /// Stops every instance of every deployment.
+    pub async fn shutdown(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Command::Shutdown { done }).is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+/// What the runtime's tasks share.
+pub struct RuntimeContext {
+    pub store: Store,
+    pub logs_dir: PathBuf,
+    pub policy: RestartPolicy,
+    pub http: reqwest::Client,
+    pub routes: mpsc::UnboundedSender<RouteUpdate>,
+    pub events: mpsc::UnboundedSender<NewEvent>,
+}
+
+impl RuntimeContext {
+    /// Where an instance's stdout and stderr go.
+    pub fn log_path(&self, key: &DeploymentKey, instance: &str) -> PathBuf {
+        self.logs_dir
+            .join(&key.endpoint)
+            .join(&key.deployment)
+            .join(format!("{instance}.log"))
+    }
+}
+
+pub fn start(ctx: RuntimeContext) -> RuntimeHandle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(Arc::new(ctx), rx));
+    RuntimeHandle { tx }
+}
+
+async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>) {
+    let mut supervisors: HashMap<DeploymentKey, mpsc::UnboundedSender<SupervisorCommand>> =
+        HashMap::new();
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Command::Apply { key, launch, count } => {
+                if let Some(tx) = supervisors.get(&key)
+                    && tx
+                        .send(SupervisorCommand::Update(Arc::clone(&launch)))
+                        .is_ok()
+                {
+                    continue;
+                }
+                let (tx, cmds) = mpsc::unbounded_channel();
+                let supervisor = Supervisor::new(Arc::clone(&ctx), key.clone(), launch, count);
+                tokio::spawn(supervisor.run(cmds));
+                supervisors.insert(key, tx);
+            }
+            Command::Remove { key, done } => match supervisors.remove(&key) {
+                Some(tx) => {
+                    let _ = tx.send(SupervisorCommand::Stop(done));
+                }
+                None => {
+                    let _ = done.send(());
+                }
+            },
+            Command::Status { key, reply } => {
+                if let Some(tx) = supervisors.get(&key) {
+                    let _ = tx.send(SupervisorCommand::Status(reply));
+                }
+            }
+            Command::Shutdown { done } => {
+                let mut waits = Vec::new();
+                for (_, tx) in supervisors.drain() {
+                    let (stopped, wait) = oneshot::channel();
+                    if tx.send(SupervisorCommand::Stop(stopped)).is_ok() {
+                        waits.push(wait);
+                    }
+                }
+                for w in waits {
+                    let _ = w.await;
+                }
+                let _ = done.send(());
+                return;
+            }
+        }
+    }
+}
+
+enum SupervisorCommand {
+    Update(Arc<Launch>),
+    Status(oneshot::Sender<DeploymentStatus>),
+    Stop(oneshot::Sender<()>),
+}
+
+/// One instance as its supervisor tracks it.
+struct Member {
+    status: Instance,
+    generation: u64,
+    slot: u32,
+    cancel: CancellationToken,
+}
+
+impl Member {
+    fn stopping(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}
+
+/// Owns one deployment's instances. A change of launch starts a new generation beside the
+/// old one; each old instance stops once the new one in its slot is ready (a rolling update).
+struct Supervisor {
+    ctx: Arc<RuntimeContext>,
+    key: DeploymentKey,
+    launch: Arc<Launch>,
+    count: u32,
+    generation: u64,
+    members: Vec<Member>,
+    state: Option<&'static str>,
+    ready: Vec<SocketAddr>,
+    reports: mpsc::UnboundedSender<Report>,
+    report_rx: Option<mpsc::UnboundedReceiver<Report>>,
+}
+
+impl Supervisor {
+    fn new(ctx: Arc<RuntimeContext>, key: DeploymentKey, launch: Arc<Launch>, count: u32) -> Self {
+        let (reports, report_rx) = mpsc::unbounded_channel();
+        Supervisor {
+            ctx,
+            key,
+            launch,
+            count,
+            generation: 0,
+            members: Vec::new(),
+            state: None,
+            ready: Vec::new(),
+            reports,
+            report_rx: Some(report_rx),
+        }
+    }
+
+    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<SupervisorCommand>) {
+        let mut reports = self.report_rx.take().expect("reports are taken once");
+        self.start_generation();
+        self.publish();
+        let mut stopped: Option<oneshot::Sender<()>> = None;
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    Some(SupervisorCommand::Update(launch)) if !stopping => {
+                        self.launch = launch;
+                        self.generation += 1;
+                        self.start_generation();
+                    }
+                    Some(SupervisorCommand::Update(_)) => {}
+                    Some(SupervisorCommand::Status(reply)) => {
+                        let _ = reply.send(self.snapshot());
+                    }
+                    Some(SupervisorCommand::Stop(done)) => {
+                        stopping = true;
+                        stopped = Some(done);
+                        self.members.iter().for_each(|m| m.cancel.cancel());
+                    }
+                    None if !stopping => {
+                        stopping = true;
+                        self.members.iter().for_each(|m| m.cancel.cancel());
+                    }
+                    None => {}
+                },
+                Some(report) = reports.recv() => self.on_report(report),
+            }
+            if stopping && self.members.is_empty() {
+                break;
+            }
+            self.publish();
+        }
+        let _ = self.ctx.routes.send(RouteUpdate::Backends {
+            key: self.key.clone(),
+            ready: Vec::new(),
+        });
+        if let Some(done) = stopped {
+            let _ = done.send(());
+        }
+    }
+
+    fn start_generation(&mut self) {
+        for slot in 0..self.count {
+            let id = format!("{}-{}", self.key.deployment, short_id());
+            let cancel = CancellationToken::new();
+            let task = InstanceTask {
+                id: id.clone(),
+                launch: Arc::clone(&self.launch),
+                log: self.ctx.log_path(&self.key, &id),
+                policy: self.ctx.policy,
+                store: self.ctx.store.clone(),
+                http: self.ctx.http.clone(),
+                reports: self.reports.clone(),
+                cancel: cancel.clone(),
+            };
+            self.members.push(Member {
+                status: Instance {
+                    id,
+                    state: instance::PENDING.into(),
+                    ready: false,
+                    restarts: 0,
+                    reason: None,
+                    pid: None,
+                    port: None,
+                },
+                generation: self.generation,
+                slot,
+                cancel,
+            });
+            tokio::spawn(task.run());
+        }
+    }
+
+    fn on_report(&mut self, report: Report) {
+        let Some(i) = self
+            .members
+            .iter()
+            .position(|m| m.status.id == report.status.id)
+        else {
+            return;
+        };
+        let new = report.status;
+        let old = std::mem::replace(&mut self.members[i].status, new.clone());
+        if old.state != new.state {
+            self.event(
+                "instance_state",
+                Some(&new.id),
+                Some(old.state),
+                Some(new.state.clone()),
+                new.reason.clone(),
+            );
+        }
+        if old.ready != new.ready {
+            let word = |r: bool| if r { "ready" } else { "not ready" }.to_owned();
+            self.event(
+                "ready",
+                Some(&new.id),
+                Some(word(old.ready)),
+                Some(word(new.ready)),
+                new.reason.clone(),
+            );
+        }
+        if new.restarts > old.restarts {
+            self.event("restart", Some(&new.id), None, None, new.reason.clone());
+        }
+        let (generation, slot) = (self.members[i].generation, self.members[i].slot);
+        if new.ready && generation == self.generation {
+            // The new instance of this slot serves: its predecessor goes.
+            for m in &self.members {
+                if m.slot == slot && m.generation < generation {
+                    m.cancel.cancel();
+                }
+            }
+        }
+        if report.finished {
+            self.members.remove(i);
+        }
+    }
+
+    fn event(
+        &self,
+        kind: &'static str,
+        instance: Option<&str>,
+        from: Option<String>,
+        to: Option<String>,
+        reason: Option<String>,
+    ) {
+        let _ = self.ctx.events.send(NewEvent {
+            at_ms: now_ms(),
+            endpoint: self.key.endpoint.clone(),
+            deployment: self.key.deployment.clone(),
+            instance: instance.map(str::to_owned),
+            kind,
+            from,
+            to,
+            reason,
+        });
+    }
+
+    /// Available once every instance of the current generation is ready and no older one
+    /// remains; Progressing otherwise (also with zero instances, as the document says).
+    fn deployment_state(&self) -> &'static str {
+        let current: Vec<&Member> = self
+            .members
+            .iter()
+            .filter(|m| m.generation == self.generation && !m.stopping())
+            .collect();
+        let settled = self.count > 0
+            && current.len() == self.count as usize
+            && current.iter().all(|m| m.status.ready)
+            && self.members.len() == current.len();
+        if settled { AVAILABLE } else { PROGRESSING }
+    }
+
+    /// Tells the gateway of a change in the ready set, and records a change of state.
+    fn publish(&mut self) {
+        let ready: Vec<SocketAddr> = self
+            .members
+            .iter()
+            .filter(|m| m.status.ready && !m.stopping())
+            .filter_map(|m| Some(SocketAddr::from(([127, 0, 0, 1], m.status.port?))))
+            .collect();
+        if ready != self.ready {
+            self.ready = ready.clone();
+            let _ = self.ctx.routes.send(RouteUpdate::Backends {
+                key: self.key.clone(),
+                ready,
+            });
+        }
+        let state = self.deployment_state();
+        if self.state != Some(state) {
+            let from = self.state.map(str::to_owned);
+            self.state = Some(state);
+            self.event("deployment_state", None, from, Some(state.to_owned()), None);
+        }
+    }
+
+    fn snapshot(&self) -> DeploymentStatus {
+        DeploymentStatus {
+            state: self.deployment_state(),
+            instances: self.members.iter().map(|m| m.status.clone()).collect(),
+        }
+    }
+}
+
+/// Five random characters of a-z and 0-9, as pod names end.
+fn short_id() -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Kills the instance processes a previous kep left behind (it was killed before it could
+/// stop them); the deployments then start afresh. Returns how many were still running.
+pub async fn reconcile(store: &Store) -> anyhow::Result<usize> {
+    let mut killed = 0;
+    for row in store.processes().await? {
+        let pid = u32::try_from(row.pid).unwrap_or(0);
+        if pid > 0 && process::start_ticks(pid) == Some(row.start_ticks) {
+            process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            killed += 1;
+        }
+        store.delete_process(&row.instance).await?;
+    }
+    Ok(killed)
+}
+
+/// Writes each event to the store and hands it on to whoever listens (alerts).
+pub async fn record_events(
+    store: Store,
+    mut rx: mpsc::UnboundedReceiver<NewEvent>,
+    listeners: tokio::sync::broadcast::Sender<NewEvent>,
+) {
+    while let Some(e) = rx.recv().await {
+        if let Err(err) = store.insert_event(&e).await {
+            tracing::warn!(error = %err, "recording a serving event");
+        }
+        tracing::debug!(endpoint = %e.endpoint, deployment = %e.deployment, kind = e.kind, from = ?e.from, to = ?e.to, "serving event");
+        let _ = listeners.send(e);
+    }
+}

@@ -1,0 +1,117 @@
+//! Instance processes: a free port, the spawn (own process group, log file, a clean
+//! environment), stopping the whole group, and telling our process from a reused pid.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+/// Variables of kep's own environment an instance inherits; nothing else (in particular no
+/// `KEP_*` secret) leaks into a user's process.
+const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"];
+
+/// A port nothing listens on now, for the instance to bind.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Starts `argv` in a process group of its own, stdout and stderr appended to `log`.
+pub fn spawn(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    port: u16,
+    log: &Path,
+) -> std::io::Result<Child> {
+    use std::io::Write as _;
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    writeln!(out, "--- kep: starting {argv:?} with PORT={port}")?;
+    let err = out.try_clone()?;
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(
+            INHERITED_ENV
+                .iter()
+                .filter_map(|k| Some((*k, std::env::var_os(k)?))),
+        )
+        .envs(env)
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        // Its own group, so stopping it stops whatever it started too.
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd.spawn()
+}
+
+/// Sends `signal` to the process group led by `pid`; a group already gone is fine.
+pub fn signal_group(pid: u32, signal: Signal) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    let _ = killpg(Pid::from_raw(pid), signal);
+}
+
+/// SIGTERM to the group, SIGKILL after `grace`; reaps the leader.
+pub async fn terminate(child: &mut Child, grace: Duration) {
+    let Some(pid) = child.id() else { return };
+    signal_group(pid, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        signal_group(pid, Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+    // Anything the leader left behind in its group.
+    signal_group(pid, Signal::SIGKILL);
+}
+
+/// The start time of `pid` in clock ticks since boot (`/proc/<pid>/stat`, field 22), which
+/// tells our process from a later one that got the same pid.
+pub fn start_ticks(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: count fields after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_spawned_group_is_stopped_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("x.log");
+        let argv: Vec<String> = ["sh", "-c", "sleep 30 & echo started-$PORT; wait"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut child = spawn(&argv, &BTreeMap::new(), 4242, &log).unwrap();
+        let pid = child.id().unwrap();
+        assert!(start_ticks(pid).is_some());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        terminate(&mut child, Duration::from_secs(2)).await;
+        assert!(start_ticks(pid).is_none(), "the leader is reaped");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("started-4242"), "{text}");
+        // No `sleep 30` of that group survives.
+        let out = std::process::Command::new("pgrep")
+            .args(["-g", &pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.stdout.is_empty());
+    }
+}
