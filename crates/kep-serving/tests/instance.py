@@ -3,7 +3,7 @@
 It serves on $PORT and answers every call with JSON naming its deployment ($NAME), its
 pid and what it received. MODE changes its behaviour: `exit` exits at once, `silent` never
 listens, `sick` answers /health with 500. POST /admin/unready makes /ready answer 503 (and
-/admin/ready undoes it); /crash exits the process.
+/admin/ready undoes it); /crash exits the process (/crash-if/NAME only in deployment NAME); /stats counts the other calls.
 """
 import hashlib
 import json
@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODE = os.environ.get("MODE", "")
 NAME = os.environ.get("NAME", "")
-state = {"ready": True}
+state = {"ready": True, "calls": 0}
 
 if MODE == "exit":
     print("exiting as asked", flush=True)
@@ -58,8 +58,11 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/admin/ready":
             state["ready"] = True
             return self.reply(200, {})
-        if path == "/crash":
+        if path == "/crash" or path == "/crash-if/" + NAME:
             os._exit(1)
+        if path == "/stats":
+            return self.reply(200, {"calls": state["calls"]})
+        state["calls"] += 1
         if path.startswith("/slow"):
             time.sleep(3)
         self.reply(200, {
@@ -70,7 +73,6 @@ class Handler(BaseHTTPRequestHandler):
             "body_len": length,
             "sha256": digest.hexdigest(),
             "authorization": self.headers.get("Authorization"),
-            "kep_token": os.environ.get("KEP_ADMIN_TOKEN"),
         })
 
     do_GET = do_POST = do_PUT = do_DELETE = handle_any

@@ -211,15 +211,20 @@ impl InstanceTask {
                     }
                     Err(why) => {
                         ready_fails += 1;
-                        if ready_fails == threshold {
+                        let reason = Some(format!("readiness probe failed: {why}"));
+                        // Reported once at the threshold, and again when the cause changes.
+                        if ready_fails >= threshold && (status.ready || status.reason != reason) {
                             status.ready = false;
-                            status.reason = Some(format!("readiness probe failed: {why}"));
+                            status.reason = reason;
                             self.report(status, false);
                         }
                     }
                 },
                 Some(result) = async { live_rx.as_mut()?.recv().await } => match result {
                     Ok(()) => live_fails = 0,
+                    // A process still starting up is not yet failing: liveness counts from
+                    // its first readiness on, so a slow start does not become a crash loop.
+                    Err(_) if status.state != RUNNING => {}
                     Err(why) => {
                         live_fails += 1;
                         if live_fails >= live_threshold {
