@@ -993,3 +993,22 @@ async fn an_edit_rolls_the_instances_over_without_failing_a_call() {
     );
     s.service.stop().await;
 }
+
+#[tokio::test]
+async fn an_instance_that_does_not_answer_in_time_is_a_504() {
+    let s = spawn(|_, gateway| gateway.upstream_timeout_s = 1).await;
+    s.image("echo").await;
+    let key = s.endpoint("slow", 1).await;
+    s.deploy("slow", custom("app", json!({}))).await;
+    s.available("slow", "app").await;
+    let started = Instant::now();
+    let (status, v) = s.invoke("slow", Some(&key), "/slow").await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (StatusCode::GATEWAY_TIMEOUT, Some("gateway_timeout")),
+        "{v}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(s.invoke("slow", Some(&key), "/").await.0, StatusCode::OK);
+    s.service.stop().await;
+}
