@@ -3,6 +3,7 @@
 pub mod adapter;
 pub mod live;
 pub mod messaging;
+pub mod serving;
 
 /// What a call through this client can fail with.
 #[derive(Debug, thiserror::Error)]

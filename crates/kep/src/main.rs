@@ -22,6 +22,8 @@ enum Command {
     Adapter(cli::adapter::AdapterArgs),
     /// The text-message sending API: tokens, sends, uploads, results, search.
     Msg(cli::msg::MsgArgs),
+    /// The model-serving management API: images, models, endpoints, deployments, traffic.
+    Serving(cli::serving::ServingArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +34,6 @@ fn main() -> anyhow::Result<()> {
         Command::Live(args) => runtime.block_on(cli::live::run(args)),
         Command::Adapter(args) => runtime.block_on(cli::adapter::run(args)),
         Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
+        Command::Serving(args) => runtime.block_on(cli::serving::run(args)),
     }
 }

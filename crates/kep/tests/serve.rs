@@ -90,6 +90,8 @@ fn port0() -> Vec<&'static str> {
         "127.0.0.1:0",
         "--messaging-addr",
         "127.0.0.1:0",
+        "--gateway-addr",
+        "127.0.0.1:0",
     ]
 }
 
@@ -775,4 +777,193 @@ fn the_messaging_flow_from_the_cli() {
         "completed by the first call"
     );
     assert_eq!(cli(&srv, &["msg", "search", "--rcs"])["count"], 1);
+}
+
+/// Runs a CLI command expected to fail; its stderr.
+fn cli_fails(srv: &Server, args: &[&str]) -> String {
+    let out = Command::new(KEP)
+        .args(args)
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "kep {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Stops `kep serve` with SIGTERM when dropped, so that it stops the instance processes it
+/// started (they run in their own process groups, and would outlive a SIGKILL).
+struct StopsGracefully(Server);
+
+impl Drop for StopsGracefully {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while matches!(self.0.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn the_serving_flow_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    let instance = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kep-serving/tests/instance.py")
+        .canonicalize()
+        .unwrap();
+    let instance = instance.to_str().unwrap();
+
+    let image = cli(
+        srv,
+        &[
+            "serving", "image", "create", "py", "--", "python3", instance,
+        ],
+    );
+    assert_eq!(image["command"], serde_json::json!(["python3", instance]));
+    let endpoint = cli(srv, &["serving", "endpoint", "create", "demo"]);
+    let url = endpoint["url"].as_str().unwrap().to_owned();
+    let key = endpoint["api_key"].as_str().unwrap().to_owned();
+    let deployment = cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "demo",
+            "blue",
+            "--image",
+            "py",
+            "--env",
+            "NAME=blue",
+            "--readiness-http",
+            "/ready",
+            "--readiness-interval-s",
+            "0.2",
+        ],
+    );
+    assert_eq!(deployment["type"], "custom-image");
+    assert_eq!(deployment["env"]["NAME"], "blue");
+    assert_eq!(deployment["readiness"]["http"]["path"], "/ready");
+
+    // `wait` shows its progress on stderr and the Available deployment on stdout.
+    let out = Command::new(KEP)
+        .args(["serving", "deployment", "wait", "demo", "blue"])
+        .args(["--timeout-s", "60"])
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    let progress = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "deployment wait: {progress}");
+    let waited: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(waited["state"], "Available");
+    assert!(
+        progress.contains("blue: Available, 1/1 ready"),
+        "{progress}"
+    );
+
+    let (status, body) = http("GET", &format!("{url}/hello?x=1"), Some(&key), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["name"], "blue");
+    assert_eq!(body["path"], "/hello?x=1");
+
+    // A reissued key replaces the old one at once.
+    let reissued = cli(srv, &["serving", "key", "reissue", "demo"]);
+    let new_key = reissued["api_key"].as_str().unwrap();
+    assert_ne!(new_key, key);
+    assert_eq!(http("GET", &url, Some(&key), None).0, 401);
+    assert_eq!(http("GET", &url, Some(new_key), None).0, 200);
+
+    // A ratio with a part per deployment only; the server's reason reaches stderr.
+    let err = cli_fails(srv, &["serving", "traffic", "demo", "--ratio", "1:0"]);
+    assert!(err.contains("HTTP 400") && err.contains("ratio"), "{err}");
+    let traffic = cli(srv, &["serving", "traffic", "demo"]);
+    assert_eq!(traffic["percent"]["blue"], 100.0);
+
+    // Gone with its instances; the gateway tells no one whether an endpoint exists.
+    cli(srv, &["serving", "endpoint", "delete", "demo"]);
+    assert_eq!(
+        cli(srv, &["serving", "endpoint", "list"]),
+        serde_json::json!([])
+    );
+    assert_eq!(http("GET", &url, Some(new_key), None).0, 401);
+}
+
+/// Whether a process with this pid runs (a zombie counts as gone).
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn instances_left_by_a_killed_kep_are_reconciled_and_a_stop_stops_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let instance = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kep-serving/tests/instance.py")
+        .canonicalize()
+        .unwrap();
+    let first = serve(dir.path(), &port0(), &[]);
+    cli(
+        &first,
+        &[
+            "serving",
+            "image",
+            "create",
+            "py",
+            "--",
+            "python3",
+            instance.to_str().unwrap(),
+        ],
+    );
+    let key = cli(&first, &["serving", "endpoint", "create", "demo"])["api_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cli(
+        &first,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "demo",
+            "app",
+            "--image",
+            "py",
+        ],
+    );
+    let waited = cli(&first, &["serving", "deployment", "wait", "demo", "app"]);
+    let old_pid = waited["instances"][0]["pid"].as_u64().unwrap();
+    drop(first); // SIGKILL: kep gets no chance to stop its instance.
+    assert!(
+        alive(old_pid),
+        "the instance outlives a kep killed outright"
+    );
+
+    let second = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let waited = cli(&second.0, &["serving", "deployment", "wait", "demo", "app"]);
+    let new_pid = waited["instances"][0]["pid"].as_u64().unwrap();
+    assert_ne!(new_pid, old_pid);
+    assert!(!alive(old_pid), "the orphan was stopped at the next start");
+    let url = cli(&second.0, &["serving", "endpoint", "show", "demo"])["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = http("GET", &url, Some(&key), None);
+    assert_eq!(
+        (status, body["pid"].as_u64()),
+        (200, Some(new_pid)),
+        "the key survives the restart"
+    );
+
+    drop(second); // SIGTERM: kep stops its instances before it exits.
+    assert!(!alive(new_pid), "a stopped kep leaves no instance behind");
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `POST /admin/v1/serving/images`: the local stand-in for a registered container image.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageRequest {
     pub name: String,
@@ -15,7 +15,7 @@ pub struct ImageRequest {
 }
 
 /// A command line split as a shell splits words, or the words already split.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Command {
     Line(String),
@@ -41,16 +41,20 @@ pub struct Model {
 }
 
 /// `POST /admin/v1/serving/endpoints`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointRequest {
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// One of the configured instance types; fixed after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
     /// Instances per deployment; fixed after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_count: Option<u32>,
     /// `http` (default) or `grpc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
 }
 
@@ -136,50 +140,78 @@ pub struct HttpProbe {
 pub struct TcpProbe {}
 
 /// `POST …/deployments`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentRequest {
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     #[serde(rename = "type")]
     pub kind: DeploymentType,
     /// Image name (`custom-image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Model name (`tensorflow-serving`, `triton`, `cosmos`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Serving script (`cosmos`): the text, or a git repository URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// The container port (`custom-image`); 8080 when none is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Probe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub liveness: Option<Probe>,
 }
 
 /// `PATCH …/deployments/{d}`: only the editable fields; `null` clears an optional one.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentPatch {
-    #[serde(default, with = "patch")]
+    #[serde(
+        default,
+        deserialize_with = "patch::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<String>)]
     pub description: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, with = "patch")]
+    #[serde(
+        default,
+        deserialize_with = "patch::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<String>)]
     pub script: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
-    #[serde(default, with = "patch")]
+    #[serde(
+        default,
+        deserialize_with = "patch::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Probe>)]
     pub readiness: Option<Option<Probe>>,
-    #[serde(default, with = "patch")]
+    #[serde(
+        default,
+        deserialize_with = "patch::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Probe>)]
     pub liveness: Option<Option<Probe>>,
 }
 
-/// Absent → `None`; `null` → `Some(None)`; a value → `Some(Some(v))`.
+/// Absent → `None`; `null` → `Some(None)`; a value → `Some(Some(v))`. Serialised, `Some(None)`
+/// is `null`.
 mod patch {
     use serde::{Deserialize, Deserializer};
 
@@ -241,12 +273,15 @@ pub struct Instance {
 }
 
 /// `PUT …/traffic`: percentages in steps of 5 summing to 100, or a ratio.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrafficRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<BTreeMap<String, u32>>,
     /// `1:2`: one part per deployment, in `deployments` order (default: creation order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployments: Option<Vec<String>>,
 }
 
@@ -258,7 +293,7 @@ pub struct Traffic {
 }
 
 /// `PUT …/mirroring`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mirroring {
     pub enabled: bool,

@@ -3,6 +3,7 @@
 pub mod adapter;
 pub mod live;
 pub mod msg;
+pub mod serving;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,286 @@
+//! The model-serving management API on the admin listener (CONTRACT §3).
+//!
+//! Requests and answers are the server's own wire types.
+
+use std::path::Path;
+
+pub use kep_serving::api::wire::{
+    ApiKey, Command, Deployment, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
+    EndpointCreated, EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Probe, Quota,
+    Traffic, TrafficRequest,
+};
+use reqwest::multipart::{Form, Part};
+
+use crate::{AdminClient, ClientError};
+
+const IMAGES: &str = "/admin/v1/serving/images";
+const MODELS: &str = "/admin/v1/serving/models";
+const ENDPOINTS: &str = "/admin/v1/serving/endpoints";
+
+fn deployment_path(endpoint: &str, deployment: &str) -> String {
+    format!("{ENDPOINTS}/{endpoint}/deployments/{deployment}")
+}
+
+impl AdminClient {
+    /// `POST /admin/v1/serving/images`
+    pub async fn create_image(&self, req: &ImageRequest) -> Result<Image, ClientError> {
+        self.send(self.http.post(self.url(IMAGES)).json(req)).await
+    }
+
+    /// `GET /admin/v1/serving/images`
+    pub async fn images(&self) -> Result<Vec<Image>, ClientError> {
+        self.send(self.http.get(self.url(IMAGES))).await
+    }
+
+    /// `GET /admin/v1/serving/images/{name}`
+    pub async fn image(&self, name: &str) -> Result<Image, ClientError> {
+        self.send(self.http.get(self.url(&format!("{IMAGES}/{name}"))))
+            .await
+    }
+
+    /// `DELETE /admin/v1/serving/images/{name}`
+    pub async fn delete_image(&self, name: &str) -> Result<(), ClientError> {
+        self.send_empty(self.http.delete(self.url(&format!("{IMAGES}/{name}"))))
+            .await
+    }
+
+    /// `POST /admin/v1/serving/models`: the file is streamed from `path`, not read whole.
+    pub async fn upload_model(
+        &self,
+        name: &str,
+        framework: &str,
+        path: &Path,
+    ) -> Result<Model, ClientError> {
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
+        let len = file
+            .metadata()
+            .await
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?
+            .len();
+        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
+            file,
+            256 * 1024,
+        ));
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let form = Form::new()
+            .text("name", name.to_owned())
+            .text("framework", framework.to_owned())
+            .part(
+                "file",
+                Part::stream_with_length(body, len).file_name(file_name),
+            );
+        self.send(self.http.post(self.url(MODELS)).multipart(form))
+            .await
+    }
+
+    /// `GET /admin/v1/serving/models`
+    pub async fn models(&self) -> Result<Vec<Model>, ClientError> {
+        self.send(self.http.get(self.url(MODELS))).await
+    }
+
+    /// `GET /admin/v1/serving/models/{name}`
+    pub async fn model(&self, name: &str) -> Result<Model, ClientError> {
+        self.send(self.http.get(self.url(&format!("{MODELS}/{name}"))))
+            .await
+    }
+
+    /// `DELETE /admin/v1/serving/models/{name}`
+    pub async fn delete_model(&self, name: &str) -> Result<(), ClientError> {
+        self.send_empty(self.http.delete(self.url(&format!("{MODELS}/{name}"))))
+            .await
+    }
+
+    /// `POST /admin/v1/serving/endpoints`: the answer holds the API key, shown this once.
+    pub async fn create_endpoint(
+        &self,
+        req: &EndpointRequest,
+    ) -> Result<EndpointCreated, ClientError> {
+        self.send(self.http.post(self.url(ENDPOINTS)).json(req))
+            .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints`
+    pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ClientError> {
+        self.send(self.http.get(self.url(ENDPOINTS))).await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}`
+    pub async fn endpoint(&self, endpoint: &str) -> Result<Endpoint, ClientError> {
+        self.send(self.http.get(self.url(&format!("{ENDPOINTS}/{endpoint}"))))
+            .await
+    }
+
+    /// `DELETE /admin/v1/serving/endpoints/{e}`
+    pub async fn delete_endpoint(&self, endpoint: &str) -> Result<(), ClientError> {
+        self.send_empty(
+            self.http
+                .delete(self.url(&format!("{ENDPOINTS}/{endpoint}"))),
+        )
+        .await
+    }
+
+    /// `POST /admin/v1/serving/endpoints/{e}/api-key`: the old key stops working.
+    pub async fn reissue_api_key(&self, endpoint: &str) -> Result<ApiKey, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("{ENDPOINTS}/{endpoint}/api-key"))),
+        )
+        .await
+    }
+
+    /// `POST /admin/v1/serving/endpoints/{e}/deployments`
+    pub async fn create_deployment(
+        &self,
+        endpoint: &str,
+        req: &DeploymentRequest,
+    ) -> Result<Deployment, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("{ENDPOINTS}/{endpoint}/deployments")))
+                .json(req),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/deployments`
+    pub async fn deployments(&self, endpoint: &str) -> Result<Vec<Deployment>, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/deployments"))),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/deployments/{d}`
+    pub async fn deployment(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+    ) -> Result<Deployment, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&deployment_path(endpoint, deployment))),
+        )
+        .await
+    }
+
+    /// `PATCH /admin/v1/serving/endpoints/{e}/deployments/{d}`
+    pub async fn patch_deployment(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+        patch: &DeploymentPatch,
+    ) -> Result<Deployment, ClientError> {
+        self.send(
+            self.http
+                .patch(self.url(&deployment_path(endpoint, deployment)))
+                .json(patch),
+        )
+        .await
+    }
+
+    /// `DELETE /admin/v1/serving/endpoints/{e}/deployments/{d}`
+    pub async fn delete_deployment(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+    ) -> Result<(), ClientError> {
+        self.send_empty(
+            self.http
+                .delete(self.url(&deployment_path(endpoint, deployment))),
+        )
+        .await
+    }
+
+    /// `GET …/deployments/{d}/events`: newest first, at most `limit` (server default 100).
+    pub async fn deployment_events(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+        limit: Option<i64>,
+    ) -> Result<Vec<Event>, ClientError> {
+        let mut req = self
+            .http
+            .get(self.url(&format!("{}/events", deployment_path(endpoint, deployment))));
+        if let Some(limit) = limit {
+            req = req.query(&[("limit", limit)]);
+        }
+        self.send(req).await
+    }
+
+    /// `GET …/deployments/{d}/instances/{i}/logs`: the last `tail_bytes` (server default
+    /// 64 KiB) of what the instance wrote, as it wrote them.
+    pub async fn instance_logs(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+        instance: &str,
+        tail_bytes: Option<u64>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let mut req = self.http.get(self.url(&format!(
+            "{}/instances/{instance}/logs",
+            deployment_path(endpoint, deployment)
+        )));
+        if let Some(tail) = tail_bytes {
+            req = req.query(&[("tail_bytes", tail)]);
+        }
+        Ok(self.send_raw(req).await?.bytes().await?.to_vec())
+    }
+
+    /// `PUT /admin/v1/serving/endpoints/{e}/traffic`
+    pub async fn set_traffic(
+        &self,
+        endpoint: &str,
+        req: &TrafficRequest,
+    ) -> Result<Traffic, ClientError> {
+        self.send(
+            self.http
+                .put(self.url(&format!("{ENDPOINTS}/{endpoint}/traffic")))
+                .json(req),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/traffic`
+    pub async fn traffic(&self, endpoint: &str) -> Result<Traffic, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/traffic"))),
+        )
+        .await
+    }
+
+    /// `PUT /admin/v1/serving/endpoints/{e}/mirroring`
+    pub async fn set_mirroring(
+        &self,
+        endpoint: &str,
+        req: &Mirroring,
+    ) -> Result<Mirroring, ClientError> {
+        self.send(
+            self.http
+                .put(self.url(&format!("{ENDPOINTS}/{endpoint}/mirroring")))
+                .json(req),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/mirroring`
+    pub async fn mirroring(&self, endpoint: &str) -> Result<Mirroring, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/mirroring"))),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/quota`
+    pub async fn serving_quota(&self) -> Result<Quota, ClientError> {
+        self.send(self.http.get(self.url("/admin/v1/serving/quota")))
+            .await
+    }
+}
