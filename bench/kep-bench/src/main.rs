@@ -1,4 +1,4 @@
-//! Load helpers that `bench/live.sh` drives against a real `kep serve`.
+//! Load helpers that `bench/*.sh` drive against a real `kep serve`.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,13 @@ enum Cmd {
         #[arg(long)]
         body: std::path::PathBuf,
     },
+    /// A model-serving instance stand-in for `bench/serving.sh`: answers every request (any
+    /// method, any path) with the same small JSON body, on 127.0.0.1:$PORT as kep starts it.
+    Upstream {
+        /// Where to listen; default 127.0.0.1:$PORT.
+        #[arg(long)]
+        addr: Option<String>,
+    },
     /// Join `rooms` × `per_room` participants (each publishing one stream) and hold them
     /// until stdin closes or the process is killed; prints "ready" once all joined.
     Hold {
@@ -64,6 +71,7 @@ enum Cmd {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::Ceiling { addr, body } => ceiling(&addr, body).await,
+        Cmd::Upstream { addr } => upstream(addr).await,
         Cmd::Hold {
             service,
             rooms,
@@ -95,6 +103,32 @@ async fn ceiling(addr: &str, body: std::path::PathBuf) -> anyhow::Result<()> {
     );
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("ready {}", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+async fn upstream(addr: Option<String>) -> anyhow::Result<()> {
+    let addr = match addr {
+        Some(a) => a,
+        None => format!(
+            "127.0.0.1:{}",
+            std::env::var("PORT").context("--addr or PORT is needed")?
+        ),
+    };
+    const ANSWER: &[u8] = br#"{"model":"bench","outputs":[[0.25,0.5,0.25]],"ok":true}"#;
+    // The body is read whole (as a real model server does) so the connection stays usable.
+    let app = axum::Router::new().fallback(|_body: axum::body::Bytes| async {
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            axum::body::Bytes::from_static(ANSWER),
+        )
+    });
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("ready {}", listener.local_addr()?);
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }
