@@ -205,8 +205,9 @@ NGINX
     measure kep "$kep_url" "$threads" "$CONNS" "$DURATION" "$load_cpus" "$kep_pid"
     if [ "$PERF" = 1 ] && [ "$r" = 1 ]; then
       wait "$perf_pid" || true
-      perf report -i "$data/perf.data" --no-children --percent-limit 1.5 --stdio 2>/dev/null \
-        | grep -v '^#' | grep -v '^$' | head -30 >"$data/perf.txt" || true
+      { perf report -i "$data/perf.data" --no-children --sort dso --stdio 2>/dev/null
+        perf report -i "$data/perf.data" --no-children --percent-limit 0.4 --stdio 2>/dev/null; } \
+        | grep -v '^#' | grep -v '^$' | head -60 >"$data/perf.txt" || true
     fi
   done
   echo "   latency: wrk -t1 -c$LAT_CONNS -d$LAT_DURATION --latency"

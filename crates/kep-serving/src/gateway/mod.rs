@@ -15,6 +15,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::uri::{PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
@@ -26,7 +27,7 @@ use crate::runtime::DeploymentKey;
 use crate::{GatewaySettings, ServingError};
 use body::{Held, Limits, ProxyBody};
 pub use route::EndpointRoute;
-use route::{Route, Table};
+use route::{Instance, Route, Table};
 
 /// What the control plane and the runtime tell the gateway.
 #[derive(Debug)]
@@ -58,7 +59,10 @@ impl Gateway {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(settings.connect_timeout_s)));
         let mut builder = Client::builder(TokioExecutor::new());
-        builder.pool_idle_timeout(Duration::from_secs(settings.pool_idle_timeout_s));
+        builder
+            .pool_idle_timeout(Duration::from_secs(settings.pool_idle_timeout_s))
+            // Each instance's `Host` value is made once, not formatted per call.
+            .set_host(false);
         let http1 = builder.build(connector.clone());
         let http2 = builder.http2_only(true).build(connector);
         let gateway = Arc::new(Gateway {
@@ -149,10 +153,11 @@ impl Gateway {
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let held = Held::read(body, declared, &self.limits, &self.spool).await?;
         let path_and_query = match parts.uri.query() {
-            Some(q) => format!("{rest}?{q}"),
-            None => rest.to_owned(),
-        };
-        let headers = upstream_headers(&parts.headers, &held);
+            Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
+            None => PathAndQuery::try_from(rest),
+        }
+        .map_err(|e| ServingError::BadRequest(format!("path: {e}")))?;
+        let mut headers = upstream_headers(parts.headers, &held);
         let client = if route.http2 {
             &self.http2
         } else {
@@ -160,11 +165,16 @@ impl Gateway {
         };
 
         for mirror in &choice.mirrors {
-            let Some(addr) = mirror.instance() else {
+            let Some(instance) = mirror.instance() else {
                 continue;
             };
-            let req =
-                upstream_request(&parts.method, addr, &path_and_query, &headers, held.body()?)?;
+            let req = upstream_request(
+                &parts.method,
+                instance,
+                &path_and_query,
+                headers.clone(),
+                held.body()?,
+            );
             let (client, timeout, name) = (client.clone(), self.timeout, Arc::clone(&mirror.name));
             // A mirror's answer is read and dropped; its failure never reaches the caller.
             tokio::spawn(async move {
@@ -183,12 +193,23 @@ impl Gateway {
         // A refused connection (an instance that just died) is tried on the next instance.
         let attempts = choice.primary.instance_count().min(3);
         let mut last_error = None;
-        for _ in 0..attempts {
-            let Some(addr) = choice.primary.instance() else {
+        for attempt in 1..=attempts {
+            let Some(instance) = choice.primary.instance() else {
                 break;
             };
-            let req =
-                upstream_request(&parts.method, addr, &path_and_query, &headers, held.body()?)?;
+            // The headers are moved into the last attempt, copied only for one that may fail.
+            let headers = if attempt == attempts {
+                std::mem::take(&mut headers)
+            } else {
+                headers.clone()
+            };
+            let req = upstream_request(
+                &parts.method,
+                instance,
+                &path_and_query,
+                headers,
+                held.body()?,
+            );
             match tokio::time::timeout(self.timeout, client.request(req)).await {
                 Err(_) => return Err(ServingError::GatewayTimeout(self.timeout.as_secs())),
                 Ok(Ok(res)) => return Ok(downstream_response(res)),
@@ -240,59 +261,62 @@ const HOP_BY_HOP: &[header::HeaderName] = &[
     header::UPGRADE,
 ];
 
-fn hop_by_hop(name: &header::HeaderName) -> bool {
-    HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive"
-}
-
 /// The caller's headers, less the hop-by-hop ones, `Host` and the API key (which is the
 /// platform's, not the instance's); the length of the body as held.
-fn upstream_headers(incoming: &HeaderMap, held: &Held) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(incoming.len());
-    for (name, value) in incoming {
-        if !hop_by_hop(name)
-            && name != header::HOST
-            && name != header::AUTHORIZATION
-            && name != header::CONTENT_LENGTH
-        {
-            out.append(name.clone(), value.clone());
-        }
+fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
+    let declared = headers.remove(header::CONTENT_LENGTH).is_some();
+    // `TE: trailers` is end to end (gRPC needs it); headers `Connection` names are not.
+    let te_trailers = headers.get(header::TE).is_some_and(|v| v == "trailers");
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .collect();
+    for name in named {
+        headers.remove(name.as_str());
     }
-    if held.len() > 0 || incoming.contains_key(header::CONTENT_LENGTH) {
-        out.insert(header::CONTENT_LENGTH, HeaderValue::from(held.len()));
+    for name in HOP_BY_HOP {
+        headers.remove(name);
     }
-    out
+    headers.remove("keep-alive");
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    headers.remove(header::HOST);
+    headers.remove(header::AUTHORIZATION);
+    if held.len() > 0 || declared {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(held.len()));
+    }
+    headers
 }
 
 fn upstream_request(
     method: &axum::http::Method,
-    addr: SocketAddr,
-    path_and_query: &str,
-    headers: &HeaderMap,
+    instance: &Instance,
+    path_and_query: &PathAndQuery,
+    mut headers: HeaderMap,
     body: ProxyBody,
-) -> Result<hyper::Request<ProxyBody>, ServingError> {
-    let uri: Uri = format!("http://{addr}{path_and_query}")
-        .parse()
-        .map_err(|e| ServingError::BadRequest(format!("path: {e}")))?;
-    let mut req = hyper::Request::builder()
-        .method(method.clone())
-        .uri(uri)
-        .body(body)
-        .map_err(|e| ServingError::BadRequest(e.to_string()))?;
-    *req.headers_mut() = headers.clone();
-    Ok(req)
+) -> hyper::Request<ProxyBody> {
+    let mut uri = axum::http::uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.authority = Some(instance.authority.clone());
+    uri.path_and_query = Some(path_and_query.clone());
+    headers.insert(header::HOST, instance.host.clone());
+    let mut req = hyper::Request::new(body);
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = Uri::from_parts(uri).expect("scheme, authority and path make a URI");
+    *req.headers_mut() = headers;
+    req
 }
 
 fn downstream_response(res: hyper::Response<hyper::body::Incoming>) -> Response {
     let (mut parts, body) = res.into_parts();
-    let names: Vec<header::HeaderName> = parts
-        .headers
-        .keys()
-        .filter(|n| hop_by_hop(n))
-        .cloned()
-        .collect();
-    for n in names {
-        parts.headers.remove(n);
+    for name in HOP_BY_HOP {
+        parts.headers.remove(name);
     }
+    parts.headers.remove("keep-alive");
     Response::from_parts(parts, Body::new(body))
 }
 
@@ -315,6 +339,7 @@ mod tests {
     async fn grpc_endpoints_are_proxied_over_http2() {
         use axum::http::{HeaderMap, Version};
         let upstream = axum::Router::new().fallback(|req: Request| async move {
+            assert_eq!(req.headers()["te"], "trailers", "gRPC servers need it");
             let version = format!("{:?}", req.version());
             let mut trailers = HeaderMap::new();
             trailers.insert("grpc-status", HeaderValue::from_static("0"));
@@ -355,6 +380,7 @@ mod tests {
             .uri("/endpoints/g/pkg.Service/Method")
             .header("authorization", "Bearer k")
             .header("content-type", "application/grpc")
+            .header("te", "trailers")
             .body(Body::from("frame"))
             .unwrap();
         let res = gateway.forward(req).await.unwrap();

@@ -6,6 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use axum::http::HeaderValue;
+use axum::http::uri::Authority;
+
 /// An endpoint's settings as the control plane sends them.
 #[derive(Debug, Clone)]
 pub struct EndpointRoute {
@@ -19,20 +22,37 @@ pub struct EndpointRoute {
     pub responder: Option<String>,
 }
 
+/// A ready instance, with its URI authority and `Host` value made once rather than per call.
+pub struct Instance {
+    pub authority: Authority,
+    pub host: HeaderValue,
+}
+
+impl Instance {
+    fn new(addr: SocketAddr) -> Instance {
+        let text = addr.to_string();
+        Instance {
+            authority: Authority::try_from(text.as_str())
+                .expect("a socket address is an authority"),
+            host: HeaderValue::try_from(text).expect("a socket address is a header value"),
+        }
+    }
+}
+
 pub struct Backend {
     pub name: Arc<str>,
-    instances: Vec<SocketAddr>,
+    instances: Vec<Instance>,
     next: AtomicUsize,
 }
 
 impl Backend {
     /// The next ready instance, round robin.
-    pub fn instance(&self) -> Option<SocketAddr> {
+    pub fn instance(&self) -> Option<&Instance> {
         if self.instances.is_empty() {
             return None;
         }
         let i = self.next.fetch_add(1, Ordering::Relaxed);
-        Some(self.instances[i % self.instances.len()])
+        Some(&self.instances[i % self.instances.len()])
     }
 
     pub fn instance_count(&self) -> usize {
@@ -66,7 +86,7 @@ impl Route {
             .iter()
             .map(|(name, _)| Backend {
                 name: name.as_str().into(),
-                instances: ready(name),
+                instances: ready(name).into_iter().map(Instance::new).collect(),
                 next: AtomicUsize::new(0),
             })
             .collect();
