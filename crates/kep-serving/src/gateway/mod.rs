@@ -4,6 +4,7 @@
 //! ready instances from the runtime, both through [`RouteUpdate`]s.
 
 mod body;
+mod pool;
 mod route;
 
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::uri::{PathAndQuery, Scheme};
+use axum::http::uri::{Authority, PathAndQuery, Scheme};
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
@@ -26,8 +27,12 @@ use tokio::sync::mpsc;
 use crate::runtime::DeploymentKey;
 use crate::{GatewaySettings, ServingError};
 use body::{Held, Limits, ProxyBody};
+use pool::{InstancePool, PoolSettings, SendError};
 pub use route::EndpointRoute;
 use route::{Instance, Route, Table};
+
+/// Kept-alive connections per instance beyond this many idle ones are closed.
+const MAX_IDLE_PER_INSTANCE: usize = 1024;
 
 /// What the control plane and the runtime tell the gateway.
 #[derive(Debug)]
@@ -42,8 +47,9 @@ pub enum RouteUpdate {
 
 pub struct Gateway {
     table: ArcSwap<Table>,
-    http1: Client<HttpConnector, ProxyBody>,
-    http2: Client<HttpConnector, ProxyBody>,
+    /// gRPC endpoints' instances, over HTTP/2; HTTP/1.1 ones use each instance's pool.
+    http2: Arc<Client<HttpConnector, ProxyBody>>,
+    pools: PoolSettings,
     limits: Limits,
     timeout: Duration,
     spool: PathBuf,
@@ -58,17 +64,22 @@ impl Gateway {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(settings.connect_timeout_s)));
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder
-            .pool_idle_timeout(Duration::from_secs(settings.pool_idle_timeout_s))
-            // Each instance's `Host` value is made once, not formatted per call.
-            .set_host(false);
-        let http1 = builder.build(connector.clone());
-        let http2 = builder.http2_only(true).build(connector);
+        let http2 = Arc::new(
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(settings.pool_idle_timeout_s))
+                // Each instance's `Host` value is made once, not formatted per call.
+                .set_host(false)
+                .http2_only(true)
+                .build(connector),
+        );
         let gateway = Arc::new(Gateway {
             table: ArcSwap::from_pointee(Table::default()),
-            http1,
             http2,
+            pools: PoolSettings {
+                connect_timeout: Duration::from_secs(settings.connect_timeout_s),
+                idle_timeout: Duration::from_secs(settings.pool_idle_timeout_s),
+                max_idle: MAX_IDLE_PER_INSTANCE,
+            },
             limits: Limits {
                 max_body: settings.max_body_bytes,
                 buffer: settings.body_buffer_bytes,
@@ -85,6 +96,8 @@ impl Gateway {
     async fn route_updates(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<RouteUpdate>) {
         let mut configs: HashMap<String, EndpointRoute> = HashMap::new();
         let mut ready: HashMap<DeploymentKey, Vec<SocketAddr>> = HashMap::new();
+        // Kept across rebuilds, so a change elsewhere does not drop an instance's connections.
+        let mut pools: HashMap<SocketAddr, Arc<InstancePool>> = HashMap::new();
         while let Some(update) = rx.recv().await {
             let endpoint = match update {
                 RouteUpdate::Endpoint(config) => {
@@ -115,7 +128,16 @@ impl Gateway {
                             endpoint: endpoint.clone(),
                             deployment: deployment.to_owned(),
                         };
-                        ready.get(&key).cloned().unwrap_or_default()
+                        let addrs = ready.get(&key).map(Vec::as_slice).unwrap_or_default();
+                        addrs
+                            .iter()
+                            .map(|&addr| {
+                                let pool = pools
+                                    .entry(addr)
+                                    .or_insert_with(|| InstancePool::new(addr, self.pools));
+                                Instance::new(addr, Arc::clone(pool))
+                            })
+                            .collect()
                     });
                     endpoints.insert(endpoint, Arc::new(route));
                 }
@@ -124,6 +146,7 @@ impl Gateway {
                 }
             }
             self.table.store(Arc::new(Table { endpoints }));
+            pools.retain(|addr, _| ready.values().any(|a| a.contains(addr)));
         }
     }
 
@@ -158,10 +181,12 @@ impl Gateway {
         }
         .map_err(|e| ServingError::BadRequest(format!("path: {e}")))?;
         let mut headers = upstream_headers(parts.headers, &held);
-        let client = if route.http2 {
-            &self.http2
-        } else {
-            &self.http1
+        let upstream = |instance: &Instance| {
+            if route.http2 {
+                Upstream::Http2(Arc::clone(&self.http2), instance.authority.clone())
+            } else {
+                Upstream::Pool(Arc::clone(&instance.pool))
+            }
         };
 
         for mirror in &choice.mirrors {
@@ -175,15 +200,16 @@ impl Gateway {
                 headers.clone(),
                 held.body()?,
             );
-            let (client, timeout, name) = (client.clone(), self.timeout, Arc::clone(&mirror.name));
+            let (upstream, timeout, name) =
+                (upstream(instance), self.timeout, Arc::clone(&mirror.name));
             // A mirror's answer is read and dropped; its failure never reaches the caller.
             tokio::spawn(async move {
-                match tokio::time::timeout(timeout, client.request(req)).await {
+                match tokio::time::timeout(timeout, upstream.send(req)).await {
                     Ok(Ok(res)) => {
                         let _ = http_body_util::BodyExt::collect(res.into_body()).await;
                     }
                     Ok(Err(e)) => {
-                        tracing::debug!(deployment = %name, error = %e, "mirror call failed")
+                        tracing::debug!(deployment = %name, error = %e.cause, "mirror call failed")
                     }
                     Err(_) => tracing::debug!(deployment = %name, "mirror call timed out"),
                 }
@@ -210,10 +236,10 @@ impl Gateway {
                 headers,
                 held.body()?,
             );
-            match tokio::time::timeout(self.timeout, client.request(req)).await {
+            match tokio::time::timeout(self.timeout, upstream(instance).send(req)).await {
                 Err(_) => return Err(ServingError::GatewayTimeout(self.timeout.as_secs())),
-                Ok(Ok(res)) => return Ok(downstream_response(res)),
-                Ok(Err(e)) if e.is_connect() => last_error = Some(e),
+                Ok(Ok(res)) => return Ok(res),
+                Ok(Err(e)) if e.connect => last_error = Some(e),
                 Ok(Err(e)) => return Err(bad_gateway(&choice.primary.name, &e)),
             }
         }
@@ -292,6 +318,7 @@ fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
     headers
 }
 
+/// A request in origin form (`/path?query`) with the instance's `Host`, as HTTP/1.1 sends it.
 fn upstream_request(
     method: &axum::http::Method,
     instance: &Instance,
@@ -299,19 +326,53 @@ fn upstream_request(
     mut headers: HeaderMap,
     body: ProxyBody,
 ) -> hyper::Request<ProxyBody> {
-    let mut uri = axum::http::uri::Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
-    uri.authority = Some(instance.authority.clone());
-    uri.path_and_query = Some(path_and_query.clone());
     headers.insert(header::HOST, instance.host.clone());
     let mut req = hyper::Request::new(body);
     *req.method_mut() = method.clone();
-    *req.uri_mut() = Uri::from_parts(uri).expect("scheme, authority and path make a URI");
+    *req.uri_mut() = Uri::from(path_and_query.clone());
     *req.headers_mut() = headers;
     req
 }
 
-fn downstream_response(res: hyper::Response<hyper::body::Incoming>) -> Response {
+/// The same request in absolute form, which the HTTP/2 client needs to pick a connection.
+fn absolute(mut req: hyper::Request<ProxyBody>, authority: Authority) -> hyper::Request<ProxyBody> {
+    let mut uri = axum::http::uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.authority = Some(authority);
+    uri.path_and_query = req.uri().path_and_query().cloned();
+    *req.uri_mut() = Uri::from_parts(uri).expect("scheme, authority and path make a URI");
+    req
+}
+
+/// Where a call goes: an instance's own HTTP/1.1 connections, or the HTTP/2 client.
+enum Upstream {
+    Pool(Arc<InstancePool>),
+    Http2(Arc<Client<HttpConnector, ProxyBody>>, Authority),
+}
+
+impl Upstream {
+    async fn send(self, req: hyper::Request<ProxyBody>) -> Result<Response, SendError> {
+        match self {
+            Upstream::Pool(pool) => pool.send(req).await.map(downstream_response),
+            Upstream::Http2(client, authority) => {
+                match client.request(absolute(req, authority)).await {
+                    Ok(res) => Ok(downstream_response(res)),
+                    Err(e) => {
+                        let mut err = SendError::http(&e);
+                        err.connect = e.is_connect();
+                        Err(err)
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn downstream_response<B>(res: hyper::Response<B>) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
     let (mut parts, body) = res.into_parts();
     for name in HOP_BY_HOP {
         parts.headers.remove(name);
@@ -320,13 +381,10 @@ fn downstream_response(res: hyper::Response<hyper::body::Incoming>) -> Response 
     Response::from_parts(parts, Body::new(body))
 }
 
-fn bad_gateway(deployment: &str, e: &hyper_util::client::legacy::Error) -> ServingError {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
+fn bad_gateway(deployment: &str, e: &SendError) -> ServingError {
     ServingError::BadGateway(format!(
-        "deployment {deployment}: the instance failed: {cause}"
+        "deployment {deployment}: the instance failed: {}",
+        e.cause
     ))
 }
 

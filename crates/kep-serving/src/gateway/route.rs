@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::http::HeaderValue;
 use axum::http::uri::Authority;
 
+use super::pool::InstancePool;
+
 /// An endpoint's settings as the control plane sends them.
 #[derive(Debug, Clone)]
 pub struct EndpointRoute {
@@ -22,19 +24,22 @@ pub struct EndpointRoute {
     pub responder: Option<String>,
 }
 
-/// A ready instance, with its URI authority and `Host` value made once rather than per call.
+/// A ready instance: its kept-alive connections, and its URI authority and `Host` value
+/// made once rather than per call.
 pub struct Instance {
     pub authority: Authority,
     pub host: HeaderValue,
+    pub pool: Arc<InstancePool>,
 }
 
 impl Instance {
-    fn new(addr: SocketAddr) -> Instance {
+    pub fn new(addr: SocketAddr, pool: Arc<InstancePool>) -> Instance {
         let text = addr.to_string();
         Instance {
             authority: Authority::try_from(text.as_str())
                 .expect("a socket address is an authority"),
             host: HeaderValue::try_from(text).expect("a socket address is a header value"),
+            pool,
         }
     }
 }
@@ -80,13 +85,13 @@ pub struct Choice<'a> {
 }
 
 impl Route {
-    pub fn build(config: &EndpointRoute, ready: impl Fn(&str) -> Vec<SocketAddr>) -> Route {
+    pub fn build(config: &EndpointRoute, mut ready: impl FnMut(&str) -> Vec<Instance>) -> Route {
         let backends: Vec<Backend> = config
             .deployments
             .iter()
             .map(|(name, _)| Backend {
                 name: name.as_str().into(),
-                instances: ready(name).into_iter().map(Instance::new).collect(),
+                instances: ready(name),
                 next: AtomicUsize::new(0),
             })
             .collect();

@@ -107,13 +107,17 @@ mod tests {
         assert!(start_ticks(pid).is_none(), "the leader is reaped");
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains("started-4242"), "{text}");
-        // No `sleep 30` of that group survives (once init has reaped it).
+        // No `sleep 30` of that group survives (a zombie waiting for init to reap it is
+        // not alive).
         let group_alive = || {
-            let out = std::process::Command::new("pgrep")
-                .args(["-g", &pid.to_string()])
-                .output()
-                .unwrap();
-            !out.stdout.is_empty()
+            std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map(|(_, rest)| rest.split_whitespace().collect())
+                    .unwrap_or_default();
+                fields.len() > 2 && fields[2] == pid.to_string() && fields[0] != "Z"
+            })
         };
         for _ in 0..50 {
             if !group_alive() {
