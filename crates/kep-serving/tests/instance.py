@@ -3,7 +3,7 @@
 It serves on $PORT and answers every call with JSON naming its deployment ($NAME), its
 pid and what it received. MODE changes its behaviour: `exit` exits at once, `silent` never
 listens, `sick` answers /health with 500. POST /admin/unready makes /ready answer 503 (and
-/admin/ready undoes it); /crash exits the process (/crash-if/NAME only in deployment NAME); /stats counts the other calls.
+/admin/ready undoes it); /crash exits the process (/crash-if/NAME only in deployment NAME); /stats counts the other calls; /close… answers, then closes the connection.
 """
 import hashlib
 import json
@@ -33,6 +33,10 @@ class Handler(BaseHTTPRequestHandler):
     def reply(self, status, doc):
         body = json.dumps(doc).encode()
         self.send_response(status)
+        if self.path.startswith("/close"):
+            # Ends the kept-alive connection after this answer.
+            self.close_connection = True
+            self.send_header("Connection", "close")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -78,5 +82,8 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = handle_any
 
 
+if os.environ.get("IDLE_TIMEOUT"):
+    # A kept-alive connection idle this long is closed, as servers with keep-alive timeouts do.
+    Handler.timeout = float(os.environ["IDLE_TIMEOUT"])
 ThreadingHTTPServer.daemon_threads = True
 ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()

@@ -236,6 +236,15 @@ async fn a_custom_image_is_deployed_probed_and_called_with_its_key() {
         "{pids:?}"
     );
 
+    // An instance that closes its connections: each next call goes on a new one.
+    for _ in 0..6 {
+        let (status, body) = s.invoke("demo", Some(&key), "/close").await;
+        assert_eq!(
+            (status, body["path"].as_str()),
+            (StatusCode::OK, Some("/close"))
+        );
+    }
+
     // No key, another endpoint's key, a wrong key, an unknown endpoint: 401 the same way.
     for (endpoint, k) in [
         ("demo", None),
@@ -1010,5 +1019,22 @@ async fn an_instance_that_does_not_answer_in_time_is_a_504() {
     );
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(s.invoke("slow", Some(&key), "/").await.0, StatusCode::OK);
+    s.service.stop().await;
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_the_instance_closed_is_replaced() {
+    let s = spawn(|_, _| {}).await;
+    s.image("echo").await;
+    let key = s.endpoint("idle", 1).await;
+    s.deploy("idle", custom("app", json!({"IDLE_TIMEOUT": "0.2"})))
+        .await;
+    s.available("idle", "app").await;
+    for _ in 0..3 {
+        let (status, v) = s.invoke("idle", Some(&key), "/").await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        // Long enough for the instance to close the connection kep keeps for the next call.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     s.service.stop().await;
 }

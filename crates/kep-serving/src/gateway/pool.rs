@@ -4,7 +4,7 @@
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -54,6 +54,13 @@ impl SendError {
         SendError {
             connect: true,
             cause: format!("connecting: {e}"),
+        }
+    }
+
+    fn closed() -> Self {
+        SendError {
+            connect: false,
+            cause: "the instance closed the connection".into(),
         }
     }
 
@@ -121,19 +128,49 @@ impl InstancePool {
         mut req: Request<ProxyBody>,
     ) -> Result<Response<PooledBody>, SendError> {
         loop {
-            let (mut conn, reused) = match self.take_idle() {
+            let (conn, reused) = match self.take_idle() {
                 Some(c) => (c, true),
                 None => (self.connect().await?, false),
             };
-            let Conn { tx, driver, .. } = &mut conn;
-            match drive(driver, poll_fn(|cx| tx.poll_ready(cx))).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) if reused => continue,
-                Ok(Err(e)) | Err(e) => return Err(SendError::http(&e)),
+            let Conn {
+                mut tx, mut driver, ..
+            } = conn;
+            match drive(&mut driver, pin!(poll_fn(|cx| tx.poll_ready(cx)))).await {
+                Driven::Done(Ok(())) => {}
+                _ if reused => continue,
+                Driven::Done(Err(e)) | Driven::Ended(Err(e)) => return Err(SendError::http(&e)),
+                Driven::Ended(Ok(())) => return Err(SendError::closed()),
             }
-            match drive(driver, tx.try_send_request(req)).await {
-                Ok(Ok(res)) => {
+            let mut sent = pin!(tx.try_send_request(req));
+            let outcome = match drive(&mut driver, sent.as_mut()).await {
+                Driven::Done(outcome) => outcome,
+                Driven::Ended(ended) => {
+                    // The connection ended with the request still queued: dropping it hands
+                    // the request back, unsent.
+                    drop(driver);
+                    match sent.await {
+                        // An answer cannot come over an ended connection; were one to, it is
+                        // dropped with it rather than trusted.
+                        Ok(_) => return Err(SendError::closed()),
+                        Err(mut e) => match (e.take_message(), ended) {
+                            (Some(unsent), _) if reused => {
+                                req = unsent;
+                                continue;
+                            }
+                            (_, Err(ended)) => return Err(SendError::http(&ended)),
+                            (_, Ok(())) => return Err(SendError::http(&e.into_error())),
+                        },
+                    }
+                }
+            };
+            match outcome {
+                Ok(res) => {
                     let (parts, body) = res.into_parts();
+                    let conn = Conn {
+                        tx,
+                        driver,
+                        idle_since: Instant::now(),
+                    };
                     return Ok(Response::from_parts(
                         parts,
                         PooledBody {
@@ -143,36 +180,34 @@ impl InstancePool {
                         },
                     ));
                 }
-                Ok(Err(mut e)) => match e.take_message() {
+                Err(mut e) => match e.take_message() {
                     // Nothing was written: the request can go on another connection.
                     Some(unsent) if reused => req = unsent,
                     _ => return Err(SendError::http(&e.into_error())),
                 },
-                Err(e) => return Err(SendError::http(&e)),
             }
         }
     }
 }
 
-/// Polls `fut` to completion while polling the connection's driver beside it.
-async fn drive<F: Future>(driver: &mut Driver, fut: F) -> Result<F::Output, hyper::Error> {
-    let mut fut = std::pin::pin!(fut);
-    let mut closed = false;
+enum Driven<T> {
+    Done(T),
+    /// The connection ended first (closed, or failed) while `fut` was still pending.
+    Ended(Result<(), hyper::Error>),
+}
+
+/// Polls `fut` while polling the connection's driver beside it, the driver first so that a
+/// connection the instance has closed is seen before anything is sent on it.
+async fn drive<F: Future>(driver: &mut Driver, mut fut: Pin<&mut F>) -> Driven<F::Output> {
     poll_fn(|cx| {
+        let ended = driver.as_mut().poll(cx);
         if let Poll::Ready(out) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Ok(out));
+            return Poll::Ready(Driven::Done(out));
         }
-        if !closed {
-            match driver.as_mut().poll(cx) {
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) => closed = true,
-                Poll::Pending => {}
-            }
-            if let Poll::Ready(out) = fut.as_mut().poll(cx) {
-                return Poll::Ready(Ok(out));
-            }
+        match ended {
+            Poll::Ready(r) => Poll::Ready(Driven::Ended(r)),
+            Poll::Pending => Poll::Pending,
         }
-        Poll::Pending
     })
     .await
 }
