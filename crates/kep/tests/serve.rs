@@ -883,6 +883,48 @@ fn the_serving_flow_from_the_cli() {
     let traffic = cli(srv, &["serving", "traffic", "demo"]);
     assert_eq!(traffic["percent"]["blue"], 100.0);
 
+    // Every management route is in the operator API's OpenAPI document.
+    let (_, doc) = http(
+        "GET",
+        &format!("{}/openapi/admin.json", srv.admin),
+        None,
+        None,
+    );
+    let endpoint = "/admin/v1/serving/endpoints/{endpoint}";
+    let deployment = format!("{endpoint}/deployments/{{deployment}}");
+    for (path, methods) in [
+        ("/admin/v1/serving/images".to_owned(), &["get", "post"][..]),
+        (
+            "/admin/v1/serving/images/{name}".to_owned(),
+            &["get", "delete"],
+        ),
+        ("/admin/v1/serving/models".to_owned(), &["get", "post"]),
+        (
+            "/admin/v1/serving/models/{name}".to_owned(),
+            &["get", "delete"],
+        ),
+        ("/admin/v1/serving/endpoints".to_owned(), &["get", "post"]),
+        (endpoint.to_owned(), &["get", "delete"]),
+        (format!("{endpoint}/api-key"), &["post"]),
+        (format!("{endpoint}/deployments"), &["get", "post"]),
+        (deployment.clone(), &["get", "patch", "delete"]),
+        (format!("{deployment}/events"), &["get"]),
+        (
+            format!("{deployment}/instances/{{instance}}/logs"),
+            &["get"],
+        ),
+        (format!("{endpoint}/traffic"), &["get", "put"]),
+        (format!("{endpoint}/mirroring"), &["get", "put"]),
+        ("/admin/v1/serving/quota".to_owned(), &["get"]),
+    ] {
+        for m in methods {
+            assert!(
+                doc["paths"][&path][*m].is_object(),
+                "{m} {path} is described"
+            );
+        }
+    }
+
     // Gone with its instances; the gateway tells no one whether an endpoint exists.
     cli(srv, &["serving", "endpoint", "delete", "demo"]);
     assert_eq!(
