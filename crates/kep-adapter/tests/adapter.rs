@@ -677,8 +677,17 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
     };
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
     next_notice(&mut agent_srv).await;
-    let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
-    let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
+    // The agent has the notice before the server has its 204: the last attempt is recorded
+    // a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let statuses = loop {
+        let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
+        let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
+        if statuses.len() == 3 || std::time::Instant::now() > deadline {
+            break statuses;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(statuses, [Some(500), Some(500), Some(204)]);
 
     // An agent that is down: every attempt fails, each recorded with its error.
