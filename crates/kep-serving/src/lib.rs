@@ -42,6 +42,9 @@ pub struct ServingSettings {
     pub restart_backoff_reset_s: u64,
     /// Time between SIGTERM and SIGKILL when an instance is stopped.
     pub termination_grace_s: u64,
+    /// Time between taking an instance out of rotation and its SIGTERM, so calls already
+    /// routed to it finish.
+    pub termination_drain_ms: u64,
 }
 
 impl Default for ServingSettings {
@@ -67,6 +70,7 @@ impl Default for ServingSettings {
             restart_backoff_max_s: 60,
             restart_backoff_reset_s: 60,
             termination_grace_s: 5,
+            termination_drain_ms: 200,
         }
     }
 }
@@ -144,6 +148,7 @@ impl ServingService {
                 max: Duration::from_secs(settings.restart_backoff_max_s),
                 reset_after: Duration::from_secs(settings.restart_backoff_reset_s),
                 grace: Duration::from_secs(settings.termination_grace_s),
+                drain: Duration::from_millis(settings.termination_drain_ms),
             },
             http: runtime::probe::http_client(),
             routes: routes.clone(),

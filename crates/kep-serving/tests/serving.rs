@@ -181,7 +181,7 @@ impl Server {
 
 fn custom(name: &str, env: Value) -> Value {
     json!({"name": name, "type": "custom-image", "image": "echo", "env": env,
-           "readiness": {"http": {"path": "/ready"}, "interval_s": 0.1, "failure_threshold": 1}})
+           "readiness": {"http": {"path": "/ready"}, "interval_s": 0.1, "failure_threshold": 3}})
 }
 
 /// Calls made straight to an instance (not through the gateway).

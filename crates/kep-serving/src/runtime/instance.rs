@@ -88,6 +88,9 @@ impl InstanceTask {
                             Outcome::Cancelled => {
                                 status.state = TERMINATING.into();
                                 self.report(&status, false);
+                                // Out of rotation already; calls the gateway sent just before
+                                // finish before the process is asked to stop.
+                                tokio::time::sleep(self.policy.drain).await;
                                 process::terminate(&mut child, self.policy.grace).await;
                                 self.forget(pid).await;
                                 break;

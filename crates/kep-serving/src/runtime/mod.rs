@@ -36,13 +36,15 @@ pub struct Launch {
 }
 
 /// Restarts back off from `initial`, doubling up to `max`; a process that ran for
-/// `reset_after` starts from `initial` again. Stopping waits `grace` before SIGKILL.
+/// `reset_after` starts from `initial` again. Stopping waits `drain` after leaving rotation
+/// before SIGTERM, then `grace` before SIGKILL.
 #[derive(Debug, Clone, Copy)]
 pub struct RestartPolicy {
     pub initial: Duration,
     pub max: Duration,
     pub reset_after: Duration,
     pub grace: Duration,
+    pub drain: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
