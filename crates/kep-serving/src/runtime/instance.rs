@@ -75,7 +75,7 @@ impl InstanceTask {
                     self.cancel.cancelled().await;
                     break;
                 }
-                Ok(argv) => match self.start(argv, &mut status) {
+                Ok(argv) => match self.start(argv, &mut status).await {
                     Err(e) => {
                         status.state = PENDING.into();
                         status.reason = Some(format!("CommandNotFound: {}: {e}", argv[0]));
@@ -136,7 +136,7 @@ impl InstanceTask {
         self.report(&status, true);
     }
 
-    fn start(&self, argv: &[String], status: &mut Instance) -> std::io::Result<Child> {
+    async fn start(&self, argv: &[String], status: &mut Instance) -> std::io::Result<Child> {
         let port = process::free_port()?;
         let child = process::spawn(argv, &self.launch.env, port, &self.log)?;
         status.state = PENDING.into();
@@ -149,13 +149,11 @@ impl InstanceTask {
                 pid: i64::from(pid),
                 start_ticks: process::start_ticks(pid).unwrap_or(-1),
             };
-            let store = self.store.clone();
-            // Recorded so a kep killed outright can reconcile it at its next start.
-            tokio::spawn(async move {
-                if let Err(e) = store.insert_process(&row).await {
-                    tracing::warn!(error = %e, "recording an instance process");
-                }
-            });
+            // Recorded (before it can be forgotten) so a kep killed outright can reconcile it
+            // at its next start.
+            if let Err(e) = self.store.insert_process(&row).await {
+                tracing::warn!(error = %e, "recording an instance process");
+            }
         }
         self.report(status, false);
         Ok(child)
