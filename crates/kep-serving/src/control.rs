@@ -395,9 +395,14 @@ impl Control {
     pub async fn delete_endpoint(&self, name: &str) -> Result<(), ServingError> {
         let _guard = self.changes.lock().await;
         self.endpoint_row(name).await?;
-        for d in self.store.deployments(Some(name)).await? {
-            self.runtime.remove(key(name, &d.name)).await;
-        }
+        let deployments = self.store.deployments(Some(name)).await?;
+        // Stopped side by side: each waits out its drain and grace periods.
+        futures_util::future::join_all(
+            deployments
+                .iter()
+                .map(|d| self.runtime.remove(key(name, &d.name))),
+        )
+        .await;
         self.store.delete_endpoint(name).await?;
         let _ = self
             .routes
