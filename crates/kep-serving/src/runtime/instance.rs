@@ -18,6 +18,7 @@ pub const RUNNING: &str = "Running";
 pub const TERMINATING: &str = "Terminating";
 pub const TERMINATED: &str = "Terminated";
 pub const FAILED: &str = "Failed";
+pub const UNKNOWN: &str = "Unknown";
 
 /// What an instance tells its supervisor: its whole status, and whether it has ended.
 #[derive(Debug)]
@@ -41,6 +42,8 @@ pub struct InstanceTask {
 enum Outcome {
     Exited(std::process::ExitStatus),
     LivenessFailed(String),
+    /// Waiting on the process failed: its state cannot be told.
+    Unknown(String),
     Cancelled,
 }
 
@@ -108,6 +111,14 @@ impl InstanceTask {
                                 self.forget(pid).await;
                                 status.state = PENDING.into();
                                 status.reason = Some(format!("liveness probe failed: {why}"));
+                            }
+                            Outcome::Unknown(why) => {
+                                // Reported as such, then stopped and started again.
+                                status.state = UNKNOWN.into();
+                                status.reason = Some(why);
+                                self.report(&status, false);
+                                process::terminate(&mut child, self.policy.grace).await;
+                                self.forget(pid).await;
                             }
                         }
                     }
@@ -195,7 +206,7 @@ impl InstanceTask {
                 exit = child.wait() => {
                     return match exit {
                         Ok(code) => Outcome::Exited(code),
-                        Err(e) => Outcome::LivenessFailed(format!("waiting for the process: {e}")),
+                        Err(e) => Outcome::Unknown(format!("waiting for the process: {e}")),
                     };
                 }
                 _ = self.cancel.cancelled() => return Outcome::Cancelled,
