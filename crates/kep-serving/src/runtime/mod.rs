@@ -158,8 +158,9 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
                     continue;
                 }
                 let (tx, cmds) = mpsc::unbounded_channel();
-                let supervisor = Supervisor::new(Arc::clone(&ctx), key.clone(), launch, count);
-                tokio::spawn(supervisor.run(cmds));
+                let (supervisor, reports) =
+                    Supervisor::new(Arc::clone(&ctx), key.clone(), launch, count);
+                tokio::spawn(supervisor.run(cmds, reports));
                 supervisors.insert(key, tx);
             }
             Command::Remove { key, done } => match supervisors.remove(&key) {
@@ -225,13 +226,18 @@ struct Supervisor {
     state: Option<&'static str>,
     ready: Vec<SocketAddr>,
     reports: mpsc::UnboundedSender<Report>,
-    report_rx: Option<mpsc::UnboundedReceiver<Report>>,
 }
 
 impl Supervisor {
-    fn new(ctx: Arc<RuntimeContext>, key: DeploymentKey, launch: Arc<Launch>, count: u32) -> Self {
+    /// The supervisor, and the receiver of its instances' reports.
+    fn new(
+        ctx: Arc<RuntimeContext>,
+        key: DeploymentKey,
+        launch: Arc<Launch>,
+        count: u32,
+    ) -> (Self, mpsc::UnboundedReceiver<Report>) {
         let (reports, report_rx) = mpsc::unbounded_channel();
-        Supervisor {
+        let supervisor = Supervisor {
             ctx,
             key,
             launch,
@@ -241,12 +247,15 @@ impl Supervisor {
             state: None,
             ready: Vec::new(),
             reports,
-            report_rx: Some(report_rx),
-        }
+        };
+        (supervisor, report_rx)
     }
 
-    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<SupervisorCommand>) {
-        let mut reports = self.report_rx.take().expect("reports are taken once");
+    async fn run(
+        mut self,
+        mut cmds: mpsc::UnboundedReceiver<SupervisorCommand>,
+        mut reports: mpsc::UnboundedReceiver<Report>,
+    ) {
         self.start_generation();
         self.publish();
         let mut stopped: Option<oneshot::Sender<()>> = None;
