@@ -713,15 +713,14 @@ impl Control {
         endpoint: &str,
         name: &str,
     ) -> Result<DeploymentRow, ServingError> {
+        if let Some(row) = self.store.deployment(endpoint, name).await? {
+            return Ok(row);
+        }
+        // Which of the two is missing.
         self.endpoint_row(endpoint).await?;
-        self.store
-            .deployments(Some(endpoint))
-            .await?
-            .into_iter()
-            .find(|d| d.name == name)
-            .ok_or_else(|| {
-                ServingError::NotFound(format!("endpoint {endpoint} has no deployment {name}"))
-            })
+        Err(ServingError::NotFound(format!(
+            "endpoint {endpoint} has no deployment {name}"
+        )))
     }
 
     pub async fn deployment(&self, endpoint: &str, name: &str) -> Result<Deployment, ServingError> {

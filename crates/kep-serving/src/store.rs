@@ -282,6 +282,21 @@ impl Store {
         .await
     }
 
+    pub async fn deployment(
+        &self,
+        endpoint: &str,
+        name: &str,
+    ) -> sqlx::Result<Option<DeploymentRow>> {
+        sqlx::query_as(
+            "SELECT endpoint, name, spec, weight, created_at, updated_at FROM deployments
+             WHERE endpoint = ? AND name = ?",
+        )
+        .bind(endpoint)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
     pub async fn update_deployment(
         &self,
         endpoint: &str,
