@@ -5,9 +5,10 @@
 use std::path::Path;
 
 pub use kep_serving::api::wire::{
-    ApiKey, Command, Deployment, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
-    EndpointCreated, EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Probe, Quota,
-    Traffic, TrafficRequest,
+    Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Command, Deployment,
+    DeploymentMetrics, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
+    EndpointCreated, EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics,
+    Latency, MirrorMetrics, Mirroring, Model, Probe, Quota, Traffic, TrafficRequest,
 };
 use reqwest::multipart::{Form, Part};
 
@@ -274,6 +275,55 @@ impl AdminClient {
         self.send(
             self.http
                 .get(self.url(&format!("{ENDPOINTS}/{endpoint}/mirroring"))),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/alerts`
+    pub async fn alerts(&self, endpoint: &str) -> Result<AlertSettings, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/alerts"))),
+        )
+        .await
+    }
+
+    /// `PUT /admin/v1/serving/endpoints/{e}/alerts`: replaces the whole settings; a condition
+    /// left out is off.
+    pub async fn set_alerts(
+        &self,
+        endpoint: &str,
+        settings: &AlertSettings,
+    ) -> Result<AlertSettings, ClientError> {
+        self.send(
+            self.http
+                .put(self.url(&format!("{ENDPOINTS}/{endpoint}/alerts")))
+                .json(settings),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/alerts/history`: newest first, at most `limit`
+    /// (server default 100, at most 1000).
+    pub async fn alert_history(
+        &self,
+        endpoint: &str,
+        limit: Option<u32>,
+    ) -> Result<AlertHistory, ClientError> {
+        let mut req = self
+            .http
+            .get(self.url(&format!("{ENDPOINTS}/{endpoint}/alerts/history")));
+        if let Some(limit) = limit {
+            req = req.query(&[("limit", limit)]);
+        }
+        self.send(req).await
+    }
+
+    /// `GET /admin/v1/serving/endpoints/{e}/metrics`
+    pub async fn endpoint_metrics(&self, endpoint: &str) -> Result<EndpointMetrics, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/metrics"))),
         )
         .await
     }

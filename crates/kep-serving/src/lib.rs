@@ -6,6 +6,7 @@ pub mod api;
 mod control;
 mod error;
 mod gateway;
+mod monitor;
 mod runtime;
 mod spec;
 mod store;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use api::wire::Resources;
 pub use error::ServingError;
+pub use monitor::meter::prometheus_buckets as latency_buckets_s;
 pub use store::NewEvent;
 
 /// `[serving]` settings: the control plane and the runtime.
@@ -45,6 +47,22 @@ pub struct ServingSettings {
     /// Time between taking an instance out of rotation and its SIGTERM, so calls already
     /// routed to it finish.
     pub termination_drain_ms: u64,
+    /// How often calls, instances and processes are sampled for metrics and alerts.
+    pub monitor_interval_ms: u64,
+    /// Delivery attempts per alert, the first included.
+    pub alert_attempts: u32,
+    /// Wait before an alert's second attempt; doubles up to `alert_retry_max_s`.
+    pub alert_retry_ms: u64,
+    pub alert_retry_max_s: u64,
+    /// How long the webhook may take to answer one attempt.
+    pub alert_timeout_s: u64,
+    /// Alerts waiting per endpoint; one more is recorded as failed.
+    pub alert_queue: usize,
+    /// A status alert comes again only after this long without such an answer.
+    pub alert_status_quiet_s: u64,
+    /// How often the CPU upper-bound alert repeats while it holds (12 hours, as the
+    /// document says).
+    pub alert_cpu_repeat_s: u64,
 }
 
 impl Default for ServingSettings {
@@ -71,6 +89,14 @@ impl Default for ServingSettings {
             restart_backoff_reset_s: 60,
             termination_grace_s: 5,
             termination_drain_ms: 200,
+            monitor_interval_ms: 1000,
+            alert_attempts: 6,
+            alert_retry_ms: 500,
+            alert_retry_max_s: 30,
+            alert_timeout_s: 5,
+            alert_queue: 1000,
+            alert_status_quiet_s: 60,
+            alert_cpu_repeat_s: 12 * 3600,
         }
     }
 }
@@ -92,6 +118,9 @@ pub struct GatewaySettings {
     pub upstream_timeout_s: u64,
     /// How long an unused kept-alive connection to an instance stays open.
     pub pool_idle_timeout_s: u64,
+    /// Whether calls are counted: off, the monitoring numbers of calls stay at zero and the
+    /// QPS and status alerts never fire.
+    pub metrics: bool,
 }
 
 impl Default for GatewaySettings {
@@ -104,6 +133,7 @@ impl Default for GatewaySettings {
             connect_timeout_s: 5,
             upstream_timeout_s: 60,
             pool_idle_timeout_s: 90,
+            metrics: true,
         }
     }
 }
@@ -113,6 +143,7 @@ impl Default for GatewaySettings {
 pub struct ServingService {
     control: Arc<control::Control>,
     gateway: Arc<gateway::Gateway>,
+    monitor: Arc<monitor::Monitor>,
     events: tokio::sync::broadcast::Sender<NewEvent>,
 }
 
@@ -154,6 +185,28 @@ impl ServingService {
             routes: routes.clone(),
             events: events_tx,
         });
+        let monitor = monitor::Monitor::start(
+            store.clone(),
+            runtime.clone(),
+            gateway.meters(),
+            monitor::MonitorSettings {
+                interval: Duration::from_millis(settings.monitor_interval_ms.max(10)),
+                alerts: monitor::alerts::AlertPolicy {
+                    status_quiet: Duration::from_secs(settings.alert_status_quiet_s),
+                    cpu_repeat: Duration::from_secs(settings.alert_cpu_repeat_s),
+                },
+                delivery: monitor::DeliveryPolicy {
+                    attempts: settings.alert_attempts.max(1),
+                    first_retry: Duration::from_millis(settings.alert_retry_ms),
+                    max_retry: Duration::from_secs(settings.alert_retry_max_s),
+                    timeout: Duration::from_secs(settings.alert_timeout_s),
+                    queue: settings.alert_queue.max(1),
+                },
+                instance_types: settings.instance_types.clone(),
+            },
+            listeners.subscribe(),
+        )
+        .await?;
         let control = Arc::new(control::Control::new(
             settings,
             store,
@@ -166,6 +219,7 @@ impl ServingService {
         Ok(ServingService {
             control,
             gateway,
+            monitor,
             events: listeners,
         })
     }

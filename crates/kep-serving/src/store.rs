@@ -8,6 +8,17 @@ use sqlx::migrate::Migrator;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// An alerts query: sqlx takes only static SQL, so the shared columns are pasted in.
+macro_rules! select_alerts {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, endpoint, deployment, condition, text, webhook_url, status, attempts, ",
+            "error, at_ms, sent_at_ms FROM alerts ",
+            $rest
+        )
+    };
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ImageRow {
     pub id: String,
@@ -67,6 +78,30 @@ pub struct EventRow {
     pub from_state: Option<String>,
     pub to_state: Option<String>,
     pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AlertRow {
+    pub id: i64,
+    pub endpoint: String,
+    pub deployment: Option<String>,
+    pub condition: String,
+    pub text: String,
+    pub webhook_url: String,
+    pub status: String,
+    pub attempts: i64,
+    pub error: Option<String>,
+    pub at_ms: i64,
+    pub sent_at_ms: Option<i64>,
+}
+
+/// An alert raised, before it is queued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAlert {
+    pub endpoint: String,
+    pub deployment: Option<String>,
+    pub condition: &'static str,
+    pub text: String,
 }
 
 /// A recorded transition, as the runtime reports it.
@@ -403,5 +438,92 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await
+    }
+
+    pub async fn set_alert_settings(&self, endpoint: &str, json: &str) -> sqlx::Result<()> {
+        sqlx::query(
+            "INSERT INTO alert_settings (endpoint, settings) VALUES (?, ?)
+             ON CONFLICT (endpoint) DO UPDATE SET settings = excluded.settings",
+        )
+        .bind(endpoint)
+        .bind(json)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every endpoint's alert settings, as stored JSON.
+    pub async fn alert_settings(&self) -> sqlx::Result<Vec<(String, String)>> {
+        sqlx::query_as("SELECT endpoint, settings FROM alert_settings")
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    pub async fn insert_alert(
+        &self,
+        a: &NewAlert,
+        webhook_url: &str,
+        at_ms: i64,
+    ) -> sqlx::Result<i64> {
+        let r = sqlx::query(
+            "INSERT INTO alerts (endpoint, deployment, condition, text, webhook_url, status, at_ms)
+             VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+        )
+        .bind(&a.endpoint)
+        .bind(&a.deployment)
+        .bind(a.condition)
+        .bind(&a.text)
+        .bind(webhook_url)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.last_insert_rowid())
+    }
+
+    pub async fn alert(&self, id: i64) -> sqlx::Result<Option<AlertRow>> {
+        sqlx::query_as(select_alerts!("WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+    }
+
+    /// An endpoint's alerts, newest first.
+    pub async fn alerts(&self, endpoint: &str, limit: i64) -> sqlx::Result<Vec<AlertRow>> {
+        sqlx::query_as(select_alerts!(
+            "WHERE endpoint = ? ORDER BY id DESC LIMIT ?"
+        ))
+        .bind(endpoint)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    /// Alerts not yet sent nor given up on, oldest first.
+    pub async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>> {
+        sqlx::query_as(select_alerts!("WHERE status = 'pending' ORDER BY id"))
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    /// The outcome of a delivery attempt: `status` stays `pending` while retries remain.
+    pub async fn alert_attempted(
+        &self,
+        id: i64,
+        status: &str,
+        attempts: i64,
+        error: Option<&str>,
+        sent_at_ms: Option<i64>,
+    ) -> sqlx::Result<()> {
+        sqlx::query(
+            "UPDATE alerts SET status = ?, attempts = ?, error = ?, sent_at_ms = ? WHERE id = ?",
+        )
+        .bind(status)
+        .bind(attempts)
+        .bind(error)
+        .bind(sent_at_ms)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 }

@@ -3,12 +3,14 @@
 It serves on $PORT and answers every call with JSON naming its deployment ($NAME), its
 pid and what it received. MODE changes its behaviour: `exit` exits at once, `silent` never
 listens, `sick` answers /health with 500. POST /admin/unready makes /ready answer 503 (and
-/admin/ready undoes it); /crash exits the process (/crash-if/NAME only in deployment NAME); /stats counts the other calls; /close… answers, then closes the connection.
+/admin/ready undoes it); /crash exits the process (/crash-if/NAME only in deployment NAME); /stats counts the other calls; /close… answers, then closes the connection;
+/status/NNN answers with status NNN. BURN=1 keeps one core busy from the start.
 """
 import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,6 +24,11 @@ if MODE == "exit":
 if MODE == "silent":
     print("never listening", flush=True)
     time.sleep(3600)
+if os.environ.get("BURN"):
+    def burn():
+        while True:
+            pass
+    threading.Thread(target=burn, daemon=True).start()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -64,6 +71,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {})
         if path == "/crash" or path == "/crash-if/" + NAME:
             os._exit(1)
+        if path.startswith("/status/"):
+            return self.reply(int(path[len("/status/"):]), {"status": path})
         if path == "/stats":
             return self.reply(200, {"calls": state["calls"]})
         state["calls"] += 1

@@ -225,6 +225,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
+    let prometheus = install_prometheus(&shutdown)?;
     let mut addresses = BTreeMap::new();
     let mut servers = Vec::new();
     let mut admin_routes = Router::new();
@@ -290,6 +291,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    prometheus.render(),
+                )
+            }),
+        )
+        .route(
             "/openapi/admin.json",
             get(move || async move { axum::Json(docs.as_ref().clone()) }),
         )
@@ -338,6 +351,36 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The `metrics` recorder, rendered in Prometheus' text format on the admin listener's
+/// `/metrics`. Request durations are histograms with the buckets the monitor also uses;
+/// an instance's gauges go 30 s after the instance does.
+fn install_prometheus(
+    shutdown: &CancellationToken,
+) -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Suffix("_duration_seconds".into()),
+            &kep_serving::latency_buckets_s(),
+        )?
+        .idle_timeout(
+            metrics_util::MetricKindMask::GAUGE,
+            Some(Duration::from_secs(30)),
+        )
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let upkeep = handle.clone();
+    let shutdown = shutdown.clone();
+    // Histograms are drained into their buckets here, not on the calls' path.
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
 }
 
 /// A service document whose calls take `Authorization: Bearer …`, with that scheme named.

@@ -883,6 +883,92 @@ fn the_serving_flow_from_the_cli() {
     let traffic = cli(srv, &["serving", "traffic", "demo"]);
     assert_eq!(traffic["percent"]["blue"], 100.0);
 
+    // Alerts are set whole from the CLI; nothing was raised yet.
+    let alerts = cli(
+        srv,
+        &[
+            "serving",
+            "alerts",
+            "set",
+            "demo",
+            "--webhook",
+            "http://127.0.0.1:9/hook",
+            "--on",
+            "qps=100",
+            "--on",
+            "status_5xx",
+        ],
+    );
+    assert_eq!(alerts["enabled"], true);
+    assert_eq!(alerts["conditions"]["qps"]["threshold"], 100.0);
+    assert_eq!(alerts["conditions"]["cpu_upper"]["enabled"], false);
+    assert_eq!(cli(srv, &["serving", "alerts", "show", "demo"]), alerts);
+    let err = cli_fails(
+        srv,
+        &[
+            "serving",
+            "alerts",
+            "set",
+            "demo",
+            "--webhook",
+            "http://127.0.0.1:9/",
+            "--on",
+            "qps",
+        ],
+    );
+    assert!(err.contains("conditions.qps.threshold"), "{err}");
+    let history = cli(srv, &["serving", "alerts", "history", "demo"]);
+    assert_eq!(history["alerts"], serde_json::json!([]));
+
+    // The calls so far, in Prometheus' format on the admin listener (no token), in the
+    // metrics API and in the monitor's view, once the monitor has sampled them.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let scraped = loop {
+        let text = reqwest::blocking::get(format!("{}/metrics", srv.admin))
+            .unwrap()
+            .text()
+            .unwrap();
+        if text.contains("kep_serving_instance_memory_bytes{endpoint=\"demo\"") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let ok_calls = scraped
+        .lines()
+        .find(|l| {
+            l.starts_with("kep_serving_requests_total{")
+                && l.contains("deployment=\"blue\"")
+                && l.contains("status=\"2xx\"")
+        })
+        .unwrap_or_else(|| panic!("{scraped}"));
+    assert_eq!(ok_calls.rsplit(' ').next(), Some("2"), "{ok_calls}");
+    assert!(
+        scraped.contains("kep_serving_request_duration_seconds_bucket{"),
+        "{scraped}"
+    );
+    assert!(
+        scraped.contains("status=\"4xx\"} 1"),
+        "the old key's 401: {scraped}"
+    );
+    let metrics = cli(srv, &["serving", "metrics", "demo"]);
+    assert_eq!(metrics["calls"]["requests"], 3, "{metrics}");
+    assert_eq!(metrics["deployments"][0]["instances"][0]["ready"], true);
+    let out = Command::new(KEP)
+        .args(["serving", "monitor", "demo", "--once"])
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    let view = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(view.starts_with("endpoint demo"), "{view}");
+    assert!(view.contains("requests 3  2xx 2  4xx 1  5xx 0"), "{view}");
+    assert!(view.contains("deployment blue  Available"), "{view}");
+
     // Every management route is in the operator API's OpenAPI document.
     let (_, doc) = http(
         "GET",
@@ -915,6 +1001,9 @@ fn the_serving_flow_from_the_cli() {
         ),
         (format!("{endpoint}/traffic"), &["get", "put"]),
         (format!("{endpoint}/mirroring"), &["get", "put"]),
+        (format!("{endpoint}/alerts"), &["get", "put"]),
+        (format!("{endpoint}/alerts/history"), &["get"]),
+        (format!("{endpoint}/metrics"), &["get"]),
         ("/admin/v1/serving/quota".to_owned(), &["get"]),
     ] {
         for m in methods {

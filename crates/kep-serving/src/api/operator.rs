@@ -13,8 +13,10 @@ use tokio::io::AsyncWriteExt as _;
 use utoipa::{IntoParams, OpenApi};
 
 use super::wire::{
-    ApiKey, Deployment, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
-    EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Quota, Traffic, TrafficRequest,
+    Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
+    DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
+    EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics, Latency,
+    MirrorMetrics, Mirroring, Model, Quota, Traffic, TrafficRequest,
 };
 use crate::control::Control;
 use crate::store::ModelRow;
@@ -71,6 +73,9 @@ pub(crate) fn router(serving: ServingService) -> Router {
             &format!("{E}/mirroring"),
             put(set_mirroring).get(show_mirroring),
         )
+        .route(&format!("{E}/alerts"), put(set_alerts).get(show_alerts))
+        .route(&format!("{E}/alerts/history"), get(alert_history))
+        .route(&format!("{E}/metrics"), get(endpoint_metrics))
         .route("/admin/v1/serving/quota", get(show_quota))
         .with_state(serving)
 }
@@ -103,6 +108,10 @@ pub(crate) fn router(serving: ServingService) -> Router {
         show_traffic,
         set_mirroring,
         show_mirroring,
+        set_alerts,
+        show_alerts,
+        alert_history,
+        endpoint_metrics,
         show_quota
     ),
     components(schemas(
@@ -120,6 +129,16 @@ pub(crate) fn router(serving: ServingService) -> Router {
         TrafficRequest,
         Traffic,
         Mirroring,
+        AlertSettings,
+        AlertCondition,
+        Alert,
+        AlertHistory,
+        EndpointMetrics,
+        DeploymentMetrics,
+        InstanceMetrics,
+        CallMetrics,
+        Latency,
+        MirrorMetrics,
         Quota
     ))
 )]
@@ -455,6 +474,58 @@ async fn show_mirroring(
     Path(e): Path<String>,
 ) -> Result<Json<Mirroring>> {
     Ok(Json(control(&s).endpoint(&e).await?.mirroring))
+}
+
+/// Replaces the endpoint's alert settings: the channel toggle, the webhook URL and each
+/// condition (a condition left out is off).
+#[utoipa::path(put, path = "/admin/v1/serving/endpoints/{endpoint}/alerts", request_body = AlertSettings,
+    responses((status = 200, body = AlertSettings), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn set_alerts(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+    AdminJson(body): AdminJson<Value>,
+) -> Result<Json<AlertSettings>> {
+    let settings = from_json(body)?;
+    control(&s).endpoint(&e).await?;
+    Ok(Json(s.monitor.set_alert_settings(&e, settings).await?))
+}
+
+/// The endpoint's alert settings, every condition listed.
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/alerts",
+    responses((status = 200, body = AlertSettings), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn show_alerts(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<AlertSettings>> {
+    control(&s).endpoint(&e).await?;
+    Ok(Json(s.monitor.alert_settings(&e).await?))
+}
+
+/// The alerts raised for the endpoint, sent, pending or failed, newest first.
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/alerts/history", params(EventsQuery),
+    responses((status = 200, body = AlertHistory), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn alert_history(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<AlertHistory>> {
+    control(&s).endpoint(&e).await?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    Ok(Json(AlertHistory {
+        alerts: s.monitor.alert_history(&e, limit).await?,
+    }))
+}
+
+/// The endpoint's calls, deployments and instances as of the last sample (once a second).
+#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/metrics",
+    responses((status = 200, body = EndpointMetrics), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+async fn endpoint_metrics(
+    State(s): State<ServingService>,
+    Path(e): Path<String>,
+) -> Result<Json<EndpointMetrics>> {
+    control(&s).endpoint(&e).await?;
+    Ok(Json(s.monitor.metrics(&e)))
 }
 
 #[utoipa::path(get, path = "/admin/v1/serving/quota", responses((status = 200, body = Quota)), security(("operator" = [])))]

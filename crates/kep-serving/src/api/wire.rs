@@ -335,3 +335,126 @@ pub struct Quota {
     pub used: Resources,
     pub instance_types: BTreeMap<String, Resources>,
 }
+
+/// `PUT`/`GET …/endpoints/{e}/alerts`: the alert channel toggle, its incoming-webhook URL and
+/// each condition of the document's alert table (CONTRACT §3). A `PUT` replaces the whole
+/// settings; a condition it leaves out is off.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlertSettings {
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<String>,
+    /// By name: `qps`, `status_4xx`, `status_5xx`, `state_progressing`, `state_available`,
+    /// `cpu_upper`, `cpu_lower`, `memory_upper`, `memory_lower`, `gpu_upper`, `gpu_lower`,
+    /// `monitoring_log`.
+    #[serde(default)]
+    pub conditions: BTreeMap<String, AlertCondition>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlertCondition {
+    pub enabled: bool,
+    /// Requests per second for `qps`; percent of the instance type's limit for the CPU,
+    /// memory and GPU bounds; none for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
+/// One alert, as queued, sent or given up on.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Alert {
+    pub id: i64,
+    pub at: String,
+    pub condition: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// The `text` of the `{"text": …}` body posted to the webhook.
+    pub text: String,
+    /// `pending` (queued or between retries), `sent` or `failed`.
+    pub status: String,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at: Option<String>,
+}
+
+/// `GET …/endpoints/{e}/alerts/history`, newest first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AlertHistory {
+    pub alerts: Vec<Alert>,
+}
+
+/// Calls as the gateway saw them: totals since kep started, the rate over the last
+/// second and latency percentiles over the last minute.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CallMetrics {
+    pub requests: u64,
+    /// Requests per second over the last second.
+    pub qps: f64,
+    /// Answers by status class (`1xx` … `5xx`), the gateway's own errors included.
+    pub status: BTreeMap<String, u64>,
+    pub in_flight: u64,
+    /// Time to the answer's headers, in milliseconds; absent without calls in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<Latency>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+/// Mirrored calls' outcomes: answered (any status) or failed (no answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MirrorMetrics {
+    pub answered: u64,
+    pub failed: u64,
+}
+
+/// An instance's process, read from the operating system once a second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InstanceMetrics {
+    pub id: String,
+    pub state: String,
+    pub ready: bool,
+    pub restarts: u32,
+    /// CPU use in cores (1.0 is one core busy), the process and its children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<f64>,
+    /// CPU use as a percent of the instance type's CPU limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<f64>,
+    /// Resident memory of the process and its children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Resident memory as a percent of the instance type's memory limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_percent: Option<f64>,
+    /// GPU use in percent, where a GPU is read (the `nvml` build feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_percent: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeploymentMetrics {
+    pub name: String,
+    pub state: String,
+    pub calls: CallMetrics,
+    pub mirror: MirrorMetrics,
+    pub instances: Vec<InstanceMetrics>,
+}
+
+/// `GET …/endpoints/{e}/metrics`: the numbers a user watches, as of `at`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EndpointMetrics {
+    pub endpoint: String,
+    pub at: String,
+    /// Every call to the endpoint, those the gateway answered itself (401, 503 …) included.
+    pub calls: CallMetrics,
+    pub deployments: Vec<DeploymentMetrics>,
+}

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -24,12 +24,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
+use crate::monitor::meter::{Meter, Meters};
 use crate::runtime::DeploymentKey;
 use crate::{GatewaySettings, ServingError};
 use body::{Held, Limits, ProxyBody};
 use pool::{InstancePool, PoolSettings, SendError};
 pub use route::EndpointRoute;
-use route::{Instance, Route, Table};
+use route::{Choice, Instance, Route, Table};
 
 /// Kept-alive connections per instance beyond this many idle ones are closed.
 const MAX_IDLE_PER_INSTANCE: usize = 1024;
@@ -53,6 +54,9 @@ pub struct Gateway {
     limits: Limits,
     timeout: Duration,
     spool: PathBuf,
+    meters: Arc<Meters>,
+    /// Whether calls are counted (`gateway.metrics`).
+    metered: bool,
 }
 
 impl Gateway {
@@ -86,6 +90,8 @@ impl Gateway {
             },
             timeout: Duration::from_secs(settings.upstream_timeout_s),
             spool,
+            meters: Arc::default(),
+            metered: settings.metrics,
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(Arc::clone(&gateway).route_updates(rx));
@@ -102,12 +108,16 @@ impl Gateway {
             let endpoint = match update {
                 RouteUpdate::Endpoint(config) => {
                     let name = config.name.clone();
+                    let deployments: Vec<String> =
+                        config.deployments.iter().map(|(d, _)| d.clone()).collect();
+                    self.meters.retain(&name, Some(&deployments));
                     configs.insert(name.clone(), config);
                     name
                 }
                 RouteUpdate::EndpointRemoved(name) => {
                     configs.remove(&name);
                     ready.retain(|k, _| k.endpoint != name);
+                    self.meters.retain(&name, None);
                     name
                 }
                 RouteUpdate::Backends { key, ready: addrs } => {
@@ -123,7 +133,7 @@ impl Gateway {
             let mut endpoints = self.table.load().endpoints.clone();
             match configs.get(&endpoint) {
                 Some(config) => {
-                    let route = Route::build(config, |deployment| {
+                    let route = Route::build(config, &self.meters, |deployment| {
                         let key = DeploymentKey {
                             endpoint: endpoint.clone(),
                             deployment: deployment.to_owned(),
@@ -156,20 +166,62 @@ impl Gateway {
             .with_state(Arc::clone(self))
     }
 
-    async fn forward(&self, req: Request) -> Result<Response, ServingError> {
+    pub fn meters(&self) -> Arc<Meters> {
+        Arc::clone(&self.meters)
+    }
+
+    /// One endpoint call, counted on the meter of the deployment that answered it, or of
+    /// the endpoint when the gateway answered it itself.
+    async fn forward(&self, req: Request) -> Response {
+        let start = Instant::now();
         let (parts, body) = req.into_parts();
-        let (endpoint, rest) = split_path(parts.uri.path()).ok_or_else(|| {
-            ServingError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
-        })?;
+        // The path is borrowed from a clone of the URI (a refcount), as `parts` moves on.
+        let uri = parts.uri.clone();
+        let Some((endpoint, rest)) = split_path(uri.path()) else {
+            return ServingError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
+                .into_response();
+        };
         let table = self.table.load();
-        let route = table
-            .endpoints
-            .get(endpoint)
-            .filter(|r| authorized(&parts.headers, &r.key_hash))
-            .ok_or(ServingError::Unauthorized)?;
-        let choice = route
-            .choose()
-            .ok_or_else(|| ServingError::NoReadyInstance(endpoint.to_owned()))?;
+        // An unknown name answers as a wrong key does: names are not disclosed.
+        let Some(route) = table.endpoints.get(endpoint) else {
+            return ServingError::Unauthorized.into_response();
+        };
+        if !authorized(&parts.headers, &route.key_hash) {
+            return self.metered(&route.meter, start, Err(ServingError::Unauthorized));
+        }
+        let Some(choice) = route.choose() else {
+            let e = ServingError::NoReadyInstance(endpoint.to_owned());
+            return self.metered(&route.meter, start, Err(e));
+        };
+        let _in_flight = self.metered.then(|| choice.primary.meter.enter());
+        let answer = self
+            .proxy(route, &choice, parts, body, (endpoint, rest))
+            .await;
+        self.metered(&choice.primary.meter, start, answer)
+    }
+
+    fn metered(
+        &self,
+        meter: &Meter,
+        start: Instant,
+        answer: Result<Response, ServingError>,
+    ) -> Response {
+        let res = answer.unwrap_or_else(IntoResponse::into_response);
+        if self.metered {
+            meter.record(res.status(), start.elapsed());
+        }
+        res
+    }
+
+    /// Sends the call to the chosen deployment, and a copy to each mirror.
+    async fn proxy(
+        &self,
+        route: &Route,
+        choice: &Choice<'_>,
+        parts: axum::http::request::Parts,
+        body: Body,
+        (endpoint, rest): (&str, &str),
+    ) -> Result<Response, ServingError> {
         let declared = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -202,16 +254,25 @@ impl Gateway {
             );
             let (upstream, timeout, name) =
                 (upstream(instance), self.timeout, Arc::clone(&mirror.name));
+            let meter = self.metered.then(|| Arc::clone(&mirror.meter));
             // A mirror's answer is read and dropped; its failure never reaches the caller.
             tokio::spawn(async move {
-                match tokio::time::timeout(timeout, upstream.send(req)).await {
+                let answered = match tokio::time::timeout(timeout, upstream.send(req)).await {
                     Ok(Ok(res)) => {
                         let _ = http_body_util::BodyExt::collect(res.into_body()).await;
+                        true
                     }
                     Ok(Err(e)) => {
-                        tracing::debug!(deployment = %name, error = %e.cause, "mirror call failed")
+                        tracing::debug!(deployment = %name, error = %e.cause, "mirror call failed");
+                        false
                     }
-                    Err(_) => tracing::debug!(deployment = %name, "mirror call timed out"),
+                    Err(_) => {
+                        tracing::debug!(deployment = %name, "mirror call timed out");
+                        false
+                    }
+                };
+                if let Some(meter) = meter {
+                    meter.mirrored(answered);
                 }
             });
         }
@@ -251,10 +312,7 @@ impl Gateway {
 }
 
 async fn call(State(gateway): State<Arc<Gateway>>, req: Request) -> Response {
-    match gateway.forward(req).await {
-        Ok(res) => res,
-        Err(e) => e.into_response(),
-    }
+    gateway.forward(req).await
 }
 
 /// `/endpoints/{endpoint}/{rest}` → (endpoint, `/{rest}`); the rest is `/` when absent.
@@ -441,7 +499,7 @@ mod tests {
             .header("te", "trailers")
             .body(Body::from("frame"))
             .unwrap();
-        let res = gateway.forward(req).await.unwrap();
+        let res = gateway.forward(req).await;
         assert_eq!(res.status(), 200);
         let collected = http_body_util::BodyExt::collect(res.into_body())
             .await

@@ -10,6 +10,7 @@ use axum::http::HeaderValue;
 use axum::http::uri::Authority;
 
 use super::pool::InstancePool;
+use crate::monitor::meter::{Meter, Meters};
 
 /// An endpoint's settings as the control plane sends them.
 #[derive(Debug, Clone)]
@@ -46,6 +47,7 @@ impl Instance {
 
 pub struct Backend {
     pub name: Arc<str>,
+    pub meter: Arc<Meter>,
     instances: Vec<Instance>,
     next: AtomicUsize,
 }
@@ -67,6 +69,8 @@ impl Backend {
 
 pub struct Route {
     pub key_hash: [u8; 32],
+    /// The calls the gateway answers itself, before a deployment is chosen.
+    pub meter: Arc<Meter>,
     pub http2: bool,
     pub backends: Vec<Backend>,
     mode: Mode,
@@ -85,12 +89,17 @@ pub struct Choice<'a> {
 }
 
 impl Route {
-    pub fn build(config: &EndpointRoute, mut ready: impl FnMut(&str) -> Vec<Instance>) -> Route {
+    pub fn build(
+        config: &EndpointRoute,
+        meters: &Meters,
+        mut ready: impl FnMut(&str) -> Vec<Instance>,
+    ) -> Route {
         let backends: Vec<Backend> = config
             .deployments
             .iter()
             .map(|(name, _)| Backend {
                 name: name.as_str().into(),
+                meter: meters.get(&config.name, Some(name)),
                 instances: ready(name),
                 next: AtomicUsize::new(0),
             })
@@ -117,6 +126,7 @@ impl Route {
         };
         Route {
             key_hash: config.key_hash,
+            meter: meters.get(&config.name, None),
             http2: config.http2,
             backends,
             mode,

@@ -74,6 +74,9 @@ enum Command {
         key: DeploymentKey,
         reply: oneshot::Sender<DeploymentStatus>,
     },
+    Statuses {
+        reply: oneshot::Sender<Vec<(DeploymentKey, DeploymentStatus)>>,
+    },
     Shutdown {
         done: oneshot::Sender<()>,
     },
@@ -107,6 +110,15 @@ impl RuntimeHandle {
         let (reply, answer) = oneshot::channel();
         self.tx.send(Command::Status { key, reply }).ok()?;
         answer.await.ok()
+    }
+
+    /// Every deployment's status.
+    pub async fn statuses(&self) -> Vec<(DeploymentKey, DeploymentStatus)> {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(Command::Statuses { reply }).is_err() {
+            return Vec::new();
+        }
+        answer.await.unwrap_or_default()
     }
 
     /// Stops every instance of every deployment.
@@ -175,6 +187,26 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
                 if let Some(tx) = supervisors.get(&key) {
                     let _ = tx.send(SupervisorCommand::Status(reply));
                 }
+            }
+            Command::Statuses { reply } => {
+                let asks: Vec<_> = supervisors
+                    .iter()
+                    .filter_map(|(key, tx)| {
+                        let (ask, answer) = oneshot::channel();
+                        tx.send(SupervisorCommand::Status(ask)).ok()?;
+                        Some((key.clone(), answer))
+                    })
+                    .collect();
+                // Gathered apart, so the loop goes on taking commands meanwhile.
+                tokio::spawn(async move {
+                    let mut all = Vec::with_capacity(asks.len());
+                    for (key, answer) in asks {
+                        if let Ok(status) = answer.await {
+                            all.push((key, status));
+                        }
+                    }
+                    let _ = reply.send(all);
+                });
             }
             Command::Shutdown { done } => {
                 let mut waits = Vec::new();

@@ -9,7 +9,8 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use kep_client::AdminClient;
 use kep_client::serving::{
-    self, DeploymentPatch, DeploymentRequest, EndpointRequest, ImageRequest, TrafficRequest,
+    self, AlertCondition, AlertSettings, CallMetrics, DeploymentPatch, DeploymentRequest,
+    EndpointMetrics, EndpointRequest, ImageRequest, InstanceMetrics, TrafficRequest,
 };
 use kep_serving::api::wire::{Deployment, DeploymentType, HttpProbe, Mirroring, Probe, TcpProbe};
 
@@ -46,6 +47,53 @@ enum ServingCommand {
     Key(KeyCommand),
     /// The workspace compute quota, what deployments hold of it, the instance types.
     Quota,
+    /// An endpoint's alert settings, and the alerts sent or given up on.
+    #[command(subcommand)]
+    Alerts(AlertsCommand),
+    /// An endpoint's calls, deployments and instances as of now, as JSON.
+    Metrics { endpoint: String },
+    /// A live view of an endpoint's metrics, refreshed until Ctrl-C.
+    Monitor(MonitorArgs),
+}
+
+#[derive(Subcommand)]
+enum AlertsCommand {
+    /// The channel toggle, webhook URL and conditions.
+    Show { endpoint: String },
+    /// Replace the settings whole: a condition without --on is off.
+    Set {
+        endpoint: String,
+        /// The incoming-webhook URL alerts are POSTed to, as `{"text": …}`.
+        #[arg(long, value_name = "URL")]
+        webhook: Option<String>,
+        /// Turn the channel off (the conditions are kept).
+        #[arg(long)]
+        disabled: bool,
+        /// Turn a condition on, with its threshold where it takes one (repeatable):
+        /// qps (requests/s), status_4xx, status_5xx, state_progressing, state_available,
+        /// cpu_upper, cpu_lower, memory_upper, memory_lower, gpu_upper, gpu_lower
+        /// (percent of the instance type's limit), monitoring_log.
+        #[arg(long = "on", value_name = "NAME[=THRESHOLD]", value_parser = parse_condition)]
+        on: Vec<(String, Option<f64>)>,
+    },
+    /// Alerts sent, pending or failed, newest first.
+    History {
+        endpoint: String,
+        /// At most this many, 1 to 1000 [server default: 100].
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+}
+
+#[derive(Args)]
+struct MonitorArgs {
+    endpoint: String,
+    /// Seconds between refreshes.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval)]
+    interval: Duration,
+    /// Print one view and exit.
+    #[arg(long)]
+    once: bool,
 }
 
 #[derive(Subcommand)]
@@ -416,6 +464,57 @@ fn parse_weight(s: &str) -> Result<(String, u32), String> {
     Ok((name, percent))
 }
 
+/// `NAME[=THRESHOLD]` of `--on`.
+fn parse_condition(s: &str) -> Result<(String, Option<f64>), String> {
+    let (name, threshold) = match s.split_once('=') {
+        Some((name, t)) => {
+            let t: f64 = t
+                .parse()
+                .ok()
+                .filter(|t: &f64| t.is_finite())
+                .ok_or_else(|| format!("{t:?} is not a number"))?;
+            (name, Some(t))
+        }
+        None => (s, None),
+    };
+    if name.is_empty() {
+        return Err("the condition name is empty".into());
+    }
+    Ok((name.to_owned(), threshold))
+}
+
+/// `--interval`: positive seconds, fractions allowed.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{s:?} is not a positive number of seconds"))
+}
+
+/// The whole settings `alerts set` sends: the server replaces what it has with them.
+fn alert_settings(
+    webhook: Option<String>,
+    disabled: bool,
+    on: Vec<(String, Option<f64>)>,
+) -> anyhow::Result<AlertSettings> {
+    let mut conditions = BTreeMap::new();
+    for (name, threshold) in on {
+        let cond = AlertCondition {
+            enabled: true,
+            threshold,
+        };
+        if conditions.insert(name.clone(), cond).is_some() {
+            bail!("--on names {name} twice");
+        }
+    }
+    Ok(AlertSettings {
+        enabled: !disabled,
+        webhook_url: webhook,
+        conditions,
+    })
+}
+
 /// `K=V`, split at the first `=`.
 fn parse_pair(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once('=').ok_or("expected K=V")?;
@@ -454,6 +553,29 @@ pub async fn run(args: ServingArgs) -> anyhow::Result<()> {
             print_json(&admin.reissue_api_key(&endpoint).await?)
         }
         ServingCommand::Quota => print_json(&admin.serving_quota().await?),
+        ServingCommand::Alerts(cmd) => alerts(&admin, cmd).await,
+        ServingCommand::Metrics { endpoint } => {
+            print_json(&admin.endpoint_metrics(&endpoint).await?)
+        }
+        ServingCommand::Monitor(m) => monitor(&admin, &m.endpoint, m.interval, m.once).await,
+    }
+}
+
+async fn alerts(admin: &AdminClient, cmd: AlertsCommand) -> anyhow::Result<()> {
+    match cmd {
+        AlertsCommand::Show { endpoint } => print_json(&admin.alerts(&endpoint).await?),
+        AlertsCommand::Set {
+            endpoint,
+            webhook,
+            disabled,
+            on,
+        } => {
+            let settings = alert_settings(webhook, disabled, on)?;
+            print_json(&admin.set_alerts(&endpoint, &settings).await?)
+        }
+        AlertsCommand::History { endpoint, limit } => {
+            print_json(&admin.alert_history(&endpoint, limit).await?)
+        }
     }
 }
 
@@ -709,4 +831,294 @@ fn progress(d: &Deployment, wanted: u32) -> String {
         }
     }
     line
+}
+
+/// Fetches and prints the view every `interval` until Ctrl-C; an API error ends it. The
+/// screen is cleared only on a terminal, so that a pipe gets every view, one after another.
+async fn monitor(
+    admin: &AdminClient,
+    endpoint: &str,
+    interval: Duration,
+    once: bool,
+) -> anyhow::Result<()> {
+    let clear = !once && std::io::stdout().is_terminal();
+    // One listener for the whole loop: a Ctrl-C during a fetch is not lost between listeners.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut first = true;
+    loop {
+        let m = tokio::select! {
+            m = admin.endpoint_metrics(endpoint) => m?,
+            _ = &mut ctrl_c => return Ok(()),
+        };
+        let view = render_monitor(&m);
+        {
+            let mut out = std::io::stdout().lock();
+            if clear {
+                out.write_all(b"\x1b[2J\x1b[H")?;
+            } else if !first {
+                out.write_all(b"\n")?;
+            }
+            out.write_all(view.as_bytes())?;
+            out.flush()?;
+        }
+        if once {
+            return Ok(());
+        }
+        first = false;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = &mut ctrl_c => return Ok(()),
+        }
+    }
+}
+
+/// The monitor's view of one metrics answer: the endpoint's calls, then each deployment's
+/// calls and mirror counts over a table of its instances.
+fn render_monitor(m: &EndpointMetrics) -> String {
+    let mut out = format!("endpoint {}  at {}\n", m.endpoint, m.at);
+    out.push_str(&format!("  {}\n", calls_line(&m.calls, true)));
+    if m.deployments.is_empty() {
+        out.push_str("\n  no deployments\n");
+    }
+    for d in &m.deployments {
+        out.push_str(&format!("\ndeployment {}  {}\n", d.name, d.state));
+        out.push_str(&format!("  {}\n", calls_line(&d.calls, false)));
+        out.push_str(&format!(
+            "  mirror answered {}  failed {}\n",
+            d.mirror.answered, d.mirror.failed
+        ));
+        if d.instances.is_empty() {
+            out.push_str("  no instances\n");
+            continue;
+        }
+        let mut rows = vec![
+            [
+                "INSTANCE", "STATE", "READY", "RESTARTS", "CPU", "CPU%", "MEM MiB", "MEM%", "GPU%",
+            ]
+            .map(String::from),
+        ];
+        rows.extend(d.instances.iter().map(instance_row));
+        out.push_str(&table(&rows));
+    }
+    out
+}
+
+/// `qps 1.5  requests 20  2xx 18  4xx 1  5xx 1  in flight 0  p50/p90/p99 1.0/2.0/3.0 ms`
+fn calls_line(c: &CallMetrics, in_flight: bool) -> String {
+    let mut line = format!("qps {:.1}  requests {}", c.qps, c.requests);
+    // 2xx, 4xx and 5xx always, as zeros too; the other classes only once seen.
+    for class in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
+        let n = c.status.get(class).copied().unwrap_or(0);
+        if n > 0 || matches!(class, "2xx" | "4xx" | "5xx") {
+            line.push_str(&format!("  {class} {n}"));
+        }
+    }
+    if in_flight {
+        line.push_str(&format!("  in flight {}", c.in_flight));
+    }
+    match &c.latency_ms {
+        Some(l) => line.push_str(&format!(
+            "  p50/p90/p99 {:.1}/{:.1}/{:.1} ms",
+            l.p50, l.p90, l.p99
+        )),
+        None => line.push_str("  p50/p90/p99 -"),
+    }
+    line
+}
+
+fn instance_row(i: &InstanceMetrics) -> [String; 9] {
+    fn or_dash(v: Option<f64>, decimals: usize) -> String {
+        v.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
+    }
+    [
+        i.id.clone(),
+        i.state.clone(),
+        if i.ready { "yes" } else { "no" }.into(),
+        i.restarts.to_string(),
+        or_dash(i.cpu_cores, 2),
+        or_dash(i.cpu_percent, 1),
+        or_dash(i.memory_bytes.map(|b| b as f64 / (1024.0 * 1024.0)), 1),
+        or_dash(i.memory_percent, 1),
+        or_dash(i.gpu_percent, 1),
+    ]
+}
+
+/// Indented columns, text left-aligned and numbers (every column after the third) right.
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (col, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if col < 3 {
+                line.push_str(&format!("  {cell:<w$}"));
+            } else {
+                line.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use clap::Parser as _;
+    use kep_client::serving::{
+        CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics, Latency, MirrorMetrics,
+    };
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        serving: ServingCommand,
+    }
+
+    #[test]
+    fn alerts_set_builds_the_whole_settings() {
+        let cli = Cli::try_parse_from([
+            "kep",
+            "alerts",
+            "set",
+            "e",
+            "--webhook",
+            "http://hook",
+            "--on",
+            "qps=12.5",
+            "--on",
+            "status_5xx",
+        ])
+        .unwrap();
+        let ServingCommand::Alerts(AlertsCommand::Set {
+            webhook,
+            disabled,
+            on,
+            ..
+        }) = cli.serving
+        else {
+            panic!("not alerts set");
+        };
+        let s = alert_settings(webhook, disabled, on).unwrap();
+        assert!(s.enabled);
+        assert_eq!(s.webhook_url.as_deref(), Some("http://hook"));
+        assert_eq!(s.conditions.len(), 2);
+        assert_eq!(s.conditions["qps"].threshold, Some(12.5));
+        assert!(s.conditions["status_5xx"].enabled);
+        assert_eq!(s.conditions["status_5xx"].threshold, None);
+    }
+
+    #[test]
+    fn a_bad_threshold_is_a_usage_error() {
+        for bad in ["cpu_upper=high", "cpu_upper=", "cpu_upper=NaN", "=5"] {
+            assert!(
+                Cli::try_parse_from(["kep", "alerts", "set", "e", "--on", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(alert_settings(None, true, vec![("qps".into(), None); 2]).is_err());
+    }
+
+    #[test]
+    fn the_interval_is_positive_seconds() {
+        assert_eq!(parse_interval("0.5"), Ok(Duration::from_millis(500)));
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("-1").is_err());
+    }
+
+    fn calls(requests: u64, qps: f64, status: &[(&str, u64)], p99: f64) -> CallMetrics {
+        CallMetrics {
+            requests,
+            qps,
+            status: status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            in_flight: 3,
+            latency_ms: Some(Latency {
+                p50: 4.3,
+                p90: 9.5,
+                p99,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_monitor_view_shows_the_numbers() {
+        let m = EndpointMetrics {
+            endpoint: "sentiment".into(),
+            at: "2025-06-01T12:00:00Z".into(),
+            calls: calls(1234, 42.5, &[("2xx", 1200), ("4xx", 30), ("5xx", 4)], 77.7),
+            deployments: vec![
+                DeploymentMetrics {
+                    name: "blue".into(),
+                    state: "Available".into(),
+                    calls: calls(1000, 30.0, &[("2xx", 990), ("5xx", 10)], 55.5),
+                    mirror: MirrorMetrics {
+                        answered: 17,
+                        failed: 2,
+                    },
+                    instances: vec![InstanceMetrics {
+                        id: "blue-x52cy".into(),
+                        state: "Running".into(),
+                        ready: true,
+                        restarts: 6,
+                        cpu_cores: Some(0.25),
+                        cpu_percent: Some(12.5),
+                        memory_bytes: Some(256 * 1024 * 1024),
+                        memory_percent: Some(25.0),
+                        gpu_percent: None,
+                    }],
+                },
+                DeploymentMetrics {
+                    name: "green".into(),
+                    state: "Progressing".into(),
+                    calls: CallMetrics {
+                        status: BTreeMap::new(),
+                        ..CallMetrics::default()
+                    },
+                    mirror: MirrorMetrics::default(),
+                    instances: vec![],
+                },
+            ],
+        };
+        let view = render_monitor(&m);
+        for want in [
+            "sentiment",
+            "qps 42.5",
+            "requests 1234",
+            "2xx 1200",
+            "4xx 30",
+            "5xx 4",
+            "in flight 3",
+            "4.3/9.5/77.7 ms",
+            "deployment blue  Available",
+            "requests 1000",
+            "5xx 10",
+            "55.5 ms",
+            "mirror answered 17  failed 2",
+            "blue-x52cy",
+            "Running",
+            "0.25",
+            "12.5",
+            "256.0",
+            "25.0",
+            "deployment green  Progressing",
+            "p50/p90/p99 -",
+            "no instances",
+        ] {
+            assert!(view.contains(want), "{want:?} missing from\n{view}");
+        }
+        let row = view.lines().find(|l| l.contains("blue-x52cy")).unwrap();
+        assert!(row.ends_with(" -"), "no GPU dash in {row:?}");
+        assert!(row.contains(" yes "), "{row:?}");
+        assert!(!view.contains('\x1b'));
+    }
 }

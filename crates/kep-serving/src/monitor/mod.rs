@@ -1,0 +1,441 @@
+//! Monitoring and alerts (seed 001 "Events", CONTRACT §3). Once a sample interval, the
+//! monitor reads the gateway's meters, the runtime's instances and their processes' CPU
+//! and memory; it keeps the numbers the API shows, sets the Prometheus gauges, and raises
+//! the alerts whose conditions have just come to hold. State transitions come as events.
+
+pub mod alerts;
+mod delivery;
+pub mod meter;
+mod resources;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::ServingError;
+use crate::api::wire::{
+    Alert, AlertSettings, CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics,
+    Latency, MirrorMetrics, Resources,
+};
+use crate::runtime::{DeploymentKey, DeploymentStatus, PROGRESSING, RuntimeHandle};
+use crate::store::{AlertRow, NewEvent, Store};
+use alerts::{AlertPolicy, Evaluator, StatusDelta};
+pub use delivery::DeliveryPolicy;
+use meter::{CLASSES, LATENCY_BUCKETS, MeterKey, Meters, Reading};
+use resources::{ProcessSampler, Usage};
+
+/// Latency percentiles cover this much of the recent past.
+const LATENCY_WINDOW: Duration = Duration::from_secs(60);
+/// QPS is the rate over this much of the recent past, whatever the sample interval.
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+pub struct MonitorSettings {
+    pub interval: Duration,
+    pub alerts: AlertPolicy,
+    pub delivery: DeliveryPolicy,
+    pub instance_types: BTreeMap<String, Resources>,
+}
+
+pub struct Monitor {
+    store: Store,
+    latest: ArcSwap<HashMap<String, EndpointMetrics>>,
+    delivery: delivery::Delivery,
+    /// Endpoints whose alert settings changed: what their conditions held is forgotten.
+    resets: mpsc::UnboundedSender<String>,
+}
+
+impl Monitor {
+    pub async fn start(
+        store: Store,
+        runtime: RuntimeHandle,
+        meters: Arc<Meters>,
+        settings: MonitorSettings,
+        events: broadcast::Receiver<NewEvent>,
+    ) -> anyhow::Result<Arc<Monitor>> {
+        let delivery = delivery::Delivery::new(store.clone(), settings.delivery)?;
+        delivery.resume().await?;
+        let (resets, reset_rx) = mpsc::unbounded_channel();
+        let monitor = Arc::new(Monitor {
+            store,
+            latest: ArcSwap::default(),
+            delivery,
+            resets,
+        });
+        let samples_in = |window: Duration| {
+            (window
+                .as_millis()
+                .div_ceil(settings.interval.as_millis().max(1)))
+            .max(1) as usize
+        };
+        let sampling = Sampling {
+            runtime,
+            meters,
+            window: samples_in(LATENCY_WINDOW),
+            rate_window: samples_in(RATE_WINDOW),
+            settings,
+            sampler: Some(ProcessSampler::default()),
+            previous: HashMap::new(),
+            windows: HashMap::new(),
+            last: Instant::now(),
+            evaluator: Evaluator::default(),
+        };
+        tokio::spawn(Arc::clone(&monitor).run(sampling, events, reset_rx));
+        Ok(monitor)
+    }
+
+    /// The endpoint's numbers as of the last sample; zeros before its first.
+    pub fn metrics(&self, endpoint: &str) -> EndpointMetrics {
+        self.latest
+            .load()
+            .get(endpoint)
+            .cloned()
+            .unwrap_or_else(|| EndpointMetrics {
+                endpoint: endpoint.to_owned(),
+                at: jiff::Timestamp::now().to_string(),
+                calls: CallMetrics::default(),
+                deployments: Vec::new(),
+            })
+    }
+
+    pub async fn alert_settings(&self, endpoint: &str) -> Result<AlertSettings, ServingError> {
+        let stored = self.store.alert_settings().await?;
+        let settings = match stored.iter().find(|(e, _)| e == endpoint) {
+            Some((_, json)) => parse_settings(json)?,
+            None => AlertSettings::default(),
+        };
+        Ok(alerts::complete(settings))
+    }
+
+    pub async fn set_alert_settings(
+        &self,
+        endpoint: &str,
+        settings: AlertSettings,
+    ) -> Result<AlertSettings, ServingError> {
+        alerts::validate(&settings)?;
+        let json = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
+        self.store.set_alert_settings(endpoint, &json).await?;
+        let _ = self.resets.send(endpoint.to_owned());
+        Ok(alerts::complete(settings))
+    }
+
+    pub async fn alert_history(
+        &self,
+        endpoint: &str,
+        limit: i64,
+    ) -> Result<Vec<Alert>, ServingError> {
+        Ok(self
+            .store
+            .alerts(endpoint, limit)
+            .await?
+            .into_iter()
+            .map(alert_view)
+            .collect())
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        mut s: Sampling,
+        mut events: broadcast::Receiver<NewEvent>,
+        mut resets: mpsc::UnboundedReceiver<String>,
+    ) {
+        let mut tick = tokio::time::interval(s.settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let Err(e) = self.sample(&mut s).await {
+                        tracing::warn!(error = %e, "monitoring sample");
+                    }
+                }
+                event = events.recv() => match event {
+                    Ok(e) => self.on_event(&e).await,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "the monitor fell behind the serving events");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                Some(endpoint) = resets.recv() => s.evaluator.reset(&endpoint),
+            }
+        }
+    }
+
+    async fn on_event(&self, e: &NewEvent) {
+        let Ok(all) = self.store.alert_settings().await else {
+            return;
+        };
+        let Some(settings) = active(&all, &e.endpoint) else {
+            return;
+        };
+        if let (Some(alert), Some(url)) = (Evaluator::event(&settings, e), &settings.webhook_url) {
+            self.delivery.send(&alert, url).await;
+        }
+    }
+
+    async fn sample(&self, s: &mut Sampling) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let elapsed = now.duration_since(s.last).as_secs_f64().max(1e-3);
+        s.last = now;
+        let endpoints = self.store.endpoints().await?;
+        let deployments = self.store.deployments(None).await?;
+        let statuses: HashMap<DeploymentKey, DeploymentStatus> =
+            s.runtime.statuses().await.into_iter().collect();
+
+        let mut calls: HashMap<MeterKey, (CallMetrics, [u64; LATENCY_BUCKETS], Reading)> =
+            HashMap::new();
+        let mut deltas: HashMap<String, Vec<StatusDelta>> = HashMap::new();
+        for (key, reading) in s.meters.read() {
+            let previous = s.previous.insert(key.clone(), reading.clone());
+            let previous = previous.unwrap_or_default();
+            let by_class: [u64; 5] =
+                std::array::from_fn(|i| reading.status[i].saturating_sub(previous.status[i]));
+            let window = s.windows.entry(key.clone()).or_default();
+            window.push_back(Interval {
+                seconds: elapsed,
+                requests: by_class.iter().sum(),
+                latency: std::array::from_fn(|i| {
+                    reading.latency[i].saturating_sub(previous.latency[i])
+                }),
+            });
+            if window.len() > s.window {
+                window.pop_front();
+            }
+            let summed: [u64; LATENCY_BUCKETS] =
+                std::array::from_fn(|i| window.iter().map(|w| w.latency[i]).sum());
+            let recent = window.iter().rev().take(s.rate_window);
+            let (requests, seconds) =
+                recent.fold((0, 0.0), |(n, t), w| (n + w.requests, t + w.seconds));
+            deltas
+                .entry(key.endpoint.clone())
+                .or_default()
+                .push(StatusDelta {
+                    deployment: key.deployment.clone(),
+                    by_class,
+                });
+            let metrics = CallMetrics {
+                requests: reading.requests(),
+                qps: requests as f64 / seconds,
+                status: class_map(&reading.status),
+                in_flight: reading.in_flight,
+                latency_ms: latency(&summed),
+            };
+            calls.insert(key, (metrics, summed, reading));
+        }
+        s.previous.retain(|k, _| calls.contains_key(k));
+        s.windows.retain(|k, _| calls.contains_key(k));
+
+        let pids: Vec<u32> = statuses
+            .values()
+            .flat_map(|st| st.instances.iter().filter_map(|i| i.pid))
+            .collect();
+        let mut sampler = s.sampler.take().unwrap_or_default();
+        let (sampler, usage) = tokio::task::spawn_blocking(move || {
+            let usage = sampler.sample(&pids);
+            (sampler, usage)
+        })
+        .await?;
+        s.sampler = Some(sampler);
+
+        let at = jiff::Timestamp::now().to_string();
+        let mut latest = HashMap::new();
+        for e in &endpoints {
+            let limits = s
+                .settings
+                .instance_types
+                .get(&e.instance_type)
+                .copied()
+                .unwrap_or_default();
+            let mut views = Vec::new();
+            for d in deployments.iter().filter(|d| d.endpoint == e.name) {
+                let key = DeploymentKey {
+                    endpoint: e.name.clone(),
+                    deployment: d.name.clone(),
+                };
+                let status = statuses.get(&key);
+                let meter = calls.get(&MeterKey {
+                    endpoint: e.name.clone(),
+                    deployment: Some(d.name.clone()),
+                });
+                let instances: Vec<InstanceMetrics> = status
+                    .map(|st| st.instances.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|i| instance_view(i, i.pid.and_then(|p| usage.get(&p)), limits))
+                    .collect();
+                let state = status.map_or(PROGRESSING, |st| st.state);
+                export_gauges(&key, state, &instances);
+                views.push(DeploymentMetrics {
+                    name: d.name.clone(),
+                    state: state.to_owned(),
+                    calls: meter.map(|m| m.0.clone()).unwrap_or_default(),
+                    mirror: meter.map_or_else(MirrorMetrics::default, |m| MirrorMetrics {
+                        answered: m.2.mirror_answered,
+                        failed: m.2.mirror_failed,
+                    }),
+                    instances,
+                });
+            }
+            let mine: Vec<_> = calls.iter().filter(|(k, _)| k.endpoint == e.name).collect();
+            let summed: [u64; LATENCY_BUCKETS] =
+                std::array::from_fn(|i| mine.iter().map(|(_, m)| m.1[i]).sum());
+            let status: [u64; 5] =
+                std::array::from_fn(|i| mine.iter().map(|(_, m)| m.2.status[i]).sum());
+            let endpoint_calls = CallMetrics {
+                requests: mine.iter().map(|(_, m)| m.0.requests).sum(),
+                qps: mine.iter().map(|(_, m)| m.0.qps).sum(),
+                status: class_map(&status),
+                in_flight: mine.iter().map(|(_, m)| m.0.in_flight).sum(),
+                latency_ms: latency(&summed),
+            };
+            latest.insert(
+                e.name.clone(),
+                EndpointMetrics {
+                    endpoint: e.name.clone(),
+                    at: at.clone(),
+                    calls: endpoint_calls,
+                    deployments: views,
+                },
+            );
+        }
+
+        let settings = self.store.alert_settings().await?;
+        for m in latest.values() {
+            let Some(alert_settings) = active(&settings, &m.endpoint) else {
+                s.evaluator.reset(&m.endpoint);
+                continue;
+            };
+            let deltas = deltas.remove(&m.endpoint).unwrap_or_default();
+            let raised = s
+                .evaluator
+                .sample(&alert_settings, m, &deltas, s.settings.alerts, now);
+            if let Some(url) = &alert_settings.webhook_url {
+                for alert in raised {
+                    self.delivery.send(&alert, url).await;
+                }
+            }
+        }
+        s.evaluator.retain(|e| latest.contains_key(e));
+        self.delivery.retain(|e| latest.contains_key(e));
+        self.latest.store(Arc::new(latest));
+        Ok(())
+    }
+}
+
+/// What the sampling loop keeps between samples.
+struct Sampling {
+    runtime: RuntimeHandle,
+    meters: Arc<Meters>,
+    settings: MonitorSettings,
+    /// Samples in the latency window, and in the rate window.
+    window: usize,
+    rate_window: usize,
+    sampler: Option<ProcessSampler>,
+    previous: HashMap<MeterKey, Reading>,
+    windows: HashMap<MeterKey, VecDeque<Interval>>,
+    last: Instant,
+    evaluator: Evaluator,
+}
+
+/// What one meter counted between two samples.
+struct Interval {
+    seconds: f64,
+    requests: u64,
+    latency: [u64; LATENCY_BUCKETS],
+}
+
+fn parse_settings(json: &str) -> Result<AlertSettings, ServingError> {
+    serde_json::from_str(json).map_err(|e| ServingError::Internal(e.into()))
+}
+
+/// An endpoint's settings when its alert channel is on.
+fn active(all: &[(String, String)], endpoint: &str) -> Option<AlertSettings> {
+    let (_, json) = all.iter().find(|(e, _)| e == endpoint)?;
+    let settings = parse_settings(json).ok()?;
+    (settings.enabled && settings.webhook_url.is_some()).then_some(settings)
+}
+
+fn class_map(status: &[u64; 5]) -> BTreeMap<String, u64> {
+    CLASSES
+        .iter()
+        .zip(status)
+        .map(|(c, n)| ((*c).to_owned(), *n))
+        .collect()
+}
+
+fn latency(buckets: &[u64; LATENCY_BUCKETS]) -> Option<Latency> {
+    Some(Latency {
+        p50: meter::quantile(buckets, 0.50)?,
+        p90: meter::quantile(buckets, 0.90)?,
+        p99: meter::quantile(buckets, 0.99)?,
+    })
+}
+
+fn instance_view(
+    i: &crate::api::wire::Instance,
+    usage: Option<&Usage>,
+    limits: Resources,
+) -> InstanceMetrics {
+    let percent = |used: f64, limit: f64| (limit > 0.0).then(|| used / limit * 100.0);
+    let cpu_cores = usage.and_then(|u| u.cpu_cores);
+    let memory_bytes = usage.map(|u| u.memory_bytes);
+    InstanceMetrics {
+        id: i.id.clone(),
+        state: i.state.clone(),
+        ready: i.ready,
+        restarts: i.restarts,
+        cpu_cores,
+        cpu_percent: cpu_cores.and_then(|c| percent(c, limits.cpu)),
+        memory_bytes,
+        memory_percent: memory_bytes
+            .and_then(|b| percent(b as f64, limits.memory_mb as f64 * 1024.0 * 1024.0)),
+        gpu_percent: None,
+    }
+}
+
+/// Per-instance gauges for Prometheus; an instance gone stops being updated and the
+/// exporter drops its series after its idle timeout.
+fn export_gauges(key: &DeploymentKey, state: &str, instances: &[InstanceMetrics]) {
+    let deployment = [
+        ("endpoint", key.endpoint.clone()),
+        ("deployment", key.deployment.clone()),
+    ];
+    metrics::gauge!("kep_serving_deployment_available", &deployment).set(if state == PROGRESSING {
+        0.0
+    } else {
+        1.0
+    });
+    for i in instances {
+        let labels = [
+            ("endpoint", key.endpoint.clone()),
+            ("deployment", key.deployment.clone()),
+            ("instance", i.id.clone()),
+        ];
+        metrics::gauge!("kep_serving_instance_ready", &labels).set(if i.ready { 1.0 } else { 0.0 });
+        metrics::gauge!("kep_serving_instance_restarts", &labels).set(f64::from(i.restarts));
+        if let Some(c) = i.cpu_cores {
+            metrics::gauge!("kep_serving_instance_cpu_cores", &labels).set(c);
+        }
+        if let Some(b) = i.memory_bytes {
+            metrics::gauge!("kep_serving_instance_memory_bytes", &labels).set(b as f64);
+        }
+    }
+}
+
+fn alert_view(row: AlertRow) -> Alert {
+    let time = |ms: i64| {
+        jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
+    };
+    Alert {
+        id: row.id,
+        at: time(row.at_ms),
+        condition: row.condition,
+        deployment: row.deployment,
+        text: row.text,
+        status: row.status,
+        attempts: u32::try_from(row.attempts).unwrap_or(0),
+        error: row.error,
+        sent_at: row.sent_at_ms.map(time),
+    }
+}

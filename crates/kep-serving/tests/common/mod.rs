@@ -1,0 +1,203 @@
+//! What the serving tests share: a real server on port 0 (admin and gateway listeners) and
+//! calls to it as a client makes them.
+#![allow(dead_code, reason = "each test binary uses its own part")]
+
+use std::time::{Duration, Instant};
+
+use kep_core::http::operator_only;
+use kep_serving::{GatewaySettings, ServingService, ServingSettings};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token";
+
+pub struct Server {
+    pub admin: String,
+    pub gateway: String,
+    pub http: reqwest::Client,
+    pub service: ServingService,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn instance_script() -> String {
+    format!("{}/tests/instance.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySettings)) -> Server {
+    let mut settings = ServingSettings {
+        restart_backoff_ms: 100,
+        restart_backoff_max_s: 1,
+        termination_grace_s: 2,
+        ..ServingSettings::default()
+    };
+    let mut gateway_settings = GatewaySettings::default();
+    configure(&mut settings, &mut gateway_settings);
+    let dir = tempfile::tempdir().unwrap();
+    let bind = |name| kep_core::listener::bind(name, "127.0.0.1:0".parse().unwrap());
+    let (admin, gateway) = (bind("admin").await.unwrap(), bind("gateway").await.unwrap());
+    let gateway_url = format!("http://{}", gateway.addr);
+    let service =
+        ServingService::start(settings, &gateway_settings, dir.path(), gateway_url.clone())
+            .await
+            .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let admin_url = format!("http://{}", admin.addr);
+    tokio::spawn(kep_core::listener::serve(
+        admin,
+        operator_only(service.admin_router(), OPERATOR_TOKEN),
+        shutdown.clone(),
+    ));
+    tokio::spawn(kep_core::listener::serve(
+        gateway,
+        service.gateway_router(),
+        shutdown,
+    ));
+    Server {
+        admin: admin_url,
+        gateway: gateway_url,
+        http: reqwest::Client::new(),
+        service,
+        dir,
+    }
+}
+
+impl Server {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}/admin/v1/serving{path}", self.admin))
+            .bearer_auth(OPERATOR_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, v) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(status, StatusCode::OK, "GET {path}: {v}");
+        v
+    }
+
+    pub async fn delete(&self, path: &str) -> StatusCode {
+        self.call(reqwest::Method::DELETE, path, None).await.0
+    }
+
+    /// The test server as an image, with the given variables in its command's environment.
+    pub async fn image(&self, name: &str) {
+        let (s, v) = self
+            .post(
+                "/images",
+                json!({"name": name, "command": ["python3", instance_script()]}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+
+    /// Creates an endpoint; returns its API key.
+    pub async fn endpoint(&self, name: &str, instances: u32) -> String {
+        let (s, v) = self
+            .post(
+                "/endpoints",
+                json!({"name": name, "instance_count": instances}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["api_key"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn deploy(&self, endpoint: &str, body: Value) -> Value {
+        let (s, v) = self
+            .post(&format!("/endpoints/{endpoint}/deployments"), body)
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v
+    }
+
+    /// Polls the deployment until `done` holds, for up to 20 s.
+    pub async fn wait_for(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let d = self
+                .get(&format!("/endpoints/{endpoint}/deployments/{deployment}"))
+                .await;
+            if done(&d) {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "{deployment} never {what}: {d}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn available(&self, endpoint: &str, deployment: &str) -> Value {
+        self.wait_for(endpoint, deployment, "Available", |d| {
+            d["state"] == "Available"
+        })
+        .await
+    }
+
+    /// An endpoint call through the gateway.
+    pub async fn invoke(
+        &self,
+        endpoint: &str,
+        key: Option<&str>,
+        path: &str,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .get(format!("{}/endpoints/{endpoint}{path}", self.gateway));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+}
+
+pub fn custom(name: &str, env: Value) -> Value {
+    json!({"name": name, "type": "custom-image", "image": "echo", "env": env,
+           "readiness": {"http": {"path": "/ready"}, "interval_s": 0.1, "failure_threshold": 3}})
+}
+
+/// Calls made straight to an instance (not through the gateway).
+pub async fn instance_calls(http: &reqwest::Client, port: u64) -> u64 {
+    let v: Value = http
+        .get(format!("http://127.0.0.1:{port}/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["calls"].as_u64().unwrap()
+}
