@@ -60,22 +60,52 @@ struct ModelRef {
 }
 
 impl DeploymentSpec {
-    /// What its instances run; the description does not matter to them.
-    fn launch(&self) -> Launch {
-        let command = match (&self.kind, &self.image) {
-            (DeploymentType::CustomImage, Some(image)) => Ok(image.command.clone()),
-            (kind, _) => Err(format!(
-                "ModelServerUnavailable: this build has no model server for `{}` deployments",
-                kind.as_str()
-            )),
+    /// What its instances run; the description does not matter to them. Model types run
+    /// `model_server` (kep's own `model-server` subcommand) on the registered model, probed
+    /// on the protocol's own health call.
+    fn launch(&self, model_server: &[String]) -> Launch {
+        let served = |protocol: &str, model: &ModelRef| {
+            let mut argv = model_server.to_vec();
+            argv.extend(
+                [
+                    "--protocol",
+                    protocol,
+                    "--name",
+                    &model.name,
+                    "--model",
+                    &model.path,
+                ]
+                .map(str::to_owned),
+            );
+            Ok(argv)
+        };
+        let (command, readiness) = match (&self.kind, &self.image, &self.model) {
+            (DeploymentType::CustomImage, Some(image), _) => (
+                Ok(image.command.clone()),
+                self.readiness
+                    .as_ref()
+                    .map_or_else(ProbeSpec::tcp, ProbeSpec::from),
+            ),
+            (DeploymentType::TensorflowServing, _, Some(model)) => (
+                served("tfserving", model),
+                ProbeSpec::http(format!("/v1/models/{}", model.name)),
+            ),
+            (DeploymentType::Triton, _, Some(model)) => (
+                served("kserve", model),
+                ProbeSpec::http("/v2/health/ready".into()),
+            ),
+            (kind, ..) => (
+                Err(format!(
+                    "ModelServerUnavailable: this build has no model server for `{}` deployments",
+                    kind.as_str()
+                )),
+                ProbeSpec::tcp(),
+            ),
         };
         Launch {
             command,
             env: self.env.clone(),
-            readiness: self
-                .readiness
-                .as_ref()
-                .map_or_else(ProbeSpec::tcp, ProbeSpec::from),
+            readiness,
             liveness: self.liveness.as_ref().map(ProbeSpec::from),
         }
     }
@@ -98,6 +128,9 @@ pub struct Control {
     routes: mpsc::UnboundedSender<RouteUpdate>,
     root: PathBuf,
     gateway_url: String,
+    /// The argv that starts a model server (`serving.model_server`, else this executable's
+    /// `model-server` subcommand).
+    model_server: Vec<String>,
     /// Changes are made one at a time, so names, model counts and quota hold across the
     /// check and the write.
     changes: Mutex<()>,
@@ -153,7 +186,15 @@ impl Control {
             );
         }
         std::fs::create_dir_all(root.join("models"))?;
+        let model_server = match &settings.model_server {
+            Some(argv) if !argv.is_empty() => argv.clone(),
+            _ => vec![
+                std::env::current_exe()?.to_string_lossy().into_owned(),
+                "model-server".to_owned(),
+            ],
+        };
         Ok(Control {
+            model_server,
             settings,
             store,
             runtime,
@@ -172,7 +213,7 @@ impl Control {
                 let spec = parse_spec(&d)?;
                 self.runtime.apply(
                     key(&e.name, &d.name),
-                    spec.launch(),
+                    spec.launch(&self.model_server),
                     e.instance_count as u32,
                 );
             }
@@ -543,6 +584,7 @@ impl Control {
                         ),
                     ));
                 }
+                check_model(PathBuf::from(&row.path)).await?;
                 Some(ModelRef {
                     id: row.id,
                     name: row.name,
@@ -701,8 +743,11 @@ impl Control {
             updated_at: now,
         };
         self.store.insert_deployment(&row).await?;
-        self.runtime
-            .apply(key(endpoint, &name), spec.launch(), e.instance_count as u32);
+        self.runtime.apply(
+            key(endpoint, &name),
+            spec.launch(&self.model_server),
+            e.instance_count as u32,
+        );
         self.publish_route(endpoint).await?;
         drop(_guard);
         self.deployment(endpoint, &name).await
@@ -835,8 +880,11 @@ impl Control {
             .update_deployment(endpoint, name, &json, now_unix())
             .await?;
         if !old.same_launch(&new) {
-            self.runtime
-                .apply(key(endpoint, name), new.launch(), e.instance_count as u32);
+            self.runtime.apply(
+                key(endpoint, name),
+                new.launch(&self.model_server),
+                e.instance_count as u32,
+            );
         }
         drop(_guard);
         self.deployment(endpoint, name).await
@@ -1012,11 +1060,34 @@ fn image_view(row: &ImageRow) -> Image {
 }
 
 fn model_view(row: &ModelRow) -> Model {
+    let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
     Model {
         name: row.name.clone(),
         framework: row.framework.clone(),
         size: row.size as u64,
         sha256: row.sha256.clone(),
         created_at: rfc3339(row.created_at),
+        inputs: tensors(&row.inputs),
+        outputs: tensors(&row.outputs),
     }
+}
+
+/// Reads an uploaded artifact's inputs and outputs with the built-in engine, as JSON; a
+/// file it cannot read as a model is refused at upload.
+pub async fn inspect_model(path: PathBuf) -> Result<(String, String), ServingError> {
+    let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?;
+    let (inputs, outputs) = read.map_err(|e| ServingError::field("file", e.to_string()))?;
+    let json = |t| serde_json::to_string(t).map_err(|e| ServingError::Internal(e.into()));
+    Ok((json(&inputs)?, json(&outputs)?))
+}
+
+/// Prepares the model as its instances will: what the engine cannot run (an unsupported
+/// operator) is refused when the deployment is made, not at its first call.
+async fn check_model(path: PathBuf) -> Result<(), ServingError> {
+    tokio::task::spawn_blocking(move || kep_model_server::Model::load(&path).map(drop))
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?
+        .map_err(|e| ServingError::field("model", e.to_string()))
 }

@@ -47,6 +47,10 @@ pub struct ServingSettings {
     /// Time between taking an instance out of rotation and its SIGTERM, so calls already
     /// routed to it finish.
     pub termination_drain_ms: u64,
+    /// The argv that starts a model server for `tensorflow-serving` and `triton`
+    /// deployments; unset, kep's own `model-server` subcommand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_server: Option<Vec<String>>,
     /// How often calls, instances and processes are sampled for metrics and alerts.
     pub monitor_interval_ms: u64,
     /// Delivery attempts per alert, the first included.
@@ -89,6 +93,7 @@ impl Default for ServingSettings {
             restart_backoff_reset_s: 60,
             termination_grace_s: 5,
             termination_drain_ms: 200,
+            model_server: None,
             monitor_interval_ms: 1000,
             alert_attempts: 6,
             alert_retry_ms: 500,

@@ -36,6 +36,9 @@ pub struct ModelRow {
     pub size: i64,
     pub sha256: String,
     pub created_at: i64,
+    /// JSON: `[{name, datatype, shape}]`.
+    pub inputs: String,
+    pub outputs: String,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -172,8 +175,8 @@ impl Store {
 
     pub async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<()> {
         sqlx::query(
-            "INSERT INTO models (id, name, framework, path, size, sha256, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO models (id, name, framework, path, size, sha256, created_at, inputs, outputs)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&row.id)
         .bind(&row.name)
@@ -182,6 +185,8 @@ impl Store {
         .bind(row.size)
         .bind(&row.sha256)
         .bind(row.created_at)
+        .bind(&row.inputs)
+        .bind(&row.outputs)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -189,7 +194,7 @@ impl Store {
 
     pub async fn models(&self) -> sqlx::Result<Vec<ModelRow>> {
         sqlx::query_as(
-            "SELECT id, name, framework, path, size, sha256, created_at FROM models
+            "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
              WHERE deleted = 0 ORDER BY name",
         )
         .fetch_all(&self.pool)
@@ -198,7 +203,7 @@ impl Store {
 
     pub async fn model(&self, name: &str) -> sqlx::Result<Option<ModelRow>> {
         sqlx::query_as(
-            "SELECT id, name, framework, path, size, sha256, created_at FROM models
+            "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
              WHERE deleted = 0 AND name = ?",
         )
         .bind(name)

@@ -686,13 +686,17 @@ async fn every_field_rule_at_under_and_over_its_bound() {
 async fn models_follow_the_type_rules_and_at_most_two_per_endpoint() {
     let s = spawn(|_, _| {}).await;
     let sr = &s;
-    let upload = |name: &'static str, framework: &'static str| async move {
+    let models = made_models();
+    let mlp = std::fs::read(models.path().join("mlp.onnx")).unwrap();
+    let size = mlp.len() as u64;
+    let mlp = &mlp;
+    let upload_bytes = |name: &'static str, framework: &'static str, bytes: Vec<u8>| async move {
         let form = reqwest::multipart::Form::new()
             .text("name", name)
             .text("framework", framework)
             .part(
                 "file",
-                reqwest::multipart::Part::bytes(vec![8u8; 64]).file_name("m.onnx"),
+                reqwest::multipart::Part::bytes(bytes).file_name("m.onnx"),
             );
         let res = sr
             .http
@@ -704,11 +708,20 @@ async fn models_follow_the_type_rules_and_at_most_two_per_endpoint() {
             .unwrap();
         (res.status(), res.json::<Value>().await.unwrap())
     };
+    let upload = |name, framework| upload_bytes(name, framework, mlp.clone());
     let (status, m) = upload("tf-a", "tensorflow").await;
     assert_eq!(status, StatusCode::CREATED, "{m}");
     assert_eq!(
         (m["size"].as_u64(), m["framework"].as_str()),
-        (Some(64), Some("tensorflow"))
+        (Some(size), Some("tensorflow"))
+    );
+    assert_eq!(m["inputs"][0]["name"], "x");
+    // A file the engine cannot read as a model is refused, and not kept.
+    let (status, v) = upload_bytes("junk", "onnx", vec![8u8; 64]).await;
+    assert_eq!(
+        (status, v["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("file")),
+        "{v}"
     );
     assert_eq!(upload("tf-b", "tensorflow").await.0, StatusCode::CREATED);
     assert_eq!(upload("pt-c", "pytorch").await.0, StatusCode::CREATED);

@@ -1,6 +1,7 @@
 //! `kep`: `kep serve` runs the platform; the other subcommands are its CLI.
 
 mod cli;
+mod model_server;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,9 @@ enum Command {
     Msg(cli::msg::MsgArgs),
     /// The model-serving management API: images, models, endpoints, deployments, traffic.
     Serving(cli::serving::ServingArgs),
+    /// Serve one model file over the TensorFlow Serving REST API or KServe v2, as a model
+    /// deployment's instance does (the runtime starts it with PORT set).
+    ModelServer(model_server::ModelServerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Command::Adapter(args) => runtime.block_on(cli::adapter::run(args)),
         Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
         Command::Serving(args) => runtime.block_on(cli::serving::run(args)),
+        Command::ModelServer(args) => runtime.block_on(model_server::run(args)),
     }
 }

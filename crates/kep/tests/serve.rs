@@ -1098,3 +1098,150 @@ fn instances_left_by_a_killed_kep_are_reconciled_and_a_stop_stops_them() {
     drop(second); // SIGTERM: kep stops its instances before it exits.
     assert!(!alive(new_pid), "a stopped kep leaves no instance behind");
 }
+
+/// A model registered once, served by kep's own model server over TF Serving REST and
+/// KServe v2, called through the gateway: both answer alike.
+#[test]
+fn models_are_served_over_tf_serving_and_kserve_through_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = tempfile::tempdir().unwrap();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../kep-model-server/tests/make_models.py");
+    let made = Command::new("python3")
+        .arg(script)
+        .arg(models.path())
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    let mlp = models.path().join("mlp.onnx");
+    let mlp = mlp.to_str().unwrap();
+
+    // The signature is read from the artifact at upload.
+    let m = cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "mlp",
+            mlp,
+            "--framework",
+            "pytorch",
+        ],
+    );
+    assert_eq!(
+        m["inputs"],
+        serde_json::json!([{"name": "x", "datatype": "FP32", "shape": [-1, 4]}])
+    );
+    assert_eq!(m["outputs"][0]["shape"], serde_json::json!([-1, 3]));
+    cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "mlp-tf",
+            mlp,
+            "--framework",
+            "tensorflow",
+        ],
+    );
+    // What the engine cannot run is refused with the reason, before any deployment.
+    let unsupported = models.path().join("unsupported.onnx");
+    let err = cli_fails(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "odd",
+            unsupported.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+        ],
+    );
+    assert!(
+        err.contains("HTTP 400") && err.contains("Frobnicate"),
+        "{err}"
+    );
+
+    let mut keys = std::collections::HashMap::new();
+    for (endpoint, deployment, kind, model) in [
+        ("tri", "d1", "triton", "mlp"),
+        ("tfs", "d1", "tensorflow-serving", "mlp-tf"),
+    ] {
+        let e = cli(srv, &["serving", "endpoint", "create", endpoint]);
+        let url = e["url"].as_str().unwrap().to_owned();
+        keys.insert(endpoint, (url, e["api_key"].as_str().unwrap().to_owned()));
+        cli(
+            srv,
+            &[
+                "serving",
+                "deployment",
+                "create",
+                endpoint,
+                deployment,
+                "--type",
+                kind,
+                "--model",
+                model,
+            ],
+        );
+        let out = Command::new(KEP)
+            .args(["serving", "deployment", "wait", endpoint, deployment])
+            .args(["--timeout-s", "60"])
+            .env("KEP_DATA_DIR", &srv.data_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rows = serde_json::json!([[1.0, 2.0, 3.0, 4.0], [0.5, 0.1, -1.0, 2.0]]);
+    let (status, kserve) = http(
+        "POST",
+        &format!("{}/v2/models/mlp/infer", keys["tri"].0),
+        Some(&keys["tri"].1),
+        Some(
+            &serde_json::json!({"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
+                                            "data": rows}]})
+            .to_string(),
+        ),
+    );
+    assert_eq!(status, 200, "{kserve}");
+    assert_eq!(kserve["outputs"][0]["shape"], serde_json::json!([2, 3]));
+    let (status, tf) = http(
+        "POST",
+        &format!("{}/v1/models/mlp-tf:predict", keys["tfs"].0),
+        Some(&keys["tfs"].1),
+        Some(&serde_json::json!({"instances": rows}).to_string()),
+    );
+    assert_eq!(status, 200, "{tf}");
+    let flat: Vec<f64> = tf["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+        .collect();
+    let data: Vec<f64> = kserve["outputs"][0]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(flat.len(), 6);
+    assert!(
+        flat.iter().zip(&data).all(|(a, b)| (a - b).abs() < 1e-6),
+        "{tf} {kserve}"
+    );
+    // Each row of probabilities sums to 1.
+    assert!((data[..3].iter().sum::<f64>() - 1.0).abs() < 1e-5);
+}

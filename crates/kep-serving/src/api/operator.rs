@@ -16,7 +16,7 @@ use super::wire::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
     EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics, Latency,
-    MirrorMetrics, Mirroring, Model, Quota, Traffic, TrafficRequest,
+    MirrorMetrics, Mirroring, Model, ModelTensor, Quota, Traffic, TrafficRequest,
 };
 use crate::control::Control;
 use crate::store::ModelRow;
@@ -118,6 +118,7 @@ pub(crate) fn router(serving: ServingService) -> Router {
         ImageRequest,
         Image,
         Model,
+        ModelTensor,
         EndpointRequest,
         Endpoint,
         EndpointCreated,
@@ -237,6 +238,7 @@ async fn upload_model(
             return Err(ServingError::field("file", "the model file is empty"));
         }
         Control::check_model_fields(&name, &framework)?;
+        let (inputs, outputs) = crate::control::inspect_model(part_path.clone()).await?;
         tokio::fs::rename(&part_path, &path).await?;
         control
             .register_model(ModelRow {
@@ -247,6 +249,8 @@ async fn upload_model(
                 size: size as i64,
                 sha256,
                 created_at: jiff::Timestamp::now().as_second(),
+                inputs,
+                outputs,
             })
             .await
     };

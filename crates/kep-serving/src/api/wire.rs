@@ -38,6 +38,17 @@ pub struct Model {
     pub size: u64,
     pub sha256: String,
     pub created_at: String,
+    /// What the model takes and gives, read from the artifact.
+    pub inputs: Vec<ModelTensor>,
+    pub outputs: Vec<ModelTensor>,
+}
+
+/// A model input or output: KServe v2 datatype names, -1 for a variable dimension.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelTensor {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
 }
 
 /// `POST /admin/v1/serving/endpoints`.

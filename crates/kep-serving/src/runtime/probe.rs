@@ -30,6 +30,17 @@ pub struct ProbeSpec {
 }
 
 impl ProbeSpec {
+    /// An HTTP GET of `path` every half second: how the platform probes its model servers.
+    pub fn http(path: String) -> Self {
+        ProbeSpec {
+            check: Check::Http(path),
+            interval: Duration::from_millis(500),
+            timeout: Duration::from_secs_f64(DEFAULT_TIMEOUT_S),
+            failure_threshold: DEFAULT_FAILURE_THRESHOLD,
+            initial_delay: Duration::ZERO,
+        }
+    }
+
     pub fn tcp() -> Self {
         ProbeSpec::from(&Probe {
             http: None,

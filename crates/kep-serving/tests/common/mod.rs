@@ -28,6 +28,9 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
         restart_backoff_ms: 100,
         restart_backoff_max_s: 1,
         termination_grace_s: 2,
+        // The model server is kep's own subcommand, run for real by crates/kep's tests;
+        // this test binary must not be started in its place.
+        model_server: Some(vec!["false".into()]),
         ..ServingSettings::default()
     };
     let mut gateway_settings = GatewaySettings::default();
@@ -200,4 +203,24 @@ pub async fn instance_calls(http: &reqwest::Client, port: u64) -> u64 {
         .await
         .unwrap();
     v["calls"].as_u64().unwrap()
+}
+
+/// The test models of `kep-model-server` (made with the `onnx` package), in a folder.
+pub fn made_models() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../kep-model-server/tests/make_models.py"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
 }

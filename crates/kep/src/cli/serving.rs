@@ -126,7 +126,7 @@ enum ImageCommand {
 
 #[derive(Subcommand)]
 enum ModelCommand {
-    /// Upload a model file (ONNX, or a frozen GraphDef for tensorflow), streamed.
+    /// Upload a model file (ONNX: a TensorFlow or PyTorch model exported to it), streamed.
     Upload {
         name: String,
         file: PathBuf,

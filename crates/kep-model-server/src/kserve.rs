@@ -1,0 +1,320 @@
+//! The KServe v2 / Open Inference Protocol over HTTP, with Triton's binary tensor data
+//! extension (`Inference-Header-Content-Length`), which `tritonclient` uses by default.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::model::{DataType, TensorSpec};
+use crate::tensor::{self, Data};
+use crate::{Failure, Served, VERSION};
+
+const HEADER_LENGTH: &str = "inference-header-content-length";
+
+pub fn router(served: Arc<Served>) -> Router {
+    Router::new()
+        .route("/v2/health/live", get(|| async { StatusCode::OK }))
+        // The port opens once the model is loaded: listening is being ready.
+        .route("/v2/health/ready", get(|| async { StatusCode::OK }))
+        .route("/v2", get(server_metadata))
+        .route("/v2/models/{m}", get(model_metadata))
+        .route("/v2/models/{m}/versions/{v}", get(model_metadata_version))
+        .route("/v2/models/{m}/ready", get(model_ready))
+        .route(
+            "/v2/models/{m}/versions/{v}/ready",
+            get(model_ready_version),
+        )
+        .route("/v2/models/{m}/infer", post(infer))
+        .route("/v2/models/{m}/versions/{v}/infer", post(infer_version))
+        .with_state(served)
+}
+
+async fn server_metadata() -> Json<Value> {
+    Json(json!({
+        "name": "kep",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": ["binary_tensor_data"],
+    }))
+}
+
+fn find(served: &Served, name: &str, version: Option<&str>) -> Result<(), Failure> {
+    if served.is(name, version) {
+        Ok(())
+    } else {
+        Err(Failure::not_found(match version {
+            Some(v) => format!("unknown model {name} version {v}"),
+            None => format!("unknown model {name}"),
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct MetadataTensor<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: &'a [i64],
+}
+
+fn metadata_tensors(specs: &[TensorSpec]) -> Vec<MetadataTensor<'_>> {
+    specs
+        .iter()
+        .map(|s| MetadataTensor {
+            name: &s.name,
+            datatype: s.datatype.name(),
+            shape: &s.shape,
+        })
+        .collect()
+}
+
+async fn model_metadata(
+    State(s): State<Arc<Served>>,
+    Path(m): Path<String>,
+) -> Result<Response, Failure> {
+    metadata(&s, &m, None)
+}
+
+async fn model_metadata_version(
+    State(s): State<Arc<Served>>,
+    Path((m, v)): Path<(String, String)>,
+) -> Result<Response, Failure> {
+    metadata(&s, &m, Some(&v))
+}
+
+fn metadata(s: &Served, m: &str, v: Option<&str>) -> Result<Response, Failure> {
+    find(s, m, v)?;
+    Ok(Json(json!({
+        "name": s.name,
+        "versions": [VERSION],
+        "platform": "onnxruntime_onnx",
+        "inputs": metadata_tensors(&s.model.inputs),
+        "outputs": metadata_tensors(&s.model.outputs),
+    }))
+    .into_response())
+}
+
+async fn model_ready(
+    State(s): State<Arc<Served>>,
+    Path(m): Path<String>,
+) -> Result<StatusCode, Failure> {
+    find(&s, &m, None).map(|()| StatusCode::OK)
+}
+
+async fn model_ready_version(
+    State(s): State<Arc<Served>>,
+    Path((m, v)): Path<(String, String)>,
+) -> Result<StatusCode, Failure> {
+    find(&s, &m, Some(&v)).map(|()| StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+struct InferRequest {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Map<String, Value>,
+    inputs: Vec<InputTensor>,
+    #[serde(default)]
+    outputs: Option<Vec<RequestedOutput>>,
+}
+
+#[derive(Deserialize)]
+struct InputTensor {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Map<String, Value>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RequestedOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Map<String, Value>,
+}
+
+/// Serialized as it is, not through `Value`, so FP32 data keeps its shortest digits.
+#[derive(Serialize)]
+struct InferResponse<'a> {
+    model_name: &'a str,
+    model_version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    outputs: Vec<OutputTensor>,
+}
+
+#[derive(Serialize)]
+struct OutputTensor {
+    name: String,
+    datatype: &'static str,
+    shape: Vec<usize>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    parameters: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Data>,
+}
+
+async fn infer(
+    State(s): State<Arc<Served>>,
+    Path(m): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Failure> {
+    find(&s, &m, None)?;
+    answer(&s, &headers, &body).await
+}
+
+async fn infer_version(
+    State(s): State<Arc<Served>>,
+    Path((m, v)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Failure> {
+    find(&s, &m, Some(&v))?;
+    answer(&s, &headers, &body).await
+}
+
+fn flag(parameters: &Map<String, Value>, name: &str) -> Option<bool> {
+    parameters.get(name).and_then(Value::as_bool)
+}
+
+async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Response, Failure> {
+    // With the binary extension the JSON header comes first, the tensors' bytes after it.
+    let (head, mut binary) = match headers.get(HEADER_LENGTH) {
+        Some(v) => {
+            let n: usize = v
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|n| *n <= body.len())
+                .ok_or_else(|| {
+                    Failure::bad_request(format!(
+                        "Inference-Header-Content-Length is not a length within the body's {} bytes",
+                        body.len()
+                    ))
+                })?;
+            body.split_at(n)
+        }
+        None => (body, &[][..]),
+    };
+    let req: InferRequest = serde_json::from_slice(head).map_err(|e| {
+        Failure::bad_request(format!("the request is not an inference request: {e}"))
+    })?;
+
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for input in &req.inputs {
+        let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
+        let datatype = DataType::parse(&input.datatype)
+            .ok_or_else(|| at(format!("unknown datatype {}", input.datatype)))?;
+        let shape = input
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| at(format!("shape {:?}", input.shape))))
+            .collect::<Result<Vec<usize>, _>>()?;
+        let tensor = match (input.parameters.get("binary_data_size"), &input.data) {
+            (Some(size), None) => {
+                let size = size
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n <= binary.len())
+                    .ok_or_else(|| at("binary_data_size runs past the body".into()))?;
+                let (mine, rest) = binary.split_at(size);
+                binary = rest;
+                tensor::from_bytes(datatype, &shape, mine)
+            }
+            (None, Some(data)) => {
+                // `data` may be flat or nested: its leaves fill the declared shape in order.
+                let (_, leaves) = tensor::flatten(data).map_err(at)?;
+                tensor::from_json(datatype, &shape, &leaves, false)
+            }
+            (Some(_), Some(_)) => Err("both data and binary_data_size".into()),
+            (None, None) => Err("no data".into()),
+        }
+        .map_err(at)?;
+        inputs.push((input.name.clone(), tensor));
+    }
+    if !binary.is_empty() {
+        return Err(Failure::bad_request(format!(
+            "{} bytes of binary data belong to no input",
+            binary.len()
+        )));
+    }
+
+    // Only the requested outputs, each as JSON or binary as asked.
+    let all_binary = flag(&req.parameters, "binary_data_output").unwrap_or(false);
+    let wanted: Vec<(usize, bool)> = match &req.outputs {
+        None => (0..s.model.outputs.len())
+            .map(|i| (i, all_binary))
+            .collect(),
+        Some(requested) => requested
+            .iter()
+            .map(|r| {
+                let i = s
+                    .model
+                    .outputs
+                    .iter()
+                    .position(|o| o.name == r.name)
+                    .ok_or_else(|| Failure::bad_request(format!("unknown output {}", r.name)))?;
+                Ok((i, flag(&r.parameters, "binary_data").unwrap_or(all_binary)))
+            })
+            .collect::<Result<_, Failure>>()?,
+    };
+    let results = s.run(inputs).await?;
+
+    let mut outputs = Vec::with_capacity(wanted.len());
+    let mut blobs = Vec::new();
+    for (i, binary) in wanted {
+        let spec = &s.model.outputs[i];
+        let t = &results[i];
+        let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);
+        let mut out = OutputTensor {
+            name: spec.name.clone(),
+            datatype: datatype.name(),
+            shape: t.shape().to_vec(),
+            parameters: Map::new(),
+            data: None,
+        };
+        if binary {
+            let bytes = tensor::to_bytes(t, datatype).map_err(Failure::bad_request)?;
+            out.parameters
+                .insert("binary_data_size".into(), Value::from(bytes.len()));
+            blobs.push(bytes);
+        } else {
+            out.data = Some(tensor::to_data(t, datatype).map_err(Failure::bad_request)?);
+        }
+        outputs.push(out);
+    }
+    let doc = InferResponse {
+        model_name: &s.name,
+        model_version: VERSION,
+        id: req.id,
+        outputs,
+    };
+    let json = serde_json::to_vec(&doc).map_err(|e| Failure::bad_request(e.to_string()))?;
+    if blobs.is_empty() {
+        return Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response());
+    }
+    let length = HeaderValue::from(json.len());
+    let mut body = json;
+    blobs.iter().for_each(|b| body.extend_from_slice(b));
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (header::HeaderName::from_static(HEADER_LENGTH), length),
+        ],
+        body,
+    )
+        .into_response())
+}

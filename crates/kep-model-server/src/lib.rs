@@ -1,0 +1,157 @@
+//! The model server kep starts as each instance of a `tensorflow-serving`, `triton` or
+//! `cosmos` deployment (`kep model-server`): one registered model, loaded into the
+//! built-in engine before the port opens, behind the wire protocol its users already call:
+//! the TensorFlow Serving REST API or the KServe v2 (Open Inference) protocol.
+
+mod kserve;
+pub mod model;
+pub mod tensor;
+mod tfserving;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+pub use model::{DataType, Model, ModelError, TensorSpec};
+
+/// Which API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// TensorFlow Serving REST: `/v1/models/{m}[:predict]`.
+    TfServing,
+    /// KServe v2 / Open Inference Protocol: `/v2/models/{m}/infer`.
+    Kserve,
+}
+
+/// The one model a server serves, under its registered name, at version 1.
+pub struct Served {
+    pub name: String,
+    pub model: Model,
+}
+
+pub const VERSION: &str = "1";
+
+impl Served {
+    /// Whether `name` and `version` (when given) are this model's.
+    fn is(&self, name: &str, version: Option<&str>) -> bool {
+        name == self.name && version.is_none_or(|v| v == VERSION)
+    }
+
+    /// Runs the model off the async workers: inference is CPU-bound.
+    async fn run(
+        self: &Arc<Self>,
+        inputs: Vec<(String, tract_onnx::prelude::Tensor)>,
+    ) -> Result<Vec<tract_onnx::prelude::Tensor>, Failure> {
+        let served = Arc::clone(self);
+        tokio::task::spawn_blocking(move || served.model.run(inputs))
+            .await
+            .map_err(|e| Failure::internal(format!("inference task: {e}")))?
+            .map_err(Failure::from)
+    }
+}
+
+/// A failed call, answered as `{"error": "…"}` (both protocols' shape).
+#[derive(Debug)]
+pub struct Failure {
+    status: StatusCode,
+    message: String,
+}
+
+impl Failure {
+    pub fn bad_request(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    fn internal(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ModelError> for Failure {
+    fn from(e: ModelError) -> Failure {
+        match e {
+            ModelError::BadInput(_) => Failure::bad_request(e.to_string()),
+            _ => Failure::internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.message })),
+        )
+            .into_response()
+    }
+}
+
+/// The routes of `protocol` for the served model.
+pub fn router(protocol: Protocol, served: Arc<Served>) -> axum::Router {
+    let routes = match protocol {
+        Protocol::TfServing => tfserving::router(served),
+        Protocol::Kserve => kserve::router(served),
+    };
+    // Bodies of any Content-Type are read as the protocol's JSON (tritonclient sends none).
+    routes.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// Larger request bodies are refused (the gateway already stops them at 20 MB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// What `kep model-server` is given.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub protocol: Protocol,
+    pub name: String,
+    pub model: PathBuf,
+    pub addr: SocketAddr,
+}
+
+/// Loads the model, then listens: the port opens only once the model can run, so a
+/// readiness probe passes only then. Serves until SIGTERM or SIGINT.
+pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
+    let path = config.model.clone();
+    let model = tokio::task::spawn_blocking(move || Model::load(&path)).await??;
+    tracing::info!(
+        model = %config.name,
+        inputs = ?model.inputs,
+        outputs = ?model.outputs,
+        "model loaded"
+    );
+    let served = Arc::new(Served {
+        name: config.name,
+        model,
+    });
+    let listener = tokio::net::TcpListener::bind(config.addr).await?;
+    axum::serve(listener, router(config.protocol, served))
+        .with_graceful_shutdown(stop_signal())
+        .await?;
+    Ok(())
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

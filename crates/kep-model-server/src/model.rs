@@ -1,0 +1,273 @@
+//! A model loaded into the built-in engine (tract): its signature in KServe v2 datatype
+//! names, checked inputs, and a run that returns every output.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tract_onnx::prelude::*;
+
+/// Tensor element types, by their KServe v2 names (CONTRACT §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum DataType {
+    Bool,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Fp16,
+    Fp32,
+    Fp64,
+    Bytes,
+}
+
+impl DataType {
+    pub const ALL: [DataType; 13] = [
+        DataType::Bool,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Fp32,
+        DataType::Fp64,
+        DataType::Bytes,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Bool => "BOOL",
+            DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Uint32 => "UINT32",
+            DataType::Uint64 => "UINT64",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
+            DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Fp16 => "FP16",
+            DataType::Fp32 => "FP32",
+            DataType::Fp64 => "FP64",
+            DataType::Bytes => "BYTES",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<DataType> {
+        DataType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    pub fn datum(self) -> DatumType {
+        match self {
+            DataType::Bool => DatumType::Bool,
+            DataType::Uint8 => DatumType::U8,
+            DataType::Uint16 => DatumType::U16,
+            DataType::Uint32 => DatumType::U32,
+            DataType::Uint64 => DatumType::U64,
+            DataType::Int8 => DatumType::I8,
+            DataType::Int16 => DatumType::I16,
+            DataType::Int32 => DatumType::I32,
+            DataType::Int64 => DatumType::I64,
+            DataType::Fp16 => DatumType::F16,
+            DataType::Fp32 => DatumType::F32,
+            DataType::Fp64 => DatumType::F64,
+            DataType::Bytes => DatumType::String,
+        }
+    }
+
+    /// The protocol type of an engine type; `TDim` (symbolic sizes) reads as INT64.
+    pub fn of(dt: DatumType) -> Option<DataType> {
+        Some(match dt.unquantized() {
+            DatumType::TDim => DataType::Int64,
+            DatumType::Blob => DataType::Bytes,
+            other => DataType::ALL.into_iter().find(|d| d.datum() == other)?,
+        })
+    }
+
+    /// Bytes per element in the binary tensor format; `None` for BYTES.
+    pub fn size(self) -> Option<usize> {
+        (self != DataType::Bytes).then(|| self.datum().size_of())
+    }
+}
+
+/// One input or output: its name, element type and shape, -1 for a variable dimension.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+}
+
+impl TensorSpec {
+    fn of(name: &str, fact: &TypedFact) -> Result<TensorSpec, ModelError> {
+        let datatype = DataType::of(fact.datum_type).ok_or_else(|| {
+            ModelError::Unsupported(format!("{name}: element type {:?}", fact.datum_type))
+        })?;
+        Ok(TensorSpec {
+            name: name.to_owned(),
+            datatype,
+            shape: fact
+                .shape
+                .iter()
+                .map(|d| d.as_i64().unwrap_or(-1))
+                .collect(),
+        })
+    }
+
+    /// Whether `shape` fits this spec: the same rank, and every fixed dimension equal.
+    pub fn accepts(&self, shape: &[usize]) -> bool {
+        self.shape.len() == shape.len()
+            && self
+                .shape
+                .iter()
+                .zip(shape)
+                .all(|(&want, &got)| want < 0 || want as usize == got)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The artifact cannot be read as a model.
+    #[error("the model cannot be read: {0}")]
+    Unreadable(String),
+    /// The engine cannot run it (an operator or a type it does not support).
+    #[error("the engine cannot run this model: {0}")]
+    Unsupported(String),
+    /// A request that does not fit the model's signature.
+    #[error("{0}")]
+    BadInput(String),
+    /// The engine failed while running valid inputs.
+    #[error("inference failed: {0}")]
+    Failed(String),
+}
+
+/// The signature of a model artifact, read without preparing it to run.
+pub fn inspect(path: &Path) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>), ModelError> {
+    let typed = typed_model(path)?;
+    signature(&typed)
+}
+
+fn typed_model(path: &Path) -> Result<TypedModel, ModelError> {
+    let model = tract_onnx::onnx()
+        .model_for_path(path)
+        .map_err(|e| ModelError::Unreadable(format!("{e:#}")))?;
+    model
+        .into_typed()
+        .map_err(|e| ModelError::Unsupported(format!("{e:#}")))
+}
+
+fn signature(model: &TypedModel) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>), ModelError> {
+    let specs = |outlets: &[OutletId]| {
+        outlets
+            .iter()
+            .map(|o| {
+                let fact = model
+                    .outlet_fact(*o)
+                    .map_err(|e| ModelError::Unsupported(format!("{e:#}")))?;
+                let node = model.node(o.node);
+                // A node with several outputs names each `node:slot`, as ONNX does not.
+                let name = if node.outputs.len() > 1 {
+                    model
+                        .outlet_label(*o)
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| format!("{}:{}", node.name, o.slot))
+                } else {
+                    model
+                        .outlet_label(*o)
+                        .map_or_else(|| node.name.clone(), str::to_owned)
+                };
+                TensorSpec::of(&name, fact)
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let inputs = specs(
+        model
+            .input_outlets()
+            .map_err(|e| ModelError::Unsupported(e.to_string()))?,
+    )?;
+    let outputs = specs(
+        model
+            .output_outlets()
+            .map_err(|e| ModelError::Unsupported(e.to_string()))?,
+    )?;
+    Ok((inputs, outputs))
+}
+
+/// A model ready to run. Runs are independent: calls share it across threads.
+pub struct Model {
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    plan: Arc<TypedRunnableModel>,
+}
+
+impl Model {
+    /// Loads, optimizes and prepares the model: what the engine cannot run fails here, not
+    /// at the first call.
+    pub fn load(path: &Path) -> Result<Model, ModelError> {
+        let typed = typed_model(path)?;
+        let (inputs, outputs) = signature(&typed)?;
+        let plan = typed
+            .into_optimized()
+            .and_then(|m| m.into_runnable())
+            .map_err(|e| ModelError::Unsupported(format!("{e:#}")))?;
+        Ok(Model {
+            inputs,
+            outputs,
+            plan,
+        })
+    }
+
+    /// Runs the model on named inputs (every input of the model, no other); returns every
+    /// output, in the model's order.
+    pub fn run(&self, mut given: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, ModelError> {
+        let mut ordered = TVec::new();
+        for spec in &self.inputs {
+            let i = given
+                .iter()
+                .position(|(n, _)| *n == spec.name)
+                .ok_or_else(|| ModelError::BadInput(format!("missing input {}", spec.name)))?;
+            let (_, tensor) = given.swap_remove(i);
+            let datatype = DataType::of(tensor.datum_type());
+            if datatype != Some(spec.datatype) {
+                return Err(ModelError::BadInput(format!(
+                    "input {}: datatype {} where the model takes {}",
+                    spec.name,
+                    datatype.map_or("?", DataType::name),
+                    spec.datatype.name()
+                )));
+            }
+            if !spec.accepts(tensor.shape()) {
+                return Err(ModelError::BadInput(format!(
+                    "input {}: shape {:?} where the model takes {:?}",
+                    spec.name,
+                    tensor.shape(),
+                    spec.shape
+                )));
+            }
+            ordered.push(tensor.into_tvalue());
+        }
+        if let Some((name, _)) = given.first() {
+            return Err(ModelError::BadInput(format!(
+                "unexpected input {name}: the model's inputs are {}",
+                self.inputs
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let outputs = self
+            .plan
+            .run(ordered)
+            .map_err(|e| ModelError::Failed(format!("{e:#}")))?;
+        Ok(outputs.into_iter().map(|v| v.into_tensor()).collect())
+    }
+}

@@ -1,0 +1,243 @@
+//! The model server as its users call it: a real server on port 0 per model, driven by the
+//! real `tritonclient` (KServe v2) and by plain HTTP (TF Serving REST), answers compared
+//! with ONNX Runtime's (`tests/check.py`). Models are made with the `onnx` package
+//! (`tests/make_models.py`) or ship inside the `onnx` and `onnxruntime` wheels.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use kep_model_server::{Model, ModelError, Protocol, Served, router};
+use serde_json::{Value, json};
+
+fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
+}
+
+fn python(args: &[&str]) -> String {
+    let out = Command::new("python3").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "python3 {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The models `make_models.py` makes, in a folder of their own.
+fn made_models() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let script = tests_dir().join("make_models.py");
+    python(&[script.to_str().unwrap(), dir.path().to_str().unwrap()]);
+    dir
+}
+
+/// A model file shipped inside a Python package (`onnx`, `onnxruntime`).
+fn wheel_model(package: &str, relative: &str) -> PathBuf {
+    let code = format!("import {package}, os; print(os.path.dirname({package}.__file__))");
+    Path::new(python(&["-c", &code]).trim()).join(relative)
+}
+
+async fn serve(protocol: Protocol, name: &str, path: &Path) -> String {
+    let model = Model::load(path).unwrap();
+    let served = Arc::new(Served {
+        name: name.to_owned(),
+        model,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(protocol, served)).await });
+    url
+}
+
+/// `check.py` runs blocking beside the server's runtime.
+async fn check(protocol: &str, url: &str, name: &str, path: &Path) {
+    let args = [
+        tests_dir().join("check.py").to_string_lossy().into_owned(),
+        protocol.to_owned(),
+        url.to_owned(),
+        name.to_owned(),
+        path.to_string_lossy().into_owned(),
+    ];
+    let said = tokio::task::spawn_blocking(move || {
+        python(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert!(said.contains("answers match ONNX Runtime's"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
+    let made = made_models();
+    for (name, path) in [
+        ("mlp", made.path().join("mlp.onnx")),
+        // Every datatype, as binary tensors and as JSON.
+        ("identity", made.path().join("identity.onnx")),
+        (
+            "squeezenet",
+            wheel_model("onnx", "backend/test/data/light/light_squeezenet.onnx"),
+        ),
+        (
+            "sigmoid",
+            wheel_model("onnxruntime", "datasets/sigmoid.onnx"),
+        ),
+    ] {
+        let url = serve(Protocol::Kserve, name, &path).await;
+        check("kserve", &url, name, &path).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tf_serving_rows_and_columns_answer_as_onnx_runtime_does() {
+    let made = made_models();
+    for name in ["mlp", "identity"] {
+        let path = made.path().join(format!("{name}.onnx"));
+        let url = serve(Protocol::TfServing, name, &path).await;
+        check("tfserving", &url, name, &path).await;
+    }
+}
+
+async fn send(http: &reqwest::Client, url: String, body: &str) -> (u16, Value) {
+    let res = http.post(url).body(body.to_owned()).send().await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn bad_kserve_requests_get_the_protocols_errors_and_the_server_goes_on() {
+    let made = made_models();
+    let url = serve(Protocol::Kserve, "mlp", &made.path().join("mlp.onnx")).await;
+    let http = reqwest::Client::new();
+    let infer = format!("{url}/v2/models/mlp/infer");
+    let good = json!({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                                  "data": [1, 2, 3, 4]}]});
+    let with = |input: Value| json!({"inputs": [input]}).to_string();
+    let cases = [
+        (
+            with(
+                json!({"name": "x", "shape": [1, 5], "datatype": "FP32", "data": [1, 2, 3, 4, 5]}),
+            ),
+            400,
+            "shape [1, 5]",
+        ),
+        (
+            with(json!({"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [1, 2, 3, 4]})),
+            400,
+            "datatype FP64",
+        ),
+        (
+            with(json!({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]})),
+            400,
+            "3 values",
+        ),
+        (
+            with(json!({"name": "x", "shape": [1, 4], "datatype": "INT128", "data": [1, 2, 3, 4]})),
+            400,
+            "unknown datatype",
+        ),
+        (
+            with(json!({"name": "y", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]})),
+            400,
+            "missing input x",
+        ),
+        (json!({"inputs": []}).to_string(), 400, "missing input x"),
+        ("{\"inputs\": [".to_owned(), 400, "not an inference request"),
+        (
+            json!({"inputs": good["inputs"], "outputs": [{"name": "logits"}]}).to_string(),
+            400,
+            "unknown output logits",
+        ),
+    ];
+    for (body, status, said) in cases {
+        let (got, v) = send(&http, infer.clone(), &body).await;
+        assert_eq!(got, status, "{body}: {v}");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(error.contains(said), "{body}: {v}");
+    }
+    for path in ["/v2/models/other/infer", "/v2/models/mlp/versions/2/infer"] {
+        let (got, v) = send(&http, format!("{url}{path}"), &good.to_string()).await;
+        assert_eq!(got, 404, "{path}: {v}");
+        assert!(v["error"].is_string());
+    }
+    // A declared binary header longer than the body.
+    let res = http
+        .post(&infer)
+        .header("Inference-Header-Content-Length", "9999")
+        .body(good.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    // Still serving, flat or nested data alike.
+    let (got, v) = send(&http, infer.clone(), &good.to_string()).await;
+    assert_eq!(got, 200, "{v}");
+    let nested = with(json!({"name": "x", "shape": [1, 4], "datatype": "FP32",
+                             "data": [[1, 2, 3, 4]]}));
+    let (_, w) = send(&http, infer, &nested).await;
+    assert_eq!(v["outputs"], w["outputs"]);
+    assert_eq!(v["outputs"][0]["shape"], json!([1, 3]));
+}
+
+#[tokio::test]
+async fn bad_tf_serving_requests_get_the_protocols_errors() {
+    let made = made_models();
+    let url = serve(Protocol::TfServing, "mlp", &made.path().join("mlp.onnx")).await;
+    let http = reqwest::Client::new();
+    let predict = format!("{url}/v1/models/mlp:predict");
+    for (body, said) in [
+        // NaN is no JSON number.
+        ("{\"instances\": [[NaN, 1, 2, 3]]}", ""),
+        ("{\"instances\": [[1, 2, 3]]}", "shape"),
+        ("{\"instances\": [[1, 2, 3, 4], [1, 2]]}", ""),
+        ("{\"inputs\": [[\"a\", 2, 3, 4]]}", ""),
+        (
+            "{\"instances\": [[1, 2, 3, 4]], \"inputs\": [[1, 2, 3, 4]]}",
+            "",
+        ),
+        ("{}", ""),
+        ("not json", ""),
+    ] {
+        let (got, v) = send(&http, predict.clone(), body).await;
+        assert_eq!(got, 400, "{body}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(said), "{body}: {v}");
+    }
+    let (got, _) = send(&http, format!("{url}/v1/models/other:predict"), "{}").await;
+    assert_eq!(got, 404);
+    let status = http
+        .get(format!("{url}/v1/models/mlp"))
+        .send()
+        .await
+        .unwrap();
+    let status: Value = status.json().await.unwrap();
+    assert_eq!(status["model_version_status"][0]["state"], "AVAILABLE");
+    let (got, v) = send(
+        &http,
+        predict,
+        "{\"instances\": [[1, 2, 3, 4], [4, 3, 2, 1]]}",
+    )
+    .await;
+    assert_eq!(got, 200, "{v}");
+    assert_eq!(v["predictions"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_model_the_engine_cannot_run_is_refused_at_load() {
+    let made = made_models();
+    let err = match Model::load(&made.path().join("unsupported.onnx")) {
+        Err(e) => e,
+        Ok(_) => panic!("an unknown operator loaded"),
+    };
+    assert!(
+        matches!(err, ModelError::Unsupported(_) | ModelError::Unreadable(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("Frobnicate"), "{err}");
+    let not_a_model = made.path().join("mlp.txt");
+    std::fs::write(&not_a_model, "hello").unwrap();
+    assert!(matches!(
+        kep_model_server::model::inspect(&not_a_model),
+        Err(ModelError::Unreadable(_))
+    ));
+}

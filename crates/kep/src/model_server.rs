@@ -1,0 +1,51 @@
+//! `kep model-server`: the process behind each instance of a model deployment.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use kep_model_server::{Protocol, ServerConfig};
+
+#[derive(Args)]
+pub struct ModelServerArgs {
+    /// The API to serve.
+    #[arg(long, value_enum)]
+    protocol: ProtocolArg,
+    /// The model's name in the API's paths.
+    #[arg(long)]
+    name: String,
+    /// The model file (ONNX).
+    #[arg(long)]
+    model: PathBuf,
+    /// The port on 127.0.0.1 [PORT, as the runtime sets it].
+    #[arg(long, env = "PORT")]
+    port: u16,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProtocolArg {
+    /// The TensorFlow Serving REST API.
+    Tfserving,
+    /// KServe v2 / the Open Inference Protocol, as Triton serves it.
+    Kserve,
+}
+
+pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KEP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    kep_model_server::run(ServerConfig {
+        protocol: match args.protocol {
+            ProtocolArg::Tfserving => Protocol::TfServing,
+            ProtocolArg::Kserve => Protocol::Kserve,
+        },
+        name: args.name,
+        model: args.model,
+        addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
+    })
+    .await
+}
