@@ -1244,4 +1244,33 @@ fn models_are_served_over_tf_serving_and_kserve_through_the_gateway() {
     );
     // Each row of probabilities sums to 1.
     assert!((data[..3].iter().sum::<f64>() - 1.0).abs() < 1e-5);
+
+    // The real tritonclient, through the gateway: the endpoint URL as its base path, the
+    // key as a header, binary tensors (its default) both ways.
+    let client = r#"
+import json, sys, numpy as np, tritonclient.http as http
+url, key = sys.argv[1], sys.argv[2]
+client = http.InferenceServerClient(url.removeprefix("http://"))
+auth = {"Authorization": f"Bearer {key}"}
+assert client.is_model_ready("mlp", headers=auth)
+x = http.InferInput("x", [2, 4], "FP32")
+x.set_data_from_numpy(np.array([[1, 2, 3, 4], [0.5, 0.1, -1, 2]], np.float32))
+probs = client.infer("mlp", [x], headers=auth).as_numpy("probs")
+print(json.dumps([float(p) for p in probs.ravel()]))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", client, &keys["tri"].0, &keys["tri"].1])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    let got: Vec<f64> = serde_json::from_str(said.trim()).unwrap();
+    assert!(
+        got.iter().zip(&data).all(|(a, b)| (a - b).abs() < 1e-6),
+        "{said}"
+    );
 }
