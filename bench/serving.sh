@@ -26,46 +26,8 @@ LAYOUTS=${LAYOUTS:-pinned shared}
 NGINX=${NGINX:-/usr/sbin/nginx}
 PERF=${PERF:-0}
 
-cargo build --release -q -p kep -p kep-bench
-WORK=$(mktemp -d)
-# Copies: a build running beside the benchmark cannot swap the binaries under it.
-cp target/release/kep target/release/kep-bench "$WORK/"
-KEP=$WORK/kep
-BENCH=$WORK/kep-bench
-pids=()
-cleanup() {
-  # kep first, so it stops its instance; then whatever is left (nginx, a stray instance).
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
-  pids=()
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT
-ulimit -n "$(ulimit -Hn)"
-
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-cpu_ticks() { # user+system ticks of the given processes (all their threads)
-  local t=0 p
-  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-  echo "$t"
-}
-TICK_US=$((1000000 / $(getconf CLK_TCK)))
-
-# wrk → "rps p50_us p99_us requests"; fails on errors or non-2xx answers.
-WRK_AWK='
-function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; if (v ~ /s$/) return v * 1000000; return v }
-/^ +50%/ { p50 = us($2) } /^ +99%/ { p99 = us($2) }
-/requests in/ { n = $1 } /Requests\/sec/ { rps = $2 }
-/Non-2xx|Socket errors/ { bad = bad $0 }
-END { if (bad != "") { print "wrk: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.0f %.0f %d\n", rps, p50, p99, n }'
+source bench/lib.sh
+bench_init kep kep-bench
 
 # measure NAME URL THREADS CONNS DURATION CPUSET PROXY_PIDS... → appends to $RESULTS
 measure() {
@@ -93,11 +55,8 @@ LUA
 RESULTS=$WORK/results
 : >"$RESULTS"
 
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $($NGINX -v 2>&1 | cut -d' ' -f3), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
-# A compilation beside the benchmark would take the cores it is measured on.
-while pgrep -x rustc >/dev/null || pgrep -x cc >/dev/null; do
-  echo "   waiting: a compilation is running"; sleep 10
-done
+echo "== machine: $(machine), $($NGINX -v 2>&1 | cut -d' ' -f3)"
+wait_for_quiet
 
 run_layout() {
   LAYOUT=$1

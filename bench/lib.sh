@@ -1,0 +1,61 @@
+# What the benchmark scripts share; sourced, from the repository root. It builds the
+# release binaries named (`bench_init kep kep-bench`) and copies them into $WORK, so that a
+# build running beside a benchmark cannot swap them under it; every pid pushed to `pids`
+# gets SIGTERM (kep then stops its instances), then SIGKILL after 5 s, on exit.
+
+bench_init() {
+  cargo build --release -q $(printf -- '-p %s ' "$@")
+  WORK=$(mktemp -d)
+  local b
+  for b in "$@"; do cp "target/release/$b" "$WORK/"; done
+  KEP=$WORK/kep
+  BENCH=$WORK/kep-bench
+  pids=()
+  trap 'cleanup; rm -rf "$WORK"' EXIT
+  ulimit -n "$(ulimit -Hn)"
+}
+
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  pids=()
+}
+
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+cpu_ticks() { # user+system ticks of the given processes (all their threads)
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+
+# wrk → "rps p50_us p99_us requests"; fails on errors or non-2xx answers.
+WRK_AWK='
+function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return v * 1000; if (v ~ /s$/) return v * 1000000; return v }
+/^ +50%/ { p50 = us($2) } /^ +99%/ { p99 = us($2) }
+/requests in/ { n = $1 } /Requests\/sec/ { rps = $2 }
+/Non-2xx|Socket errors/ { bad = bad $0 }
+END { if (bad != "") { print "wrk: " bad > "/dev/stderr"; exit 1 } printf "%.1f %.0f %.0f %d\n", rps, p50, p99, n }'
+
+# A compilation beside a benchmark would take the cores it is measured on.
+compiling() { pgrep -x rustc >/dev/null || pgrep -x cc >/dev/null || pgrep -x cargo >/dev/null; }
+wait_for_quiet() {
+  while compiling; do
+    echo "   waiting: a compilation is running"; sleep 10
+  done
+}
+
+machine() {
+  echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+}
