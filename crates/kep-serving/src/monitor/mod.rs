@@ -5,6 +5,7 @@
 
 pub mod alerts;
 mod delivery;
+mod gpu;
 pub mod meter;
 mod resources;
 
@@ -390,7 +391,9 @@ fn instance_view(
         memory_bytes,
         memory_percent: memory_bytes
             .and_then(|b| percent(b as f64, limits.memory_mb as f64 * 1024.0 * 1024.0)),
-        gpu_percent: None,
+        gpu_percent: usage
+            .and_then(|u| u.gpu_util)
+            .and_then(|g| percent(g, f64::from(limits.gpu))),
     }
 }
 
@@ -419,6 +422,9 @@ fn export_gauges(key: &DeploymentKey, state: &str, instances: &[InstanceMetrics]
         }
         if let Some(b) = i.memory_bytes {
             metrics::gauge!("kep_serving_instance_memory_bytes", &labels).set(b as f64);
+        }
+        if let Some(g) = i.gpu_percent {
+            metrics::gauge!("kep_serving_instance_gpu_percent", &labels).set(g);
         }
     }
 }

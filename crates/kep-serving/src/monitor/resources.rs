@@ -5,17 +5,22 @@ use std::collections::{HashMap, HashSet};
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
+use super::gpu::{self, GpuReader};
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Usage {
     /// Cores busy since the previous sample; `None` on a process's first sample, which
     /// has nothing to measure against.
     pub cpu_cores: Option<f64>,
     pub memory_bytes: u64,
+    /// GPU compute use in percent of one GPU, where GPUs are read.
+    pub gpu_util: Option<f64>,
 }
 
 pub struct ProcessSampler {
     /// `None` where the operating system cannot be read: no figures, nothing else lost.
     system: Option<System>,
+    gpu: Option<Box<dyn GpuReader>>,
     seen: HashSet<u32>,
 }
 
@@ -23,6 +28,7 @@ impl Default for ProcessSampler {
     fn default() -> Self {
         ProcessSampler {
             system: System::new().ok(),
+            gpu: gpu::reader(),
             seen: HashSet::new(),
         }
     }
@@ -40,6 +46,7 @@ impl ProcessSampler {
             ProcessRefreshKind::nothing().with_cpu().with_memory(),
         );
         let processes = system.processes();
+        let gpu = self.gpu.as_mut().map(|g| g.sample());
         let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
         for (pid, p) in processes {
             if let Some(parent) = p.parent() {
@@ -52,12 +59,15 @@ impl ProcessSampler {
             if !processes.contains_key(&root_pid) {
                 continue;
             }
-            let (mut cpu, mut memory) = (0.0f64, 0u64);
+            let (mut cpu, mut memory, mut gpu_util) = (0.0f64, 0u64, 0.0f64);
             let mut stack = vec![root_pid];
             while let Some(pid) = stack.pop() {
                 if let Some(p) = processes.get(&pid) {
                     cpu += f64::from(p.cpu_usage()) / 100.0;
                     memory += p.memory();
+                }
+                if let Some(g) = gpu.as_ref().and_then(|g| g.get(&pid.as_u32())) {
+                    gpu_util += g;
                 }
                 stack.extend(children.get(&pid).into_iter().flatten());
             }
@@ -66,6 +76,7 @@ impl ProcessSampler {
                 Usage {
                     cpu_cores: self.seen.contains(&root).then_some(cpu),
                     memory_bytes: memory,
+                    gpu_util: gpu.is_some().then_some(gpu_util),
                 },
             );
         }
