@@ -3,6 +3,7 @@
 //! built-in engine before the port opens, behind the wire protocol its users already call:
 //! the TensorFlow Serving REST API or the KServe v2 (Open Inference) protocol.
 
+pub mod cosmos;
 mod kserve;
 pub mod model;
 pub mod tensor;
@@ -25,6 +26,8 @@ pub enum Protocol {
     TfServing,
     /// KServe v2 / Open Inference Protocol: `/v2/models/{m}/infer`.
     Kserve,
+    /// A Cosmos serving script around the model: `POST /predict`.
+    Cosmos,
 }
 
 /// The one model a server serves, under its registered name, at version 1.
@@ -76,7 +79,7 @@ impl Failure {
         }
     }
 
-    fn internal(message: impl Into<String>) -> Failure {
+    pub fn internal(message: impl Into<String>) -> Failure {
         Failure {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: message.into(),
@@ -103,11 +106,17 @@ impl IntoResponse for Failure {
     }
 }
 
-/// The routes of `protocol` for the served model.
-pub fn router(protocol: Protocol, served: Arc<Served>) -> axum::Router {
-    let routes = match protocol {
-        Protocol::TfServing => tfserving::router(served),
-        Protocol::Kserve => kserve::router(served),
+/// The routes of `protocol` for the served model; Cosmos needs its script.
+pub fn router(
+    protocol: Protocol,
+    served: Arc<Served>,
+    script: Option<Arc<cosmos::Script>>,
+) -> axum::Router {
+    let routes = match (protocol, script) {
+        (Protocol::TfServing, _) => tfserving::router(served),
+        (Protocol::Kserve, _) => kserve::router(served),
+        (Protocol::Cosmos, Some(script)) => cosmos::router(served, script),
+        (Protocol::Cosmos, None) => panic!("a Cosmos server needs its script"),
     };
     // Bodies of any Content-Type are read as the protocol's JSON (tritonclient sends none).
     routes.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -122,12 +131,24 @@ pub struct ServerConfig {
     pub protocol: Protocol,
     pub name: String,
     pub model: PathBuf,
+    /// The Cosmos serving script.
+    pub script: Option<PathBuf>,
     pub addr: SocketAddr,
 }
 
 /// Loads the model, then listens: the port opens only once the model can run, so a
 /// readiness probe passes only then. Serves until SIGTERM or SIGINT.
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
+    let script = match (&config.script, config.protocol) {
+        (Some(path), Protocol::Cosmos) => {
+            let source = std::fs::read_to_string(path)?;
+            Some(Arc::new(
+                cosmos::Script::compile(&source).map_err(anyhow::Error::msg)?,
+            ))
+        }
+        (None, Protocol::Cosmos) => anyhow::bail!("a Cosmos server needs --script"),
+        _ => None,
+    };
     let path = config.model.clone();
     let model = tokio::task::spawn_blocking(move || Model::load(&path)).await??;
     tracing::info!(
@@ -141,7 +162,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         model,
     });
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
-    axum::serve(listener, router(config.protocol, served))
+    axum::serve(listener, router(config.protocol, served, script))
         .with_graceful_shutdown(stop_signal())
         .await?;
     Ok(())

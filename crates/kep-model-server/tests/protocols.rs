@@ -47,7 +47,7 @@ async fn serve(protocol: Protocol, name: &str, path: &Path) -> String {
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(protocol, served)).await });
+    tokio::spawn(async move { axum::serve(listener, router(protocol, served, None)).await });
     url
 }
 
@@ -240,4 +240,74 @@ fn a_model_the_engine_cannot_run_is_refused_at_load() {
         kep_model_server::model::inspect(&not_a_model),
         Err(ModelError::Unreadable(_))
     ));
+}
+
+#[tokio::test]
+async fn a_cosmos_script_runs_around_the_model() {
+    use kep_model_server::cosmos::Script;
+    let made = made_models();
+    let source = std::fs::read_to_string(tests_dir().join("serve.rhai")).unwrap();
+    let served = Arc::new(Served {
+        name: "mlp".into(),
+        model: Model::load(&made.path().join("mlp.onnx")).unwrap(),
+    });
+    let script = Arc::new(Script::compile(&source).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(Protocol::Cosmos, served, Some(script));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = reqwest::Client::new();
+    let predict = format!("{url}/predict");
+
+    let body = json!({"features": [[1, 2, 3, 4], [0.5, 0.1, -1, 2]], "names": ["a", "b", "c"]});
+    let (status, v) = send(&http, predict.clone(), &body.to_string()).await;
+    assert_eq!(status, 200, "{v}");
+    let probs = v["probs"].as_array().unwrap();
+    assert_eq!(probs.len(), 2);
+    for (row, label) in probs.iter().zip(v["labels"].as_array().unwrap()) {
+        let row: Vec<f64> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5);
+        let best = (0..3).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap();
+        assert_eq!(label, ["a", "b", "c"][best]);
+    }
+    // The script's own error, and the model's, reach the caller as 400s.
+    let (status, v) = send(&http, predict.clone(), "{\"names\": []}").await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("the request has no features"),
+        "{v}"
+    );
+    let (status, v) = send(&http, predict.clone(), "{\"features\": [[1, 2]]}").await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("shape"), "{v}");
+    let (status, _) = send(&http, predict.clone(), "not json").await;
+    assert_eq!(status, 400);
+    let res = http.get(format!("{url}/health")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+
+    // A script without its two functions, or that does not parse, is refused at load.
+    let missing = Script::compile("fn preprocess(r) { r }").err().unwrap();
+    assert!(missing.contains("postprocess"), "{missing}");
+    assert!(Script::compile("fn (").is_err());
+    // A runaway script is stopped by the operations limit, not left spinning.
+    let spin = Script::compile("fn preprocess(r) { loop {} } fn postprocess(o, r) { o }").unwrap();
+    let served = Arc::new(Served {
+        name: "mlp".into(),
+        model: Model::load(&made.path().join("mlp.onnx")).unwrap(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(Protocol::Cosmos, served, Some(Arc::new(spin)));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (status, v) = send(&http, format!("{url}/predict"), "{}").await;
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("operations"), "{v}");
 }

@@ -34,6 +34,10 @@ struct DeploymentSpec {
     model: Option<ModelRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     script: Option<String>,
+    /// The script file instances run: the inline text written out, or `serve.rhai` of the
+    /// repository cloned at deploy time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    script_path: Option<String>,
     env: BTreeMap<String, String>,
     port: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +97,16 @@ impl DeploymentSpec {
             (DeploymentType::Triton, _, Some(model)) => (
                 served("kserve", model),
                 ProbeSpec::http("/v2/health/ready".into()),
+            ),
+            (DeploymentType::Cosmos, _, Some(model)) if self.script_path.is_some() => (
+                served("cosmos", model).map(|mut argv| {
+                    argv.extend([
+                        "--script".to_owned(),
+                        self.script_path.clone().unwrap_or_default(),
+                    ]);
+                    argv
+                }),
+                ProbeSpec::http("/health".into()),
             ),
             (kind, ..) => (
                 Err(format!(
@@ -615,17 +629,81 @@ impl Control {
             (Some(_), _) => return Err(forbid("script", "script")),
             (None, _) => None,
         };
+        let script_path = match &script {
+            Some(source) => Some(self.script_file(source).await?),
+            None => None,
+        };
         Ok(DeploymentSpec {
             description: req.description,
             kind: req.kind,
             image,
             model,
             script,
+            script_path,
             env: req.env,
             port: req.port.unwrap_or(DEFAULT_PORT),
             readiness: req.readiness,
             liveness: req.liveness,
         })
+    }
+
+    /// The script file for a Cosmos deployment, checked: inline text is written under
+    /// `serving/scripts`; a repository URL is cloned there with `git` and its `serve.rhai`
+    /// is the script.
+    async fn script_file(&self, source: &str) -> Result<String, ServingError> {
+        let dir = self.root.join("scripts").join(kep_core::secret::new_uuid());
+        tokio::fs::create_dir_all(&dir).await?;
+        let source = source.trim();
+        let is_repository = ["https://", "http://", "git://", "ssh://", "file://", "git@"]
+            .iter()
+            .any(|p| source.starts_with(p))
+            && !source.contains('\n');
+        let path = dir.join("serve.rhai");
+        let fetched = if is_repository {
+            let clone = dir.join("repository");
+            let out = tokio::time::timeout(
+                std::time::Duration::from_secs(120),
+                tokio::process::Command::new("git")
+                    .args(["clone", "--depth", "1", "--quiet", "--", source])
+                    .arg(&clone)
+                    .env("GIT_TERMINAL_PROMPT", "0")
+                    .output(),
+            )
+            .await;
+            match out {
+                Ok(Ok(o)) if o.status.success() => {
+                    tokio::fs::read_to_string(clone.join("serve.rhai"))
+                        .await
+                        .map_err(|e| format!("the repository has no serve.rhai at its root: {e}"))
+                }
+                Ok(Ok(o)) => Err(format!(
+                    "git clone {source}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )),
+                Ok(Err(e)) => Err(format!("git clone {source}: {e}")),
+                Err(_) => Err(format!("git clone {source}: no answer within 120 s")),
+            }
+        } else {
+            Ok(source.to_owned())
+        };
+        let checked =
+            fetched.and_then(|text| kep_model_server::cosmos::Script::compile(&text).map(|_| text));
+        match checked {
+            Ok(text) => {
+                tokio::fs::write(&path, text).await?;
+                Ok(path.to_string_lossy().into_owned())
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                Err(ServingError::field("script", e))
+            }
+        }
+    }
+
+    async fn forget_script(&self, path: &str) {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            let _ = tokio::fs::remove_dir_all(dir).await;
+        }
     }
 
     /// At most two models per endpoint, counting the one `spec` would bring.
@@ -861,6 +939,14 @@ impl Control {
             liveness: patch.liveness.unwrap_or(old.liveness.clone()),
         };
         let mut new = self.resolve(req).await?;
+        // An unchanged script keeps the file its instances run (a repository is not cloned
+        // anew by an edit of something else).
+        if new.script == old.script && new.script_path != old.script_path {
+            if let Some(fresh) = new.script_path.take() {
+                self.forget_script(&fresh).await;
+            }
+            new.script_path = old.script_path.clone();
+        }
         // An unchanged image name keeps the command it was deployed with.
         if let (Some(o), Some(n)) = (&old.image, &mut new.image)
             && o.id == n.id

@@ -17,6 +17,10 @@ pub struct ModelServerArgs {
     /// The model file (ONNX).
     #[arg(long)]
     model: PathBuf,
+    /// The serving script of `--protocol cosmos` (Rhai, with `preprocess(request)` and
+    /// `postprocess(outputs, request)`).
+    #[arg(long)]
+    script: Option<PathBuf>,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -28,6 +32,8 @@ enum ProtocolArg {
     Tfserving,
     /// KServe v2 / the Open Inference Protocol, as Triton serves it.
     Kserve,
+    /// A Cosmos serving script around the model: POST /predict.
+    Cosmos,
 }
 
 pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
@@ -42,9 +48,11 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
         protocol: match args.protocol {
             ProtocolArg::Tfserving => Protocol::TfServing,
             ProtocolArg::Kserve => Protocol::Kserve,
+            ProtocolArg::Cosmos => Protocol::Cosmos,
         },
         name: args.name,
         model: args.model,
+        script: args.script,
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await

@@ -1274,3 +1274,162 @@ print(json.dumps([float(p) for p in probs.ravel()]))
         "{said}"
     );
 }
+
+/// A Cosmos deployment: the model with a serving script around it, given as text or as a
+/// git repository cloned at deploy time, called through the gateway.
+#[test]
+fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kep-model-server/tests");
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(Command::new("python3")
+        .arg(tests.join("make_models.py"))
+        .arg(work.path()));
+    // A repository holding the script, as a user's would.
+    let repo = work.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::copy(tests.join("serve.rhai"), repo.join("serve.rhai")).unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "serve.rhai"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qm",
+            "script",
+        ],
+    ] {
+        run(Command::new("git").args(args).current_dir(&repo));
+    }
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    let mlp = work.path().join("mlp.onnx");
+    cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "mlp",
+            mlp.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+        ],
+    );
+    let e = cli(srv, &["serving", "endpoint", "create", "cos"]);
+    let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
+    let script_file = tests.join("serve.rhai");
+    let repo_url = format!("file://{}", repo.display());
+    // A script that does not compile is refused when the deployment is made.
+    let err = cli_fails(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "cos",
+            "bad",
+            "--type",
+            "cosmos",
+            "--model",
+            "mlp",
+            "--script",
+            "fn preprocess(r) { r }",
+        ],
+    );
+    assert!(
+        err.contains("HTTP 400") && err.contains("postprocess"),
+        "{err}"
+    );
+    for (name, flag, value) in [
+        ("inline", "--script-file", script_file.to_str().unwrap()),
+        ("repo", "--script", repo_url.as_str()),
+    ] {
+        cli(
+            srv,
+            &[
+                "serving",
+                "deployment",
+                "create",
+                "cos",
+                name,
+                "--type",
+                "cosmos",
+                "--model",
+                "mlp",
+                flag,
+                value,
+            ],
+        );
+        let out = Command::new(KEP)
+            .args([
+                "serving",
+                "deployment",
+                "wait",
+                "cos",
+                name,
+                "--timeout-s",
+                "60",
+            ])
+            .env("KEP_DATA_DIR", &srv.data_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Both deployments answer (traffic: the first one gets it all, then each in turn).
+    cli(
+        srv,
+        &[
+            "serving",
+            "traffic",
+            "cos",
+            "--weights",
+            "inline=50,repo=50",
+        ],
+    );
+    let body = r#"{"features": [[1, 2, 3, 4]], "names": ["a", "b", "c"]}"#;
+    for _ in 0..4 {
+        let (status, v) = http("POST", &format!("{url}/predict"), Some(key), Some(body));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["labels"].as_array().unwrap().len(), 1, "{v}");
+    }
+    let (status, v) = http("POST", &format!("{url}/predict"), Some(key), Some("{}"));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("no features"), "{v}");
+    // A repository that cannot be cloned is a clear 400.
+    let err = cli_fails(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "cos",
+            "gone",
+            "--type",
+            "cosmos",
+            "--model",
+            "mlp",
+            "--script",
+            "file:///nowhere/at/all",
+        ],
+    );
+    assert!(
+        err.contains("HTTP 400") && err.contains("git clone"),
+        "{err}"
+    );
+}
