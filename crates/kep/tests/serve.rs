@@ -1331,27 +1331,30 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
     let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
     let script_file = tests.join("serve.rhai");
     let repo_url = format!("file://{}", repo.display());
-    // A script that does not compile is refused when the deployment is made.
-    let err = cli_fails(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "cos",
-            "bad",
-            "--type",
-            "cosmos",
-            "--model",
-            "mlp",
-            "--script",
-            "fn preprocess(r) { r }",
-        ],
-    );
-    assert!(
-        err.contains("HTTP 400") && err.contains("postprocess"),
-        "{err}"
-    );
+    // A script that does not compile, or a repository that cannot be cloned, is refused
+    // when the deployment is made.
+    for (name, script, why) in [
+        ("bad", "fn preprocess(r) { r }", "postprocess"),
+        ("gone", "file:///nowhere/at/all", "git clone"),
+    ] {
+        let err = cli_fails(
+            srv,
+            &[
+                "serving",
+                "deployment",
+                "create",
+                "cos",
+                name,
+                "--type",
+                "cosmos",
+                "--model",
+                "mlp",
+                "--script",
+                script,
+            ],
+        );
+        assert!(err.contains("HTTP 400") && err.contains(why), "{err}");
+    }
     for (name, flag, value) in [
         ("inline", "--script-file", script_file.to_str().unwrap()),
         ("repo", "--script", repo_url.as_str()),
@@ -1391,7 +1394,7 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // Both deployments answer (traffic: the first one gets it all, then each in turn).
+    // Both deployments answer: the second gets no traffic until the split says so.
     cli(
         srv,
         &[
@@ -1411,25 +1414,4 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
     let (status, v) = http("POST", &format!("{url}/predict"), Some(key), Some("{}"));
     assert_eq!(status, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("no features"), "{v}");
-    // A repository that cannot be cloned is a clear 400.
-    let err = cli_fails(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "cos",
-            "gone",
-            "--type",
-            "cosmos",
-            "--model",
-            "mlp",
-            "--script",
-            "file:///nowhere/at/all",
-        ],
-    );
-    assert!(
-        err.contains("HTTP 400") && err.contains("git clone"),
-        "{err}"
-    );
 }
