@@ -1099,24 +1099,36 @@ fn instances_left_by_a_killed_kep_are_reconciled_and_a_stop_stops_them() {
     assert!(!alive(new_pid), "a stopped kep leaves no instance behind");
 }
 
+/// The model-server tests' folder: its test models' maker and its serving script.
+fn model_server_tests() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../kep-model-server/tests")
+}
+
+/// Runs a command that must succeed.
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The test models (`make_models.py`, with the `onnx` package) in a folder of their own.
+fn made_models() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    run(Command::new("python3")
+        .arg(model_server_tests().join("make_models.py"))
+        .arg(dir.path()));
+    dir
+}
+
 /// A model registered once, served by kep's own model server over TF Serving REST and
 /// KServe v2, called through the gateway: both answer alike.
 #[test]
 fn models_are_served_over_tf_serving_and_kserve_through_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
-    let models = tempfile::tempdir().unwrap();
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../kep-model-server/tests/make_models.py");
-    let made = Command::new("python3")
-        .arg(script)
-        .arg(models.path())
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let models = made_models();
     let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
     let srv = &srv.0;
     let mlp = models.path().join("mlp.onnx");
@@ -1193,17 +1205,19 @@ fn models_are_served_over_tf_serving_and_kserve_through_the_gateway() {
                 model,
             ],
         );
-        let out = Command::new(KEP)
-            .args(["serving", "deployment", "wait", endpoint, deployment])
-            .args(["--timeout-s", "60"])
-            .env("KEP_DATA_DIR", &srv.data_dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let waited = cli(
+            srv,
+            &[
+                "serving",
+                "deployment",
+                "wait",
+                endpoint,
+                deployment,
+                "--timeout-s",
+                "60",
+            ],
         );
+        assert_eq!(waited["state"], "Available");
     }
     let rows = serde_json::json!([[1.0, 2.0, 3.0, 4.0], [0.5, 0.1, -1.0, 2.0]]);
     let (status, kserve) = http(
@@ -1280,19 +1294,8 @@ print(json.dumps([float(p) for p in probs.ravel()]))
 #[test]
 fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kep-model-server/tests");
-    let run = |cmd: &mut Command| {
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(Command::new("python3")
-        .arg(tests.join("make_models.py"))
-        .arg(work.path()));
+    let work = made_models();
+    let tests = model_server_tests();
     // A repository holding the script, as a user's would.
     let repo = work.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -1375,8 +1378,9 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
                 value,
             ],
         );
-        let out = Command::new(KEP)
-            .args([
+        let waited = cli(
+            srv,
+            &[
                 "serving",
                 "deployment",
                 "wait",
@@ -1384,15 +1388,9 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
                 name,
                 "--timeout-s",
                 "60",
-            ])
-            .env("KEP_DATA_DIR", &srv.data_dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
+        assert_eq!(waited["state"], "Available");
     }
     // Both deployments answer: the second gets no traffic until the split says so.
     cli(
