@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Model serving against Python onnxruntime in-process (BENCHMARKS.md, issue #6): the same
-# ONNX file and the same batch-1 input, served by kep's built-in engine (tract, in a `triton`
-# deployment's `kep model-server` instance) through the gateway, and run by onnxruntime in
-# the calling Python process (bench/model_server.py).
+# ONNX file and the same batch-1 input, served through the gateway by a `triton` deployment's
+# `kep model-server` instance in each engine (KEP_ENGINE=tract, the built-in one, then
+# KEP_ENGINE=onnxruntime, ONNX Runtime from the onnxruntime wheel's library through `ort`),
+# and run by onnxruntime in the calling Python process (bench/model_server.py).
 #
 #   bench/model_server.sh                  # needs wrk, jq, curl, python3 with onnx, onnxruntime, numpy
 #   DURATION=10s MODELS="mlp resnet50" bench/model_server.sh
@@ -11,11 +12,11 @@
 # resnet50 (light_resnet50.onnx of the onnx wheel's backend tests: gpu_0/data_0 FP32
 # [1,3,224,224] → gpu_0/softmax_1). kep is called with Triton's binary tensor extension
 # (JSON header, then the input's little-endian FP32 bytes; binary output), with keep-alive:
-# wrk -t1 -c2 (throughput) and -c1 (latency), DURATION each, after a 2 s warm-up. onnxruntime:
-# 2 and 1 caller threads on one session, intra_op threads at the default and at 1, DURATION
-# each. Nothing is pinned. "kep ÷ ort" = kep's inferences/s at the same concurrency (c2 for
-# 2 threads, c1 for 1) ÷ that row's. The issue's goal (ONNX Runtime through the gateway ≥
-# 0.9× in-process) is for an engine kep does not have yet; tract's ratio is what is shown.
+# wrk -t1 -c2 (throughput) and -c1 (latency), DURATION each, after a 2 s warm-up; one
+# instance runs at a time. onnxruntime: 2 and 1 caller threads on one session, intra_op
+# threads at the default and at 1, DURATION each. Nothing is pinned. "tract ÷ this" and
+# "kep-ort ÷ this" = kep's inferences/s in that engine at the same concurrency (c2 for 2
+# threads, c1 for 1) ÷ that row's. The issue's goal: kep-ort ≥ 0.9× in-process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
@@ -42,23 +43,23 @@ admin=http://$(jq -r .admin "$data/kep/addresses.json")
 api() { curl -sS --fail-with-body -H "Authorization: Bearer bench-operator" "$@"; }
 json() { api -H 'content-type: application/json' "$@"; }
 
-for m in $MODELS; do
-  file=${FILE[$m]}
-  # Upload, endpoint, triton deployment; the instance is Available once the model is loaded.
-  api -XPOST "$admin/admin/v1/serving/models" -F name="$m" -F framework=pytorch -F file=@"$file" >/dev/null
-  ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"$m\",\"instance_count\":1}")
-  KEY=$(jq -r .api_key <<<"$ep")
-  url=$(jq -r .url <<<"$ep")/v2/models/$m/infer
-  json -XPOST "$admin/admin/v1/serving/endpoints/$m/deployments" \
-    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$m\"}" >/dev/null
-  dep=""
+deploy() {  # endpoint model engine: prints "URL KEY" once the deployment is Available
+  local ep dep
+  ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"$1\",\"instance_count\":1}")
+  json -XPOST "$admin/admin/v1/serving/endpoints/$1/deployments" \
+    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}}" >/dev/null
   for _ in $(seq 1200); do
-    dep=$(api "$admin/admin/v1/serving/endpoints/$m/deployments/d1")
+    dep=$(api "$admin/admin/v1/serving/endpoints/$1/deployments/d1")
     [ "$(jq -r .state <<<"$dep")" = Available ] && break
     sleep 0.1
   done
   [ "$(jq -r .state <<<"$dep")" = Available ] || { echo "deployment not Available: $dep" >&2; exit 1; }
+  echo "$(jq -r .url <<<"$ep")/v2/models/$2/infer $(jq -r .api_key <<<"$ep")"
+}
 
+for m in $MODELS; do
+  file=${FILE[$m]}
+  api -XPOST "$admin/admin/v1/serving/models" -F name="$m" -F framework=pytorch -F file=@"$file" >/dev/null
   hlen=$(python3 "$PY" body "$file" "$WORK/$m.body")
   cat >"$WORK/$m.lua" <<LUA
 wrk.method = "POST"
@@ -66,33 +67,43 @@ wrk.body = io.open("$WORK/$m.body", "rb"):read("*a")
 wrk.headers["Content-Type"] = "application/octet-stream"
 wrk.headers["Inference-Header-Content-Length"] = "$hlen"
 LUA
-  curl -sf -XPOST -H "Authorization: Bearer $KEY" -H "Inference-Header-Content-Length: $hlen" \
-    -H 'content-type: application/octet-stream' --data-binary @"$WORK/$m.body" \
-    -D "$WORK/$m.headers" -o "$WORK/$m.answer" "$url" || { echo "no 200 from $url" >&2; exit 1; }
-  echo "== $m: $file, $(stat -c %s "$WORK/$m.body")-byte request ($hlen header), instance pid $(jq -r '.instances[0].pid' <<<"$dep")"
-  echo "   check: 200, $(python3 "$PY" check "$file" "$WORK/$m.answer" "$WORK/$m.headers")"
-
-  wrk_run() { wrk -t1 -c"$1" -d"$2" --latency -s "$WORK/$m.lua" -H "Authorization: Bearer $KEY" "$url"; }
-  wrk_run 2 2s >/dev/null
+  echo "== $m: $file, $(stat -c %s "$WORK/$m.body")-byte request ($hlen header)"
   res=$WORK/$m.results
   : >"$res"
-  for c in 2 1; do
-    out=$(wrk_run "$c" "$DURATION" | awk "$WRK_AWK")
-    echo "kep-c$c $out" >>"$res"
+  for engine in tract onnxruntime; do
+    read -r url KEY < <(deploy "$m-$engine" "$m" "$engine")
+    curl -sf -XPOST -H "Authorization: Bearer $KEY" -H "Inference-Header-Content-Length: $hlen" \
+      -H 'content-type: application/octet-stream' --data-binary @"$WORK/$m.body" \
+      -D "$WORK/$m.headers" -o "$WORK/$m.answer" "$url" || { echo "no 200 from $url" >&2; exit 1; }
+    echo "   $engine check: 200, $(python3 "$PY" check "$file" "$WORK/$m.answer" "$WORK/$m.headers")"
+    wrk_run() { wrk -t1 -c"$1" -d"$2" --latency -s "$WORK/$m.lua" -H "Authorization: Bearer $KEY" "$url"; }
+    wrk_run 2 2s >/dev/null
+    for c in 2 1; do
+      out=$(wrk_run "$c" "$DURATION" | awk "$WRK_AWK")
+      echo "$engine-c$c $out" >>"$res"
+    done
+    # One instance at a time on the 2 cores.
+    api -XDELETE "$admin/admin/v1/serving/endpoints/$m-$engine" >/dev/null
   done
   python3 "$PY" ort "$file" "$DURATION" >>"$res"
 
-  printf '   %-40s %10s %9s %9s %10s\n' "path (batch 1, $DURATION each)" "inf/s" "p50 ms" "p99 ms" "kep ÷ ort"
+  printf '   %-42s %10s %9s %9s %13s %13s\n' "path (batch 1, $DURATION each)" "inf/s" "p50 ms" "p99 ms" \
+    "tract ÷ this" "kep-ort ÷ this"
   awk '
     { ips[$1] = $2; p50[$1] = $3; p99[$1] = $4; order[NR] = $1 }
     END {
-      label["kep-c2"] = "kep gateway, tract, wrk -c2"; label["kep-c1"] = "kep gateway, tract, wrk -c1"
+      label["tract-c2"] = "kep gateway, tract, wrk -c2"; label["tract-c1"] = "kep gateway, tract, wrk -c1"
+      label["onnxruntime-c2"] = "kep gateway, onnxruntime, wrk -c2"
+      label["onnxruntime-c1"] = "kep gateway, onnxruntime, wrk -c1"
       label["ort-c2-i0"] = "python ort, 2 threads, intra_op default"; label["ort-c2-i1"] = "python ort, 2 threads, intra_op 1"
       label["ort-c1-i0"] = "python ort, 1 thread, intra_op default"; label["ort-c1-i1"] = "python ort, 1 thread, intra_op 1"
       for (i = 1; i <= NR; i++) {
-        k = order[i]; r = ""
-        if (k ~ /^ort/) { c = substr(k, 5, 2); r = sprintf("%.3f", ips["kep-" c] / ips[k]) }
-        printf "   %-40s %10.1f %9.3f %9.3f %10s\n", label[k], ips[k], p50[k] / 1000, p99[k] / 1000, r
+        k = order[i]; t = ""; o = ""
+        if (k ~ /^ort/) {
+          c = substr(k, 5, 2)
+          t = sprintf("%.3f", ips["tract-" c] / ips[k]); o = sprintf("%.3f", ips["onnxruntime-" c] / ips[k])
+        }
+        printf "   %-42s %10.1f %9.3f %9.3f %13s %13s\n", label[k], ips[k], p50[k] / 1000, p99[k] / 1000, t, o
       }
     }' "$res"
 done

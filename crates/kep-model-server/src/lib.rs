@@ -6,6 +6,8 @@
 pub mod cosmos;
 mod kserve;
 pub mod model;
+#[cfg(feature = "onnxruntime")]
+pub mod onnxruntime;
 pub mod tensor;
 mod tfserving;
 
@@ -17,7 +19,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-pub use model::{DataType, Model, ModelError, TensorSpec};
+pub use model::{DataType, Engine, Model, ModelError, TensorSpec};
 
 /// Which API the server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +135,7 @@ pub struct ServerConfig {
     pub model: PathBuf,
     /// The Cosmos serving script.
     pub script: Option<PathBuf>,
+    pub engine: Engine,
     pub addr: SocketAddr,
 }
 
@@ -150,9 +153,11 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         _ => None,
     };
     let path = config.model.clone();
-    let model = tokio::task::spawn_blocking(move || Model::load(&path)).await??;
+    let engine = config.engine;
+    let model = tokio::task::spawn_blocking(move || Model::load(&path, engine)).await??;
     tracing::info!(
         model = %config.name,
+        engine = engine.name(),
         inputs = ?model.inputs,
         outputs = ?model.outputs,
         "model loaded"

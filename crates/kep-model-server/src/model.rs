@@ -1,5 +1,6 @@
-//! A model loaded into the built-in engine (tract): its signature in KServe v2 datatype
-//! names, checked inputs, and a run that returns every output.
+//! A model loaded into an engine (the built-in tract, or ONNX Runtime where built and
+//! installed): its signature in KServe v2 datatype names, checked inputs, and a run that
+//! returns every output.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -144,15 +145,60 @@ pub enum ModelError {
     /// A request that does not fit the model's signature.
     #[error("{0}")]
     BadInput(String),
+    /// The chosen engine is not built in or cannot be loaded.
+    #[error("{0}")]
+    EngineUnavailable(String),
     /// The engine failed while running valid inputs.
     #[error("inference failed: {0}")]
     Failed(String),
 }
 
-/// The signature of a model artifact, read without preparing it to run.
-pub fn inspect(path: &Path) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>), ModelError> {
-    let typed = typed_model(path)?;
-    signature(&typed)
+/// A model's inputs and outputs.
+pub type Signature = (Vec<TensorSpec>, Vec<TensorSpec>);
+
+/// Which engine runs a model: a setting, and per deployment the `KEP_ENGINE` variable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// tract, built in, pure Rust.
+    #[default]
+    Tract,
+    /// ONNX Runtime, loaded from the user's `libonnxruntime` (the `onnxruntime` feature).
+    OnnxRuntime,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Tract => "tract",
+            Engine::OnnxRuntime => "onnxruntime",
+        }
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Engine, String> {
+        [Engine::Tract, Engine::OnnxRuntime]
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| format!("{s:?} is not an engine: tract or onnxruntime"))
+    }
+}
+
+/// The signature of a model artifact, read without preparing it to run. tract reads it;
+/// a model tract cannot type (an operator it lacks) is read by ONNX Runtime where that is
+/// available, so it can still be served by that engine.
+pub fn inspect(path: &Path) -> Result<Signature, ModelError> {
+    let read = typed_model(path).and_then(|typed| signature(&typed));
+    #[cfg(feature = "onnxruntime")]
+    if read.is_err()
+        && let Ok((signature, _)) = crate::onnxruntime::load(path)
+    {
+        return Ok(signature);
+    }
+    read
 }
 
 fn typed_model(path: &Path) -> Result<TypedModel, ModelError> {
@@ -164,7 +210,7 @@ fn typed_model(path: &Path) -> Result<TypedModel, ModelError> {
         .map_err(|e| ModelError::Unsupported(format!("{e:#}")))
 }
 
-fn signature(model: &TypedModel) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>), ModelError> {
+fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
     let specs = |outlets: &[OutletId]| {
         outlets
             .iter()
@@ -201,34 +247,58 @@ fn signature(model: &TypedModel) -> Result<(Vec<TensorSpec>, Vec<TensorSpec>), M
     Ok((inputs, outputs))
 }
 
-/// A model ready to run. Runs are independent: calls share it across threads.
+/// A model ready to run, shared by concurrent calls.
 pub struct Model {
+    pub engine: Engine,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
-    plan: Arc<TypedRunnableModel>,
+    runner: Runner,
+}
+
+enum Runner {
+    Tract(Arc<TypedRunnableModel>),
+    #[cfg(feature = "onnxruntime")]
+    OnnxRuntime(crate::onnxruntime::OrtModel),
 }
 
 impl Model {
-    /// Loads, optimizes and prepares the model: what the engine cannot run fails here, not
-    /// at the first call.
-    pub fn load(path: &Path) -> Result<Model, ModelError> {
-        let typed = typed_model(path)?;
-        let (inputs, outputs) = signature(&typed)?;
-        let plan = typed
-            .into_optimized()
-            .and_then(|m| m.into_runnable())
-            .map_err(|e| ModelError::Unsupported(format!("{e:#}")))?;
+    /// Loads, optimizes and prepares the model in `engine`: what the engine cannot run
+    /// fails here, not at the first call.
+    pub fn load(path: &Path, engine: Engine) -> Result<Model, ModelError> {
+        let ((inputs, outputs), runner) = match engine {
+            Engine::Tract => {
+                let typed = typed_model(path)?;
+                let signature = signature(&typed)?;
+                let plan = typed
+                    .into_optimized()
+                    .and_then(|m| m.into_runnable())
+                    .map_err(|e| ModelError::Unsupported(format!("{e:#}")))?;
+                (signature, Runner::Tract(plan))
+            }
+            #[cfg(feature = "onnxruntime")]
+            Engine::OnnxRuntime => {
+                let (signature, model) = crate::onnxruntime::load(path)?;
+                (signature, Runner::OnnxRuntime(model))
+            }
+            #[cfg(not(feature = "onnxruntime"))]
+            Engine::OnnxRuntime => {
+                return Err(ModelError::EngineUnavailable(
+                    "this kep was built without the onnxruntime feature".into(),
+                ));
+            }
+        };
         Ok(Model {
+            engine,
             inputs,
             outputs,
-            plan,
+            runner,
         })
     }
 
     /// Runs the model on named inputs (every input of the model, no other); returns every
     /// output, in the model's order.
     pub fn run(&self, mut given: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, ModelError> {
-        let mut ordered = TVec::new();
+        let mut ordered = Vec::with_capacity(self.inputs.len());
         for spec in &self.inputs {
             let i = given
                 .iter()
@@ -252,7 +322,7 @@ impl Model {
                     spec.shape
                 )));
             }
-            ordered.push(tensor.into_tvalue());
+            ordered.push(tensor);
         }
         if let Some((name, _)) = given.first() {
             return Err(ModelError::BadInput(format!(
@@ -264,10 +334,18 @@ impl Model {
                     .join(", ")
             )));
         }
-        let outputs = self
-            .plan
-            .run(ordered)
-            .map_err(|e| ModelError::Failed(format!("{e:#}")))?;
-        Ok(outputs.into_iter().map(|v| v.into_tensor()).collect())
+        match &self.runner {
+            Runner::Tract(plan) => {
+                let outputs = plan
+                    .run(ordered.into_iter().map(Tensor::into_tvalue).collect())
+                    .map_err(|e| ModelError::Failed(format!("{e:#}")))?;
+                Ok(outputs.into_iter().map(|v| v.into_tensor()).collect())
+            }
+            #[cfg(feature = "onnxruntime")]
+            Runner::OnnxRuntime(model) => {
+                let named = self.inputs.iter().map(|s| s.name.as_str()).zip(ordered);
+                model.run(named.collect(), &self.outputs)
+            }
+        }
     }
 }

@@ -3,6 +3,10 @@
 mlp.onnx        x FP32 [batch, 4] -> probs FP32 [batch, 3] (Gemm, Relu, Gemm, Softmax)
 identity.onnx   in_<type> -> out_<type> [n] for every KServe v2 datatype
 unsupported.onnx an operator of a domain no engine knows
+ort_only.onnx   x FP32 [n, 3, 3] -> y FP32 [n]: Det, which ONNX Runtime runs and tract lacks
+mlp.pb          the same MLP, weights and names as a TensorFlow frozen GraphDef (MatMul,
+                Add, Relu, MatMul, Add, Softmax), written with a small protobuf encoder: no
+                TensorFlow needed
 """
 import os
 import sys
@@ -22,10 +26,14 @@ def save(model, name):
 
 
 def mlp():
-    w1 = numpy_helper.from_array(rng.normal(size=(4, 8)).astype(np.float32), "w1")
-    b1 = numpy_helper.from_array(rng.normal(size=(8,)).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(rng.normal(size=(8, 3)).astype(np.float32), "w2")
-    b2 = numpy_helper.from_array(rng.normal(size=(3,)).astype(np.float32), "b2")
+    weights = {
+        "w1": rng.normal(size=(4, 8)).astype(np.float32),
+        "b1": rng.normal(size=(8,)).astype(np.float32),
+        "w2": rng.normal(size=(8, 3)).astype(np.float32),
+        "b2": rng.normal(size=(3,)).astype(np.float32),
+    }
+    frozen_mlp(weights)
+    w1, b1, w2, b2 = (numpy_helper.from_array(v, k) for k, v in weights.items())
     nodes = [
         helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
         helper.make_node("Relu", ["h"], ["hr"]),
@@ -85,6 +93,72 @@ def unsupported():
     onnx.save(model, os.path.join(out, "unsupported.onnx"))
 
 
+# TensorFlow's protobuf messages (graph.proto, node_def.proto, attr_value.proto,
+# tensor.proto, tensor_shape.proto), as field numbers.
+def varint(n):
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number, value):
+    """A varint for an int, length-delimited for bytes or str."""
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    if isinstance(value, str):
+        value = value.encode()
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+DT_FLOAT = 1
+
+
+def shape(dims):  # TensorShapeProto.dim (2) of Dim.size (1)
+    return b"".join(field(2, field(1, d)) for d in dims)
+
+
+def attrs(**values):  # NodeDef.attr (5): map entries {key 1, value 2: AttrValue}
+    return b"".join(field(5, field(1, k) + field(2, v)) for k, v in values.items())
+
+
+def node(name, op, inputs=(), **attr_values):
+    return field(1, name) + field(2, op) + b"".join(field(3, i) for i in inputs) + attrs(**attr_values)
+
+
+def frozen_mlp(weights):
+    t = field(6, DT_FLOAT)  # AttrValue.type
+    nodes = [node("x", "Placeholder", dtype=t, shape=field(7, shape([-1, 4])))]
+    for name, value in weights.items():
+        tensor = field(1, DT_FLOAT) + field(2, shape(value.shape)) + field(4, value.astype("<f4").tobytes())
+        nodes.append(node(name, "Const", dtype=t, value=field(8, tensor)))
+    nodes += [
+        node("h", "MatMul", ["x", "w1"], T=t),
+        node("hb", "Add", ["h", "b1"], T=t),
+        node("hr", "Relu", ["hb"], T=t),
+        node("l", "MatMul", ["hr", "w2"], T=t),
+        node("logits", "Add", ["l", "b2"], T=t),
+        node("probs", "Softmax", ["logits"], T=t),
+    ]
+    graph = b"".join(field(1, n) for n in nodes) + field(4, field(1, 1087))  # versions.producer
+    with open(os.path.join(out, "mlp.pb"), "wb") as f:
+        f.write(graph)
+
+
+def ort_only():
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"])],
+        "ort_only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "ort_only.onnx")
+
+
 mlp()
 identity()
 unsupported()
+ort_only()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use kep_model_server::{Model, ModelError, Protocol, Served, router};
+use kep_model_server::{Engine, Model, ModelError, Protocol, Served, router};
 use serde_json::{Value, json};
 
 fn tests_dir() -> PathBuf {
@@ -39,8 +39,15 @@ fn wheel_model(package: &str, relative: &str) -> PathBuf {
     Path::new(python(&["-c", &code]).trim()).join(relative)
 }
 
-async fn serve(protocol: Protocol, name: &str, path: &Path) -> String {
-    let model = Model::load(path).unwrap();
+/// The engines this build has: answers must match ONNX Runtime's whichever runs the model.
+const ENGINES: &[Engine] = &[
+    Engine::Tract,
+    #[cfg(feature = "onnxruntime")]
+    Engine::OnnxRuntime,
+];
+
+async fn serve(protocol: Protocol, engine: Engine, name: &str, path: &Path) -> String {
+    let model = Model::load(path, engine).unwrap();
     let served = Arc::new(Served {
         name: name.to_owned(),
         model,
@@ -84,8 +91,10 @@ async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
             wheel_model("onnxruntime", "datasets/sigmoid.onnx"),
         ),
     ] {
-        let url = serve(Protocol::Kserve, name, &path).await;
-        check("kserve", &url, name, &path).await;
+        for &engine in ENGINES {
+            let url = serve(Protocol::Kserve, engine, name, &path).await;
+            check("kserve", &url, name, &path).await;
+        }
     }
 }
 
@@ -94,8 +103,10 @@ async fn tf_serving_rows_and_columns_answer_as_onnx_runtime_does() {
     let made = made_models();
     for name in ["mlp", "identity"] {
         let path = made.path().join(format!("{name}.onnx"));
-        let url = serve(Protocol::TfServing, name, &path).await;
-        check("tfserving", &url, name, &path).await;
+        for &engine in ENGINES {
+            let url = serve(Protocol::TfServing, engine, name, &path).await;
+            check("tfserving", &url, name, &path).await;
+        }
     }
 }
 
@@ -108,7 +119,19 @@ async fn send(http: &reqwest::Client, url: String, body: &str) -> (u16, Value) {
 #[tokio::test]
 async fn bad_kserve_requests_get_the_protocols_errors_and_the_server_goes_on() {
     let made = made_models();
-    let url = serve(Protocol::Kserve, "mlp", &made.path().join("mlp.onnx")).await;
+    for &engine in ENGINES {
+        let url = serve(
+            Protocol::Kserve,
+            engine,
+            "mlp",
+            &made.path().join("mlp.onnx"),
+        )
+        .await;
+        bad_kserve_requests(&url).await;
+    }
+}
+
+async fn bad_kserve_requests(url: &str) {
     let http = reqwest::Client::new();
     let infer = format!("{url}/v2/models/mlp/infer");
     let good = json!({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
@@ -183,7 +206,19 @@ async fn bad_kserve_requests_get_the_protocols_errors_and_the_server_goes_on() {
 #[tokio::test]
 async fn bad_tf_serving_requests_get_the_protocols_errors() {
     let made = made_models();
-    let url = serve(Protocol::TfServing, "mlp", &made.path().join("mlp.onnx")).await;
+    for &engine in ENGINES {
+        let url = serve(
+            Protocol::TfServing,
+            engine,
+            "mlp",
+            &made.path().join("mlp.onnx"),
+        )
+        .await;
+        bad_tf_serving_requests(&url).await;
+    }
+}
+
+async fn bad_tf_serving_requests(url: &str) {
     let http = reqwest::Client::new();
     let predict = format!("{url}/v1/models/mlp:predict");
     for (body, said) in [
@@ -225,15 +260,17 @@ async fn bad_tf_serving_requests_get_the_protocols_errors() {
 #[test]
 fn a_model_the_engine_cannot_run_is_refused_at_load() {
     let made = made_models();
-    let err = match Model::load(&made.path().join("unsupported.onnx")) {
-        Err(e) => e,
-        Ok(_) => panic!("an unknown operator loaded"),
-    };
-    assert!(
-        matches!(err, ModelError::Unsupported(_) | ModelError::Unreadable(_)),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("Frobnicate"), "{err}");
+    for &engine in ENGINES {
+        let err = match Model::load(&made.path().join("unsupported.onnx"), engine) {
+            Err(e) => e,
+            Ok(_) => panic!("an unknown operator loaded in {engine:?}"),
+        };
+        assert!(
+            matches!(err, ModelError::Unsupported(_) | ModelError::Unreadable(_)),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("Frobnicate"), "{engine:?}: {err}");
+    }
     let not_a_model = made.path().join("mlp.txt");
     std::fs::write(&not_a_model, "hello").unwrap();
     assert!(matches!(
@@ -249,7 +286,7 @@ async fn a_cosmos_script_runs_around_the_model() {
     let source = std::fs::read_to_string(tests_dir().join("serve.rhai")).unwrap();
     let served = Arc::new(Served {
         name: "mlp".into(),
-        model: Model::load(&made.path().join("mlp.onnx")).unwrap(),
+        model: Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
     });
     let script = Arc::new(Script::compile(&source).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -301,7 +338,7 @@ async fn a_cosmos_script_runs_around_the_model() {
     let spin = Script::compile("fn preprocess(r) { loop {} } fn postprocess(o, r) { o }").unwrap();
     let served = Arc::new(Served {
         name: "mlp".into(),
-        model: Model::load(&made.path().join("mlp.onnx")).unwrap(),
+        model: Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -310,4 +347,24 @@ async fn a_cosmos_script_runs_around_the_model() {
     let (status, v) = send(&http, format!("{url}/predict"), "{}").await;
     assert_eq!(status, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("operations"), "{v}");
+}
+
+/// ONNX Runtime runs what tract cannot (here `Det`); the model's signature is still read at
+/// upload, and tract refuses it at load with the reason.
+#[cfg(feature = "onnxruntime")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn onnx_runtime_serves_a_model_tract_cannot_run() {
+    let made = made_models();
+    let path = made.path().join("ort_only.onnx");
+    let err = Model::load(&path, Engine::Tract)
+        .err()
+        .expect("tract lacks Det");
+    assert!(err.to_string().contains("Det"), "{err}");
+    let (inputs, outputs) = kep_model_server::model::inspect(&path).unwrap();
+    assert_eq!(
+        (inputs[0].shape.clone(), outputs[0].name.as_str()),
+        (vec![-1, 3, 3], "y")
+    );
+    let url = serve(Protocol::Kserve, Engine::OnnxRuntime, "det", &path).await;
+    check("kserve", &url, "det", &path).await;
 }

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use kep_model_server::Engine;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, mpsc};
 
@@ -65,11 +66,11 @@ struct ModelRef {
 
 impl DeploymentSpec {
     /// What its instances run; the description does not matter to them. Model types run
-    /// `model_server` (kep's own `model-server` subcommand) on the registered model, probed
-    /// on the protocol's own health call.
-    fn launch(&self, model_server: &[String]) -> Launch {
+    /// a model server (kep's own `model-server` subcommand) on the registered model, in
+    /// the deployment's engine, probed on the protocol's own health call.
+    fn launch(&self, server: &ModelServer) -> Launch {
         let served = |protocol: &str, model: &ModelRef| {
-            let mut argv = model_server.to_vec();
+            let mut argv = server.argv.clone();
             argv.extend(
                 [
                     "--protocol",
@@ -78,11 +79,20 @@ impl DeploymentSpec {
                     &model.name,
                     "--model",
                     &model.path,
+                    "--engine",
+                    server.engine_of(&self.env).name(),
                 ]
                 .map(str::to_owned),
             );
             Ok(argv)
         };
+        let mut env = self.env.clone();
+        if self.model.is_some()
+            && let Some(lib) = &server.onnxruntime
+        {
+            env.entry(ORT_DYLIB_PATH.to_owned())
+                .or_insert_with(|| lib.to_string_lossy().into_owned());
+        }
         let (command, readiness) = match (&self.kind, &self.image, &self.model) {
             (DeploymentType::CustomImage, Some(image), _) => (
                 Ok(image.command.clone()),
@@ -118,7 +128,7 @@ impl DeploymentSpec {
         };
         Launch {
             command,
-            env: self.env.clone(),
+            env,
             readiness,
             liveness: self.liveness.as_ref().map(ProbeSpec::from),
         }
@@ -135,6 +145,31 @@ impl DeploymentSpec {
     }
 }
 
+/// A deployment variable that chooses its model's engine (`tract` or `onnxruntime`).
+const KEP_ENGINE: &str = "KEP_ENGINE";
+/// Where a model server finds `libonnxruntime` (the variable `ort` reads).
+const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
+
+/// How model deployments' instances are started.
+struct ModelServer {
+    /// `serving.model_server`, else this executable's `model-server` subcommand.
+    argv: Vec<String>,
+    /// `serving.engine`.
+    engine: Engine,
+    /// `serving.onnxruntime`.
+    onnxruntime: Option<PathBuf>,
+}
+
+impl ModelServer {
+    /// A deployment's engine: its `KEP_ENGINE` variable (checked when it was made), else
+    /// the setting.
+    fn engine_of(&self, env: &BTreeMap<String, String>) -> Engine {
+        env.get(KEP_ENGINE)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.engine)
+    }
+}
+
 pub struct Control {
     settings: ServingSettings,
     store: Store,
@@ -142,9 +177,7 @@ pub struct Control {
     routes: mpsc::UnboundedSender<RouteUpdate>,
     root: PathBuf,
     gateway_url: String,
-    /// The argv that starts a model server (`serving.model_server`, else this executable's
-    /// `model-server` subcommand).
-    model_server: Vec<String>,
+    model_server: ModelServer,
     /// Changes are made one at a time, so names, model counts and quota hold across the
     /// check and the write.
     changes: Mutex<()>,
@@ -200,13 +233,22 @@ impl Control {
             );
         }
         std::fs::create_dir_all(root.join("models"))?;
-        let model_server = match &settings.model_server {
-            Some(argv) if !argv.is_empty() => argv.clone(),
-            _ => vec![
-                std::env::current_exe()?.to_string_lossy().into_owned(),
-                "model-server".to_owned(),
-            ],
+        let model_server = ModelServer {
+            argv: match &settings.model_server {
+                Some(argv) if !argv.is_empty() => argv.clone(),
+                _ => vec![
+                    std::env::current_exe()?.to_string_lossy().into_owned(),
+                    "model-server".to_owned(),
+                ],
+            },
+            engine: settings.engine,
+            onnxruntime: settings.onnxruntime.clone(),
         };
+        // Deployments are checked in this process with the library their instances load.
+        #[cfg(feature = "onnxruntime")]
+        if let Some(lib) = &settings.onnxruntime {
+            kep_model_server::onnxruntime::use_library(lib.clone());
+        }
         Ok(Control {
             model_server,
             settings,
@@ -598,7 +640,13 @@ impl Control {
                         ),
                     ));
                 }
-                check_model(PathBuf::from(&row.path)).await?;
+                let engine = match req.env.get(KEP_ENGINE) {
+                    Some(v) => v
+                        .parse()
+                        .map_err(|e| ServingError::field("env", format!("{KEP_ENGINE}: {e}")))?,
+                    None => self.model_server.engine,
+                };
+                check_model(PathBuf::from(&row.path), engine).await?;
                 Some(ModelRef {
                     id: row.id,
                     name: row.name,
@@ -1169,10 +1217,11 @@ pub async fn inspect_model(path: PathBuf) -> Result<(String, String), ServingErr
     Ok((json(&inputs)?, json(&outputs)?))
 }
 
-/// Prepares the model as its instances will: what the engine cannot run (an unsupported
-/// operator) is refused when the deployment is made, not at its first call.
-async fn check_model(path: PathBuf) -> Result<(), ServingError> {
-    tokio::task::spawn_blocking(move || kep_model_server::Model::load(&path).map(drop))
+/// Prepares the model as its instances will, in their engine: what the engine cannot run
+/// (an unsupported operator, or ONNX Runtime missing) is refused when the deployment is
+/// made, not at its first call.
+async fn check_model(path: PathBuf, engine: Engine) -> Result<(), ServingError> {
+    tokio::task::spawn_blocking(move || kep_model_server::Model::load(&path, engine).map(drop))
         .await
         .map_err(|e| ServingError::Internal(e.into()))?
         .map_err(|e| ServingError::field("model", e.to_string()))

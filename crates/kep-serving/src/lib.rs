@@ -51,6 +51,13 @@ pub struct ServingSettings {
     /// deployments; unset, kep's own `model-server` subcommand.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_server: Option<Vec<String>>,
+    /// The engine model servers run models in, unless a deployment's `KEP_ENGINE` variable
+    /// says otherwise.
+    pub engine: kep_model_server::Engine,
+    /// The `libonnxruntime` of the onnxruntime engine; unset, the one inside the
+    /// `onnxruntime` Python package.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub onnxruntime: Option<std::path::PathBuf>,
     /// How often calls, instances and processes are sampled for metrics and alerts.
     pub monitor_interval_ms: u64,
     /// Delivery attempts per alert, the first included.
@@ -94,6 +101,8 @@ impl Default for ServingSettings {
             termination_grace_s: 5,
             termination_drain_ms: 200,
             model_server: None,
+            engine: kep_model_server::Engine::Tract,
+            onnxruntime: None,
             monitor_interval_ms: 1000,
             alert_attempts: 6,
             alert_retry_ms: 500,

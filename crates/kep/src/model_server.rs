@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use kep_model_server::{Protocol, ServerConfig};
+use kep_model_server::{Engine, Protocol, ServerConfig};
 
 #[derive(Args)]
 pub struct ModelServerArgs {
@@ -21,6 +21,10 @@ pub struct ModelServerArgs {
     /// `postprocess(outputs, request)`).
     #[arg(long)]
     script: Option<PathBuf>,
+    /// The engine that runs the model: tract (built in) or onnxruntime (loaded from
+    /// ORT_DYLIB_PATH, else from the onnxruntime Python package).
+    #[arg(long, env = "KEP_ENGINE", default_value = "tract")]
+    engine: Engine,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -53,6 +57,7 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
         name: args.name,
         model: args.model,
         script: args.script,
+        engine: args.engine,
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await

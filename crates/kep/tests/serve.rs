@@ -1289,6 +1289,151 @@ print(json.dumps([float(p) for p in probs.ravel()]))
     );
 }
 
+/// The ONNX Runtime engine, chosen per deployment (`KEP_ENGINE`) or for all
+/// (`serving.engine`), loaded from the onnxruntime wheel's library: it serves a model the
+/// built-in engine cannot run, and a deployment that names no engine or a wrong one is
+/// refused when it is made.
+#[test]
+fn a_deployment_may_run_its_model_in_onnx_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made_models();
+    let first = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &first.0;
+    // `Det` is not in tract: the signature is read by ONNX Runtime at upload.
+    let det = models.path().join("ort_only.onnx");
+    let m = cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "det",
+            det.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+        ],
+    );
+    assert_eq!(m["inputs"][0]["shape"], serde_json::json!([-1, 3, 3]));
+    let e = cli(srv, &["serving", "endpoint", "create", "det"]);
+    let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
+    fn create<'a>(env: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec![
+            "serving",
+            "deployment",
+            "create",
+            "det",
+            "d1",
+            "--type",
+            "triton",
+            "--model",
+            "det",
+        ];
+        for e in env {
+            args.extend(["--env", e]);
+        }
+        args
+    }
+    for (env, field, said) in [
+        (&[][..], "model", "Det"),
+        (&["KEP_ENGINE=tract"][..], "model", "Det"),
+        (&["KEP_ENGINE=tensorrt"][..], "env", "tract or onnxruntime"),
+    ] {
+        let err = cli_fails(srv, &create(env));
+        assert!(
+            err.contains("HTTP 400") && err.contains(field) && err.contains(said),
+            "{env:?}: {err}"
+        );
+    }
+    cli(srv, &create(&["KEP_ENGINE=onnxruntime"]));
+    let waited = cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "wait",
+            "det",
+            "d1",
+            "--timeout-s",
+            "60",
+        ],
+    );
+    assert_eq!(waited["state"], "Available");
+    let matrices = serde_json::json!([
+        [[2, 0, 0], [0, 3, 0], [0, 0, 4]],
+        [[1, 2, 3], [4, 5, 6], [7, 8, 10]]
+    ]);
+    let (status, v) = http(
+        "POST",
+        &format!("{url}/v2/models/det/infer"),
+        Some(key),
+        Some(
+            &serde_json::json!({"inputs": [{"name": "x", "shape": [2, 3, 3],
+                                            "datatype": "FP32", "data": matrices}]})
+            .to_string(),
+        ),
+    );
+    assert_eq!(status, 200, "{v}");
+    let got: Vec<f64> = v["outputs"][0]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!(
+        (got[0] - 24.0).abs() < 1e-4 && (got[1] + 3.0).abs() < 1e-4,
+        "{v}"
+    );
+    drop(first);
+
+    // For every deployment: `serving.engine`, with the library named by its setting.
+    let lib = Command::new("python3")
+        .args([
+            "-c",
+            "import onnxruntime, os, glob; d = os.path.dirname(onnxruntime.__file__); \
+             print(glob.glob(os.path.join(d, 'capi', 'libonnxruntime.so*'))[0])",
+        ])
+        .output()
+        .unwrap();
+    let lib = String::from_utf8(lib.stdout).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let srv = StopsGracefully(serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_SERVING_ENGINE", "onnxruntime"),
+            ("KEP_SERVING_ONNXRUNTIME", lib.trim()),
+        ],
+    ));
+    let srv = &srv.0;
+    cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "det",
+            det.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+        ],
+    );
+    cli(srv, &["serving", "endpoint", "create", "det"]);
+    cli(srv, &create(&[]));
+    let waited = cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "wait",
+            "det",
+            "d1",
+            "--timeout-s",
+            "60",
+        ],
+    );
+    assert_eq!(waited["state"], "Available");
+}
+
 /// A Cosmos deployment: the model with a serving script around it, given as text or as a
 /// git repository cloned at deploy time, called through the gateway.
 #[test]

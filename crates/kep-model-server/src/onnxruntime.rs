@@ -1,0 +1,238 @@
+//! The optional engine: ONNX Runtime through `ort`, loaded at run time from a
+//! `libonnxruntime` the user already has. Nothing is downloaded or linked at build time.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use ort::environment::Environment;
+use ort::session::Session;
+use ort::value::{
+    DynValue, Outlet, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType,
+};
+use tract_onnx::prelude::tract_ndarray::{ArrayD, IxDyn};
+use tract_onnx::prelude::{Datum, DatumType, Tensor};
+use tract_onnx::tract_core::tract_data::half::f16;
+
+use crate::model::{DataType, ModelError, Signature, TensorSpec};
+
+/// The library a process loads, fixed by its first use (ONNX Runtime allows one per
+/// process).
+static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+/// Names the `libonnxruntime` to load, before the first model is; otherwise it is found as
+/// [`library`] says. A later call does not change a library already chosen.
+pub fn use_library(path: PathBuf) {
+    let _ = LIBRARY.set(path);
+}
+
+/// The library to load: the one named by [`use_library`], else `ORT_DYLIB_PATH`, else the
+/// one inside the `onnxruntime` Python package that `python3` imports.
+pub fn library() -> Result<PathBuf, String> {
+    if let Some(path) = LIBRARY.get() {
+        return Ok(path.clone());
+    }
+    if let Some(path) = std::env::var_os("ORT_DYLIB_PATH").filter(|p| !p.is_empty()) {
+        return Ok(path.into());
+    }
+    const NOT_FOUND: &str = "no libonnxruntime found: set serving.onnxruntime (ORT_DYLIB_PATH \
+                             for `kep model-server`) or install the onnxruntime Python package";
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))",
+        ])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|_| NOT_FOUND.to_owned())?;
+    if !out.status.success() {
+        return Err(NOT_FOUND.into());
+    }
+    let capi = Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("capi");
+    std::fs::read_dir(&capi)
+        .map_err(|_| NOT_FOUND.to_owned())?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libonnxruntime.so") || n == "libonnxruntime.dylib")
+        })
+        .ok_or_else(|| NOT_FOUND.to_owned())
+}
+
+fn environment() -> Result<&'static Environment, ModelError> {
+    ENVIRONMENT
+        .get_or_init(|| {
+            let lib = library()?;
+            let chosen = LIBRARY.get_or_init(|| lib.clone());
+            ort::init_from(chosen)
+                .map_err(|e| format!("{}: {e}", chosen.display()))?
+                .with_name("kep")
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| ModelError::EngineUnavailable(format!("ONNX Runtime: {e}")))
+}
+
+/// A model in an ONNX Runtime session. `Session::run` takes `&mut`, so calls take turns;
+/// each call already uses every core through ONNX Runtime's intra-op threads.
+pub struct OrtModel {
+    session: Mutex<Session>,
+}
+
+/// Loads `path` into a session: what ONNX Runtime cannot run fails here.
+pub fn load(path: &Path) -> Result<(Signature, OrtModel), ModelError> {
+    let session = Session::builder(environment()?)
+        .and_then(|mut b| b.commit_from_file(path))
+        .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+    let specs = |outlets: &[Outlet]| outlets.iter().map(spec).collect::<Result<Vec<_>, _>>();
+    let signature = (specs(session.inputs())?, specs(session.outputs())?);
+    Ok((
+        signature,
+        OrtModel {
+            session: Mutex::new(session),
+        },
+    ))
+}
+
+fn spec(outlet: &Outlet) -> Result<TensorSpec, ModelError> {
+    let name = outlet.name();
+    match outlet.dtype() {
+        ValueType::Tensor { ty, shape, .. } => Ok(TensorSpec {
+            name: name.to_owned(),
+            datatype: data_type(*ty)
+                .ok_or_else(|| ModelError::Unsupported(format!("{name}: element type {ty:?}")))?,
+            shape: shape.to_vec(),
+        }),
+        other => Err(ModelError::Unsupported(format!(
+            "{name}: {other:?} is not a tensor"
+        ))),
+    }
+}
+
+fn data_type(t: TensorElementType) -> Option<DataType> {
+    Some(match t {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Uint32 => DataType::Uint32,
+        TensorElementType::Uint64 => DataType::Uint64,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Float16 => DataType::Fp16,
+        TensorElementType::Float32 => DataType::Fp32,
+        TensorElementType::Float64 => DataType::Fp64,
+        TensorElementType::String => DataType::Bytes,
+        _ => return None,
+    })
+}
+
+impl OrtModel {
+    /// Runs checked inputs, named; returns the outputs `wanted`, in their order.
+    pub fn run(
+        &self,
+        inputs: Vec<(&str, Tensor)>,
+        wanted: &[TensorSpec],
+    ) -> Result<Vec<Tensor>, ModelError> {
+        let failed = |e: String| ModelError::Failed(e);
+        let values = inputs
+            .into_iter()
+            .map(|(name, t)| Ok((name, to_ort(&t).map_err(failed)?)))
+            .collect::<Result<Vec<(&str, DynValue)>, ModelError>>()?;
+        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        let outputs = session
+            .run(values)
+            .map_err(|e| ModelError::Failed(e.to_string()))?;
+        wanted
+            .iter()
+            .map(|spec| {
+                let value = outputs.get(&spec.name).ok_or_else(|| {
+                    ModelError::Failed(format!("ONNX Runtime gave no output {}", spec.name))
+                })?;
+                from_ort(value).map_err(failed)
+            })
+            .collect()
+    }
+}
+
+fn to_ort(t: &Tensor) -> Result<DynValue, String> {
+    fn plain<T: Datum + PrimitiveTensorElementType + Clone>(
+        t: &Tensor,
+        shape: Vec<i64>,
+    ) -> Result<DynValue, String> {
+        let data = elements::<T>(t)?;
+        OrtTensor::from_array((shape, data))
+            .map(OrtTensor::into_dyn)
+            .map_err(|e| e.to_string())
+    }
+    let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+    match t.datum_type() {
+        DatumType::Bool => plain::<bool>(t, shape),
+        DatumType::U8 => plain::<u8>(t, shape),
+        DatumType::U16 => plain::<u16>(t, shape),
+        DatumType::U32 => plain::<u32>(t, shape),
+        DatumType::U64 => plain::<u64>(t, shape),
+        DatumType::I8 => plain::<i8>(t, shape),
+        DatumType::I16 => plain::<i16>(t, shape),
+        DatumType::I32 => plain::<i32>(t, shape),
+        DatumType::I64 => plain::<i64>(t, shape),
+        DatumType::F16 => plain::<f16>(t, shape),
+        DatumType::F32 => plain::<f32>(t, shape),
+        DatumType::F64 => plain::<f64>(t, shape),
+        DatumType::String => {
+            let data = elements::<String>(t)?;
+            OrtTensor::from_string_array((shape, &data[..]))
+                .map(OrtTensor::into_dyn)
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!("no ONNX Runtime tensor of {other:?}")),
+    }
+}
+
+fn elements<T: Datum + Clone>(t: &Tensor) -> Result<Vec<T>, String> {
+    let view = t.to_plain_array_view::<T>().map_err(|e| format!("{e:#}"))?;
+    Ok(view
+        .as_slice()
+        .map_or_else(|| view.iter().cloned().collect(), <[T]>::to_vec))
+}
+
+fn from_ort(v: &DynValue) -> Result<Tensor, String> {
+    fn array<T: Datum>(shape: &[i64], data: Vec<T>) -> Result<Tensor, String> {
+        let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        ArrayD::from_shape_vec(IxDyn(&shape), data)
+            .map(Tensor::from)
+            .map_err(|e| e.to_string())
+    }
+    fn plain<T: Datum + PrimitiveTensorElementType + Clone>(
+        v: &DynValue,
+    ) -> Result<Tensor, String> {
+        let (shape, data) = v.try_extract_tensor::<T>().map_err(|e| e.to_string())?;
+        array(shape, data.to_vec())
+    }
+    let ValueType::Tensor { ty, .. } = v.dtype() else {
+        return Err(format!("an output of {:?} is not a tensor", v.dtype()));
+    };
+    match ty {
+        TensorElementType::Bool => plain::<bool>(v),
+        TensorElementType::Uint8 => plain::<u8>(v),
+        TensorElementType::Uint16 => plain::<u16>(v),
+        TensorElementType::Uint32 => plain::<u32>(v),
+        TensorElementType::Uint64 => plain::<u64>(v),
+        TensorElementType::Int8 => plain::<i8>(v),
+        TensorElementType::Int16 => plain::<i16>(v),
+        TensorElementType::Int32 => plain::<i32>(v),
+        TensorElementType::Int64 => plain::<i64>(v),
+        TensorElementType::Float16 => plain::<f16>(v),
+        TensorElementType::Float32 => plain::<f32>(v),
+        TensorElementType::Float64 => plain::<f64>(v),
+        TensorElementType::String => {
+            let (shape, data) = v.try_extract_strings().map_err(|e| e.to_string())?;
+            array(shape, data)
+        }
+        other => Err(format!("no protocol datatype for {other:?}")),
+    }
+}
