@@ -6,6 +6,7 @@
 pub mod cosmos;
 mod kserve;
 pub mod model;
+pub mod native;
 #[cfg(feature = "onnxruntime")]
 pub mod onnxruntime;
 pub mod tensor;

@@ -201,13 +201,59 @@ pub fn inspect(path: &Path) -> Result<Signature, ModelError> {
     read
 }
 
+/// The artifact as an ONNX model, else as a TensorFlow frozen GraphDef (the two protobuf
+/// messages do not parse as each other).
 fn typed_model(path: &Path) -> Result<TypedModel, ModelError> {
-    let model = tract_onnx::onnx()
-        .model_for_path(path)
-        .map_err(|e| ModelError::Unreadable(format!("{e:#}")))?;
+    let model = match tract_onnx::onnx().model_for_path(path) {
+        Ok(model) => model,
+        Err(onnx) => frozen_graph(path).map_err(|tf| {
+            ModelError::Unreadable(format!(
+                "neither ONNX ({onnx:#}) nor a TensorFlow frozen GraphDef ({tf:#})"
+            ))
+        })?,
+    };
     model
         .into_typed()
         .map_err(|e| ModelError::Unsupported(format!("{e:#}")))
+}
+
+/// A frozen GraphDef (or the graph of a SavedModel without variables): its Placeholders are the inputs and its sinks the outputs; a `-1`
+/// dimension of a Placeholder's shape becomes a variable one, as ONNX's named ones are.
+fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
+    use prost::Message as _;
+    use tract_tensorflow::tfpb::tensorflow::{GraphDef, SavedModel};
+    use tract_tensorflow::tract_hir::infer::{GenericFactoid, ShapeFactoid};
+    let bytes = std::fs::read(path)?;
+    // A SavedModel's first graph is read too: it is what TF Serving is given.
+    let graph = match GraphDef::decode(bytes.as_slice()) {
+        Ok(graph) => graph,
+        Err(frozen) => SavedModel::decode(bytes.as_slice())
+            .ok()
+            .and_then(|mut saved| {
+                (!saved.meta_graphs.is_empty()).then(|| saved.meta_graphs.remove(0))
+            })
+            .and_then(|meta| meta.graph_def)
+            .ok_or(frozen)?,
+    };
+    let mut model = tract_tensorflow::tensorflow().model_for_proto_model(&graph)?;
+    for i in 0..model.inputs.len() {
+        let mut fact = model.input_fact(i)?.clone();
+        if !fact.shape.is_open() {
+            let dims = fact
+                .shape
+                .dims()
+                .map(|d| match d {
+                    GenericFactoid::Any => {
+                        GenericFactoid::Only(model.symbols.new_with_prefix("n").to_dim())
+                    }
+                    known => known.clone(),
+                })
+                .collect();
+            fact.shape = ShapeFactoid::closed(dims);
+            model.set_input_fact(i, fact)?;
+        }
+    }
+    Ok(model)
 }
 
 fn signature(model: &TypedModel) -> Result<Signature, ModelError> {

@@ -3,6 +3,9 @@ Runtime's on the same inputs. Exits non-zero, saying why, on the first differenc
 
     check.py kserve URL NAME MODEL       # with tritonclient (http): binary and JSON tensors
     check.py tfserving URL NAME MODEL    # TF Serving REST: row and columnar requests
+
+MODEL is the ONNX file ONNX Runtime runs: the served one, or for a TensorFlow frozen graph
+the ONNX model with the same weights and names.
 """
 import base64
 import json

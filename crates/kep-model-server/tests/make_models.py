@@ -131,15 +131,16 @@ def node(name, op, inputs=(), **attr_values):
 
 def frozen_mlp(weights):
     t = field(6, DT_FLOAT)  # AttrValue.type
+    no = field(5, 0)  # AttrValue.b: false
     nodes = [node("x", "Placeholder", dtype=t, shape=field(7, shape([-1, 4])))]
     for name, value in weights.items():
         tensor = field(1, DT_FLOAT) + field(2, shape(value.shape)) + field(4, value.astype("<f4").tobytes())
         nodes.append(node(name, "Const", dtype=t, value=field(8, tensor)))
     nodes += [
-        node("h", "MatMul", ["x", "w1"], T=t),
+        node("h", "MatMul", ["x", "w1"], T=t, transpose_a=no, transpose_b=no),
         node("hb", "Add", ["h", "b1"], T=t),
         node("hr", "Relu", ["hb"], T=t),
-        node("l", "MatMul", ["hr", "w2"], T=t),
+        node("l", "MatMul", ["hr", "w2"], T=t, transpose_a=no, transpose_b=no),
         node("logits", "Add", ["l", "b2"], T=t),
         node("probs", "Softmax", ["logits"], T=t),
     ]

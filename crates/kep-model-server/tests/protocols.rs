@@ -116,6 +116,27 @@ async fn send(http: &reqwest::Client, url: String, body: &str) -> (u16, Value) {
     (status, res.json().await.unwrap_or(Value::Null))
 }
 
+/// A TensorFlow frozen GraphDef (`make_models.py` writes the MLP as one, with the same
+/// weights) answers both protocols as ONNX Runtime answers the ONNX MLP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tensorflow_frozen_graph_answers_as_its_onnx_twin_does() {
+    let made = made_models();
+    let frozen = made.path().join("mlp.pb");
+    let (inputs, outputs) = kep_model_server::model::inspect(&frozen).unwrap();
+    assert_eq!(
+        serde_json::to_value((&inputs, &outputs)).unwrap(),
+        json!([[{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+               [{"name": "probs", "datatype": "FP32", "shape": [-1, 3]}]])
+    );
+    for (protocol, which) in [
+        (Protocol::Kserve, "kserve"),
+        (Protocol::TfServing, "tfserving"),
+    ] {
+        let url = serve(protocol, Engine::Tract, "mlp", &frozen).await;
+        check(which, &url, "mlp", &made.path().join("mlp.onnx")).await;
+    }
+}
+
 #[tokio::test]
 async fn bad_kserve_requests_get_the_protocols_errors_and_the_server_goes_on() {
     let made = made_models();

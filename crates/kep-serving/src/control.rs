@@ -39,12 +39,23 @@ struct DeploymentSpec {
     /// repository cloned at deploy time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     script_path: Option<String>,
+    /// The command of a real model server from the PATH (`KEP_ENGINE=native`), with the
+    /// model laid out for it under its own folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    native: Option<Native>,
     env: BTreeMap<String, String>,
     port: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     readiness: Option<Probe>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     liveness: Option<Probe>,
+}
+
+/// A real model server's command and the folder the model is laid out in for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Native {
+    dir: String,
+    argv: Vec<String>,
 }
 
 /// The image a deployment was made from, with its command as it was then (as a container
@@ -70,6 +81,9 @@ impl DeploymentSpec {
     /// the deployment's engine, probed on the protocol's own health call.
     fn launch(&self, server: &ModelServer) -> Launch {
         let served = |protocol: &str, model: &ModelRef| {
+            if let Some(native) = &self.native {
+                return Ok(native.argv.clone());
+            }
             let mut argv = server.argv.clone();
             argv.extend(
                 [
@@ -145,7 +159,8 @@ impl DeploymentSpec {
     }
 }
 
-/// A deployment variable that chooses its model's engine (`tract` or `onnxruntime`).
+/// A deployment variable that chooses what runs its model (`tract`, `onnxruntime` or
+/// `native`).
 const KEP_ENGINE: &str = "KEP_ENGINE";
 /// Where a model server finds `libonnxruntime` (the variable `ort` reads).
 const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
@@ -168,7 +183,25 @@ impl ModelServer {
             .and_then(|v| v.parse().ok())
             .unwrap_or(self.engine)
     }
+
+    /// What runs a model deployment's instances: `KEP_ENGINE=native` for the type's real
+    /// server from the PATH, else an engine of `kep model-server`.
+    fn choice(&self, env: &BTreeMap<String, String>) -> Result<Option<Engine>, ServingError> {
+        match env.get(KEP_ENGINE).map(String::as_str) {
+            Some(NATIVE) => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ServingError::field(
+                    "env",
+                    format!("{KEP_ENGINE}: {v:?} is not tract, onnxruntime or {NATIVE}"),
+                )
+            }),
+            None => Ok(Some(self.engine)),
+        }
+    }
 }
+
+/// The `KEP_ENGINE` value that runs the real `tritonserver` or `tensorflow_model_server`.
+const NATIVE: &str = "native";
 
 pub struct Control {
     settings: ServingSettings,
@@ -610,6 +643,7 @@ impl Control {
             (Some(_), false) => return Err(forbid("image", "image")),
             (None, false) => None,
         };
+        let mut native = None;
         let model = match (&req.model, custom) {
             (Some(_), true) => {
                 return Err(forbid("model", "separate model: the image holds it"));
@@ -640,13 +674,10 @@ impl Control {
                         ),
                     ));
                 }
-                let engine = match req.env.get(KEP_ENGINE) {
-                    Some(v) => v
-                        .parse()
-                        .map_err(|e| ServingError::field("env", format!("{KEP_ENGINE}: {e}")))?,
-                    None => self.model_server.engine,
-                };
-                check_model(PathBuf::from(&row.path), engine).await?;
+                match self.model_server.choice(&req.env)? {
+                    Some(engine) => check_model(PathBuf::from(&row.path), engine).await?,
+                    None => native = Some(self.native_layout(req.kind, &row).await?),
+                }
                 Some(ModelRef {
                     id: row.id,
                     name: row.name,
@@ -688,6 +719,7 @@ impl Control {
             model,
             script,
             script_path,
+            native,
             env: req.env,
             port: req.port.unwrap_or(DEFAULT_PORT),
             readiness: req.readiness,
@@ -748,7 +780,62 @@ impl Control {
         }
     }
 
-    async fn forget_script(&self, path: &str) {
+    /// Lays the model out for the type's real server in a folder of its own and returns
+    /// the server's argv; the server must be on the PATH now.
+    async fn native_layout(
+        &self,
+        kind: DeploymentType,
+        row: &ModelRow,
+    ) -> Result<Native, ServingError> {
+        use kep_model_server::native;
+        let program = match kind {
+            DeploymentType::Triton => native::TRITONSERVER,
+            DeploymentType::TensorflowServing => native::TENSORFLOW_MODEL_SERVER,
+            _ => {
+                return Err(ServingError::field(
+                    "env",
+                    format!(
+                        "{KEP_ENGINE}={NATIVE} is for triton and tensorflow-serving deployments"
+                    ),
+                ));
+            }
+        };
+        if native::on_path(program).is_none() {
+            return Err(ServingError::field(
+                "env",
+                format!("{KEP_ENGINE}={NATIVE}: there is no {program} on kep's PATH"),
+            ));
+        }
+        let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
+        let signature = (tensors(&row.inputs), tensors(&row.outputs));
+        // The folder's parent is the deployment's own, as a cloned script's is.
+        let dir = self
+            .root
+            .join("native")
+            .join(kep_core::secret::new_uuid())
+            .join("model");
+        let (name, model) = (row.name.clone(), PathBuf::from(&row.path));
+        let at = dir.clone();
+        let made = tokio::task::spawn_blocking(move || match kind {
+            DeploymentType::Triton => native::triton(&at, &name, &model, &signature)
+                .map_err(|e| ServingError::Internal(e.into())),
+            _ => native::tf_serving(&at, &name, &model, &signature)
+                .map_err(|e| ServingError::field("model", e)),
+        })
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?;
+        let dir = dir.to_string_lossy().into_owned();
+        match made {
+            Ok(argv) => Ok(Native { dir, argv }),
+            Err(e) => {
+                self.forget_workdir(&dir).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the folder a script or a native layout was written in.
+    async fn forget_workdir(&self, path: &str) {
         if let Some(dir) = std::path::Path::new(path).parent() {
             let _ = tokio::fs::remove_dir_all(dir).await;
         }
@@ -991,9 +1078,16 @@ impl Control {
         // anew by an edit of something else).
         if new.script == old.script && new.script_path != old.script_path {
             if let Some(fresh) = new.script_path.take() {
-                self.forget_script(&fresh).await;
+                self.forget_workdir(&fresh).await;
             }
             new.script_path = old.script_path.clone();
+        }
+        // So does an unchanged model served natively.
+        if let (Some(o), Some(n)) = (&old.native, &new.native)
+            && old.model.as_ref().map(|m| &m.id) == new.model.as_ref().map(|m| &m.id)
+        {
+            self.forget_workdir(&n.dir).await;
+            new.native = Some(o.clone());
         }
         // An unchanged image name keeps the command it was deployed with.
         if let (Some(o), Some(n)) = (&old.image, &mut new.image)

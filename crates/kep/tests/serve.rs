@@ -1336,7 +1336,16 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
     for (env, field, said) in [
         (&[][..], "model", "Det"),
         (&["KEP_ENGINE=tract"][..], "model", "Det"),
-        (&["KEP_ENGINE=tensorrt"][..], "env", "tract or onnxruntime"),
+        (
+            &["KEP_ENGINE=tensorrt"][..],
+            "env",
+            "is not tract, onnxruntime or native",
+        ),
+        (
+            &["KEP_ENGINE=native"][..],
+            "env",
+            "no tritonserver on kep's PATH",
+        ),
     ] {
         let err = cli_fails(srv, &create(env));
         assert!(
@@ -1432,6 +1441,160 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
         ],
     );
     assert_eq!(waited["state"], "Available");
+}
+
+/// `KEP_ENGINE=native` runs the type's real server from the PATH on the model laid out for
+/// it: a Triton repository (ONNX or GraphDef, with its config.pbtxt) and a TF Serving
+/// SavedModel made from a frozen GraphDef. Neither server can be installed here, so
+/// `native_server.py` stands in for both: it takes their command lines, checks the layout
+/// as they read it, and serves with `kep model-server`.
+#[test]
+fn a_real_model_server_on_the_path_may_serve_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made_models();
+    let bin = models.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/native_server.py");
+    for program in ["tritonserver", "tensorflow_model_server"] {
+        let script = bin.join(program);
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nexec python3 {} {KEP} {program} \"$@\"\n",
+                fake.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[("PATH", &path)]));
+    let srv = &srv.0;
+    let upload = |name: &str, file: &str, framework: &str| {
+        let file = models.path().join(file);
+        cli(
+            srv,
+            &[
+                "serving",
+                "model",
+                "upload",
+                name,
+                file.to_str().unwrap(),
+                "--framework",
+                framework,
+            ],
+        )
+    };
+    upload("mlp", "mlp.onnx", "pytorch");
+    let frozen = upload("mlp-tf", "mlp.pb", "tensorflow");
+    assert_eq!(frozen["inputs"][0]["shape"], serde_json::json!([-1, 4]));
+    upload("mlp-onnx-tf", "mlp.onnx", "tensorflow");
+    let deploy = |endpoint: &str, kind: &str, model: &str| {
+        let e = cli(srv, &["serving", "endpoint", "create", endpoint]);
+        let args = [
+            "serving",
+            "deployment",
+            "create",
+            endpoint,
+            "d1",
+            "--type",
+            kind,
+            "--model",
+            model,
+            "--env",
+            "KEP_ENGINE=native",
+        ];
+        (
+            e,
+            Command::new(KEP)
+                .args(args)
+                .env("KEP_DATA_DIR", &srv.data_dir)
+                .output()
+                .unwrap(),
+        )
+    };
+    let rows = serde_json::json!([[1.0, 2.0, 3.0, 4.0], [0.5, 0.1, -1.0, 2.0]]);
+    let mut answers = Vec::new();
+    for (endpoint, kind, model) in [
+        ("tri", "triton", "mlp"),
+        ("tri-tf", "triton", "mlp-tf"),
+        ("tfs", "tensorflow-serving", "mlp-tf"),
+    ] {
+        let (e, out) = deploy(endpoint, kind, model);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let waited = cli(
+            srv,
+            &[
+                "serving",
+                "deployment",
+                "wait",
+                endpoint,
+                "d1",
+                "--timeout-s",
+                "60",
+            ],
+        );
+        assert_eq!(waited["state"], "Available", "{endpoint}");
+        let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
+        let (status, v) = if kind == "triton" {
+            http(
+                "POST",
+                &format!("{url}/v2/models/{model}/infer"),
+                Some(key),
+                Some(
+                    &serde_json::json!({"inputs": [{"name": "x", "shape": [2, 4],
+                                                    "datatype": "FP32", "data": rows}]})
+                    .to_string(),
+                ),
+            )
+        } else {
+            http(
+                "POST",
+                &format!("{url}/v1/models/{model}:predict"),
+                Some(key),
+                Some(&serde_json::json!({"instances": rows}).to_string()),
+            )
+        };
+        assert_eq!(status, 200, "{endpoint}: {v}");
+        // Flat: KServe's data, or TF Serving's rows one after another.
+        let data: Vec<f64> = if kind == "triton" {
+            v["outputs"][0]["data"].as_array().unwrap().clone()
+        } else {
+            v["predictions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r.as_array().unwrap().clone())
+                .collect()
+        }
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+        answers.push(data);
+    }
+    // The ONNX model and its frozen-graph twin agree, whichever server runs them.
+    for other in &answers[1..] {
+        assert!(
+            other.len() == 6
+                && other
+                    .iter()
+                    .zip(&answers[0])
+                    .all(|(a, b)| (a - b).abs() < 1e-5),
+            "{answers:?}"
+        );
+    }
+    // TF Serving serves TensorFlow graphs only, and Cosmos has no native server.
+    let (_, out) = deploy("tfs-onnx", "tensorflow-serving", "mlp-onnx-tf");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("HTTP 400") && err.contains("this model is ONNX"),
+        "{err}"
+    );
 }
 
 /// A Cosmos deployment: the model with a serving script around it, given as text or as a
