@@ -201,6 +201,11 @@ pub fn inspect(path: &Path) -> Result<Signature, ModelError> {
     read
 }
 
+/// Whether the artifact is an ONNX model (else a TensorFlow frozen GraphDef, or nothing).
+pub fn is_onnx(path: &Path) -> bool {
+    tract_onnx::onnx().proto_model_for_path(path).is_ok()
+}
+
 /// The artifact as an ONNX model, else as a TensorFlow frozen GraphDef (the two protobuf
 /// messages do not parse as each other).
 fn typed_model(path: &Path) -> Result<TypedModel, ModelError> {

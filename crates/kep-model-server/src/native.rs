@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use prost::Message as _;
 use tract_tensorflow::tfpb::tensorflow as tf;
 
-use crate::model::{DataType, Signature, TensorSpec};
+use crate::model::{DataType, Signature, TensorSpec, is_onnx};
 
 pub const TRITONSERVER: &str = "tritonserver";
 pub const TENSORFLOW_MODEL_SERVER: &str = "tensorflow_model_server";
@@ -23,12 +23,6 @@ pub fn on_path(program: &str) -> Option<PathBuf> {
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-}
-
-/// Whether the artifact is an ONNX model (else a TensorFlow frozen GraphDef).
-pub fn is_onnx(model: &Path) -> bool {
-    use tract_onnx::prelude::Framework as _;
-    tract_onnx::onnx().proto_model_for_path(model).is_ok()
 }
 
 /// Lays out a Triton model repository at `repository` for model `name` and returns the

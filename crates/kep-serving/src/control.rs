@@ -1300,13 +1300,31 @@ fn model_view(row: &ModelRow) -> Model {
     }
 }
 
-/// Reads an uploaded artifact's inputs and outputs with the built-in engine, as JSON; a
-/// file it cannot read as a model is refused at upload.
-pub async fn inspect_model(path: PathBuf) -> Result<(String, String), ServingError> {
-    let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
-        .await
-        .map_err(|e| ServingError::Internal(e.into()))?;
-    let (inputs, outputs) = read.map_err(|e| ServingError::field("file", e.to_string()))?;
+/// Reads an uploaded artifact's inputs and outputs, as JSON; a file no engine can read as
+/// a model is refused at upload, and so is a frozen GraphDef of a framework other than
+/// TensorFlow (CONTRACT §3: other frameworks come as ONNX exports).
+pub async fn inspect_model(
+    path: PathBuf,
+    framework: &str,
+) -> Result<(String, String), ServingError> {
+    let tensorflow = framework == "tensorflow";
+    let read = tokio::task::spawn_blocking(move || {
+        let signature = kep_model_server::model::inspect(&path)?;
+        Ok::<_, kep_model_server::ModelError>((
+            signature,
+            tensorflow || kep_model_server::model::is_onnx(&path),
+        ))
+    })
+    .await
+    .map_err(|e| ServingError::Internal(e.into()))?;
+    let ((inputs, outputs), allowed) =
+        read.map_err(|e| ServingError::field("file", e.to_string()))?;
+    if !allowed {
+        return Err(ServingError::field(
+            "file",
+            "a TensorFlow frozen GraphDef is for tensorflow models; other frameworks are uploaded as ONNX exports",
+        ));
+    }
     let json = |t| serde_json::to_string(t).map_err(|e| ServingError::Internal(e.into()));
     Ok((json(&inputs)?, json(&outputs)?))
 }

@@ -1490,6 +1490,23 @@ fn a_real_model_server_on_the_path_may_serve_the_model() {
     let frozen = upload("mlp-tf", "mlp.pb", "tensorflow");
     assert_eq!(frozen["inputs"][0]["shape"], serde_json::json!([-1, 4]));
     upload("mlp-onnx-tf", "mlp.onnx", "tensorflow");
+    // A frozen GraphDef is a TensorFlow model's form; a PyTorch model comes as ONNX.
+    let err = cli_fails(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "mlp-pt",
+            models.path().join("mlp.pb").to_str().unwrap(),
+            "--framework",
+            "pytorch",
+        ],
+    );
+    assert!(
+        err.contains("HTTP 400") && err.contains("frozen GraphDef is for tensorflow"),
+        "{err}"
+    );
     let deploy = |endpoint: &str, kind: &str, model: &str| {
         let e = cli(srv, &["serving", "endpoint", "create", endpoint]);
         let args = [

@@ -238,7 +238,8 @@ async fn upload_model(
             return Err(ServingError::field("file", "the model file is empty"));
         }
         Control::check_model_fields(&name, &framework)?;
-        let (inputs, outputs) = crate::control::inspect_model(part_path.clone()).await?;
+        let (inputs, outputs) =
+            crate::control::inspect_model(part_path.clone(), &framework).await?;
         tokio::fs::rename(&part_path, &path).await?;
         control
             .register_model(ModelRow {
