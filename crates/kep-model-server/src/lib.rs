@@ -137,6 +137,8 @@ pub struct ServerConfig {
     /// The Cosmos serving script.
     pub script: Option<PathBuf>,
     pub engine: Engine,
+    /// Threads one inference may use; `None`, the engine's default (tract uses one).
+    pub threads: Option<usize>,
     pub addr: SocketAddr,
 }
 
@@ -155,6 +157,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     };
     let path = config.model.clone();
     let engine = config.engine;
+    #[cfg(feature = "onnxruntime")]
+    if let Some(threads) = config.threads {
+        onnxruntime::use_intra_threads(threads);
+    }
     let model = tokio::task::spawn_blocking(move || Model::load(&path, engine)).await??;
     tracing::info!(
         model = %config.name,

@@ -19,6 +19,13 @@ use crate::model::{DataType, ModelError, Signature, TensorSpec};
 /// process).
 static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+static INTRA_THREADS: OnceLock<usize> = OnceLock::new();
+
+/// Threads one inference may use (ONNX Runtime's intra-op threads), before the first model
+/// is loaded; unset, one per core. An instance is given its instance type's CPUs.
+pub fn use_intra_threads(threads: usize) {
+    let _ = INTRA_THREADS.set(threads);
+}
 
 /// Names the `libonnxruntime` to load, before the first model is; otherwise it is found as
 /// [`library`] says. A later call does not change a library already chosen.
@@ -84,9 +91,16 @@ pub struct OrtModel {
 
 /// Loads `path` into a session: what ONNX Runtime cannot run fails here.
 pub fn load(path: &Path) -> Result<(Signature, OrtModel), ModelError> {
-    let session = Session::builder(environment()?)
-        .and_then(|mut b| b.commit_from_file(path))
-        .map_err(|e| ModelError::Unsupported(e.to_string()))?;
+    let unsupported = |e: String| ModelError::Unsupported(e);
+    let mut builder = Session::builder(environment()?).map_err(|e| unsupported(e.to_string()))?;
+    if let Some(&threads) = INTRA_THREADS.get() {
+        builder = builder
+            .with_intra_threads(threads)
+            .map_err(|e| unsupported(e.to_string()))?;
+    }
+    let session = builder
+        .commit_from_file(path)
+        .map_err(|e| unsupported(e.to_string()))?;
     let specs = |outlets: &[Outlet]| outlets.iter().map(spec).collect::<Result<Vec<_>, _>>();
     let signature = (specs(session.inputs())?, specs(session.outputs())?);
     Ok((

@@ -79,7 +79,7 @@ impl DeploymentSpec {
     /// What its instances run; the description does not matter to them. Model types run
     /// a model server (kep's own `model-server` subcommand) on the registered model, in
     /// the deployment's engine, probed on the protocol's own health call.
-    fn launch(&self, server: &ModelServer) -> Launch {
+    fn launch(&self, server: &ModelServer, cpus: f64) -> Launch {
         let served = |protocol: &str, model: &ModelRef| {
             if let Some(native) = &self.native {
                 return Ok(native.argv.clone());
@@ -98,6 +98,11 @@ impl DeploymentSpec {
                 ]
                 .map(str::to_owned),
             );
+            // One inference uses the CPUs its instance type gives it, as in a container.
+            argv.extend([
+                "--threads".to_owned(),
+                (cpus.ceil().max(1.0) as usize).to_string(),
+            ]);
             Ok(argv)
         };
         let mut env = self.env.clone();
@@ -294,6 +299,16 @@ impl Control {
         })
     }
 
+    /// What a deployment's instances run, on its endpoint's instance type.
+    fn launch(&self, spec: &DeploymentSpec, e: &EndpointRow) -> Launch {
+        let cpus = self
+            .settings
+            .instance_types
+            .get(&e.instance_type)
+            .map_or(1.0, |t| t.cpu);
+        spec.launch(&self.model_server, cpus)
+    }
+
     /// At start: routes for every endpoint, instances for every deployment.
     pub async fn resume(&self) -> Result<(), ServingError> {
         for e in self.store.endpoints().await? {
@@ -302,7 +317,7 @@ impl Control {
                 let spec = parse_spec(&d)?;
                 self.runtime.apply(
                     key(&e.name, &d.name),
-                    spec.launch(&self.model_server),
+                    self.launch(&spec, &e),
                     e.instance_count as u32,
                 );
             }
@@ -958,7 +973,7 @@ impl Control {
         self.store.insert_deployment(&row).await?;
         self.runtime.apply(
             key(endpoint, &name),
-            spec.launch(&self.model_server),
+            self.launch(&spec, &e),
             e.instance_count as u32,
         );
         self.publish_route(endpoint).await?;
@@ -1110,7 +1125,7 @@ impl Control {
         if !old.same_launch(&new) {
             self.runtime.apply(
                 key(endpoint, name),
-                new.launch(&self.model_server),
+                self.launch(&new, &e),
                 e.instance_count as u32,
             );
         }

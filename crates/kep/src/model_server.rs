@@ -25,6 +25,10 @@ pub struct ModelServerArgs {
     /// ORT_DYLIB_PATH, else from the onnxruntime Python package).
     #[arg(long, env = "KEP_ENGINE", default_value = "tract")]
     engine: Engine,
+    /// Threads one inference may use (ONNX Runtime's intra-op threads) [default: one per
+    /// core; the runtime passes the instance type's CPUs].
+    #[arg(long)]
+    threads: Option<usize>,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -58,6 +62,7 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
         model: args.model,
         script: args.script,
         engine: args.engine,
+        threads: args.threads,
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await
