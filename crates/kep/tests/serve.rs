@@ -1738,3 +1738,163 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
     assert_eq!(status, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("no features"), "{v}");
 }
+
+/// Every kind of secret and token the services hand out or take, run through a server
+/// logging every request (`KEP_LOG=debug`): none of them may appear in what it wrote.
+#[test]
+fn secrets_and_tokens_never_reach_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("kep.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let operator = "operator-token-that-must-not-be-logged";
+    let mut child = Command::new(KEP)
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(port0())
+        .env("KEP_LOG", "debug")
+        .env("KEP_ADMIN_TOKEN", operator)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _stop = KillOnDrop(&mut child);
+    let addresses = dir.path().join("addresses.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !addresses.exists() {
+        assert!(Instant::now() < deadline, "kep serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let addrs: Value = serde_json::from_slice(&std::fs::read(&addresses).unwrap()).unwrap();
+    let url = |listener: &str| format!("http://{}", addrs[listener].as_str().unwrap());
+    let admin = |path: &str, body: &str| {
+        let (status, v) = http(
+            "POST",
+            &format!("{}{path}", url("admin")),
+            Some(operator),
+            Some(body),
+        );
+        assert!(status < 300, "{path}: {status} {v}");
+        v
+    };
+    let mut secrets = vec![operator.to_owned()];
+    let mut keep = |v: &Value, fields: &[&str]| {
+        for f in fields {
+            secrets.push(v[*f].as_str().unwrap().to_owned());
+        }
+    };
+
+    // Live: the service's secrets, then a provisioned room token used on a room call.
+    let svc = admin("/admin/v1/live/services", "{}");
+    keep(&svc, &["serviceSecret", "adminSecret"]);
+    let out = Command::new(KEP)
+        .args([
+            "live",
+            "provision",
+            "--service-id",
+            svc["serviceId"].as_str().unwrap(),
+            "--admin-secret",
+            svc["adminSecret"].as_str().unwrap(),
+        ])
+        .env("KEP_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    let provisioned: Value = serde_json::from_slice(&out.stdout).unwrap();
+    keep(&provisioned, &["token"]);
+    let rooms = reqwest::blocking::Client::new()
+        .post(format!("{}/api/rpc", url("live")))
+        .bearer_auth(provisioned["token"].as_str().unwrap())
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc": "2.0", "id": 1, "method": "Room.ListRooms", "params": {}}"#)
+        .send()
+        .unwrap();
+    let rooms: Value = rooms.json().unwrap();
+    assert_eq!(rooms["result"], serde_json::json!([]), "{rooms}");
+
+    // Adapter: an org's secret key on an agent call.
+    let org = admin(
+        "/admin/v1/adapter/org-login-types",
+        r#"{"method": "OAUTH2", "adapter_agent": "127.0.0.1:9"}"#,
+    );
+    keep(&org, &["secret_key"]);
+    let res = reqwest::blocking::Client::new()
+        .get(format!(
+            "{}/api/trust/login/v0/getOrgLoginType",
+            url("adapter")
+        ))
+        .header(
+            "Authorization",
+            format!("Secret {}", org["secret_key"].as_str().unwrap()),
+        )
+        .header("Kep-OrgLoginType", format!("ID {}", org["id"]))
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+
+    // Messaging: client credentials for a token, the token on a search.
+    let client = admin("/admin/v1/messaging/clients", "{}");
+    keep(&client, &["client_secret"]);
+    let token: Value = reqwest::blocking::Client::new()
+        .post(format!("{}/v2/oauth/token", url("messaging")))
+        .basic_auth(
+            client["client_id"].as_str().unwrap(),
+            client["client_secret"].as_str(),
+        )
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    keep(&token, &["access_token"]);
+    let res = reqwest::blocking::Client::new()
+        .post(format!("{}/v2/info/message/search", url("messaging")))
+        .bearer_auth(token["access_token"].as_str().unwrap())
+        .json(&serde_json::json!({}))
+        .send()
+        .unwrap();
+    assert_ne!(res.status(), 401);
+
+    // Serving: an endpoint's key on a call, and its reissue.
+    let endpoint = admin("/admin/v1/serving/endpoints", r#"{"name": "quiet"}"#);
+    keep(&endpoint, &["api_key"]);
+    let (status, _) = http(
+        "GET",
+        &format!("{}/v1/models/m", endpoint["url"].as_str().unwrap()),
+        endpoint["api_key"].as_str(),
+        None,
+    );
+    assert_eq!(status, 503, "no deployment yet");
+    let reissued = admin("/admin/v1/serving/endpoints/quiet/api-key", "{}");
+    keep(&reissued, &["api_key"]);
+
+    drop(_stop);
+    let written = std::fs::read_to_string(&log_path).unwrap();
+    // The requests were logged, so the check below has something to look at.
+    for path in [
+        "/admin/v1/live/services",
+        "/api/rpc",
+        "/v2/oauth/token",
+        "/endpoints/quiet",
+    ] {
+        assert!(
+            written.contains(path),
+            "{path} is not in the log:\n{written}"
+        );
+    }
+    for secret in &secrets {
+        assert!(
+            !written.contains(secret.as_str()),
+            "a secret reached the log: {secret}\n{written}"
+        );
+    }
+}
+
+/// Kills a child process when dropped, so a failed test leaves nothing running.
+struct KillOnDrop<'a>(&'a mut Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
