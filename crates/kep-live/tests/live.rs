@@ -401,10 +401,35 @@ async fn room_calls_need_a_live_token_of_their_own_service() {
     assert_eq!(rpc_data(&e), json!({"roomId": "room"}));
     let e = client_b.destroy_room("room").await.unwrap_err();
     assert_eq!(rpc_code(&e), -11004);
+    // Every call on a's room answers b exactly as a room that does not exist: no oracle.
+    let p1 = vec!["p1".to_owned()];
+    let stream = [("p1".to_owned(), 1)];
+    for room in ["room", "nowhere"] {
+        let errors = [
+            client_b.list_participants(room).await.unwrap_err(),
+            client_b.destroy_room(room).await.unwrap_err(),
+            client_b.kick(room, &p1).await.unwrap_err(),
+            client_b.inactivate(room, &stream).await.unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(rpc_code(&e), -11004, "{room}: {e}");
+            assert_eq!(rpc_data(&e), json!({"roomId": room}));
+        }
+    }
     assert_eq!(
         client_a.list_rooms().await.unwrap(),
         vec!["room".to_owned()],
         "untouched"
+    );
+    assert_eq!(
+        client_a
+            .list_participants("room")
+            .await
+            .unwrap()
+            .participants
+            .len(),
+        1,
+        "p1 still there"
     );
 
     // The token expires after its ttl (1 s here).
