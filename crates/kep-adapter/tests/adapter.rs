@@ -885,3 +885,56 @@ async fn the_operator_manages_org_login_types() {
         "file_type"
     );
 }
+
+/// An operator call: its status and JSON answer.
+async fn operator_call(
+    srv: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{}{path}", srv.admin.base_url()))
+        .bearer_auth(OPERATOR_TOKEN);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json::<Value>().await.unwrap())
+}
+
+/// Found by schema fuzzing (fuzz/schema.sh): a nested object sent as an array
+/// (`"synchronization": [null, null]`) was read field by field and saved, and an integer sent
+/// as `1.0` was refused although its schema (JSON Schema) counts it an integer.
+#[tokio::test]
+async fn operator_bodies_are_read_as_their_schema_reads_them() {
+    let srv = spawn(|_| {}).await;
+    let org = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    let path = format!("/admin/v1/adapter/org-login-types/{}", org.id);
+    let mut body = serde_json::to_value(oauth2_org("127.0.0.1:9")).unwrap();
+    body["data_model"]["user"]["synchronization"] = json!([null, null]);
+    let (status, answer) = operator_call(&srv, reqwest::Method::PUT, &path, Some(body)).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["field"], "data_model.user.synchronization");
+    let kept = srv.admin.org(org.id).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(kept.data_model).unwrap()["user"]["synchronization"]["options"],
+        json!(["name", "email"]),
+        "nothing was saved"
+    );
+
+    let drm = json!({"org_login_type_id": org.id as f64, "file_id": "f", "file_type": "DRM"});
+    let (status, answer) = operator_call(
+        &srv,
+        reqwest::Method::POST,
+        "/admin/v1/adapter/drm-requests",
+        Some(drm),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+}

@@ -2,7 +2,6 @@
 //! `{"error": {"code", "message", "field"?}}`, a JSON extractor that answers in that shape,
 //! and the operator-token guard.
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -87,19 +86,27 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `axum::Json`, but a rejected body is answered in the operator API's error shape.
+/// `axum::Json`, but a rejected body is answered in the operator API's error shape: a body
+/// that is not a JSON object is a 400 (`invalid_body`), an object of the wrong shape a 400
+/// naming the field at fault (`invalid_field`), as [`from_json`] answers.
 pub struct AdminJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for AdminJson<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(AdminJson(v)),
+        match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            // A struct would also be read from an array (`[null, null]`): only an object is.
+            Ok(axum::Json(v)) if !v.is_object() => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                "the body must be a JSON object",
+            )),
+            Ok(axum::Json(v)) => from_json(v).map(AdminJson),
             Err(rejection) => {
                 let status = rejection.status();
                 let code = match status {
@@ -114,9 +121,11 @@ where
 }
 
 /// Turns a JSON body into `T`; a failure is a 400 naming the field at fault
-/// (`data_model.login.oauth2.client_id`).
+/// (`data_model.login.oauth2.client_id`). Read as its schema reads it: a number with no
+/// fraction (`3.0`) is the integer it is, and a struct is only ever an object
+/// ([`crate::json`]).
 pub fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    crate::json::deserialize(value).map_err(|e| {
         let (field, message) = field_error(e);
         ApiError::invalid_field(field, message)
     })

@@ -1111,3 +1111,35 @@ async fn a_new_secret_ends_the_old_tokens() {
         .await;
     assert_eq!(status, 200);
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): an integer sent as `2.0` was a 410 although its
+/// schema (JSON Schema) counts it an integer, and a card sent as an array was read field by
+/// field.
+#[tokio::test]
+async fn message_bodies_are_read_as_their_schema_reads_them() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+    let (status, _) = srv
+        .post(&token, "/v2/send/xms", &sms("whole", "821012345678"))
+        .await;
+    assert_eq!(status, 200);
+    let (status, v) = srv
+        .post(&token, "/v2/info/message/search", &json!({"size": 2.0}))
+        .await;
+    assert_eq!(
+        (status, v["count"].as_i64()),
+        (StatusCode::OK, Some(1)),
+        "{v}"
+    );
+
+    let mut card = rcs("card-as-array", "821012345678");
+    card["body"] = json!([["제목", "본문"]]);
+    let (status, v) = srv.post(&token, "/v2/send/rcs", &card).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    let message = v["result"]["detail_message"].as_str().unwrap();
+    assert!(
+        message.starts_with("body[0]: invalid type: sequence"),
+        "{v}"
+    );
+}

@@ -865,3 +865,38 @@ async fn a_kept_alive_connection_the_instance_closed_is_replaced() {
     }
     s.service.stop().await;
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): an integer sent as `1.0` was refused although
+/// its schema (JSON Schema) counts it an integer, and an alert condition sent as an array
+/// (`[true, 5]`) was read field by field and saved.
+#[tokio::test]
+async fn management_bodies_are_read_as_their_schema_reads_them() {
+    let srv = spawn(|_, _| {}).await;
+    let (s, v) = srv
+        .post(
+            "/endpoints",
+            json!({"name": "whole", "instance_count": 1.0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["instance_count"], 1);
+
+    let (s, v) = srv
+        .put(
+            "/endpoints/whole/alerts",
+            json!({"enabled": false, "conditions": {"qps": [true, 5]}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["field"], "conditions.qps", "{v}");
+    assert_eq!(
+        srv.get("/endpoints/whole/alerts").await["conditions"]["qps"],
+        json!({"enabled": false}),
+        "nothing was saved"
+    );
+    let (s, v) = srv.post("/endpoints", json!(["other", null])).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_body"))
+    );
+}

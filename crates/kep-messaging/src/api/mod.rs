@@ -95,7 +95,8 @@ pub(crate) fn router(m: MessagingService) -> Router {
 )]
 pub struct MessagingApiDoc;
 
-/// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it.
+/// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it. Read as its
+/// schema reads it: a number with no fraction is the integer it is, a struct only an object.
 pub(crate) fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -112,12 +113,14 @@ pub(crate) fn json_body<T: DeserializeOwned>(
         ));
     }
     let body = body.map_err(|e| MessagingError::invalid("body", e.body_text()))?;
-    let value: Value = serde_json::from_slice(&body)
+    let mut value: Value = serde_json::from_slice(&body)
         .map_err(|e| MessagingError::invalid("body", format!("not JSON: {e}")))?;
+    // `5.0` is the integer 5, as JSON Schema reads it (and as it is stored).
+    kep_core::json::whole_numbers(&mut value);
     if !value.is_object() {
         return Err(MessagingError::invalid("body", "must be a JSON object"));
     }
-    let parsed = serde_path_to_error::deserialize(&value).map_err(|e| {
+    let parsed = kep_core::json::from_value(&value).map_err(|e| {
         let (field, message) = kep_core::http::field_error(e);
         MessagingError::invalid(field, message)
     })?;
