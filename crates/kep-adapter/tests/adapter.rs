@@ -938,3 +938,21 @@ async fn operator_bodies_are_read_as_their_schema_reads_them() {
     .await;
     assert_eq!(status, 201, "{answer}");
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): an org id out of the integers' range was
+/// answered as plain text, not in the operator API's error shape.
+#[tokio::test]
+async fn an_org_id_that_does_not_parse_is_a_400_in_the_operator_shape() {
+    let srv = spawn(|_| {}).await;
+    for path in [
+        "/admin/v1/adapter/org-login-types/9223372036854775808",
+        "/admin/v1/adapter/org-login-types/x",
+    ] {
+        let (status, answer) = operator_call(&srv, reqwest::Method::GET, path, None).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("invalid_path")),
+            "{path}: {answer}"
+        );
+    }
+}

@@ -2,7 +2,8 @@
 //! `{"error": {"code", "message", "field"?}}`, a JSON extractor that answers in that shape,
 //! and the operator-token guard.
 
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -116,6 +117,49 @@ where
                 };
                 Err(ApiError::new(status, code, rejection.body_text()))
             }
+        }
+    }
+}
+
+/// `axum::extract::Path`, but a path segment that does not parse (an id out of range, text
+/// that is not UTF-8) is a 400 in the operator API's error shape (`invalid_path`).
+pub struct Path<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(r) if r.status().is_server_error() => Err(ApiError::internal(r.body_text())),
+            Err(r) => Err(ApiError::new(r.status(), "invalid_path", r.body_text())),
+        }
+    }
+}
+
+/// `axum::extract::Query`, but a query string that does not parse is a 400 in the operator
+/// API's error shape (`invalid_query`).
+pub struct Query<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(r) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                r.body_text(),
+            )),
         }
     }
 }

@@ -958,3 +958,22 @@ async fn an_operator_body_is_an_object_and_a_mistyped_field_is_a_400_naming_it()
     }
     assert!(srv.admin.list_live_services().await.unwrap().is_empty());
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): a path segment that does not parse was answered
+/// as plain text, not in the operator API's error shape.
+#[tokio::test]
+async fn an_operator_path_that_does_not_parse_is_a_400_in_the_operator_shape() {
+    let srv = spawn(|_| {}).await;
+    let res = reqwest::Client::new()
+        .get(format!(
+            "{}/admin/v1/live/services/%FF",
+            srv.admin.base_url()
+        ))
+        .bearer_auth(common::OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let answer: Value = res.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "invalid_path", "{answer}");
+}

@@ -900,3 +900,19 @@ async fn management_bodies_are_read_as_their_schema_reads_them() {
         (StatusCode::BAD_REQUEST, Some("invalid_body"))
     );
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): a query out of the integers' range, or negative
+/// where it counts bytes, was answered as plain text, not in the operator API's error shape.
+#[tokio::test]
+async fn a_management_query_that_does_not_parse_is_a_400_in_the_operator_shape() {
+    let srv = spawn(|_, _| {}).await;
+    for path in [
+        "/endpoints/e/alerts/history?limit=9223372036854775808",
+        "/endpoints/e/deployments/d/events?limit=x",
+        "/endpoints/e/deployments/d/instances/i/logs?tail_bytes=-1",
+    ] {
+        let (s, v) = srv.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_query", "{path}: {v}");
+    }
+}

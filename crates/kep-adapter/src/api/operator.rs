@@ -2,12 +2,12 @@
 //! listener: org login types and DRM release requests.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody, from_json};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, from_json};
 use kep_core::secret::{new_secret, sha256_hex};
 use serde_json::Value;
 use utoipa::OpenApi;

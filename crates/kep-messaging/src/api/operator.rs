@@ -1,11 +1,11 @@
 //! The operator's messaging calls under `/admin/v1/messaging`: API clients, and a
 //! read-back of what the carrier was handed.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
 use kep_core::secret::{new_secret, random_token, sha256_hex};
 use utoipa::OpenApi;
 
