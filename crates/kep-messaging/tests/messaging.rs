@@ -1162,3 +1162,37 @@ async fn an_outbox_query_that_does_not_parse_is_a_400_in_the_operator_shape() {
         assert_eq!(v["error"]["code"], "invalid_query", "{query}: {v}");
     }
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): a search over days after the year 2262
+/// overflowed the uid arithmetic (a panic: no answer at all), and one ending 9999-12-31 was a
+/// 410 naming start_date.
+#[tokio::test]
+async fn searches_take_any_date_there_is() {
+    let srv = spawn().await;
+    let (id, secret) = srv.client().await;
+    let token = srv.token(&id, &secret).await;
+    let (status, _) = srv
+        .post(&token, "/v2/send/xms", &sms("far", "821012345678"))
+        .await;
+    assert_eq!(status, 200);
+    for (start, end, count) in [
+        ("2020-01-01", "9999-12-31", 1),
+        ("3000-01-01", "3000-01-01", 0),
+        ("9999-12-31", "9999-12-31", 0),
+    ] {
+        let search = json!({"start_date": start, "end_date": end});
+        let (status, v) = srv.post(&token, "/v2/info/message/search", &search).await;
+        assert_eq!(
+            (status, v["count"].as_i64()),
+            (StatusCode::OK, Some(count)),
+            "{search}: {v}"
+        );
+        let query = format!("/v2/info/rcs/search?start_date={start}&end_date={end}");
+        let (status, v) = srv.get(&token, &query).await;
+        assert_eq!(
+            (status, v["count"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{query}: {v}"
+        );
+    }
+}

@@ -319,7 +319,12 @@ pub(crate) fn page_query<'a>(
     let (from, to) = zone
         .day_range(start, end)
         .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
-    let mut after = format!("{:020}", (from * crate::time::UIDS_PER_MS - 1).max(0));
+    let mut after = format!(
+        "{:020}",
+        from.saturating_mul(crate::time::UIDS_PER_MS)
+            .saturating_sub(1)
+            .max(0)
+    );
     if let Some(last) = p.last_uid {
         if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
             return Err(MessagingError::invalid(
