@@ -956,3 +956,35 @@ async fn an_org_id_that_does_not_parse_is_a_400_in_the_operator_shape() {
         );
     }
 }
+
+/// Found while describing the rule for schema fuzzing: a DRM request took a file id its agent
+/// could never name back in `Kep-File-Id` (read as visible ASCII, and trimmed): with `é.pdf`
+/// or ` f` every uploadResult of the session was a 400 or a 404.
+#[tokio::test]
+async fn a_file_id_is_one_a_header_can_carry() {
+    let srv = spawn(|_| {}).await;
+    let mut agent = agent(0).await;
+    let org = srv
+        .admin
+        .create_org(&oauth2_org(&agent.host))
+        .await
+        .unwrap();
+    let drm = |file_id: &str| {
+        Some(json!({"org_login_type_id": org.id, "file_id": file_id, "file_type": "DRM"}))
+    };
+    let url = "/admin/v1/adapter/drm-requests";
+    for bad in ["é.pdf", " f", "f ", "f\tg", "", &"f".repeat(1025)] {
+        let (status, answer) = operator_call(&srv, reqwest::Method::POST, url, drm(bad)).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (400, Some("file_id")),
+            "{bad:?}"
+        );
+    }
+    let good = format!("a b~{}", "f".repeat(1020));
+    let (status, answer) = operator_call(&srv, reqwest::Method::POST, url, drm(&good)).await;
+    assert_eq!(status, 201, "{answer}");
+    let (headers, notice) = next_notice(&mut agent).await;
+    assert_eq!(notice.file_id, good);
+    assert_eq!(headers["kep-file-id"], good.as_str());
+}
