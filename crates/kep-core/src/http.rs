@@ -226,3 +226,60 @@ pub async fn require_operator(
         }
     }
 }
+
+/// Adds to an operator API document the answers every call can give and the handlers'
+/// annotations leave out: 401 to every call (the operator-token guard), 400 to every call
+/// with path or query parameters (one that does not parse), and to every call with a JSON
+/// body 400 (not JSON, or a field of the wrong shape), 413 (over the body limit)
+/// and 415 (not `application/json`). All in the operator error shape.
+pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in operations.into_iter().flatten() {
+            let answers = &mut op.responses.responses;
+            answers
+                .entry("401".into())
+                .or_insert_with(|| error("No valid operator token"));
+            if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
+                answers.entry("400".into()).or_insert_with(|| {
+                    error("A path segment or the query does not parse, or breaks a rule")
+                });
+            }
+            let json_body = op
+                .request_body
+                .as_ref()
+                .is_some_and(|b| b.content.contains_key("application/json"));
+            if json_body {
+                for (status, description) in [
+                    ("400", "The body is not JSON, or a field breaks a rule"),
+                    ("413", "The body is over the size limit"),
+                    ("415", "Content-Type is not application/json"),
+                ] {
+                    answers
+                        .entry(status.into())
+                        .or_insert_with(|| error(description));
+                }
+            }
+        }
+    }
+}

@@ -83,7 +83,11 @@ pub(crate) fn router(m: MessagingService) -> Router {
         uploads::upload_rcs,
         uploads::upload_mms
     ),
+    modifiers(&ErrorAnswers),
     components(schemas(
+        wire::ErrorAnswer,
+        wire::DetailErrorAnswer,
+        wire::OAuthErrorAnswer,
         TokenAnswer,
         SendAnswer,
         XmsSearch,
@@ -94,6 +98,67 @@ pub(crate) fn router(m: MessagingService) -> Router {
     ))
 )]
 pub struct MessagingApiDoc;
+
+/// Gives every refusal in the document its body schema, and adds the refusals every call
+/// can give: 401 without a valid token, 400 (`410`) for an `Accept` that excludes JSON.
+struct ErrorAnswers;
+
+impl utoipa::Modify for ErrorAnswers {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        for (path, item) in &mut doc.paths.paths {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                let (schema, bearer) = match path.as_str() {
+                    "/v2/oauth/token" => ("OAuthErrorAnswer", false),
+                    // HTTP-style codes, and no `Accept` check.
+                    "/v2/info/rcs/search/detail/{uid}" => ("DetailErrorAnswer", false),
+                    _ => ("ErrorAnswer", true),
+                };
+                let answers = &mut op.responses.responses;
+                if path != "/v2/oauth/token" {
+                    answers.entry("401".into()).or_insert_with(|| {
+                        RefOr::T(
+                            ResponseBuilder::new()
+                                .description("code 400: no valid token")
+                                .build(),
+                        )
+                    });
+                }
+                if bearer {
+                    answers.entry("400".into()).or_insert_with(|| {
+                        RefOr::T(
+                            ResponseBuilder::new()
+                                .description("code 410: `Accept` excludes JSON")
+                                .build(),
+                        )
+                    });
+                }
+                for (status, answer) in answers.iter_mut() {
+                    if status.starts_with('2') {
+                        continue;
+                    }
+                    if let RefOr::T(answer) = answer
+                        && answer.content.is_empty()
+                    {
+                        answer.content.insert(
+                            "application/json".into(),
+                            ContentBuilder::new()
+                                .schema(Some(Ref::from_schema_name(schema)))
+                                .build(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it. Read as its
 /// schema reads it: a number with no fraction is the integer it is, a struct only an object.

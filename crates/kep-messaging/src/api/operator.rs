@@ -133,7 +133,7 @@ pub(crate) struct OutboxQuery {
 }
 
 /// `GET /admin/v1/messaging/outbox?limit=N`: what left for the carrier, newest first.
-#[utoipa::path(get, path = "/admin/v1/messaging/outbox", params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100")),
+#[utoipa::path(get, path = "/admin/v1/messaging/outbox", params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100", minimum = 1, maximum = 1000)),
     responses((status = 200, body = Vec<OutboxEntry>)), security(("operator" = [])))]
 pub(crate) async fn outbox(
     State(m): State<MessagingService>,
