@@ -2,8 +2,8 @@
 //! `{"error": {"code", "message", "field"?}}`, a JSON extractor that answers in that shape,
 //! and the operator-token guard.
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -87,19 +87,27 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `axum::Json`, but a rejected body is answered in the operator API's error shape.
+/// `axum::Json`, but a rejected body is answered in the operator API's error shape: a body
+/// that is not a JSON object is a 400 (`invalid_body`), an object of the wrong shape a 400
+/// naming the field at fault (`invalid_field`), as [`from_json`] answers.
 pub struct AdminJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for AdminJson<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(AdminJson(v)),
+        match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            // A struct would also be read from an array (`[null, null]`): only an object is.
+            Ok(axum::Json(v)) if !v.is_object() => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                "the body must be a JSON object",
+            )),
+            Ok(axum::Json(v)) => from_json(v).map(AdminJson),
             Err(rejection) => {
                 let status = rejection.status();
                 let code = match status {
@@ -113,10 +121,55 @@ where
     }
 }
 
+/// `axum::extract::Path`, but a path segment that does not parse (an id out of range, text
+/// that is not UTF-8) is a 400 in the operator API's error shape (`invalid_path`).
+pub struct Path<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(r) if r.status().is_server_error() => Err(ApiError::internal(r.body_text())),
+            Err(r) => Err(ApiError::new(r.status(), "invalid_path", r.body_text())),
+        }
+    }
+}
+
+/// `axum::extract::Query`, but a query string that does not parse is a 400 in the operator
+/// API's error shape (`invalid_query`).
+pub struct Query<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(r) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                r.body_text(),
+            )),
+        }
+    }
+}
+
 /// Turns a JSON body into `T`; a failure is a 400 naming the field at fault
-/// (`data_model.login.oauth2.client_id`).
+/// (`data_model.login.oauth2.client_id`). Read as its schema reads it: a number with no
+/// fraction (`3.0`) is the integer it is, and a struct is only ever an object
+/// ([`crate::json`]).
 pub fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    crate::json::deserialize(value).map_err(|e| {
         let (field, message) = field_error(e);
         ApiError::invalid_field(field, message)
     })
@@ -170,6 +223,63 @@ pub async fn require_operator(
                 header::HeaderValue::from_static("Bearer"),
             );
             res
+        }
+    }
+}
+
+/// Adds to an operator API document the answers every call can give and the handlers'
+/// annotations leave out: 401 to every call (the operator-token guard), 400 to every call
+/// with path or query parameters (one that does not parse), and to every call with a JSON
+/// body 400 (not JSON, or a field of the wrong shape), 413 (over the body limit)
+/// and 415 (not `application/json`). All in the operator error shape.
+pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for op in operations.into_iter().flatten() {
+            let answers = &mut op.responses.responses;
+            answers
+                .entry("401".into())
+                .or_insert_with(|| error("No valid operator token"));
+            if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
+                answers.entry("400".into()).or_insert_with(|| {
+                    error("A path segment or the query does not parse, or breaks a rule")
+                });
+            }
+            let json_body = op
+                .request_body
+                .as_ref()
+                .is_some_and(|b| b.content.contains_key("application/json"));
+            if json_body {
+                for (status, description) in [
+                    ("400", "The body is not JSON, or a field breaks a rule"),
+                    ("413", "The body is over the size limit"),
+                    ("415", "Content-Type is not application/json"),
+                ] {
+                    answers
+                        .entry(status.into())
+                        .or_insert_with(|| error(description));
+                }
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! secret hashing, the operator API's error shape and auth, and the listener plumbing.
 
 pub mod http;
+pub mod json;
 pub mod listener;
 pub mod secret;
 pub mod settings;

@@ -919,3 +919,86 @@ async fn operator_calls_need_the_operator_token() {
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_body");
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): a JSON array was read as the request object
+/// (`[null, null]` created a service with a generated id), and a field of the wrong type was
+/// a 422 where every other refusal of the operator API is a 400 naming the field.
+#[tokio::test]
+async fn an_operator_body_is_an_object_and_a_mistyped_field_is_a_400_naming_it() {
+    let srv = spawn(|_| {}).await;
+    let admin_url = srv.admin.base_url().to_owned();
+    let cases = [
+        (
+            "POST",
+            "/admin/v1/live/services",
+            "[null, null]",
+            "invalid_body",
+            None,
+        ),
+        (
+            "POST",
+            "/admin/v1/live/services",
+            "\"svc\"",
+            "invalid_body",
+            None,
+        ),
+        (
+            "POST",
+            "/admin/v1/live/services",
+            r#"{"serviceId": 5}"#,
+            "invalid_field",
+            Some("serviceId"),
+        ),
+        (
+            "PATCH",
+            "/admin/v1/live/services/svc",
+            "[]",
+            "invalid_body",
+            None,
+        ),
+        (
+            "PATCH",
+            "/admin/v1/live/services/svc",
+            r#"{"externalVerifierUrl": ["http://x"]}"#,
+            "invalid_field",
+            Some("externalVerifierUrl"),
+        ),
+    ];
+    for (method, path, body, code, field) in cases {
+        let res = reqwest::Client::new()
+            .request(method.parse().unwrap(), format!("{admin_url}{path}"))
+            .bearer_auth(common::OPERATOR_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{method} {path} {body}");
+        let answer: Value = res.json().await.unwrap();
+        assert_eq!(
+            answer["error"]["code"], code,
+            "{method} {path} {body}: {answer}"
+        );
+        assert_eq!(answer["error"]["field"].as_str(), field, "{answer}");
+    }
+    assert!(srv.admin.list_live_services().await.unwrap().is_empty());
+}
+
+/// Found by schema fuzzing (fuzz/schema.sh): a path segment that does not parse was answered
+/// as plain text, not in the operator API's error shape.
+#[tokio::test]
+async fn an_operator_path_that_does_not_parse_is_a_400_in_the_operator_shape() {
+    let srv = spawn(|_| {}).await;
+    let res = reqwest::Client::new()
+        .get(format!(
+            "{}/admin/v1/live/services/%FF",
+            srv.admin.base_url()
+        ))
+        .bearer_auth(common::OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let answer: Value = res.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "invalid_path", "{answer}");
+}

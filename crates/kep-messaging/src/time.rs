@@ -30,7 +30,8 @@ pub fn new_uid() -> String {
 
 /// The bound of uids issued before `ms`.
 pub fn uid_at(ms: i64) -> String {
-    format!("{:020}", ms.max(0) * UIDS_PER_MS)
+    // Past the year 2262 no uid fits in twenty digits: the bound stays at the largest.
+    format!("{:020}", ms.max(0).saturating_mul(UIDS_PER_MS))
 }
 
 /// The service time zone (IANA name), for dates in bodies and times in answers.
@@ -68,11 +69,11 @@ impl ServiceZone {
         end: jiff::civil::Date,
     ) -> anyhow::Result<(i64, i64)> {
         let from = start.to_zoned(self.0.clone())?.timestamp().as_millisecond();
-        let to = end
-            .tomorrow()?
-            .to_zoned(self.0.clone())?
-            .timestamp()
-            .as_millisecond();
+        let to = match end.tomorrow() {
+            Ok(next) => next.to_zoned(self.0.clone())?.timestamp().as_millisecond(),
+            // The last day there is (9999-12-31) runs to the end of time.
+            Err(_) => jiff::Timestamp::MAX.as_millisecond(),
+        };
         Ok((from, to))
     }
 

@@ -75,14 +75,23 @@ impl Hook {
 
     /// Waits up to 20 s for an alert whose text contains `needle`.
     async fn wait_for(&self, needle: &str) -> String {
+        self.wait_for_all(&[needle]).await
+    }
+
+    /// The first alert whose text holds every one of `needles`.
+    async fn wait_for_all(&self, needles: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(t) = self.texts().into_iter().find(|t| t.contains(needle)) {
+            let texts = self.texts();
+            if let Some(t) = texts
+                .into_iter()
+                .find(|t| needles.iter().all(|n| t.contains(n)))
+            {
                 return t;
             }
             assert!(
                 Instant::now() < deadline,
-                "no alert with {needle:?}; got {:#?}",
+                "no alert with {needles:?}; got {:#?}",
                 self.texts()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -274,10 +283,18 @@ async fn cpu_and_memory_bounds_alert_from_the_instances_processes() {
     server.deploy("burner", custom("idle", json!({}))).await;
     server.available("burner", "hot").await;
 
-    let hot = hook.wait_for("deployment hot: CPU use").await;
-    assert!(hot.contains("is at or above the threshold 30%"), "{hot}");
-    let idle = hook.wait_for("deployment idle: CPU use").await;
-    assert!(idle.contains("is at or below the threshold 5%"), "{idle}");
+    // A sample taken while an interpreter was still starting may see the burner idle or
+    // the idle one busy (on a loaded machine): wait for each bound from its own instance.
+    hook.wait_for_all(&[
+        "deployment hot: CPU use",
+        "is at or above the threshold 30%",
+    ])
+    .await;
+    hook.wait_for_all(&[
+        "deployment idle: CPU use",
+        "is at or below the threshold 5%",
+    ])
+    .await;
     for d in ["hot", "idle"] {
         let up = hook.wait_for(&format!("deployment {d}: memory use")).await;
         assert!(up.contains("at or above the threshold 0.1%"), "{up}");
@@ -297,14 +314,14 @@ async fn cpu_and_memory_bounds_alert_from_the_instances_processes() {
     assert!(i["memory_bytes"].as_u64().unwrap() > 1 << 20, "{i}");
     assert!(i.get("gpu_percent").is_none(), "no GPU is read here");
 
-    // Holding conditions stay quiet: the CPU repeat is 12 hours away.
+    // Holding conditions stay quiet: the CPU repeat is 12 hours away. Five samples pass
+    // here; an alert per sample would give five. A burner starved on a loaded machine may
+    // leave the condition and enter it again once (the exact rule is the unit test
+    // `cpu_upper_repeats_while_it_holds_and_lower_bounds_do_not`).
+    let before = hook.count("deployment hot: CPU use");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        hook.count("deployment hot: CPU use"),
-        1,
-        "{:#?}",
-        hook.texts()
-    );
+    let after = hook.count("deployment hot: CPU use");
+    assert!(after - before <= 1, "{:#?}", hook.texts());
     assert_eq!(hook.count("GPU"), 0);
 }
 

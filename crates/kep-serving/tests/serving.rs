@@ -865,3 +865,54 @@ async fn a_kept_alive_connection_the_instance_closed_is_replaced() {
     }
     s.service.stop().await;
 }
+
+/// Found by schema fuzzing (fuzz/schema.sh): an integer sent as `1.0` was refused although
+/// its schema (JSON Schema) counts it an integer, and an alert condition sent as an array
+/// (`[true, 5]`) was read field by field and saved.
+#[tokio::test]
+async fn management_bodies_are_read_as_their_schema_reads_them() {
+    let srv = spawn(|_, _| {}).await;
+    let (s, v) = srv
+        .post(
+            "/endpoints",
+            json!({"name": "whole", "instance_count": 1.0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["instance_count"], 1);
+
+    let (s, v) = srv
+        .put(
+            "/endpoints/whole/alerts",
+            json!({"enabled": false, "conditions": {"qps": [true, 5]}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["field"], "conditions.qps", "{v}");
+    assert_eq!(
+        srv.get("/endpoints/whole/alerts").await["conditions"]["qps"],
+        json!({"enabled": false}),
+        "nothing was saved"
+    );
+    let (s, v) = srv.post("/endpoints", json!(["other", null])).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_body"))
+    );
+}
+
+/// Found by schema fuzzing (fuzz/schema.sh): a query out of the integers' range, or negative
+/// where it counts bytes, was answered as plain text, not in the operator API's error shape.
+#[tokio::test]
+async fn a_management_query_that_does_not_parse_is_a_400_in_the_operator_shape() {
+    let srv = spawn(|_, _| {}).await;
+    for path in [
+        "/endpoints/e/alerts/history?limit=9223372036854775808",
+        "/endpoints/e/deployments/d/events?limit=x",
+        "/endpoints/e/deployments/d/instances/i/logs?tail_bytes=-1",
+    ] {
+        let (s, v) = srv.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_query", "{path}: {v}");
+    }
+}

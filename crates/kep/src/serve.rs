@@ -283,6 +283,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         serving_service = Some(serving);
     }
 
+    kep_core::http::document_operator_answers(&mut docs);
     let docs = Arc::new(docs);
     let admin_router = Router::new()
         .merge(operator_only(admin_routes, &token))

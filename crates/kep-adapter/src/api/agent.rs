@@ -55,7 +55,7 @@ fn file_id(headers: &HeaderMap) -> Result<&str, AdapterError> {
 /// `GET /api/trust/login/v0/getOrgLoginType`
 #[utoipa::path(get, path = "/api/trust/login/v0/getOrgLoginType",
     params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
-           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`")),
+           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$")),
     responses((status = 200, body = OrgLoginTypeAnswer), (status = 400, body = Status), (status = 401, body = Status)))]
 pub(crate) async fn get_org_login_type(
     State(adapter): State<AdapterService>,
@@ -72,10 +72,10 @@ pub(crate) async fn get_org_login_type(
 /// `POST /api/trust/drm/v0/uploadResult`
 #[utoipa::path(post, path = "/api/trust/drm/v0/uploadResult", request_body = UploadResult,
     params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
-           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`"),
-           ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`"),
-           ("Kep-File-Id" = String, Header, description = "the file of the session"),
-           ("Kep-File-Type" = String, Header, description = "`DRM` or `PLAIN`")),
+           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$"),
+           ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`", pattern = "^DSID +[!-~]"),
+           ("Kep-File-Id" = String, Header, description = "the file of the session", pattern = "[!-~]"),
+           ("Kep-File-Type" = FileType, Header, description = "the session's file type: `DRM` or `PLAIN`")),
     responses((status = 200, body = Status), (status = 400, body = Status), (status = 401, body = Status),
               (status = 404, body = Status), (status = 409, body = Status)))]
 pub(crate) async fn upload_result(
@@ -99,14 +99,34 @@ pub(crate) async fn upload_result(
     Ok(ok())
 }
 
+/// The multipart body of `uploadDecrypted`, for the OpenAPI description: the part `file`,
+/// not empty. Other parts are skipped.
+pub(crate) struct ReleasedFileForm;
+
+impl utoipa::PartialSchema for ReleasedFileForm {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        let file = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .min_length(Some(1));
+        ObjectBuilder::new()
+            .property("file", file)
+            .required("file")
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ReleasedFileForm {}
+
 /// `POST /api/trust/drm/v0/uploadDecrypted`: the released file as the multipart part
 /// `file`, streamed to storage.
 #[utoipa::path(post, path = "/api/trust/drm/v0/uploadDecrypted",
-    request_body(content_type = "multipart/form-data", description = "part `file`: the released file"),
+    request_body(content = ReleasedFileForm, content_type = "multipart/form-data", description = "part `file`: the released file"),
     params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
-           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`"),
-           ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`"),
-           ("Kep-File-Id" = String, Header, description = "the file of the session")),
+           ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$"),
+           ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`", pattern = "^DSID +[!-~]"),
+           ("Kep-File-Id" = String, Header, description = "the file of the session", pattern = "[!-~]")),
     responses((status = 200, body = Status), (status = 400, body = Status), (status = 401, body = Status),
               (status = 404, body = Status), (status = 409, body = Status), (status = 413, body = Status)))]
 pub(crate) async fn upload_decrypted(

@@ -2,12 +2,12 @@
 //! listener: org login types and DRM release requests.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody, from_json};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, from_json};
 use kep_core::secret::{new_secret, sha256_hex};
 use serde_json::Value;
 use utoipa::OpenApi;
@@ -222,13 +222,17 @@ pub(crate) async fn create_drm_request(
     AdminJson(body): AdminJson<Value>,
 ) -> Result<(StatusCode, Json<DrmRequestCreated>), ApiError> {
     let req: DrmRequest = from_json(body)?;
-    if req.file_id.trim().is_empty()
-        || req.file_id.len() > 1024
-        || req.file_id.chars().any(char::is_control)
+    // It travels to the agent and back as the `Kep-File-Id` header, which the agent's calls
+    // have trimmed: visible ASCII, spaces only between.
+    let id = &req.file_id;
+    if id.is_empty()
+        || id.len() > 1024
+        || id.trim() != id
+        || !id.chars().all(|c| c == ' ' || c.is_ascii_graphic())
     {
         return Err(ApiError::invalid_field(
             "file_id",
-            "1 to 1024 characters, no control characters",
+            "1 to 1024 visible ASCII characters, spaces only between them",
         ));
     }
     let org = adapter

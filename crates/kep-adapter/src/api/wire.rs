@@ -194,6 +194,9 @@ pub struct OrgLoginTypeAnswer {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DrmRequest {
     pub org_login_type_id: i64,
+    /// 1 to 1,024 visible ASCII characters, spaces only between them: it travels to the
+    /// agent and back as the `Kep-File-Id` header.
+    #[schema(max_length = 1024, pattern = "^[!-~]([ -~]*[!-~])?$")]
     pub file_id: String,
     pub file_type: FileType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -256,7 +259,10 @@ pub struct DrmSession {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct UploadResult {
     /// `SUCCESS` or `FAILURE` (`FAILURE` only for a `PLAIN` file).
+    #[schema(pattern = "^(SUCCESS|FAILURE)$")]
     pub result: String,
+    /// Why; not blank.
+    #[schema(pattern = "\\S")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]

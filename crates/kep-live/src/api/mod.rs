@@ -33,6 +33,7 @@ pub(crate) fn router(live: LiveService) -> Router {
         wire::ProvisionParams,
         wire::ProvisionAuth,
         wire::ProvisionResult,
+        wire::VersionParams,
         wire::RoomParams,
         wire::ParticipantTarget,
         wire::StreamTarget,

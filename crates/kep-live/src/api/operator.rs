@@ -1,10 +1,10 @@
 //! The operator's live-service calls, under `/admin/v1/live` on the admin listener.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError};
+use kep_core::http::{AdminJson, ApiError, Path};
 use utoipa::OpenApi;
 
 use super::wire::{

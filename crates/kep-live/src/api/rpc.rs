@@ -124,13 +124,14 @@ struct Envelope<'a> {
 #[utoipa::path(
     post,
     path = "/api/rpc",
-    request_body(content = Object, description = "A JSON-RPC 2.0 request: `Provision`, `Room.ListRooms`, `Room.ListParticipants`, `Room.DestroyRoom`, `Room.KickParticipant`, `Room.InactiveStream` (also `Room.InactivateStream`)"),
+    request_body(content = RpcCall, description = "A JSON-RPC 2.0 request: `Provision`, `Room.ListRooms`, `Room.ListParticipants`, `Room.DestroyRoom`, `Room.KickParticipant`, `Room.InactiveStream` (also `Room.InactivateStream`)"),
     responses(
         (status = 200, description = "A JSON-RPC answer, `result` or `error`", body = super::wire::RpcResponse),
         (status = 413, description = "Body over the size limit", body = super::wire::RpcResponse),
         (status = 415, description = "Content-Type is not application/json", body = super::wire::RpcResponse),
     ),
-    security(("bearer" = []))
+    // `Provision` takes no token; the `Room.*` methods answer -11002 without one.
+    security((), ("bearer" = []))
 )]
 pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Response {
     // The request taken whole: a `HeaderMap` extractor would clone every header.
@@ -152,6 +153,61 @@ pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Respon
     );
     res
 }
+
+/// The request body's schema: one request object per method, with that method's params.
+/// Every answer to it is HTTP 200 (a JSON-RPC `error` included), so a body outside this
+/// schema is answered -32600, -32601 or -32602, not refused at the HTTP level.
+pub(crate) struct RpcCall;
+
+impl utoipa::PartialSchema for RpcCall {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use serde_json::json;
+        let schema = |name: &str| json!({ "$ref": format!("#/components/schemas/{name}") });
+        let targets = |target: &str| {
+            json!({
+                "type": "object",
+                "required": ["roomId", "targets"],
+                "properties": {
+                    "version": { "type": "string" },
+                    "roomId": { "type": "string" },
+                    "targets": { "type": "array", "items": schema(target) },
+                },
+            })
+        };
+        let call = |methods: &[&str], params: serde_json::Value, required: bool| {
+            let mut required_fields = vec!["jsonrpc", "id", "method"];
+            if required {
+                required_fields.push("params");
+            }
+            json!({
+                "type": "object",
+                "required": required_fields,
+                "properties": {
+                    "jsonrpc": { "type": "string", "enum": ["2.0"] },
+                    "id": { "type": ["string", "integer"] },
+                    "method": { "type": "string", "enum": methods },
+                    "params": params,
+                },
+            })
+        };
+        let body = json!({
+            "oneOf": [
+                call(&["Provision"], schema("ProvisionParams"), true),
+                call(&["Room.ListRooms"], schema("VersionParams"), false),
+                call(&["Room.ListParticipants", "Room.DestroyRoom"], schema("RoomParams"), true),
+                call(&["Room.KickParticipant"], targets("ParticipantTarget"), true),
+                call(
+                    &["Room.InactiveStream", "Room.InactivateStream"],
+                    targets("StreamTarget"),
+                    true,
+                ),
+            ],
+        });
+        serde_json::from_value(body).expect("the request schema is a schema")
+    }
+}
+
+impl utoipa::ToSchema for RpcCall {}
 
 /// A JSON-RPC answer as three pieces (head with the id, the member's JSON, `}`), so that a
 /// shared result such as a room's cached listing goes out without being copied.

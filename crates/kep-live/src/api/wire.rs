@@ -11,9 +11,11 @@ use utoipa::ToSchema;
 pub struct CreateServiceRequest {
     /// Generated when absent: letters, digits, `.`, `_`, `-`, at most 64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub service_id: Option<String>,
     /// Where `scheme: external` provisioning is verified (an http URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^https?://")]
     pub external_verifier_url: Option<String>,
 }
 
@@ -42,6 +44,7 @@ pub type ServiceList = Vec<String>;
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpdateServiceRequest {
+    #[schema(pattern = "^https?://")]
     pub external_verifier_url: Option<String>,
 }
 
@@ -158,10 +161,12 @@ pub struct RpcRequest<P> {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RpcResponse {
     pub jsonrpc: String,
-    #[schema(value_type = Object)]
+    /// The request's `id`; `null` when the request's could not be read.
+    #[schema(schema_with = rpc_id)]
     pub id: serde_json::Value,
+    /// The method's result: an array of room ids for `Room.ListRooms`, an object otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Value)]
     pub result: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RpcError>,
@@ -171,9 +176,23 @@ pub struct RpcResponse {
 pub struct RpcError {
     pub code: i64,
     pub message: String,
+    /// What the error is about: `{nonce}`, `{reason}`, `{method}`, `{field, reason}`,
+    /// `{roomId}`, `{missing}` or `{streamId}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Object)]
     pub data: Option<serde_json::Value>,
+}
+
+/// A JSON-RPC `id` as answered: a string, a number, or `null`.
+fn rpc_id() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([
+            Type::String,
+            Type::Number,
+            Type::Null,
+        ]))
+        .build()
 }
 
 // ---- participants (WebSocket `GET /api/ws`) ----

@@ -83,7 +83,11 @@ pub(crate) fn router(m: MessagingService) -> Router {
         uploads::upload_rcs,
         uploads::upload_mms
     ),
+    modifiers(&ErrorAnswers),
     components(schemas(
+        wire::ErrorAnswer,
+        wire::DetailErrorAnswer,
+        wire::OAuthErrorAnswer,
         TokenAnswer,
         SendAnswer,
         XmsSearch,
@@ -95,7 +99,69 @@ pub(crate) fn router(m: MessagingService) -> Router {
 )]
 pub struct MessagingApiDoc;
 
-/// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it.
+/// Gives every refusal in the document its body schema, and adds the refusals every call
+/// can give: 401 without a valid token, 400 (`410`) for an `Accept` that excludes JSON.
+struct ErrorAnswers;
+
+impl utoipa::Modify for ErrorAnswers {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        for (path, item) in &mut doc.paths.paths {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                let (schema, bearer) = match path.as_str() {
+                    "/v2/oauth/token" => ("OAuthErrorAnswer", false),
+                    // HTTP-style codes, and no `Accept` check.
+                    "/v2/info/rcs/search/detail/{uid}" => ("DetailErrorAnswer", false),
+                    _ => ("ErrorAnswer", true),
+                };
+                let answers = &mut op.responses.responses;
+                if path != "/v2/oauth/token" {
+                    answers.entry("401".into()).or_insert_with(|| {
+                        RefOr::T(
+                            ResponseBuilder::new()
+                                .description("code 400: no valid token")
+                                .build(),
+                        )
+                    });
+                }
+                if bearer {
+                    answers.entry("400".into()).or_insert_with(|| {
+                        RefOr::T(
+                            ResponseBuilder::new()
+                                .description("code 410: `Accept` excludes JSON")
+                                .build(),
+                        )
+                    });
+                }
+                for (status, answer) in answers.iter_mut() {
+                    if status.starts_with('2') {
+                        continue;
+                    }
+                    if let RefOr::T(answer) = answer
+                        && answer.content.is_empty()
+                    {
+                        answer.content.insert(
+                            "application/json".into(),
+                            ContentBuilder::new()
+                                .schema(Some(Ref::from_schema_name(schema)))
+                                .build(),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A JSON body into `T`; malformed JSON or a mistyped field is a 410 naming it. Read as its
+/// schema reads it: a number with no fraction is the integer it is, a struct only an object.
 pub(crate) fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -112,12 +178,14 @@ pub(crate) fn json_body<T: DeserializeOwned>(
         ));
     }
     let body = body.map_err(|e| MessagingError::invalid("body", e.body_text()))?;
-    let value: Value = serde_json::from_slice(&body)
+    let mut value: Value = serde_json::from_slice(&body)
         .map_err(|e| MessagingError::invalid("body", format!("not JSON: {e}")))?;
+    // `5.0` is the integer 5, as JSON Schema reads it (and as it is stored).
+    kep_core::json::whole_numbers(&mut value);
     if !value.is_object() {
         return Err(MessagingError::invalid("body", "must be a JSON object"));
     }
-    let parsed = serde_path_to_error::deserialize(&value).map_err(|e| {
+    let parsed = kep_core::json::from_value(&value).map_err(|e| {
         let (field, message) = kep_core::http::field_error(e);
         MessagingError::invalid(field, message)
     })?;
@@ -316,7 +384,12 @@ pub(crate) fn page_query<'a>(
     let (from, to) = zone
         .day_range(start, end)
         .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
-    let mut after = format!("{:020}", (from * crate::time::UIDS_PER_MS - 1).max(0));
+    let mut after = format!(
+        "{:020}",
+        from.saturating_mul(crate::time::UIDS_PER_MS)
+            .saturating_sub(1)
+            .max(0)
+    );
     if let Some(last) = p.last_uid {
         if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
             return Err(MessagingError::invalid(

@@ -1,11 +1,11 @@
 //! The operator's messaging calls under `/admin/v1/messaging`: API clients, and a
 //! read-back of what the carrier was handed.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
 use kep_core::secret::{new_secret, random_token, sha256_hex};
 use utoipa::OpenApi;
 
@@ -133,7 +133,7 @@ pub(crate) struct OutboxQuery {
 }
 
 /// `GET /admin/v1/messaging/outbox?limit=N`: what left for the carrier, newest first.
-#[utoipa::path(get, path = "/admin/v1/messaging/outbox", params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100")),
+#[utoipa::path(get, path = "/admin/v1/messaging/outbox", params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100", minimum = 1, maximum = 1000)),
     responses((status = 200, body = Vec<OutboxEntry>)), security(("operator" = [])))]
 pub(crate) async fn outbox(
     State(m): State<MessagingService>,

@@ -68,7 +68,7 @@ impl super::Sendable for rcs::RcsSend {
 
 /// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
 /// new group to complete.
-#[utoipa::path(get, path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
+#[utoipa::path(method(get, post), path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
 pub(crate) async fn results(
     State(m): State<MessagingService>,
     headers: HeaderMap,
@@ -230,12 +230,17 @@ pub(crate) async fn search_get(
 #[into_params(parameter_in = Query)]
 #[expect(dead_code, reason = "describes the query string only")]
 pub(crate) struct RcsSearchParams {
+    #[param(format = Date)]
     start_date: Option<String>,
+    #[param(format = Date)]
     end_date: Option<String>,
     client_id: Option<String>,
+    #[param(minimum = 1, maximum = 1000)]
     size: Option<i64>,
+    #[param(pattern = "^[0-9]{20}$")]
     last_uid: Option<String>,
     status: Option<String>,
+    #[param(pattern = "^(RCSSMS|RCSLMS|RCSMMS|RCSTMPL)$")]
     service_type: Option<String>,
 }
 

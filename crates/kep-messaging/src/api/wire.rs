@@ -19,6 +19,30 @@ impl Detail {
     }
 }
 
+/// Every refusal of a message call: HTTP status and `code` go together (401 and `400`,
+/// 400 and `410` or `420`, 413 and `420`, 404 and `404`, 500 and `500`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorAnswer {
+    pub code: String,
+    pub result: Detail,
+}
+
+/// A refusal of `GET /v2/info/rcs/search/detail/{uid}`, whose codes are HTTP-style.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DetailErrorAnswer {
+    pub code: String,
+    pub code_detail: Detail,
+}
+
+/// A refusal of the token endpoint (RFC 6749 §5.2).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct OAuthErrorAnswer {
+    /// `invalid_request`, `invalid_client`, `unsupported_grant_type` or `server_error`.
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_description: Option<String>,
+}
+
 /// `POST /v2/oauth/token` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TokenAnswer {
@@ -40,14 +64,18 @@ pub struct SendAnswer {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct XmsSearch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = Date)]
     pub start_date: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = Date)]
     pub end_date: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub size: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{20}$")]
     pub last_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etc1: Option<String>,
@@ -170,18 +198,23 @@ pub struct CodeAnswer {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct RcsSearch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = Date)]
     pub start_date: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = Date)]
     pub end_date: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub size: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{20}$")]
     pub last_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(RCSSMS|RCSLMS|RCSMMS|RCSTMPL)$")]
     pub service_type: Option<String>,
 }
 

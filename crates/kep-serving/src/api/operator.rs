@@ -1,11 +1,11 @@
 //! The management API under `/admin/v1/serving` (CONTRACT §3).
 
-use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Multipart, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody, from_json};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query, from_json};
 use serde::Deserialize;
 use serde_json::Value;
 use sha2::Digest as _;

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageRequest {
+    #[schema(pattern = "^[a-z][a-z0-9-]{0,61}[a-z0-9]$")]
     pub name: String,
     pub command: Command,
 }
@@ -55,8 +56,10 @@ pub struct ModelTensor {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointRequest {
+    #[schema(pattern = "^[a-z][a-z0-9-]{0,61}[a-z0-9]$")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024)]
     pub description: Option<String>,
     /// One of the configured instance types; fixed after creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,6 +69,7 @@ pub struct EndpointRequest {
     pub instance_count: Option<u32>,
     /// `http` (default) or `grpc`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([Hh][Tt][Tt][Pp]|[Gg][Rr][Pp][Cc])$")]
     pub protocol: Option<String>,
 }
 
@@ -154,8 +158,10 @@ pub struct TcpProbe {}
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentRequest {
+    #[schema(pattern = "^[a-z][a-z0-9-]{0,61}[a-z0-9]$")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024)]
     pub description: Option<String>,
     #[serde(rename = "type")]
     pub kind: DeploymentType,
@@ -172,6 +178,7 @@ pub struct DeploymentRequest {
     pub env: BTreeMap<String, String>,
     /// The container port (`custom-image`); 8080 when none is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Probe>,
@@ -204,6 +211,7 @@ pub struct DeploymentPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 65535)]
     pub port: Option<u16>,
     #[serde(
         default,

@@ -73,9 +73,14 @@ enum DrmCommand {
         user: Option<String>,
     },
     /// Status, result and notification history of a session.
-    Show { session: String },
+    Show {
+        // Session ids are URL-safe base64: one may start with '-'.
+        #[arg(allow_hyphen_values = true)]
+        session: String,
+    },
     /// Save the released file.
     Fetch {
+        #[arg(allow_hyphen_values = true)]
         session: String,
         /// Where to write it [default: ./<session>].
         #[arg(short, long)]
