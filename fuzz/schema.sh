@@ -152,8 +152,16 @@ EOF
 echo "schema: $("$kep" --version), $examples examples per operation and phase, seed $seed"
 failed=0
 summary=()
+# Whether a run's only errors are schemathesis' own crashes ("Runtime Error", e.g. a
+# hypothesis bug in describing a strategy), with no failed check: nothing kep answered.
+tool_crash_only() {
+  local log=$1 errors
+  errors=$(awk '/^Errors:/ { on = 1; next } on && /^$/ { exit } on' "$log")
+  [[ $errors == *"Runtime Error"* ]] && ! grep -v 'Runtime Error' <<<"$errors" | grep -q '[^[:space:]]'
+}
+
 fuzz() {
-  local name=$1 base=$2
+  local name=$1 base=$2 seed=${FUZZ_SEED:-$seed}
   shift 2
   local report=$work/$name.json started=$SECONDS rc=0
   # Every check, bar the exclusions of the settings file. A hang is a failure: an answer
@@ -176,6 +184,14 @@ print(f"{ops['tested']}/{ops['selected']} operations, {cases['generated']} cases
       f"{failures} failures, {len(r['errors'])} errors")
 PY
   )
+  # Such a crash of the tool itself is tried once more, with the next seed, and said.
+  if [[ $rc -ne 0 && $counts == *" 0 failures"* && -z ${FUZZ_SEED:-} ]] &&
+    tool_crash_only "$work/$name.log"; then
+    echo "schema: $name: schemathesis crashed (its own Runtime Error, no failed check); again with seed $((seed + 1))"
+    grep -m1 -A2 '^Runtime Error' "$work/$name.log" || true
+    FUZZ_SEED=$((seed + 1)) fuzz "$name" "$base" "$@"
+    return
+  fi
   if [[ $rc -ne 0 ]]; then
     failed=1
     cat "$work/$name.log"
