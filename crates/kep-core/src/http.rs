@@ -227,6 +227,24 @@ pub async fn require_operator(
     }
 }
 
+/// Every operation of an OpenAPI document, with its path, to be amended.
+pub fn operations_mut(
+    doc: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = (&str, &mut utoipa::openapi::path::Operation)> {
+    doc.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        .map(move |op| (path.as_str(), op))
+    })
+}
+
 /// Adds to an operator API document the answers every call can give and the handlers'
 /// annotations leave out: 401 to every call (the operator-token guard), 400 to every call
 /// with path or query parameters (one that does not parse), and to every call with a JSON
@@ -247,38 +265,29 @@ pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
                 .build(),
         )
     };
-    for item in doc.paths.paths.values_mut() {
-        let operations = [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-            &mut item.patch,
-        ];
-        for op in operations.into_iter().flatten() {
-            let answers = &mut op.responses.responses;
-            answers
-                .entry("401".into())
-                .or_insert_with(|| error("No valid operator token"));
-            if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
-                answers.entry("400".into()).or_insert_with(|| {
-                    error("A path segment or the query does not parse, or breaks a rule")
-                });
-            }
-            let json_body = op
-                .request_body
-                .as_ref()
-                .is_some_and(|b| b.content.contains_key("application/json"));
-            if json_body {
-                for (status, description) in [
-                    ("400", "The body is not JSON, or a field breaks a rule"),
-                    ("413", "The body is over the size limit"),
-                    ("415", "Content-Type is not application/json"),
-                ] {
-                    answers
-                        .entry(status.into())
-                        .or_insert_with(|| error(description));
-                }
+    for (_, op) in operations_mut(doc) {
+        let answers = &mut op.responses.responses;
+        answers
+            .entry("401".into())
+            .or_insert_with(|| error("No valid operator token"));
+        if op.parameters.as_ref().is_some_and(|p| !p.is_empty()) {
+            answers.entry("400".into()).or_insert_with(|| {
+                error("A path segment or the query does not parse, or breaks a rule")
+            });
+        }
+        let json_body = op
+            .request_body
+            .as_ref()
+            .is_some_and(|b| b.content.contains_key("application/json"));
+        if json_body {
+            for (status, description) in [
+                ("400", "The body is not JSON, or a field breaks a rule"),
+                ("413", "The body is over the size limit"),
+                ("415", "Content-Type is not application/json"),
+            ] {
+                answers
+                    .entry(status.into())
+                    .or_insert_with(|| error(description));
             }
         }
     }

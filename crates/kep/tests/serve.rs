@@ -1213,19 +1213,7 @@ fn models_are_served_over_tf_serving_and_kserve_through_the_gateway() {
                 model,
             ],
         );
-        let waited = cli(
-            srv,
-            &[
-                "serving",
-                "deployment",
-                "wait",
-                endpoint,
-                deployment,
-                "--timeout-s",
-                "60",
-            ],
-        );
-        assert_eq!(waited["state"], "Available");
+        wait_available(srv, endpoint, deployment);
     }
     let rows = serde_json::json!([[1.0, 2.0, 3.0, 4.0], [0.5, 0.1, -1.0, 2.0]]);
     let (status, kserve) = http(
@@ -1297,6 +1285,23 @@ print(json.dumps([float(p) for p in probs.ravel()]))
     );
 }
 
+/// Waits with the CLI (as a user would) until the deployment is Available.
+fn wait_available(srv: &Server, endpoint: &str, deployment: &str) {
+    let waited = cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "wait",
+            endpoint,
+            deployment,
+            "--timeout-s",
+            "60",
+        ],
+    );
+    assert_eq!(waited["state"], "Available", "{endpoint}/{deployment}");
+}
+
 /// The ONNX Runtime engine, chosen per deployment (`KEP_ENGINE`) or for all
 /// (`serving.engine`), loaded from the onnxruntime wheel's library: it serves a model the
 /// built-in engine cannot run, and a deployment that names no engine or a wrong one is
@@ -1362,19 +1367,7 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
         );
     }
     cli(srv, &create(&["KEP_ENGINE=onnxruntime"]));
-    let waited = cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "wait",
-            "det",
-            "d1",
-            "--timeout-s",
-            "60",
-        ],
-    );
-    assert_eq!(waited["state"], "Available");
+    wait_available(srv, "det", "d1");
     let matrices = serde_json::json!([
         [[2, 0, 0], [0, 3, 0], [0, 0, 4]],
         [[1, 2, 3], [4, 5, 6], [7, 8, 10]]
@@ -1436,19 +1429,7 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
     );
     cli(srv, &["serving", "endpoint", "create", "det"]);
     cli(srv, &create(&[]));
-    let waited = cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "wait",
-            "det",
-            "d1",
-            "--timeout-s",
-            "60",
-        ],
-    );
-    assert_eq!(waited["state"], "Available");
+    wait_available(srv, "det", "d1");
 }
 
 /// `KEP_ENGINE=native` runs the type's real server from the PATH on the model laid out for
@@ -1552,19 +1533,7 @@ fn a_real_model_server_on_the_path_may_serve_the_model() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let waited = cli(
-            srv,
-            &[
-                "serving",
-                "deployment",
-                "wait",
-                endpoint,
-                "d1",
-                "--timeout-s",
-                "60",
-            ],
-        );
-        assert_eq!(waited["state"], "Available", "{endpoint}");
+        wait_available(srv, endpoint, "d1");
         let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
         let (status, v) = if kind == "triton" {
             http(
@@ -1711,19 +1680,7 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
                 value,
             ],
         );
-        let waited = cli(
-            srv,
-            &[
-                "serving",
-                "deployment",
-                "wait",
-                "cos",
-                name,
-                "--timeout-s",
-                "60",
-            ],
-        );
-        assert_eq!(waited["state"], "Available");
+        wait_available(srv, "cos", name);
     }
     // Both deployments answer: the second gets no traffic until the split says so.
     cli(

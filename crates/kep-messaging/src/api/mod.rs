@@ -106,54 +106,45 @@ struct ErrorAnswers;
 impl utoipa::Modify for ErrorAnswers {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-        for (path, item) in &mut doc.paths.paths {
-            let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for op in operations.into_iter().flatten() {
-                let (schema, bearer) = match path.as_str() {
-                    "/v2/oauth/token" => ("OAuthErrorAnswer", false),
-                    // HTTP-style codes, and no `Accept` check.
-                    "/v2/info/rcs/search/detail/{uid}" => ("DetailErrorAnswer", false),
-                    _ => ("ErrorAnswer", true),
-                };
-                let answers = &mut op.responses.responses;
-                if path != "/v2/oauth/token" {
-                    answers.entry("401".into()).or_insert_with(|| {
-                        RefOr::T(
-                            ResponseBuilder::new()
-                                .description("code 400: no valid token")
-                                .build(),
-                        )
-                    });
+        for (path, op) in kep_core::http::operations_mut(doc) {
+            let (schema, bearer) = match path {
+                "/v2/oauth/token" => ("OAuthErrorAnswer", false),
+                // HTTP-style codes, and no `Accept` check.
+                "/v2/info/rcs/search/detail/{uid}" => ("DetailErrorAnswer", false),
+                _ => ("ErrorAnswer", true),
+            };
+            let answers = &mut op.responses.responses;
+            if path != "/v2/oauth/token" {
+                answers.entry("401".into()).or_insert_with(|| {
+                    RefOr::T(
+                        ResponseBuilder::new()
+                            .description("code 400: no valid token")
+                            .build(),
+                    )
+                });
+            }
+            if bearer {
+                answers.entry("400".into()).or_insert_with(|| {
+                    RefOr::T(
+                        ResponseBuilder::new()
+                            .description("code 410: `Accept` excludes JSON")
+                            .build(),
+                    )
+                });
+            }
+            for (status, answer) in answers.iter_mut() {
+                if status.starts_with('2') {
+                    continue;
                 }
-                if bearer {
-                    answers.entry("400".into()).or_insert_with(|| {
-                        RefOr::T(
-                            ResponseBuilder::new()
-                                .description("code 410: `Accept` excludes JSON")
-                                .build(),
-                        )
-                    });
-                }
-                for (status, answer) in answers.iter_mut() {
-                    if status.starts_with('2') {
-                        continue;
-                    }
-                    if let RefOr::T(answer) = answer
-                        && answer.content.is_empty()
-                    {
-                        answer.content.insert(
-                            "application/json".into(),
-                            ContentBuilder::new()
-                                .schema(Some(Ref::from_schema_name(schema)))
-                                .build(),
-                        );
-                    }
+                if let RefOr::T(answer) = answer
+                    && answer.content.is_empty()
+                {
+                    answer.content.insert(
+                        "application/json".into(),
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name(schema)))
+                            .build(),
+                    );
                 }
             }
         }
