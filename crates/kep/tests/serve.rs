@@ -1143,35 +1143,13 @@ fn models_are_served_over_tf_serving_and_kserve_through_the_gateway() {
     let mlp = mlp.to_str().unwrap();
 
     // The signature is read from the artifact at upload.
-    let m = cli(
-        srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "mlp",
-            mlp,
-            "--framework",
-            "pytorch",
-        ],
-    );
+    let m = upload_model(srv, "mlp", mlp, "pytorch");
     assert_eq!(
         m["inputs"],
         serde_json::json!([{"name": "x", "datatype": "FP32", "shape": [-1, 4]}])
     );
     assert_eq!(m["outputs"][0]["shape"], serde_json::json!([-1, 3]));
-    cli(
-        srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "mlp-tf",
-            mlp,
-            "--framework",
-            "tensorflow",
-        ],
-    );
+    upload_model(srv, "mlp-tf", mlp, "tensorflow");
     // What the engine cannot run is refused with the reason, before any deployment.
     let unsupported = models.path().join("unsupported.onnx");
     let err = cli_fails(
@@ -1285,6 +1263,23 @@ print(json.dumps([float(p) for p in probs.ravel()]))
     );
 }
 
+/// Uploads a model file with the CLI; answers the registered model.
+fn upload_model(srv: &Server, name: &str, file: impl AsRef<Path>, framework: &str) -> Value {
+    let file = file.as_ref().to_str().unwrap();
+    cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            name,
+            file,
+            "--framework",
+            framework,
+        ],
+    )
+}
+
 /// Waits with the CLI (as a user would) until the deployment is Available.
 fn wait_available(srv: &Server, endpoint: &str, deployment: &str) {
     let waited = cli(
@@ -1314,18 +1309,7 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
     let srv = &first.0;
     // `Det` is not in tract: the signature is read by ONNX Runtime at upload.
     let det = models.path().join("ort_only.onnx");
-    let m = cli(
-        srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "det",
-            det.to_str().unwrap(),
-            "--framework",
-            "pytorch",
-        ],
-    );
+    let m = upload_model(srv, "det", &det, "pytorch");
     assert_eq!(m["inputs"][0]["shape"], serde_json::json!([-1, 3, 3]));
     let e = cli(srv, &["serving", "endpoint", "create", "det"]);
     let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
@@ -1415,18 +1399,7 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
         ],
     ));
     let srv = &srv.0;
-    cli(
-        srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "det",
-            det.to_str().unwrap(),
-            "--framework",
-            "pytorch",
-        ],
-    );
+    upload_model(srv, "det", &det, "pytorch");
     cli(srv, &["serving", "endpoint", "create", "det"]);
     cli(srv, &create(&[]));
     wait_available(srv, "det", "d1");
@@ -1462,18 +1435,7 @@ fn a_real_model_server_on_the_path_may_serve_the_model() {
     let srv = &srv.0;
     let upload = |name: &str, file: &str, framework: &str| {
         let file = models.path().join(file);
-        cli(
-            srv,
-            &[
-                "serving",
-                "model",
-                "upload",
-                name,
-                file.to_str().unwrap(),
-                "--framework",
-                framework,
-            ],
-        )
+        upload_model(srv, name, file, framework)
     };
     upload("mlp", "mlp.onnx", "pytorch");
     let frozen = upload("mlp-tf", "mlp.pb", "tensorflow");
@@ -1620,18 +1582,7 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
     let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
     let srv = &srv.0;
     let mlp = work.path().join("mlp.onnx");
-    cli(
-        srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "mlp",
-            mlp.to_str().unwrap(),
-            "--framework",
-            "pytorch",
-        ],
-    );
+    upload_model(srv, "mlp", mlp, "pytorch");
     let e = cli(srv, &["serving", "endpoint", "create", "cos"]);
     let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
     let script_file = tests.join("serve.rhai");
