@@ -56,6 +56,28 @@ wait_for_quiet() {
   done
 }
 
+# kep_url DATA_DIR LISTENER → http://ADDRESS of that listener, once `kep serve --data-dir
+# DATA_DIR` has written its addresses.
+kep_url() {
+  local f=$1/addresses.json
+  for _ in $(seq 200); do [ -s "$f" ] && break; sleep 0.1; done
+  [ -s "$f" ] || { echo "kep serve on $1 did not start" >&2; exit 1; }
+  echo "http://$(jq -r ".$2" "$f")"
+}
+
+# deployment_when ADMIN ENDPOINT DEPLOYMENT JQ_CONDITION → the deployment, once the condition
+# holds (two minutes at most). The operator token is the scripts' `bench-operator`.
+deployment_when() {
+  local dep=""
+  for _ in $(seq 1200); do
+    dep=$(curl -sf -H "Authorization: Bearer bench-operator" "$1/admin/v1/serving/endpoints/$2/deployments/$3") &&
+      [ "$(jq -r "$4" <<<"$dep")" = true ] && { echo "$dep"; return; }
+    sleep 0.1
+  done
+  echo "deployment $2/$3 never met $4: $dep" >&2
+  exit 1
+}
+
 machine() {
   echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
 }

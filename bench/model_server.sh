@@ -38,22 +38,16 @@ mkdir -p "$data"
 KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator "$KEP" serve --only serving --data-dir "$data/kep" \
   --admin-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 >"$data/kep.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do [ -f "$data/kep/addresses.json" ] && break; sleep 0.1; done
-admin=http://$(jq -r .admin "$data/kep/addresses.json")
+admin=$(kep_url "$data/kep" admin)
 api() { curl -sS --fail-with-body -H "Authorization: Bearer bench-operator" "$@"; }
 json() { api -H 'content-type: application/json' "$@"; }
 
 deploy() {  # endpoint model engine: prints "URL KEY" once the deployment is Available
-  local ep dep
+  local ep
   ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"$1\",\"instance_count\":1}")
   json -XPOST "$admin/admin/v1/serving/endpoints/$1/deployments" \
     -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}}" >/dev/null
-  for _ in $(seq 1200); do
-    dep=$(api "$admin/admin/v1/serving/endpoints/$1/deployments/d1")
-    [ "$(jq -r .state <<<"$dep")" = Available ] && break
-    sleep 0.1
-  done
-  [ "$(jq -r .state <<<"$dep")" = Available ] || { echo "deployment not Available: $dep" >&2; exit 1; }
+  deployment_when "$admin" "$1" d1 '.state == "Available"' >/dev/null
   echo "$(jq -r .url <<<"$ep")/v2/models/$2/infer $(jq -r .api_key <<<"$ep")"
 }
 

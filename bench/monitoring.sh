@@ -50,10 +50,10 @@ start_kep() {
     --admin-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 >"$data/kep.log" 2>&1 &
   KEP_PID[$name]=$!
   pids+=("$!")
-  for _ in $(seq 100); do [ -f "$data/kep/addresses.json" ] && break; sleep 0.1; done
-  local admin=http://$(jq -r .admin "$data/kep/addresses.json")
+  local admin
+  admin=$(kep_url "$data/kep" admin)
   ADMIN[$name]=$admin
-  GATEWAY[$name]=http://$(jq -r .gateway "$data/kep/addresses.json")
+  GATEWAY[$name]=$(kep_url "$data/kep" gateway)
   api -XPOST "$admin/admin/v1/serving/images" \
     -d "$(jq -nc --arg b "$BENCH" '{name: "upstream", command: [$b, "upstream"]}')" >/dev/null
   KEY[$name]=$(api -XPOST "$admin/admin/v1/serving/endpoints" -d '{"name":"bench","instance_count":1}' | jq -r .api_key)
@@ -72,14 +72,7 @@ start_kep() {
 }
 # wait_available ADMIN OLD_PID → the deployment, once Available with an instance other than OLD_PID
 wait_available() {
-  local dep=""
-  for _ in $(seq 300); do
-    dep=$(api "$1/admin/v1/serving/endpoints/bench/deployments/d1")
-    [ "$(jq -r '.state + " " + (.instances[0].pid | tostring)' <<<"$dep")" != "Available $2" ] &&
-      [ "$(jq -r .state <<<"$dep")" = Available ] && { echo "$dep"; return; }
-    sleep 0.1
-  done
-  echo "deployment not Available: $dep" >&2; exit 1
+  deployment_when "$1" bench d1 ".state == \"Available\" and (.instances[0].pid | tostring) != \"$2\""
 }
 
 # measure NAME → appends "name rps p50 p99 cpu requests" to $RESULTS

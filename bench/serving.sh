@@ -75,23 +75,17 @@ run_layout() {
     >"$data/kep.log" 2>&1 &
   local kep_pid=$!
   pids+=("$kep_pid")
-  for _ in $(seq 100); do [ -f "$data/kep/addresses.json" ] && break; sleep 0.1; done
   local admin gateway
-  admin=http://$(jq -r .admin "$data/kep/addresses.json")
-  gateway=http://$(jq -r .gateway "$data/kep/addresses.json")
+  admin=$(kep_url "$data/kep" admin)
+  gateway=$(kep_url "$data/kep" gateway)
   api() { curl -sf -H "Authorization: Bearer bench-operator" -H 'content-type: application/json' "$@"; }
   api -XPOST "$admin/admin/v1/serving/images" \
     -d "$(jq -nc --arg b "$BENCH" '{name: "upstream", command: [$b, "upstream"]}')" >/dev/null
   KEY=$(api -XPOST "$admin/admin/v1/serving/endpoints" -d '{"name":"bench","instance_count":1}' | jq -r .api_key)
   api -XPOST "$admin/admin/v1/serving/endpoints/bench/deployments" \
     -d '{"name":"d1","type":"custom-image","image":"upstream"}' >/dev/null
-  local dep=""
-  for _ in $(seq 100); do
-    dep=$(api "$admin/admin/v1/serving/endpoints/bench/deployments/d1")
-    [ "$(jq -r .state <<<"$dep")" = Available ] && break
-    sleep 0.1
-  done
-  [ "$(jq -r .state <<<"$dep")" = Available ] || { echo "deployment not Available: $dep" >&2; exit 1; }
+  local dep
+  dep=$(deployment_when "$admin" bench d1 '.state == "Available"')
   local port up_pid
   port=$(jq -r '.instances[0].port' <<<"$dep")
   up_pid=$(jq -r '.instances[0].pid' <<<"$dep")
