@@ -190,15 +190,24 @@ impl std::str::FromStr for Engine {
 /// The signature of a model artifact, read without preparing it to run. tract reads it;
 /// a model tract cannot type (an operator it lacks) is read by ONNX Runtime where that is
 /// available, so it can still be served by that engine.
-pub fn inspect(path: &Path) -> Result<Signature, ModelError> {
-    let read = typed_model(path).and_then(|typed| signature(&typed));
+pub fn inspect(path: &Path) -> Result<(Signature, Format), ModelError> {
+    let read =
+        inference_model(path).and_then(|(model, format)| Ok((signature(&typed(model)?)?, format)));
     #[cfg(feature = "onnxruntime")]
     if read.is_err()
         && let Ok((signature, _)) = crate::onnxruntime::load(path)
     {
-        return Ok(signature);
+        return Ok((signature, Format::Onnx));
     }
     read
+}
+
+/// What an artifact is (CONTRACT §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Onnx,
+    /// A TensorFlow frozen GraphDef.
+    FrozenGraph,
 }
 
 /// Whether the artifact is an ONNX model (else a TensorFlow frozen GraphDef, or nothing).
@@ -208,22 +217,29 @@ pub fn is_onnx(path: &Path) -> bool {
 
 /// The artifact as an ONNX model, else as a TensorFlow frozen GraphDef (the two protobuf
 /// messages do not parse as each other).
-fn typed_model(path: &Path) -> Result<TypedModel, ModelError> {
-    let model = match tract_onnx::onnx().model_for_path(path) {
-        Ok(model) => model,
-        Err(onnx) => frozen_graph(path).map_err(|tf| {
-            ModelError::Unreadable(format!(
-                "neither ONNX ({onnx:#}) nor a TensorFlow frozen GraphDef ({tf:#})"
-            ))
-        })?,
-    };
+fn inference_model(path: &Path) -> Result<(InferenceModel, Format), ModelError> {
+    match tract_onnx::onnx().model_for_path(path) {
+        Ok(model) => Ok((model, Format::Onnx)),
+        Err(onnx) => frozen_graph(path)
+            .map(|model| (model, Format::FrozenGraph))
+            .map_err(|tf| {
+                ModelError::Unreadable(format!(
+                    "neither ONNX ({onnx:#}) nor a TensorFlow frozen GraphDef ({tf:#})"
+                ))
+            }),
+    }
+}
+
+/// The model with every type and shape known: what the engine cannot type fails here.
+fn typed(model: InferenceModel) -> Result<TypedModel, ModelError> {
     model
         .into_typed()
         .map_err(|e| ModelError::Unsupported(format!("{e:#}")))
 }
 
-/// A frozen GraphDef (or the graph of a SavedModel without variables): its Placeholders are the inputs and its sinks the outputs; a `-1`
-/// dimension of a Placeholder's shape becomes a variable one, as ONNX's named ones are.
+/// A frozen GraphDef (or the graph of a SavedModel without variables): its Placeholders are
+/// the inputs and its sinks the outputs; a `-1` dimension of a Placeholder's shape becomes a
+/// variable one, as ONNX's named ones are.
 fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
     use prost::Message as _;
     use tract_tensorflow::tfpb::tensorflow::{GraphDef, SavedModel};
@@ -318,7 +334,7 @@ impl Model {
     pub fn load(path: &Path, engine: Engine) -> Result<Model, ModelError> {
         let ((inputs, outputs), runner) = match engine {
             Engine::Tract => {
-                let typed = typed_model(path)?;
+                let typed = typed(inference_model(path)?.0)?;
                 let signature = signature(&typed)?;
                 let plan = typed
                     .into_optimized()

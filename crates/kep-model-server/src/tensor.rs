@@ -101,7 +101,7 @@ pub fn from_json(
                             .decode(text)
                             .map_err(|e| format!("b64: {e}"))?;
                         String::from_utf8(bytes)
-                            .map_err(|_| "the built-in engine takes text strings only".to_owned())
+                            .map_err(|_| "BYTES elements must be UTF-8 text".to_owned())
                     }
                     _ => Err(bad(v)),
                 })
@@ -271,7 +271,7 @@ pub fn from_bytes(datatype: DataType, shape: &[usize], bytes: &[u8]) -> Result<T
                     return Err("BYTES binary data ends inside an element".into());
                 }
                 let text = String::from_utf8(tail[..len].to_vec())
-                    .map_err(|_| "the built-in engine takes text strings only".to_owned())?;
+                    .map_err(|_| "BYTES elements must be UTF-8 text".to_owned())?;
                 items.push(text);
                 rest = &tail[len..];
             }

@@ -122,7 +122,8 @@ async fn send(http: &reqwest::Client, url: String, body: &str) -> (u16, Value) {
 async fn a_tensorflow_frozen_graph_answers_as_its_onnx_twin_does() {
     let made = made_models();
     let frozen = made.path().join("mlp.pb");
-    let (inputs, outputs) = kep_model_server::model::inspect(&frozen).unwrap();
+    let ((inputs, outputs), format) = kep_model_server::model::inspect(&frozen).unwrap();
+    assert_eq!(format, kep_model_server::model::Format::FrozenGraph);
     assert_eq!(
         serde_json::to_value((&inputs, &outputs)).unwrap(),
         json!([[{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
@@ -381,7 +382,7 @@ async fn onnx_runtime_serves_a_model_tract_cannot_run() {
         .err()
         .expect("tract lacks Det");
     assert!(err.to_string().contains("Det"), "{err}");
-    let (inputs, outputs) = kep_model_server::model::inspect(&path).unwrap();
+    let ((inputs, outputs), _) = kep_model_server::model::inspect(&path).unwrap();
     assert_eq!(
         (inputs[0].shape.clone(), outputs[0].name.as_str()),
         (vec![-1, 3, 3], "y")

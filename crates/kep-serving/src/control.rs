@@ -184,9 +184,7 @@ impl ModelServer {
     /// A deployment's engine: its `KEP_ENGINE` variable (checked when it was made), else
     /// the setting.
     fn engine_of(&self, env: &BTreeMap<String, String>) -> Engine {
-        env.get(KEP_ENGINE)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(self.engine)
+        self.choice(env).ok().flatten().unwrap_or(self.engine)
     }
 
     /// What runs a model deployment's instances: `KEP_ENGINE=native` for the type's real
@@ -1322,19 +1320,12 @@ pub async fn inspect_model(
     path: PathBuf,
     framework: &str,
 ) -> Result<(String, String), ServingError> {
-    let tensorflow = framework == "tensorflow";
-    let read = tokio::task::spawn_blocking(move || {
-        let signature = kep_model_server::model::inspect(&path)?;
-        Ok::<_, kep_model_server::ModelError>((
-            signature,
-            tensorflow || kep_model_server::model::is_onnx(&path),
-        ))
-    })
-    .await
-    .map_err(|e| ServingError::Internal(e.into()))?;
-    let ((inputs, outputs), allowed) =
+    let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?;
+    let ((inputs, outputs), format) =
         read.map_err(|e| ServingError::field("file", e.to_string()))?;
-    if !allowed {
+    if format == kep_model_server::model::Format::FrozenGraph && framework != "tensorflow" {
         return Err(ServingError::field(
             "file",
             "a TensorFlow frozen GraphDef is for tensorflow models; other frameworks are uploaded as ONNX exports",

@@ -1587,50 +1587,29 @@ fn a_cosmos_script_inline_or_from_a_repository_serves_the_model() {
     let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
     let script_file = tests.join("serve.rhai");
     let repo_url = format!("file://{}", repo.display());
+    fn create<'a>(name: &'a str, flag: &'a str, value: &'a str) -> Vec<&'a str> {
+        let kind = ["--type", "cosmos", "--model", "mlp"];
+        [
+            &["serving", "deployment", "create", "cos", name][..],
+            &kind,
+            &[flag, value],
+        ]
+        .concat()
+    }
     // A script that does not compile, or a repository that cannot be cloned, is refused
     // when the deployment is made.
     for (name, script, why) in [
         ("bad", "fn preprocess(r) { r }", "postprocess"),
         ("gone", "file:///nowhere/at/all", "git clone"),
     ] {
-        let err = cli_fails(
-            srv,
-            &[
-                "serving",
-                "deployment",
-                "create",
-                "cos",
-                name,
-                "--type",
-                "cosmos",
-                "--model",
-                "mlp",
-                "--script",
-                script,
-            ],
-        );
+        let err = cli_fails(srv, &create(name, "--script", script));
         assert!(err.contains("HTTP 400") && err.contains(why), "{err}");
     }
     for (name, flag, value) in [
         ("inline", "--script-file", script_file.to_str().unwrap()),
         ("repo", "--script", repo_url.as_str()),
     ] {
-        cli(
-            srv,
-            &[
-                "serving",
-                "deployment",
-                "create",
-                "cos",
-                name,
-                "--type",
-                "cosmos",
-                "--model",
-                "mlp",
-                flag,
-                value,
-            ],
-        );
+        cli(srv, &create(name, flag, value));
         wait_available(srv, "cos", name);
     }
     // Both deployments answer: the second gets no traffic until the split says so.
