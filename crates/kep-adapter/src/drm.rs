@@ -406,6 +406,25 @@ impl Drm {
         }
     }
 
+    /// Removes what a process killed mid-upload left: half-written `.part` files, and files
+    /// renamed into place whose release was never recorded. Run at startup, before any upload.
+    pub async fn remove_unreleased_files(&self) -> anyhow::Result<usize> {
+        let mut removed = 0;
+        let mut entries = tokio::fs::read_dir(&self.files).await?;
+        while let Some(entry) = entries.next_entry().await? {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let released = match self.store.session(&name).await? {
+                Some(row) => row.status == SessionStatus::Released.as_str(),
+                None => false,
+            };
+            if !released {
+                tokio::fs::remove_file(entry.path()).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes the files of deleted sessions.
     pub async fn forget_files(&self, session_ids: &[String]) {
         for id in session_ids {

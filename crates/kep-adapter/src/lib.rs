@@ -82,6 +82,10 @@ impl AdapterService {
             settings.max_file_bytes,
             notify,
         )?);
+        let removed = drm.remove_unreleased_files().await?;
+        if removed > 0 {
+            tracing::info!(files = removed, "removed files of releases a stop cut off");
+        }
         tokio::spawn(Arc::clone(&drm).sweep(Duration::from_secs(settings.sweep_interval_s.max(1))));
         Ok(AdapterService(Arc::new(Adapter {
             settings,

@@ -173,7 +173,9 @@ impl ServingService {
         let pool = kep_core::storage::open(data_dir, "serving", &store::MIGRATOR).await?;
         let store = store::Store::new(pool);
         let root = data_dir.join("serving");
-        let killed = runtime::reconcile(&store).await?;
+        // Instances a kep killed outright left running; the deployments start afresh.
+        let owner = runtime::process::Owner::of_data_dir(data_dir)?;
+        let killed = owner.kill_left_behind();
         if killed > 0 {
             tracing::info!(killed, "stopped instance processes left by a previous run");
         }
@@ -186,7 +188,7 @@ impl ServingService {
             listeners.clone(),
         ));
         let runtime = runtime::start(runtime::RuntimeContext {
-            store: store.clone(),
+            owner,
             logs_dir: root.join("logs"),
             policy: runtime::RestartPolicy {
                 initial: Duration::from_millis(settings.restart_backoff_ms),

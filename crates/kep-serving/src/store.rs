@@ -65,13 +65,6 @@ pub struct DeploymentRow {
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ProcessRow {
-    pub instance: String,
-    pub pid: i64,
-    pub start_ticks: i64,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventRow {
     pub id: i64,
     pub at_ms: i64,
@@ -381,32 +374,6 @@ impl Store {
                 .await?;
         }
         tx.commit().await
-    }
-
-    pub async fn insert_process(&self, row: &ProcessRow) -> sqlx::Result<()> {
-        sqlx::query(
-            "INSERT OR REPLACE INTO processes (instance, pid, start_ticks) VALUES (?, ?, ?)",
-        )
-        .bind(&row.instance)
-        .bind(row.pid)
-        .bind(row.start_ticks)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    pub async fn delete_process(&self, instance: &str) -> sqlx::Result<()> {
-        sqlx::query("DELETE FROM processes WHERE instance = ?")
-            .bind(instance)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    pub async fn processes(&self) -> sqlx::Result<Vec<ProcessRow>> {
-        sqlx::query_as("SELECT instance, pid, start_ticks FROM processes")
-            .fetch_all(&self.pool)
-            .await
     }
 
     pub async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()> {

@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Launch, RestartPolicy, probe, process};
 use crate::api::wire::Instance;
-use crate::store::{ProcessRow, Store};
 
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
@@ -32,7 +31,7 @@ pub struct InstanceTask {
     pub launch: Arc<Launch>,
     pub log: PathBuf,
     pub policy: RestartPolicy,
-    pub store: Store,
+    pub owner: process::Owner,
     pub http: reqwest::Client,
     pub reports: mpsc::UnboundedSender<Report>,
     pub cancel: CancellationToken,
@@ -95,20 +94,17 @@ impl InstanceTask {
                                 // finish before the process is asked to stop.
                                 tokio::time::sleep(self.policy.drain).await;
                                 process::terminate(&mut child, self.policy.grace).await;
-                                self.forget(pid).await;
                                 break;
                             }
                             Outcome::Exited(code) => {
                                 if let Some(pid) = pid {
                                     process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
                                 }
-                                self.forget(pid).await;
                                 status.state = FAILED.into();
                                 status.reason = Some(format!("exited: {code}"));
                             }
                             Outcome::LivenessFailed(why) => {
                                 process::terminate(&mut child, self.policy.grace).await;
-                                self.forget(pid).await;
                                 status.state = PENDING.into();
                                 status.reason = Some(format!("liveness probe failed: {why}"));
                             }
@@ -118,7 +114,6 @@ impl InstanceTask {
                                 status.reason = Some(why);
                                 self.report(&status, false);
                                 process::terminate(&mut child, self.policy.grace).await;
-                                self.forget(pid).await;
                             }
                         }
                     }
@@ -149,33 +144,13 @@ impl InstanceTask {
 
     async fn start(&self, argv: &[String], status: &mut Instance) -> std::io::Result<Child> {
         let port = process::free_port()?;
-        let child = process::spawn(argv, &self.launch.env, port, &self.log)?;
+        let child = process::spawn(argv, &self.launch.env, port, &self.log, &self.owner)?;
         status.state = PENDING.into();
         status.reason = None;
         status.pid = child.id();
         status.port = Some(port);
-        if let Some(pid) = child.id() {
-            let row = ProcessRow {
-                instance: self.id.clone(),
-                pid: i64::from(pid),
-                start_ticks: process::start_ticks(pid).unwrap_or(-1),
-            };
-            // Recorded (before it can be forgotten) so a kep killed outright can reconcile it
-            // at its next start.
-            if let Err(e) = self.store.insert_process(&row).await {
-                tracing::warn!(error = %e, "recording an instance process");
-            }
-        }
         self.report(status, false);
         Ok(child)
-    }
-
-    async fn forget(&self, pid: Option<u32>) {
-        if pid.is_some()
-            && let Err(e) = self.store.delete_process(&self.id).await
-        {
-            tracing::warn!(error = %e, "forgetting an instance process");
-        }
     }
 
     async fn watch(

@@ -132,7 +132,8 @@ impl RuntimeHandle {
 
 /// What the runtime's tasks share.
 pub struct RuntimeContext {
-    pub store: Store,
+    /// The mark of this kep's instance processes.
+    pub owner: process::Owner,
     pub logs_dir: PathBuf,
     pub policy: RestartPolicy,
     pub http: reqwest::Client,
@@ -340,7 +341,7 @@ impl Supervisor {
                 launch: Arc::clone(&self.launch),
                 log: self.ctx.log_path(&self.key, &id),
                 policy: self.ctx.policy,
-                store: self.ctx.store.clone(),
+                owner: self.ctx.owner.clone(),
                 http: self.ctx.http.clone(),
                 reports: self.reports.clone(),
                 cancel: cancel.clone(),
@@ -488,21 +489,6 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// Kills the instance processes a previous kep left behind (it was killed before it could
-/// stop them); the deployments then start afresh. Returns how many were still running.
-pub async fn reconcile(store: &Store) -> anyhow::Result<usize> {
-    let mut killed = 0;
-    for row in store.processes().await? {
-        let pid = u32::try_from(row.pid).unwrap_or(0);
-        if pid > 0 && process::start_ticks(pid) == Some(row.start_ticks) {
-            process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            killed += 1;
-        }
-        store.delete_process(&row.instance).await?;
-    }
-    Ok(killed)
 }
 
 /// Writes each event to the store and hands it on to whoever listens (alerts).

@@ -1,9 +1,11 @@
 //! Instance processes: a free port, the spawn (own process group, log file, a clean
-//! environment), stopping the whole group, and telling our process from a reused pid.
+//! environment, the owner's mark), stopping the whole group, and finding the ones a killed
+//! kep left behind.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -13,6 +15,49 @@ use tokio::process::{Child, Command};
 /// Variables of kep's own environment an instance inherits; nothing else (in particular no
 /// `KEP_*` secret) leaks into a user's process.
 const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"];
+
+/// The variable that marks every instance process with the kep that started it.
+const OWNER_VAR: &str = "KEP_INSTANCE_OWNER";
+
+/// Which kep started an instance: its data dir, which one kep at a time runs on. A kep
+/// killed outright cannot stop its instances; the next one on the same data dir finds them
+/// by this mark in their environment, even one spawned an instant before the kill.
+#[derive(Debug, Clone)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    pub fn of_data_dir(data_dir: &Path) -> std::io::Result<Self> {
+        Ok(Owner(data_dir.canonicalize()?.to_string_lossy().into()))
+    }
+
+    /// Kills the process group of every process that carries this mark (none of them is
+    /// ours yet: this runs before any instance starts); returns how many groups.
+    pub fn kill_left_behind(&self) -> usize {
+        let mark = format!("{OWNER_VAR}={}", self.0);
+        let Ok(proc) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        let mut groups = std::collections::BTreeSet::new();
+        for entry in proc.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            // Another user's process is unreadable, and not ours either.
+            let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if environ.split(|&b| b == 0).any(|v| v == mark.as_bytes())
+                && let Ok(group) = nix::unistd::getpgid(Some(Pid::from_raw(pid)))
+            {
+                groups.insert(group);
+            }
+        }
+        for group in &groups {
+            let _ = killpg(*group, Signal::SIGKILL);
+        }
+        groups.len()
+    }
+}
 
 /// A port nothing listens on now, for the instance to bind.
 pub fn free_port() -> std::io::Result<u16> {
@@ -27,6 +72,7 @@ pub fn spawn(
     env: &BTreeMap<String, String>,
     port: u16,
     log: &Path,
+    owner: &Owner,
 ) -> std::io::Result<Child> {
     use std::io::Write as _;
     if let Some(dir) = log.parent() {
@@ -51,6 +97,7 @@ pub fn spawn(
         )
         .envs(env)
         .env("PORT", port.to_string())
+        .env(OWNER_VAR, &*owner.0)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -78,15 +125,6 @@ pub async fn terminate(child: &mut Child, grace: Duration) {
     signal_group(pid, Signal::SIGKILL);
 }
 
-/// The start time of `pid` in clock ticks since boot (`/proc/<pid>/stat`, field 22), which
-/// tells our process from a later one that got the same pid.
-pub fn start_ticks(pid: u32) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: count fields after the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,12 +137,14 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let mut child = spawn(&argv, &BTreeMap::new(), 4242, &log).unwrap();
+        let owner = Owner::of_data_dir(dir.path()).unwrap();
+        let mut child = spawn(&argv, &BTreeMap::new(), 4242, &log, &owner).unwrap();
         let pid = child.id().unwrap();
-        assert!(start_ticks(pid).is_some());
+        let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
+        assert!(proc.exists());
         tokio::time::sleep(Duration::from_millis(200)).await;
         terminate(&mut child, Duration::from_secs(2)).await;
-        assert!(start_ticks(pid).is_none(), "the leader is reaped");
+        assert!(!proc.exists(), "the leader is reaped");
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains("started-4242"), "{text}");
         // No `sleep 30` of that group survives (a zombie waiting for init to reap it is
