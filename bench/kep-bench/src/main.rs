@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use kep_client::live::{LiveClient, Participant};
 use kep_live::api::wire::{EventKind, ServerMessage};
 
+mod soak;
+
 #[derive(Parser)]
 struct Cli {
     #[command(subcommand)]
@@ -65,6 +67,9 @@ enum Cmd {
         #[arg(long, default_value = "destroy-me")]
         room: String,
     },
+    /// Mixed traffic against every service at a steady rate, sampling kep's memory,
+    /// descriptors and latencies; fails on an error or on growth.
+    Soak(soak::SoakArgs),
 }
 
 #[tokio::main]
@@ -84,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
             participants,
             room,
         } => destroy(service, &token, participants, &room).await,
+        Cmd::Soak(args) => soak::soak(args).await,
     }
 }
 
