@@ -332,17 +332,6 @@ impl Store {
         .await
     }
 
-    /// A message of any client (the RCS detail tells 403 from 404).
-    pub async fn any_message(&self, channel: &str, uid: &str) -> sqlx::Result<Option<MessageRow>> {
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid = ? AND channel = ?"
-        )))
-        .bind(uid)
-        .bind(channel)
-        .fetch_optional(&self.pool)
-        .await
-    }
-
     /// One page of a client's messages in uid order.
     pub async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(format!(

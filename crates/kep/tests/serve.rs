@@ -1,134 +1,14 @@
 //! The real `kep` binary: `kep serve` on port 0, driven by curl-like calls and by the CLI.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{KEP, Server, StopsGracefully, cli, http, port0, serve, wait_available};
 use serde_json::Value;
-
-const KEP: &str = env!("CARGO_BIN_EXE_kep");
-
-struct Server {
-    child: Child,
-    data_dir: PathBuf,
-    admin: String,
-    live: String,
-    stdout: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-    let _ = std::fs::remove_file(data_dir.join("addresses.json"));
-    let mut cmd = Command::new(KEP);
-    cmd.args(["serve", "--data-dir"]).arg(data_dir).args(extra);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addresses = loop {
-        if let Ok(b) = std::fs::read(data_dir.join("addresses.json")) {
-            break serde_json::from_slice::<Value>(&b).unwrap();
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            panic!("kep serve exited with {status}: {err}");
-        }
-        assert!(Instant::now() < deadline, "kep serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // Whatever the server printed before it listened (the operator token line, if any).
-    let stdout = child.stdout.take().unwrap();
-    let printed = read_available(stdout);
-    Server {
-        child,
-        data_dir: data_dir.to_owned(),
-        admin: format!("http://{}", addresses["admin"].as_str().unwrap()),
-        live: format!("http://{}", addresses["live"].as_str().unwrap()),
-        stdout: printed,
-    }
-}
-
-/// Lines already written to `out`, without waiting for more than a moment.
-fn read_available(out: ChildStdout) -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut text = String::new();
-    while let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
-        text.push_str(&line);
-        text.push('\n');
-    }
-    text
-}
-
-fn port0() -> Vec<&'static str> {
-    vec![
-        "--admin-addr",
-        "127.0.0.1:0",
-        "--live-addr",
-        "127.0.0.1:0",
-        "--adapter-addr",
-        "127.0.0.1:0",
-        "--messaging-addr",
-        "127.0.0.1:0",
-        "--gateway-addr",
-        "127.0.0.1:0",
-    ]
-}
-
-/// Runs a CLI command against the server; its stdout parsed as JSON.
-fn cli(srv: &Server, args: &[&str]) -> Value {
-    let out = Command::new(KEP)
-        .args(args)
-        .env("KEP_DATA_DIR", &srv.data_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kep {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "kep {args:?}: {e}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
-
-fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
-    let client = reqwest::blocking::Client::new();
-    let mut req = client.request(method.parse().unwrap(), url);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(b.to_owned());
-    }
-    let res = req.send().unwrap();
-    (res.status().as_u16(), res.json().unwrap_or(Value::Null))
-}
 
 /// A long-running CLI process (`kep live join`, `kep adapter agent`), read line by line.
 struct Joiner {
@@ -534,13 +414,6 @@ fn messaging_client(srv: &Server) -> (String, String) {
     )
 }
 
-fn messaging_url(srv: &Server) -> String {
-    let addresses: Value =
-        serde_json::from_slice(&std::fs::read(srv.data_dir.join("addresses.json")).unwrap())
-            .unwrap();
-    format!("http://{}", addresses["messaging"].as_str().unwrap())
-}
-
 #[test]
 fn a_real_oauth_client_gets_a_token_and_sends() {
     let dir = tempfile::tempdir().unwrap();
@@ -548,7 +421,7 @@ fn a_real_oauth_client_gets_a_token_and_sends() {
     let (id, secret) = messaging_client(&srv);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/oauth_client.py");
     let out = Command::new("python3")
-        .args([script, &messaging_url(&srv), &id, &secret])
+        .args([script, &srv.url("messaging"), &id, &secret])
         // oauthlib refuses plain http unless told the transport is local.
         .env("OAUTHLIB_INSECURE_TRANSPORT", "1")
         .output()
@@ -575,7 +448,7 @@ fn accepted_messages_survive_kill_9() {
     ];
     let mut srv = serve(dir.path(), &port0(), &slow);
     let (id, secret) = messaging_client(&srv);
-    let url = messaging_url(&srv);
+    let url = srv.url("messaging");
     let client = reqwest::blocking::Client::new();
     let token: Value = client
         .post(format!("{url}/v2/oauth/token"))
@@ -612,7 +485,7 @@ fn accepted_messages_survive_kill_9() {
             ("KEP_MESSAGING_DISPATCH_LEASE_S", "1"),
         ],
     );
-    let url = messaging_url(&srv);
+    let url = srv.url("messaging");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let page: Value = client
@@ -788,22 +661,6 @@ fn cli_fails(srv: &Server, args: &[&str]) -> String {
         .unwrap();
     assert!(!out.status.success(), "kep {args:?} succeeded");
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Stops `kep serve` with SIGTERM when dropped, so that it stops the instance processes it
-/// started (they run in their own process groups, and would outlive a SIGKILL).
-struct StopsGracefully(Server);
-
-impl Drop for StopsGracefully {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while matches!(self.0.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 #[test]
@@ -1278,23 +1135,6 @@ fn upload_model(srv: &Server, name: &str, file: impl AsRef<Path>, framework: &st
             framework,
         ],
     )
-}
-
-/// Waits with the CLI (as a user would) until the deployment is Available.
-fn wait_available(srv: &Server, endpoint: &str, deployment: &str) {
-    let waited = cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "wait",
-            endpoint,
-            deployment,
-            "--timeout-s",
-            "60",
-        ],
-    );
-    assert_eq!(waited["state"], "Available", "{endpoint}/{deployment}");
 }
 
 /// The ONNX Runtime engine, chosen per deployment (`KEP_ENGINE`) or for all

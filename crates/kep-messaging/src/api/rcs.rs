@@ -244,10 +244,11 @@ pub(crate) struct RcsSearchParams {
     service_type: Option<String>,
 }
 
-/// `GET /v2/info/rcs/search/detail/{uid}`: 200, 401, 403 (another client's message), 404.
+/// `GET /v2/info/rcs/search/detail/{uid}`: 200, 401, 404. Another client's message is a
+/// 404 as one that does not exist: a 403 would tell the caller the uid is someone's.
 #[utoipa::path(get, path = "/v2/info/rcs/search/detail/{uid}", params(("uid" = String, Path)),
     responses((status = 200, description = "the message"), (status = 401, description = "code 401"),
-              (status = 403, description = "code 403"), (status = 404, description = "code 404")),
+              (status = 404, description = "code 404: no message of the caller's has this uid")),
     security(("bearer" = [])))]
 pub(crate) async fn detail(
     State(m): State<MessagingService>,
@@ -272,9 +273,8 @@ pub(crate) async fn detail(
             return res;
         }
     };
-    let r = match m.0.store.any_message("RCS", &uid).await {
-        Ok(Some(r)) if r.client_id == client_id => r,
-        Ok(Some(_)) => return detail_answer(StatusCode::FORBIDDEN, "not your message"),
+    let r = match m.0.store.message(&client_id, "RCS", &uid).await {
+        Ok(Some(r)) => r,
         Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
         Err(e) => return MessagingError::from(e).into_response(),
     };

@@ -1,0 +1,180 @@
+//! What the tests of the real `kep` binary share: `kep serve` on port 0, the CLI and plain
+//! HTTP calls to it.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const KEP: &str = env!("CARGO_BIN_EXE_kep");
+
+pub struct Server {
+    pub child: Child,
+    pub data_dir: PathBuf,
+    pub admin: String,
+    pub live: String,
+    pub stdout: String,
+    /// `addresses.json`: every listener's chosen address.
+    addresses: Value,
+}
+
+impl Server {
+    /// The base URL of a listener: `admin`, `live`, `adapter`, `messaging` or `gateway`.
+    pub fn url(&self, listener: &str) -> String {
+        format!("http://{}", self.addresses[listener].as_str().unwrap())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn serve(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    let _ = std::fs::remove_file(data_dir.join("addresses.json"));
+    let mut cmd = Command::new(KEP);
+    cmd.args(["serve", "--data-dir"]).arg(data_dir).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addresses = loop {
+        if let Ok(b) = std::fs::read(data_dir.join("addresses.json")) {
+            break serde_json::from_slice::<Value>(&b).unwrap();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("kep serve exited with {status}: {err}");
+        }
+        assert!(Instant::now() < deadline, "kep serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Whatever the server printed before it listened (the operator token line, if any).
+    let stdout = child.stdout.take().unwrap();
+    let printed = read_available(stdout);
+    Server {
+        child,
+        data_dir: data_dir.to_owned(),
+        admin: format!("http://{}", addresses["admin"].as_str().unwrap()),
+        live: format!("http://{}", addresses["live"].as_str().unwrap()),
+        stdout: printed,
+        addresses,
+    }
+}
+
+/// Lines already written to `out`, without waiting for more than a moment.
+fn read_available(out: ChildStdout) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut text = String::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+pub fn port0() -> Vec<&'static str> {
+    vec![
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--live-addr",
+        "127.0.0.1:0",
+        "--adapter-addr",
+        "127.0.0.1:0",
+        "--messaging-addr",
+        "127.0.0.1:0",
+        "--gateway-addr",
+        "127.0.0.1:0",
+    ]
+}
+
+/// Runs a CLI command against the server; its stdout parsed as JSON.
+pub fn cli(srv: &Server, args: &[&str]) -> Value {
+    let out = Command::new(KEP)
+        .args(args)
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kep {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "kep {args:?}: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+pub fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+    let client = reqwest::blocking::Client::new();
+    let mut req = client.request(method.parse().unwrap(), url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_owned());
+    }
+    let res = req.send().unwrap();
+    (res.status().as_u16(), res.json().unwrap_or(Value::Null))
+}
+
+/// Waits with the CLI (as a user would) until the deployment is Available.
+pub fn wait_available(srv: &Server, endpoint: &str, deployment: &str) {
+    let waited = cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "wait",
+            endpoint,
+            deployment,
+            "--timeout-s",
+            "60",
+        ],
+    );
+    assert_eq!(waited["state"], "Available", "{endpoint}/{deployment}");
+}
+
+/// Stops `kep serve` with SIGTERM when dropped, so that it stops the instance processes it
+/// started (they run in their own process groups, and would outlive a SIGKILL).
+pub struct StopsGracefully(pub Server);
+
+impl Drop for StopsGracefully {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while matches!(self.0.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
