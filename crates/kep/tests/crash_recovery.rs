@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,9 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use tokio_util::sync::CancellationToken;
 
-const KEP: &str = env!("CARGO_BIN_EXE_kep");
+mod common;
+use common::{Server, StopsGracefully, port0};
+
 const OPERATOR: &str = "crash-operator-token";
 const INSTANCES: usize = 2;
 /// The outbox answers at most 1,000 hand-overs, and every one is checked.
@@ -28,84 +29,26 @@ const SESSION_TTL_S: u64 = 6;
 /// The statuses a message ends in.
 const FINAL: [&str; 3] = ["API_200", "API_510", "API_520"];
 
-/// One `kep serve` on port 0; killed outright when dropped.
-struct Kep {
-    child: Child,
-    admin: String,
-    adapter: String,
-    messaging: String,
-    gateway: String,
-    live: String,
-}
-
-impl Kep {
-    fn start(dir: &Path) -> Kep {
-        let _ = std::fs::remove_file(dir.join("addresses.json"));
-        let mut cmd = Command::new(KEP);
-        cmd.args(["serve", "--data-dir"]).arg(dir);
-        for listener in ["admin", "live", "adapter", "messaging", "gateway"] {
-            cmd.arg(format!("--{listener}-addr")).arg("127.0.0.1:0");
-        }
-        let child = cmd
-            .env("KEP_ADMIN_TOKEN", OPERATOR)
+/// `kep serve` on port 0 on `dir`; killed outright when dropped.
+fn start(dir: &Path) -> Server {
+    let ttl = SESSION_TTL_S.to_string();
+    common::serve(
+        dir,
+        &port0(),
+        &[
+            ("KEP_ADMIN_TOKEN", OPERATOR),
+            // Nothing reads its logs while it runs.
+            ("KEP_LOG", "error"),
             // Hand-overs slow enough that some are in flight at every kill; claims of a
             // killed process come back soon.
-            .env("KEP_SIMULATOR_DELAY_MS", "100")
-            .env("KEP_MESSAGING_DISPATCH_LEASE_S", "1")
-            .env("KEP_ADAPTER_SESSION_TTL_S", SESSION_TTL_S.to_string())
-            .env("KEP_ADAPTER_SWEEP_INTERVAL_S", "1")
-            .env("KEP_ADAPTER_NOTIFY_ATTEMPTS", "1")
-            .env("KEP_SERVING_RESTART_BACKOFF_MS", "100")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut kep = Kep {
-            child,
-            admin: String::new(),
-            adapter: String::new(),
-            messaging: String::new(),
-            gateway: String::new(),
-            live: String::new(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let addresses: Value = loop {
-            if let Ok(b) = std::fs::read(dir.join("addresses.json")) {
-                break serde_json::from_slice(&b).unwrap();
-            }
-            if let Some(status) = kep.child.try_wait().unwrap() {
-                panic!("kep serve exited with {status}");
-            }
-            assert!(Instant::now() < deadline, "kep serve did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let url = |name: &str| format!("http://{}", addresses[name].as_str().unwrap());
-        kep.admin = url("admin");
-        kep.adapter = url("adapter");
-        kep.messaging = url("messaging");
-        kep.gateway = url("gateway");
-        kep.live = url("live");
-        kep
-    }
-
-    /// SIGTERM, and waits: a graceful stop stops the instances too.
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while matches!(self.child.try_wait(), Ok(None)) {
-            assert!(Instant::now() < deadline, "kep did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Kep {
-    fn drop(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
+            ("KEP_SIMULATOR_DELAY_MS", "100"),
+            ("KEP_MESSAGING_DISPATCH_LEASE_S", "1"),
+            ("KEP_ADAPTER_SESSION_TTL_S", &ttl),
+            ("KEP_ADAPTER_SWEEP_INTERVAL_S", "1"),
+            ("KEP_ADAPTER_NOTIFY_ATTEMPTS", "1"),
+            ("KEP_SERVING_RESTART_BACKOFF_MS", "100"),
+        ],
+    )
 }
 
 /// What the clients were told, to be checked against what the server kept.
@@ -116,6 +59,8 @@ struct Ledger {
     /// Sends whose answer was lost in a kill: sent again with the same cid later.
     unanswered: BTreeMap<String, Value>,
     sessions: Vec<DrmSession>,
+    /// DRM round trips a kill cut off, so far.
+    cut_off: usize,
     live_tokens: Vec<String>,
     messaging_tokens: Vec<String>,
     gateway_answered: u64,
@@ -131,6 +76,8 @@ struct DrmSession {
     acknowledged: u8,
     /// A kill cut the round trip off: the status of the agent's retry after the restart.
     resumed: Option<u16>,
+    /// A cut-off round trip its agent never takes up again: the session must expire cleanly.
+    abandoned: bool,
 }
 
 /// The tenants the load runs as, made once.
@@ -150,7 +97,7 @@ fn http() -> reqwest::Client {
         .unwrap()
 }
 
-async fn operator(kep: &Kep, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+async fn operator(kep: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
     let mut req = http()
         .request(method, format!("{}{path}", kep.admin))
         .bearer_auth(OPERATOR);
@@ -164,7 +111,7 @@ async fn operator(kep: &Kep, method: reqwest::Method, path: &str, body: Option<V
     body
 }
 
-async fn setup(kep: &Kep, dir: &Path) -> Tenants {
+async fn setup(kep: &Server, dir: &Path) -> Tenants {
     let post = reqwest::Method::POST;
     let c = operator(
         kep,
@@ -256,7 +203,7 @@ fn instance_processes(marker: &str) -> BTreeSet<u64> {
 
 /// Waits until the deployment is `Available` and exactly its instances run, no orphan of an
 /// earlier kep among them; returns their pids.
-async fn reconciled(kep: &Kep, t: &Tenants) -> BTreeSet<u64> {
+async fn reconciled(kep: &Server, t: &Tenants) -> BTreeSet<u64> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let d = operator(
@@ -456,6 +403,7 @@ async fn drm_load(
             file,
             acknowledged: 0,
             resumed: None,
+            abandoned: false,
         };
         release(&adapter, &tenants, &mut s).await;
         ledger.lock().unwrap().sessions.push(s);
@@ -485,26 +433,37 @@ async fn gateway_load(
     }
 }
 
-/// The agent retries, after a restart, every round trip a kill cut off.
-async fn resume_cut_off(kep: &Kep, t: &Tenants, ledger: &Mutex<Ledger>) {
-    let mut sessions = std::mem::take(&mut ledger.lock().unwrap().sessions);
-    for s in sessions
+/// The agent retries, after a restart, the round trips a kill cut off, but for one in three,
+/// which it abandons.
+async fn resume_cut_off(kep: &Server, t: &Tenants, ledger: &Mutex<Ledger>) {
+    let (mut sessions, mut seen) = {
+        let mut l = ledger.lock().unwrap();
+        (std::mem::take(&mut l.sessions), l.cut_off)
+    };
+    let cut_off = sessions
         .iter_mut()
-        .filter(|s| s.acknowledged < 2 && s.resumed.is_none())
-    {
-        s.resumed = match release(&kep.adapter, t, s).await {
+        .filter(|s| s.acknowledged < 2 && s.resumed.is_none() && !s.abandoned);
+    for s in cut_off {
+        seen += 1;
+        if seen % 3 == 0 {
+            s.abandoned = true;
+            continue;
+        }
+        s.resumed = match release(&kep.url("adapter"), t, s).await {
             // Released now; or a file refused because the lost call did release it, or
             // because the session expired meanwhile.
             Some(status @ (200 | 409)) => Some(status),
             other => panic!("resuming session {}: {other:?}", s.id),
         };
     }
-    ledger.lock().unwrap().sessions.extend(sessions);
+    let mut l = ledger.lock().unwrap();
+    l.sessions.extend(sessions);
+    l.cut_off = seen;
 }
 
 /// What a restarted kep must still honour: every token issued before, the endpoint's key,
 /// and exactly its instances.
-async fn check_after_restart(kep: &Kep, t: &Tenants, ledger: &Mutex<Ledger>) {
+async fn check_after_restart(kep: &Server, t: &Tenants, ledger: &Mutex<Ledger>) {
     let (live_tokens, messaging_tokens) = {
         let l = ledger.lock().unwrap();
         (l.live_tokens.clone(), l.messaging_tokens.clone())
@@ -521,7 +480,7 @@ async fn check_after_restart(kep: &Kep, t: &Tenants, ledger: &Mutex<Ledger>) {
     }
     for token in &messaging_tokens {
         let res = http()
-            .post(format!("{}/v2/info/message/search", kep.messaging))
+            .post(format!("{}/v2/info/message/search", kep.url("messaging")))
             .bearer_auth(token)
             .json(&json!({"size": 1}))
             .send()
@@ -535,7 +494,7 @@ async fn check_after_restart(kep: &Kep, t: &Tenants, ledger: &Mutex<Ledger>) {
     }
     let pids = reconciled(kep, t).await;
     let res = http()
-        .get(format!("{}/endpoints/crash/hello", kep.gateway))
+        .get(format!("{}/endpoints/crash/hello", kep.url("gateway")))
         .bearer_auth(&t.api_key)
         .send()
         .await
@@ -547,7 +506,7 @@ async fn check_after_restart(kep: &Kep, t: &Tenants, ledger: &Mutex<Ledger>) {
 
 /// One cycle's load: new tokens, then every kind of call at once until the kill.
 async fn load_until_kill(
-    mut kep: Kep,
+    mut kep: Server,
     t: &Arc<Tenants>,
     ledger: &Arc<Mutex<Ledger>>,
     cycle: usize,
@@ -559,7 +518,7 @@ async fn load_until_kill(
         .await
         .unwrap();
     let token = kep_client::messaging::MessagingClient::token(
-        &kep.messaging,
+        &kep.url("messaging"),
         &t.messaging_client.0,
         &t.messaging_client.1,
     )
@@ -574,7 +533,7 @@ async fn load_until_kill(
     let stop = CancellationToken::new();
     let tasks = [
         tokio::spawn(messaging_load(
-            kep.messaging.clone(),
+            kep.url("messaging"),
             token,
             cycle,
             quota,
@@ -583,7 +542,7 @@ async fn load_until_kill(
         )),
         tokio::spawn(drm_load(
             kep.admin.clone(),
-            kep.adapter.clone(),
+            kep.url("adapter"),
             Arc::clone(t),
             cycle,
             rng.next_u64(),
@@ -591,7 +550,7 @@ async fn load_until_kill(
             stop.clone(),
         )),
         tokio::spawn(gateway_load(
-            kep.gateway.clone(),
+            kep.url("gateway"),
             t.api_key.clone(),
             Arc::clone(ledger),
             stop.clone(),
@@ -609,7 +568,7 @@ async fn load_until_kill(
 
 /// After the last restart: the clients finish what the kills cut off, as a client would,
 /// then every answer is checked against what the server kept.
-async fn check_everything(kep: &Kep, dir: &Path, ledger: &Mutex<Ledger>) -> String {
+async fn check_everything(kep: &Server, dir: &Path, ledger: &Mutex<Ledger>) -> String {
     let token = ledger.lock().unwrap().messaging_tokens[0].clone();
     // Sends whose answer was lost are sent again with their cid: the server must find the
     // message it kept, if it kept it, and keep one message per cid either way.
@@ -622,7 +581,7 @@ async fn check_everything(kep: &Kep, dir: &Path, ledger: &Mutex<Ledger>) -> Stri
         .collect();
     for (cid, body) in &retries {
         let expect = phone_expectation(body);
-        send(&kep.messaging, &token, ledger, cid, body, expect).await;
+        send(&kep.url("messaging"), &token, ledger, cid, body, expect).await;
     }
     assert!(ledger.lock().unwrap().unanswered.is_empty());
 
@@ -634,7 +593,7 @@ async fn check_everything(kep: &Kep, dir: &Path, ledger: &Mutex<Ledger>) -> Stri
             let d: Value = http()
                 .get(format!(
                     "{}/v2/info/message/search/detail/{uid}",
-                    kep.messaging
+                    kep.url("messaging")
                 ))
                 .bearer_auth(&token)
                 .send()
@@ -683,18 +642,32 @@ async fn check_everything(kep: &Kep, dir: &Path, ledger: &Mutex<Ledger>) -> Stri
     // expired with nothing left of it.
     let sessions = std::mem::take(&mut ledger.lock().unwrap().sessions);
     let (mut intact, mut resumed, mut expired) = (0, 0, 0);
+    let abandoned = sessions.iter().filter(|s| s.abandoned).count();
     let mut released = BTreeSet::new();
     for s in &sessions {
         if s.resumed == Some(200) {
             resumed += 1;
         }
-        let d = operator(
-            kep,
-            reqwest::Method::GET,
-            &format!("/admin/v1/adapter/drm-requests/{}", s.id),
-            None,
-        )
-        .await;
+        let deadline = Instant::now() + Duration::from_secs(SESSION_TTL_S + 30);
+        let d = loop {
+            let d = operator(
+                kep,
+                reqwest::Method::GET,
+                &format!("/admin/v1/adapter/drm-requests/{}", s.id),
+                None,
+            )
+            .await;
+            // An abandoned session ends when its time is up.
+            if !(s.abandoned && ["PENDING", "GRANTED"].contains(&d["status"].as_str().unwrap())) {
+                break d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "session {} never expired: {d}",
+                s.id
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         match d["status"].as_str().unwrap() {
             "RELEASED" => {
                 let res = http()
@@ -714,7 +687,7 @@ async fn check_everything(kep: &Kep, dir: &Path, ledger: &Mutex<Ledger>) -> Stri
                     s.id
                 );
                 assert_eq!(d["file"]["sha256"], hex::encode(Sha256::digest(&s.file)));
-                if s.resumed.is_none() {
+                if s.resumed.is_none() && !s.abandoned {
                     intact += 1;
                 }
                 released.insert(s.id.clone());
@@ -745,8 +718,9 @@ async fn check_everything(kep: &Kep, dir: &Path, ledger: &Mutex<Ledger>) -> Stri
     let l = ledger.lock().unwrap();
     format!(
         "{} messages answered 200 ({} after a lost answer), each final once; {} DRM sessions \
-         ({intact} released before a kill and intact, {resumed} resumed, {expired} expired \
-         cleanly); {} live and {} messaging tokens still valid; {} gateway calls answered, \
+         ({intact} released before a kill and intact, {resumed} resumed, {abandoned} abandoned: \
+         {expired} expired cleanly, the others released by the call the kill cut off); {} live \
+         and {} messaging tokens still valid; {} gateway calls answered, \
          {} cut off; {} instance processes, none orphaned",
         answered.len(),
         retries.len(),
@@ -788,7 +762,7 @@ async fn nothing_answered_is_lost_across_kill_9() {
     let (_keep, dir) = data_dir();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
 
-    let kep = Kep::start(&dir);
+    let kep = start(&dir);
     let tenants = Arc::new(setup(&kep, &dir).await);
     let first = reconciled(&kep, &tenants).await;
     ledger.lock().unwrap().instances_seen.extend(first);
@@ -796,7 +770,7 @@ async fn nothing_answered_is_lost_across_kill_9() {
     load_until_kill(kep, &tenants, &ledger, 0, quota, &mut rng).await;
     let mut during_startup = 0;
     for cycle in 1..kills {
-        let mut kep = Kep::start(&dir);
+        let mut kep = start(&dir);
         // One kill in four lands while kep reconciles and spawns the instances.
         if rng.random_bool(0.25) {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
@@ -809,10 +783,10 @@ async fn nothing_answered_is_lost_across_kill_9() {
         load_until_kill(kep, &tenants, &ledger, cycle, quota, &mut rng).await;
     }
 
-    let kep = Kep::start(&dir);
+    let kep = start(&dir);
     check_after_restart(&kep, &tenants, &ledger).await;
     let summary = check_everything(&kep, &dir, &ledger).await;
-    kep.stop();
+    drop(StopsGracefully(kep));
     assert_eq!(
         instance_processes(&tenants.marker),
         BTreeSet::new(),
