@@ -718,8 +718,8 @@ async fn check_everything(kep: &Server, dir: &Path, ledger: &Mutex<Ledger>) -> S
     let l = ledger.lock().unwrap();
     format!(
         "{} messages answered 200 ({} after a lost answer), each final once; {} DRM sessions \
-         ({intact} released before a kill and intact, {resumed} resumed, {abandoned} abandoned: \
-         {expired} expired cleanly, the others released by the call the kill cut off); {} live \
+         ({intact} released before a kill and intact, {resumed} resumed, {abandoned} abandoned, \
+         {expired} expired cleanly); {} live \
          and {} messaging tokens still valid; {} gateway calls answered, \
          {} cut off; {} instance processes, none orphaned",
         answered.len(),
