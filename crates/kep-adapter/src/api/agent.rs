@@ -27,10 +27,16 @@ pub fn credentials<'a>(
     auth_scheme: &str,
 ) -> Result<(i64, &'a str), AdapterError> {
     let key = worded(headers, "Authorization", auth_scheme)?;
-    let id = worded(headers, "Kep-OrgLoginType", "ID")?
-        .parse()
-        .map_err(|_| {
-            AdapterError::MalformedHeader("Kep-OrgLoginType", "the id must be an integer".into())
+    let id = worded(headers, "Kep-OrgLoginType", "ID")?;
+    // Digits only, as documented: `parse` alone would also take `+2` and `-2`.
+    let id = Some(id)
+        .filter(|id| id.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| {
+            AdapterError::MalformedHeader(
+                "Kep-OrgLoginType",
+                "the id must be a whole number in digits".into(),
+            )
         })?;
     Ok((id, key))
 }
@@ -182,5 +188,38 @@ pub(crate) async fn upload_decrypted(
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| (*name, HeaderValue::from_str(value).unwrap()))
+            .map(|(name, value)| (axum::http::HeaderName::from_static(name), value))
+            .collect()
+    }
+
+    /// Found by the `kep_headers` fuzz target: a signed id was read as the org's id.
+    #[test]
+    fn an_org_id_is_digits_only() {
+        for id in ["ID +2", "ID -2"] {
+            let h = headers(&[("authorization", "Secret &"), ("kep-orglogintype", id)]);
+            let err = credentials(&h, "Secret").unwrap_err();
+            assert!(
+                matches!(err, AdapterError::MalformedHeader("Kep-OrgLoginType", _)),
+                "{id}: {err:?}"
+            );
+        }
+        let h = headers(&[
+            ("authorization", "Secret &"),
+            ("kep-orglogintype", "ID  2 "),
+        ]);
+        assert_eq!(credentials(&h, "Secret").unwrap(), (2, "&"));
     }
 }
