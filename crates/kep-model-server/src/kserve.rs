@@ -339,3 +339,29 @@ async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Res
     )
         .into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(body: &[u8]) -> StatusCode {
+        match decode(&[], None, body) {
+            Ok(_) => StatusCode::OK,
+            Err(e) => e.into_response().status(),
+        }
+    }
+
+    /// Found writing the `kserve_request` fuzz target: a shape's element count overflowed
+    /// (a panic where overflow is checked), and BYTES binary data reserved room for as many
+    /// elements as the shape said (the process aborted, out of memory).
+    #[test]
+    fn shapes_past_memory_are_a_bad_request() {
+        for body in [
+            r#"{"inputs":[{"name":"bytes","shape":[4294967296,4294967296],"datatype":"BYTES","data":[]}]}"#,
+            r#"{"inputs":[{"name":"bytes","shape":[4294967296,4294967296],"datatype":"BYTES","parameters":{"binary_data_size":0}}]}"#,
+            r#"{"inputs":[{"name":"bytes","shape":[1000000000000],"datatype":"BYTES","parameters":{"binary_data_size":0}}]}"#,
+        ] {
+            assert_eq!(status(body.as_bytes()), StatusCode::BAD_REQUEST, "{body}");
+        }
+    }
+}

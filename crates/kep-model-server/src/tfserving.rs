@@ -422,6 +422,24 @@ mod tests {
             .collect())
     }
 
+    /// Found writing the `tfserving_request` fuzz target: lists nested 40 deep, two items
+    /// each, made `flatten` reserve room for 2^40 leaves (the process aborted, out of
+    /// memory), and 64 deep overflowed the count (a panic where overflow is checked).
+    #[test]
+    fn deep_lists_are_a_bad_request() {
+        let x = [spec("x", DataType::Fp32, &[-1, 2])];
+        for (key, depth) in [("inputs", 40), ("instances", 64)] {
+            let nested = format!("{}0{}", "[".repeat(depth), ",0]".repeat(depth));
+            let body = match key {
+                "inputs" => format!(r#"{{"inputs":{nested}}}"#),
+                _ => format!(r#"{{"instances":[{nested}]}}"#),
+            };
+            let err = decode(&x, body.as_bytes()).expect_err("refused");
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST, "{key}");
+            assert!(err.message.contains("ragged"), "{key}: {}", err.message);
+        }
+    }
+
     #[test]
     fn datatypes_have_tensorflow_names() {
         let names: Vec<&str> = DataType::ALL.into_iter().map(dtype).collect();
