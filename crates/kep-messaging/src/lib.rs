@@ -23,6 +23,13 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{MessagingError, OAuthError};
 
+/// How text is counted against its limits (CONTRACT §4): CP949 bytes for XMS, and RCS text's
+/// bytes. Public for the fuzz targets.
+pub mod counting {
+    pub use crate::rcs::rcs_len;
+    pub use crate::text::{check_text, cp949_len};
+}
+
 /// `[messaging]` settings (CONTRACT §4).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]

@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use tract_onnx::prelude::Tensor;
 
 use crate::model::{DataType, TensorSpec};
 use crate::tensor::{self, Data};
@@ -187,9 +188,23 @@ fn flag(parameters: &Map<String, Value>, name: &str) -> Option<bool> {
     parameters.get(name).and_then(Value::as_bool)
 }
 
-async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Response, Failure> {
+/// An inference request read, before the model runs: its `id`, its named input tensors, and
+/// the outputs to answer, each an index into the model's outputs and whether it goes binary.
+pub struct Decoded {
+    pub id: Option<String>,
+    pub inputs: Vec<(String, Tensor)>,
+    pub wanted: Vec<(usize, bool)>,
+}
+
+/// Reads an inference request's body against the model's `outputs`; `header_length` is the
+/// `Inference-Header-Content-Length` of the binary extension, when sent.
+pub fn decode(
+    outputs: &[TensorSpec],
+    header_length: Option<&HeaderValue>,
+    body: &[u8],
+) -> Result<Decoded, Failure> {
     // With the binary extension the JSON header comes first, the tensors' bytes after it.
-    let (head, mut binary) = match headers.get(HEADER_LENGTH) {
+    let (head, mut binary) = match header_length {
         Some(v) => {
             let n: usize = v
                 .to_str()
@@ -252,15 +267,11 @@ async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Res
     // Only the requested outputs, each as JSON or binary as asked.
     let all_binary = flag(&req.parameters, "binary_data_output").unwrap_or(false);
     let wanted: Vec<(usize, bool)> = match &req.outputs {
-        None => (0..s.model.outputs.len())
-            .map(|i| (i, all_binary))
-            .collect(),
+        None => (0..outputs.len()).map(|i| (i, all_binary)).collect(),
         Some(requested) => requested
             .iter()
             .map(|r| {
-                let i = s
-                    .model
-                    .outputs
+                let i = outputs
                     .iter()
                     .position(|o| o.name == r.name)
                     .ok_or_else(|| Failure::bad_request(format!("unknown output {}", r.name)))?;
@@ -268,6 +279,16 @@ async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Res
             })
             .collect::<Result<_, Failure>>()?,
     };
+    Ok(Decoded {
+        id: req.id,
+        inputs,
+        wanted,
+    })
+}
+
+async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Response, Failure> {
+    let Decoded { id, inputs, wanted } =
+        decode(&s.model.outputs, headers.get(HEADER_LENGTH), body)?;
     let results = s.run(inputs).await?;
 
     let mut outputs = Vec::with_capacity(wanted.len());
@@ -296,7 +317,7 @@ async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Res
     let doc = InferResponse {
         model_name: &s.name,
         model_version: VERSION,
-        id: req.id,
+        id,
         outputs,
     };
     let json = serde_json::to_vec(&doc).map_err(|e| Failure::bad_request(e.to_string()))?;
@@ -317,4 +338,30 @@ async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Res
         body,
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(body: &[u8]) -> StatusCode {
+        match decode(&[], None, body) {
+            Ok(_) => StatusCode::OK,
+            Err(e) => e.into_response().status(),
+        }
+    }
+
+    /// Found writing the `kserve_request` fuzz target: a shape's element count overflowed
+    /// (a panic where overflow is checked), and BYTES binary data reserved room for as many
+    /// elements as the shape said (the process aborted, out of memory).
+    #[test]
+    fn shapes_past_memory_are_a_bad_request() {
+        for body in [
+            r#"{"inputs":[{"name":"bytes","shape":[4294967296,4294967296],"datatype":"BYTES","data":[]}]}"#,
+            r#"{"inputs":[{"name":"bytes","shape":[4294967296,4294967296],"datatype":"BYTES","parameters":{"binary_data_size":0}}]}"#,
+            r#"{"inputs":[{"name":"bytes","shape":[1000000000000],"datatype":"BYTES","parameters":{"binary_data_size":0}}]}"#,
+        ] {
+            assert_eq!(status(body.as_bytes()), StatusCode::BAD_REQUEST, "{body}");
+        }
+    }
 }

@@ -4,13 +4,13 @@
 //! the TensorFlow Serving REST API or the KServe v2 (Open Inference) protocol.
 
 pub mod cosmos;
-mod kserve;
+pub mod kserve;
 pub mod model;
 pub mod native;
 #[cfg(feature = "onnxruntime")]
 pub mod onnxruntime;
 pub mod tensor;
-mod tfserving;
+pub mod tfserving;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -22,7 +22,9 @@ pub fn flatten(v: &Value) -> Result<(Vec<usize>, Vec<&Value>), String> {
             None => break,
         }
     }
-    let mut leaves = Vec::with_capacity(shape.iter().product());
+    // No room reserved for the leaves the first items promise: ragged lists promise any
+    // number, past memory or `usize`.
+    let mut leaves = Vec::new();
     collect(v, &shape, &mut leaves)?;
     Ok((shape, leaves))
 }
@@ -41,15 +43,19 @@ fn collect<'a>(v: &'a Value, shape: &[usize], out: &mut Vec<&'a Value>) -> Resul
     }
 }
 
+/// How many elements `shape` holds: an error past `usize`, which no request can fill.
+fn elements(shape: &[usize]) -> Result<usize, String> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape:?} holds more elements than there can be"))
+}
+
 fn array<T: Datum>(shape: &[usize], data: Vec<T>) -> Result<Tensor, String> {
+    let given = data.len();
     ArrayD::from_shape_vec(IxDyn(shape), data)
         .map(Tensor::from)
-        .map_err(|_| {
-            format!(
-                "{} values do not fill shape {shape:?}",
-                shape.iter().product::<usize>()
-            )
-        })
+        .map_err(|_| format!("{given} values do not fill shape {shape:?}"))
 }
 
 /// A tensor of `datatype` and `shape` from JSON leaves. `b64` accepts `{"b64": …}` for
@@ -60,7 +66,7 @@ pub fn from_json(
     leaves: &[&Value],
     b64: bool,
 ) -> Result<Tensor, String> {
-    let expected: usize = shape.iter().product();
+    let expected = elements(shape)?;
     if leaves.len() != expected {
         return Err(format!(
             "{} values where shape {shape:?} holds {expected}",
@@ -227,15 +233,14 @@ fn le<T: Datum, const N: usize>(
 
 /// A tensor from the binary tensor format.
 pub fn from_bytes(datatype: DataType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, String> {
-    let count: usize = shape.iter().product();
+    let count = elements(shape)?;
     match datatype.size() {
         Some(size) => {
-            if bytes.len() != count * size {
+            if count.checked_mul(size) != Some(bytes.len()) {
                 return Err(format!(
-                    "{} bytes of binary data where shape {shape:?} of {} takes {}",
+                    "{} bytes of binary data where shape {shape:?} of {} takes {count} × {size}",
                     bytes.len(),
                     datatype.name(),
-                    count * size
                 ));
             }
             match datatype {
@@ -260,7 +265,9 @@ pub fn from_bytes(datatype: DataType, shape: &[usize], bytes: &[u8]) -> Result<T
             }
         }
         None => {
-            let mut items = Vec::with_capacity(count);
+            // Room for the elements the bytes can hold, each at least its 4-byte length:
+            // the shape alone may promise more than memory.
+            let mut items = Vec::with_capacity(count.min(bytes.len() / 4));
             let mut rest = bytes;
             while !rest.is_empty() {
                 let (len, tail) = rest

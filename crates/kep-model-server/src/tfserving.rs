@@ -160,8 +160,38 @@ async fn predict(
         }
     }
     find(&served, "POST", &uri, &t, servable_not_found)?;
+    let model = &served.model;
+    let (format, inputs) = decode(&model.inputs, &body)?;
+    let outputs = served.run(inputs).await?;
+    let mut nested = nested(&outputs, &model.outputs)?;
+    match format {
+        Format::Rows => Ok(Json(json!({ "predictions": rows(nested)? }))),
+        Format::Columns => {
+            let outputs = if nested.len() == 1 {
+                nested.swap_remove(0).1
+            } else {
+                Value::Object(nested.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
+            };
+            Ok(Json(json!({ "outputs": outputs })))
+        }
+    }
+}
 
-    let request: PredictRequest = serde_json::from_slice(&body)
+/// How a `:predict` body gives its inputs; the answer comes in the same format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `instances`: a list of instances, stacked along a new batch dimension.
+    Rows,
+    /// `inputs`: each input's whole tensor.
+    Columns,
+}
+
+/// A `:predict` body read against the model's `inputs`: its format and its named tensors.
+pub fn decode(
+    specs: &[TensorSpec],
+    body: &[u8],
+) -> Result<(Format, Vec<(String, Tensor)>), Failure> {
+    let request: PredictRequest = serde_json::from_slice(body)
         .map_err(|e| Failure::bad_request(format!("JSON Parse error: {e}")))?;
     if let Some(name) = &request.signature_name
         && name != "serving_default"
@@ -170,33 +200,22 @@ async fn predict(
             "Serving signature name: \"{name}\" not found in signature def"
         )));
     }
-    let model = &served.model;
-    match (&request.instances, &request.inputs) {
-        (Some(Value::Array(instances)), None) => {
-            let inputs = stack(instances, &model.inputs).map_err(Failure::bad_request)?;
-            let outputs = served.run(tensors(inputs)?).await?;
-            let predictions = rows(nested(&outputs, &model.outputs)?)?;
-            Ok(Json(json!({ "predictions": predictions })))
+    let (format, inputs) = match (&request.instances, &request.inputs) {
+        (Some(Value::Array(instances)), None) => (Format::Rows, stack(instances, specs)),
+        (Some(_), None) => {
+            return Err(Failure::bad_request(
+                "Expecting 'instances' to be an list/array",
+            ));
         }
-        (Some(_), None) => Err(Failure::bad_request(
-            "Expecting 'instances' to be an list/array",
-        )),
-        (None, Some(inputs)) => {
-            let inputs = columns(inputs, &model.inputs).map_err(Failure::bad_request)?;
-            let outputs = served.run(tensors(inputs)?).await?;
-            let mut nested = nested(&outputs, &model.outputs)?;
-            let outputs = if nested.len() == 1 {
-                nested.swap_remove(0).1
-            } else {
-                Value::Object(nested.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
-            };
-            Ok(Json(json!({ "outputs": outputs })))
+        (None, Some(inputs)) => (Format::Columns, columns(inputs, specs)),
+        (None, None) => return Err(Failure::bad_request("Missing 'inputs' or 'instances' key")),
+        (Some(_), Some(_)) => {
+            return Err(Failure::bad_request(
+                "Not formatted correctly expecting only one of 'inputs' or 'instances' keys exclusively",
+            ));
         }
-        (None, None) => Err(Failure::bad_request("Missing 'inputs' or 'instances' key")),
-        (Some(_), Some(_)) => Err(Failure::bad_request(
-            "Not formatted correctly expecting only one of 'inputs' or 'instances' keys exclusively",
-        )),
-    }
+    };
+    Ok((format, tensors(inputs.map_err(Failure::bad_request)?)?))
 }
 
 /// An input as read from a request: its spec, its shape and its leaves, row-major.
@@ -401,6 +420,24 @@ mod tests {
                 (s.name.clone(), shape, leaves.into_iter().cloned().collect())
             })
             .collect())
+    }
+
+    /// Found writing the `tfserving_request` fuzz target: lists nested 40 deep, two items
+    /// each, made `flatten` reserve room for 2^40 leaves (the process aborted, out of
+    /// memory), and 64 deep overflowed the count (a panic where overflow is checked).
+    #[test]
+    fn deep_lists_are_a_bad_request() {
+        let x = [spec("x", DataType::Fp32, &[-1, 2])];
+        for (key, depth) in [("inputs", 40), ("instances", 64)] {
+            let nested = format!("{}0{}", "[".repeat(depth), ",0]".repeat(depth));
+            let body = match key {
+                "inputs" => format!(r#"{{"inputs":{nested}}}"#),
+                _ => format!(r#"{{"instances":[{nested}]}}"#),
+            };
+            let err = decode(&x, body.as_bytes()).expect_err("refused");
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST, "{key}");
+            assert!(err.message.contains("ragged"), "{key}: {}", err.message);
+        }
     }
 
     #[test]

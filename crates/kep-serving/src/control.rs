@@ -1228,19 +1228,7 @@ impl Control {
                 "endpoint {endpoint} has no deployment to send traffic to"
             )));
         }
-        let weights = match (&req.weights, &req.ratio) {
-            (Some(w), None) if req.deployments.is_none() => spec::percent_weights(w, &names)?,
-            (None, Some(r)) => {
-                let order = req.deployments.as_ref().unwrap_or(&names);
-                spec::ratio_weights(r, order, &names)?
-            }
-            _ => {
-                return Err(ServingError::field(
-                    "weights",
-                    "give either `weights`, or `ratio` with optional `deployments`",
-                ));
-            }
-        };
+        let weights = spec::traffic_weights(&req, &names)?;
         self.store.set_weights(endpoint, &weights).await?;
         self.publish_route(endpoint).await?;
         Ok(traffic_view(&self.store.deployments(Some(endpoint)).await?))

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use api::wire::Resources;
 pub use error::ServingError;
 pub use monitor::meter::prometheus_buckets as latency_buckets_s;
+pub use spec::{percentages, traffic_weights};
 pub use store::NewEvent;
 
 /// `[serving]` settings: the control plane and the runtime.

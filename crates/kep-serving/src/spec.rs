@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::ServingError;
-use crate::api::wire::Probe;
+use crate::api::wire::{Probe, TrafficRequest};
 
 pub const DESCRIPTION_MAX: usize = 1024;
 pub const ENV_MAX: usize = 50;
@@ -164,6 +164,22 @@ pub fn percent_weights(
         ));
     }
     Ok(out)
+}
+
+/// The weights a `PUT …/traffic` body asks for, over the endpoint's deployments `names` (in
+/// creation order): `weights` alone, or `ratio` with optional `deployments`.
+pub fn traffic_weights(
+    req: &TrafficRequest,
+    names: &[String],
+) -> Result<BTreeMap<String, u32>, ServingError> {
+    match (&req.weights, &req.ratio) {
+        (Some(w), None) if req.deployments.is_none() => percent_weights(w, names),
+        (None, Some(r)) => ratio_weights(r, req.deployments.as_deref().unwrap_or(names), names),
+        _ => Err(ServingError::field(
+            "weights",
+            "give either `weights`, or `ratio` with optional `deployments`",
+        )),
+    }
 }
 
 /// A ratio such as `1:2`: one positive integer per deployment, in order.

@@ -21,13 +21,22 @@ fn ok() -> Json<Status> {
     })
 }
 
-/// The `Kep-OrgLoginType` id and the secret key of `Authorization`.
-fn credentials<'a>(a: &Adapter, headers: &'a HeaderMap) -> Result<(i64, &'a str), AdapterError> {
-    let key = worded(headers, "Authorization", &a.settings.auth_scheme)?;
-    let id = worded(headers, "Kep-OrgLoginType", "ID")?
-        .parse()
-        .map_err(|_| {
-            AdapterError::MalformedHeader("Kep-OrgLoginType", "the id must be an integer".into())
+/// The `Kep-OrgLoginType` id and the secret key of `Authorization` (`<auth_scheme> <key>`).
+pub fn credentials<'a>(
+    headers: &'a HeaderMap,
+    auth_scheme: &str,
+) -> Result<(i64, &'a str), AdapterError> {
+    let key = worded(headers, "Authorization", auth_scheme)?;
+    let id = worded(headers, "Kep-OrgLoginType", "ID")?;
+    // Digits only, as documented: `parse` alone would also take `+2` and `-2`.
+    let id = Some(id)
+        .filter(|id| id.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| {
+            AdapterError::MalformedHeader(
+                "Kep-OrgLoginType",
+                "the id must be a whole number in digits".into(),
+            )
         })?;
     Ok((id, key))
 }
@@ -41,15 +50,41 @@ async fn authenticate(a: &Adapter, (id, key): (i64, &str)) -> Result<OrgRow, Ada
     Ok(org)
 }
 
-fn file_id(headers: &HeaderMap) -> Result<&str, AdapterError> {
-    let id = header(headers, "Kep-File-Id")?.trim();
-    if id.is_empty() {
+/// The headers of a DRM call (`uploadResult`, `uploadDecrypted`) but its file type.
+#[derive(Debug)]
+pub struct DrmHeaders<'a> {
+    pub credentials: (i64, &'a str),
+    pub session: &'a str,
+    pub file_id: &'a str,
+}
+
+/// Reads the credentials, `Kep-AgentSession: DSID <session>` and `Kep-File-Id`, in that
+/// order: the first missing or malformed one is the 400.
+pub fn drm_headers<'a>(
+    headers: &'a HeaderMap,
+    auth_scheme: &str,
+) -> Result<DrmHeaders<'a>, AdapterError> {
+    let credentials = credentials(headers, auth_scheme)?;
+    let session = worded(headers, "Kep-AgentSession", "DSID")?;
+    let file_id = header(headers, "Kep-File-Id")?.trim();
+    if file_id.is_empty() {
         return Err(AdapterError::MalformedHeader(
             "Kep-File-Id",
             "must not be empty".into(),
         ));
     }
-    Ok(id)
+    Ok(DrmHeaders {
+        credentials,
+        session,
+        file_id,
+    })
+}
+
+/// `Kep-File-Type`: `DRM` or `PLAIN`.
+pub fn file_type(headers: &HeaderMap) -> Result<FileType, AdapterError> {
+    FileType::parse(header(headers, "Kep-File-Type")?.trim()).ok_or_else(|| {
+        AdapterError::MalformedHeader("Kep-File-Type", "must be DRM or PLAIN".into())
+    })
 }
 
 /// `GET /api/trust/login/v0/getOrgLoginType`
@@ -62,7 +97,7 @@ pub(crate) async fn get_org_login_type(
     headers: HeaderMap,
 ) -> Result<Json<OrgLoginTypeAnswer>, AdapterError> {
     let a = &adapter.0;
-    let org = authenticate(a, credentials(a, &headers)?).await?;
+    let org = authenticate(a, credentials(&headers, &a.settings.auth_scheme)?).await?;
     Ok(Json(OrgLoginTypeAnswer {
         status: ok().0,
         org: crate::orgs::view(org),
@@ -84,17 +119,12 @@ pub(crate) async fn upload_result(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Status>, AdapterError> {
     let a = &adapter.0;
-    let creds = credentials(a, &headers)?;
-    let session = worded(&headers, "Kep-AgentSession", "DSID")?;
-    let file = file_id(&headers)?;
-    let file_type =
-        FileType::parse(header(&headers, "Kep-File-Type")?.trim()).ok_or_else(|| {
-            AdapterError::MalformedHeader("Kep-File-Type", "must be DRM or PLAIN".into())
-        })?;
-    let org = authenticate(a, creds).await?;
+    let call = drm_headers(&headers, &a.settings.auth_scheme)?;
+    let file_type = file_type(&headers)?;
+    let org = authenticate(a, call.credentials).await?;
     let body: UploadResult = serde_json::from_slice(&body?)
         .map_err(|e| AdapterError::BadRequest(format!("body: {e}")))?;
-    let view = a.drm.for_agent(org.id, session, file).await?;
+    let view = a.drm.for_agent(org.id, call.session, call.file_id).await?;
     a.drm.record_result(&view, file_type, body).await?;
     Ok(ok())
 }
@@ -135,11 +165,9 @@ pub(crate) async fn upload_decrypted(
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<Status>, AdapterError> {
     let a = &adapter.0;
-    let creds = credentials(a, &headers)?;
-    let session = worded(&headers, "Kep-AgentSession", "DSID")?;
-    let file = file_id(&headers)?;
-    let org = authenticate(a, creds).await?;
-    let view = a.drm.for_agent(org.id, session, file).await?;
+    let call = drm_headers(&headers, &a.settings.auth_scheme)?;
+    let org = authenticate(a, call.credentials).await?;
+    let view = a.drm.for_agent(org.id, call.session, call.file_id).await?;
     // Refused before a byte of the file is read.
     a.drm.check_release(&view)?;
     let mut multipart = multipart?;
@@ -150,7 +178,7 @@ pub(crate) async fn upload_decrypted(
             .map_err(|e| AdapterError::BadRequest(format!("multipart body: {e}")))?;
         match field {
             Some(field) if field.name() == Some("file") => {
-                a.drm.release(session, field).await?;
+                a.drm.release(call.session, field).await?;
                 return Ok(ok());
             }
             Some(_) => continue,
@@ -160,5 +188,38 @@ pub(crate) async fn upload_decrypted(
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| (*name, HeaderValue::from_str(value).unwrap()))
+            .map(|(name, value)| (axum::http::HeaderName::from_static(name), value))
+            .collect()
+    }
+
+    /// Found by the `kep_headers` fuzz target: a signed id was read as the org's id.
+    #[test]
+    fn an_org_id_is_digits_only() {
+        for id in ["ID +2", "ID -2"] {
+            let h = headers(&[("authorization", "Secret &"), ("kep-orglogintype", id)]);
+            let err = credentials(&h, "Secret").unwrap_err();
+            assert!(
+                matches!(err, AdapterError::MalformedHeader("Kep-OrgLoginType", _)),
+                "{id}: {err:?}"
+            );
+        }
+        let h = headers(&[
+            ("authorization", "Secret &"),
+            ("kep-orglogintype", "ID  2 "),
+        ]);
+        assert_eq!(credentials(&h, "Secret").unwrap(), (2, "&"));
     }
 }

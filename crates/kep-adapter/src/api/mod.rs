@@ -4,6 +4,8 @@ mod agent;
 pub mod operator;
 pub mod wire;
 
+pub use agent::{DrmHeaders, credentials, drm_headers, file_type};
+
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};

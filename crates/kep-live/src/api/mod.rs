@@ -5,6 +5,8 @@ mod rpc;
 pub mod wire;
 mod ws;
 
+pub use ws::parse_message;
+
 use axum::Router;
 use axum::routing::{get, post};
 use serde::de::DeserializeOwned;

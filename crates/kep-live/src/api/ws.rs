@@ -237,7 +237,8 @@ async fn deliver(
     }
 }
 
-fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
+/// A participant's text frame as the socket reads it: a join, publish, unpublish or leave.
+pub fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
     let value: Value = serde_json::from_str(text).map_err(|e| LiveError::Parse(e.to_string()))?;
     match value.get("type").and_then(Value::as_str) {
         Some("join" | "publish" | "unpublish" | "leave") => parse_params(text),

@@ -1,0 +1,42 @@
+//! `POST /v2/models/{m}/infer` requests, read by `kep_model_server::kserve::decode`, which
+//! the handler calls before the model runs. The input's first line is the
+//! `Inference-Header-Content-Length` (binary tensor data extension), left out when empty;
+//! the rest is the body. The model has an input and an output of every datatype.
+#![no_main]
+
+use std::sync::LazyLock;
+
+use axum::http::HeaderValue;
+use axum::response::IntoResponse as _;
+use kep_fuzz::{models, split_line};
+use kep_model_server::TensorSpec;
+use kep_model_server::kserve::decode;
+use libfuzzer_sys::fuzz_target;
+
+static OUTPUTS: LazyLock<Vec<TensorSpec>> = LazyLock::new(models::every_datatype);
+
+fuzz_target!(|data: &[u8]| {
+    let (line, body) = split_line(data);
+    let length = match line {
+        [] => None,
+        line => match HeaderValue::from_bytes(line) {
+            Ok(v) => Some(v),
+            // Not a header value: no client could send it.
+            Err(_) => return,
+        },
+    };
+    match decode(&OUTPUTS, length.as_ref(), body) {
+        Ok(request) => {
+            // Each tensor's elements fill its shape; each output asked for is the model's.
+            for (name, tensor) in &request.inputs {
+                assert_eq!(
+                    tensor.len(),
+                    tensor.shape().iter().product::<usize>(),
+                    "{name}"
+                );
+            }
+            assert!(request.wanted.iter().all(|(i, _)| *i < OUTPUTS.len()));
+        }
+        Err(e) => assert_eq!(e.into_response().status(), 400),
+    }
+});
