@@ -14,6 +14,7 @@ use kep_adapter::{AdapterService, AdapterSettings};
 use kep_client::adapter::AgentClient;
 use kep_client::{AdminClient, ClientError};
 use kep_core::http::operator_only;
+use kep_core::limits::{Limiter, Limits};
 use reqwest::multipart::Part;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -33,6 +34,7 @@ async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
+    let limits = settings.limits;
     let service = AdapterService::start(settings, dir.path()).await.unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let adapter = kep_core::listener::bind("adapter", "127.0.0.1:0".parse().unwrap())
@@ -43,13 +45,19 @@ async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         .unwrap();
     let adapter_url = format!("http://{}", adapter.addr);
     let admin_url = format!("http://{}", admin.addr);
-    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN);
+    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
     tokio::spawn(kep_core::listener::serve(
         adapter,
         service.router(),
+        limits,
         shutdown.clone(),
     ));
-    tokio::spawn(kep_core::listener::serve(admin, admin_router, shutdown));
+    tokio::spawn(kep_core::listener::serve(
+        admin,
+        admin_router,
+        Limits::default(),
+        shutdown,
+    ));
     Server {
         adapter_url,
         admin: AdminClient::new(admin_url, OPERATOR_TOKEN),

@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::limits::Limits;
 use serde::{Deserialize, Serialize};
 
 pub use error::{MessagingError, OAuthError};
@@ -46,6 +47,10 @@ pub struct MessagingSettings {
     /// An uploaded file is usable this long (`expiry_date`), then swept.
     pub upload_ttl_s: u64,
     pub upload_sweep_interval_s: u64,
+    /// Per OAuth client (its access token; at the token endpoint, its credentials), else
+    /// per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for MessagingSettings {
@@ -64,6 +69,7 @@ impl Default for MessagingSettings {
             results_lease_s: 300,
             upload_ttl_s: 7 * 24 * 3600,
             upload_sweep_interval_s: 60,
+            limits: Limits::default(),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
+use kep_core::limits::{Limiter, Limits};
 use kep_messaging::{MessagingService, MessagingSettings};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -28,6 +29,7 @@ async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
+    let limits = settings.limits;
     let service = MessagingService::start(settings, dir.path()).await.unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let api = kep_core::listener::bind("messaging", "127.0.0.1:0".parse().unwrap())
@@ -40,13 +42,20 @@ async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
         format!("http://{}", api.addr),
         format!("http://{}", admin.addr),
     );
-    let admin_router = kep_core::http::operator_only(service.admin_router(), OPERATOR_TOKEN);
+    let admin_router =
+        kep_core::http::operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
     tokio::spawn(kep_core::listener::serve(
         api,
         service.router(),
+        limits,
         shutdown.clone(),
     ));
-    tokio::spawn(kep_core::listener::serve(admin, admin_router, shutdown));
+    tokio::spawn(kep_core::listener::serve(
+        admin,
+        admin_router,
+        Limits::default(),
+        shutdown,
+    ));
     Server {
         url,
         admin: admin_url,

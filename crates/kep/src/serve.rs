@@ -13,6 +13,7 @@ use axum::routing::get;
 use figment::value::Value;
 use kep_adapter::{AdapterService, AdapterSettings};
 use kep_core::http::operator_only;
+use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::{self, Bound};
 use kep_core::settings::EnvNames;
 use kep_live::{LiveService, LiveSettings};
@@ -140,6 +141,10 @@ pub struct AdminSettings {
     pub token: Option<String>,
     /// How long in-flight work may take to finish after a stop signal.
     pub shutdown_grace_s: u64,
+    /// The operator API's: the operator token's holder is its one client; calls without
+    /// the token count per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for AdminSettings {
@@ -148,6 +153,7 @@ impl Default for AdminSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8800)),
             token: None,
             shutdown_grace_s: 10,
+            limits: Limits::default(),
         }
     }
 }
@@ -243,7 +249,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(live.admin_router());
         docs.merge(kep_live::api::operator::LiveAdminDoc::openapi());
         addresses.insert("live", bound.addr);
-        servers.push(spawn("live", bound, live.router(), &shutdown));
+        servers.push(spawn(
+            "live",
+            bound,
+            live.router(),
+            settings.live.limits,
+            &shutdown,
+        ));
         live_service = Some(live);
     }
 
@@ -253,7 +265,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(adapter.admin_router());
         docs.merge(kep_adapter::api::operator::AdapterAdminDoc::openapi());
         addresses.insert("adapter", bound.addr);
-        servers.push(spawn("adapter", bound, adapter.router(), &shutdown));
+        servers.push(spawn(
+            "adapter",
+            bound,
+            adapter.router(),
+            settings.adapter.limits,
+            &shutdown,
+        ));
     }
 
     if wanted("messaging") {
@@ -262,7 +280,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(messaging.admin_router());
         docs.merge(kep_messaging::api::operator::MessagingAdminDoc::openapi());
         addresses.insert("messaging", bound.addr);
-        servers.push(spawn("messaging", bound, messaging.router(), &shutdown));
+        servers.push(spawn(
+            "messaging",
+            bound,
+            messaging.router(),
+            settings.messaging.limits,
+            &shutdown,
+        ));
     }
 
     let mut serving_service = None;
@@ -279,14 +303,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(serving.admin_router());
         docs.merge(kep_serving::api::operator::ServingAdminDoc::openapi());
         addresses.insert("gateway", bound.addr);
-        servers.push(spawn("gateway", bound, serving.gateway_router(), &shutdown));
+        servers.push(spawn(
+            "gateway",
+            bound,
+            serving.gateway_router(),
+            settings.gateway.limits,
+            &shutdown,
+        ));
         serving_service = Some(serving);
     }
 
     kep_core::http::document_operator_answers(&mut docs);
     let docs = Arc::new(docs);
     let admin_router = Router::new()
-        .merge(operator_only(admin_routes, &token))
+        .merge(operator_only(
+            admin_routes,
+            &token,
+            Limiter::new(&settings.admin.limits),
+        ))
         .route(
             "/healthz",
             get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),
@@ -321,7 +355,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 axum::Json(with_bearer(kep_messaging::api::MessagingApiDoc::openapi()))
             }),
         );
-    servers.push(spawn("admin", admin, admin_router, &shutdown));
+    servers.push(spawn(
+        "admin",
+        admin,
+        admin_router,
+        settings.admin.limits,
+        &shutdown,
+    ));
 
     listener::write_addresses(&data_dir, &addresses)?;
     for (name, addr) in &addresses {
@@ -418,6 +458,7 @@ fn spawn(
     name: &'static str,
     bound: Bound,
     router: Router,
+    limits: Limits,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     // TraceLayer logs requests at DEBUG: wrap only when that is enabled (KEP_LOG=debug or
@@ -429,7 +470,7 @@ fn spawn(
     };
     let shutdown = shutdown.clone();
     tokio::spawn(async move {
-        if let Err(e) = listener::serve(bound, router, shutdown).await {
+        if let Err(e) = listener::serve(bound, router, limits, shutdown).await {
             tracing::error!(listener = name, error = %e, "listener failed");
         }
     })
