@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kep_core::limits::Limits;
+use kep_core::limits::{Limiter, Limits};
 use serde::{Deserialize, Serialize};
 
 pub use error::AdapterError;
@@ -63,6 +63,7 @@ pub(crate) struct Adapter {
     settings: AdapterSettings,
     store: store::Store,
     drm: Arc<drm::Drm>,
+    limiter: Limiter,
 }
 
 /// The running adapter service; cheap to clone.
@@ -89,6 +90,7 @@ impl AdapterService {
         )?);
         tokio::spawn(Arc::clone(&drm).sweep(Duration::from_secs(settings.sweep_interval_s.max(1))));
         Ok(AdapterService(Arc::new(Adapter {
+            limiter: Limiter::new(&settings.limits),
             settings,
             store,
             drm,

@@ -293,7 +293,7 @@ pub fn operations_mut(
 /// shape), 413 (over the body limit) and 415 (not `application/json`). All in the operator
 /// error shape.
 pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
-    document_limits(doc, "ErrorBody");
+    utoipa::Modify::modify(&LimitAnswers(Some("ErrorBody")), doc);
     use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
     let error = |description: &str| {
         RefOr::T(
@@ -336,39 +336,46 @@ pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
-/// Adds to every call of a service document the 429 of its listener's limits
-/// ([`crate::limits`]), with `schema` (a component's name) as its body and `Retry-After`.
-pub fn document_limits(doc: &mut utoipa::openapi::OpenApi, schema: &str) {
-    use utoipa::openapi::header::HeaderBuilder;
-    use utoipa::openapi::schema::{ObjectBuilder, Type};
-    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-    let answer = ResponseBuilder::new()
-        .description(
-            "Over the caller's request rate or requests in flight (the listener's \
-             `rate_limit_per_s`, `concurrency_limit`)",
-        )
-        .header(
-            "Retry-After",
-            HeaderBuilder::new()
-                .schema(
-                    ObjectBuilder::new()
-                        .schema_type(Type::Integer)
-                        .minimum(Some(1)),
-                )
-                .description(Some("Seconds to wait before a retry can pass"))
-                .build(),
-        )
-        .content(
-            "application/json",
-            ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name(schema)))
-                .build(),
-        )
-        .build();
-    for (_, op) in operations_mut(doc) {
-        op.responses
-            .responses
-            .entry("429".into())
-            .or_insert_with(|| RefOr::T(answer.clone()));
+/// An OpenAPI modifier: every call of the document may answer the 429 of its listener's
+/// limits ([`crate::limits`]), with `Retry-After`; its body is the named schema, or, with
+/// `None`, left for a later modifier to give (an API with a shape per call).
+pub struct LimitAnswers(pub Option<&'static str>);
+
+impl utoipa::Modify for LimitAnswers {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::header::HeaderBuilder;
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let mut answer = ResponseBuilder::new()
+            .description(
+                "Over the caller's request rate or requests in flight (the listener's \
+                 `rate_limit_per_s`, `concurrency_limit`)",
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .minimum(Some(1)),
+                    )
+                    .description(Some("Seconds to wait before a retry can pass"))
+                    .build(),
+            );
+        if let Some(schema) = self.0 {
+            answer = answer.content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name(schema)))
+                    .build(),
+            );
+        }
+        let answer = answer.build();
+        for (_, op) in operations_mut(doc) {
+            op.responses
+                .responses
+                .entry("429".into())
+                .or_insert_with(|| RefOr::T(answer.clone()));
+        }
     }
 }

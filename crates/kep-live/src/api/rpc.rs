@@ -130,8 +130,6 @@ struct Envelope<'a> {
         (status = 200, description = "A JSON-RPC answer, `result` or `error`", body = super::wire::RpcResponse),
         (status = 413, description = "Body over the size limit", body = super::wire::RpcResponse),
         (status = 415, description = "Content-Type is not application/json", body = super::wire::RpcResponse),
-        (status = 429, description = "Over the caller's rate or requests in flight (`live.rate_limit_per_s`, `live.concurrency_limit`): error -32005, `Retry-After`", body = super::wire::RpcResponse,
-            headers(("Retry-After" = u64, description = "Seconds to wait before a retry can pass"))),
     ),
     // `Provision` takes no token; the `Room.*` methods answer -11002 without one.
     security((), ("bearer" = []))
