@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kep_core::limits::Limits;
+use kep_core::limits::{Limiter, Limits};
 use serde::{Deserialize, Serialize};
 
 pub use error::{MessagingError, OAuthError};
@@ -82,6 +82,7 @@ pub(crate) struct Messaging {
     writer: writer::Writer,
     uploads: Arc<uploads::Uploads>,
     tokens: oauth::Tokens,
+    limiter: Limiter,
 }
 
 /// The running messaging service; cheap to clone.
@@ -118,6 +119,7 @@ impl MessagingService {
         tokio::spawn(Arc::clone(&uploads).sweep(sweep_every));
         let tokens = oauth::Tokens::new(store.clone());
         Ok(MessagingService(Arc::new(Messaging {
+            limiter: Limiter::new(&settings.limits),
             settings,
             store,
             zone,
