@@ -45,6 +45,14 @@ pub struct Limits {
     pub header_read_timeout_s: u64,
     /// A request body that sends nothing for this long is cut off.
     pub body_read_timeout_s: u64,
+    /// The longest request head (request line and headers) a client may send; a longer one
+    /// is refused (431). It is also the most a connection buffers of what it reads. At
+    /// least 8192.
+    pub max_header_bytes: u32,
+    /// Memory for the request bodies the listener is receiving, all requests together:
+    /// past it, bodies wait (and their clients with them) until others are done. The first
+    /// 64 KiB of each body are not counted; one request counts at most a quarter of it.
+    pub body_memory_bytes: u64,
 }
 
 impl Default for Limits {
@@ -53,9 +61,11 @@ impl Default for Limits {
             rate_limit_per_s: 0.0,
             rate_limit_burst: 0,
             concurrency_limit: 0,
-            max_connections: 4096,
+            max_connections: 1024,
             header_read_timeout_s: 30,
             body_read_timeout_s: 60,
+            max_header_bytes: 64 * 1024,
+            body_memory_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -21,7 +21,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, PollSemaphore};
 use tokio_util::task::TaskTracker;
 use tower::Service as _;
 use tower_http::timeout::TimeoutBody;
@@ -96,10 +96,11 @@ pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
 /// Serves `router` until `shutdown` fires, then lets in-flight requests finish; HTTP/1.1,
 /// HTTP/2 with prior knowledge, and upgrades (the WebSocket). `limits` bounds what clients
 /// can hold: at most `max_connections` connections at once (an upgraded one included), a
-/// request head within `header_read_timeout_s` (also the longest a connection may sit idle
-/// between requests), no pause longer than `body_read_timeout_s` within a body. Every
-/// request carries its peer's address (`ConnectInfo<SocketAddr>`, read by
-/// [`crate::limits::Peer`]).
+/// request head of at most `max_header_bytes` within `header_read_timeout_s` (also the
+/// longest a connection may sit idle between requests), no pause longer than
+/// `body_read_timeout_s` within a body, and `body_memory_bytes` of bodies being received
+/// ([`Charged`]). Every request carries its peer's address (`ConnectInfo<SocketAddr>`,
+/// read by [`crate::limits::Peer`]).
 pub async fn serve(
     bound: Bound,
     router: Router,
@@ -110,12 +111,17 @@ pub async fn serve(
     let conn = ConnectionLimits {
         head: timeout(limits.header_read_timeout_s),
         body: timeout(limits.body_read_timeout_s),
+        memory: BodyMemory::new(limits.body_memory_bytes),
     };
+    // hyper's floor: its buffer must hold the smallest head it reads.
+    let max_head = limits.max_header_bytes.max(8192);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(conn.head);
+        .header_read_timeout(conn.head)
+        .max_buf_size(max_head as usize);
+    builder.http2().max_header_list_size(max_head);
     let builder = Arc::new(builder);
     let slots = (limits.max_connections > 0)
         .then(|| Arc::new(Semaphore::new(limits.max_connections as usize)));
@@ -149,7 +155,7 @@ pub async fn serve(
             io,
             peer,
             router.clone(),
-            conn,
+            conn.clone(),
             shutdown.clone(),
         ));
     }
@@ -159,10 +165,27 @@ pub async fn serve(
     Ok(())
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct ConnectionLimits {
     head: Option<Duration>,
     body: Option<Duration>,
+    memory: Option<BodyMemory>,
+}
+
+impl ConnectionLimits {
+    /// A request's body, within the body timeout and the listener's body memory.
+    fn body(&self, body: Incoming) -> Body {
+        let declared = http_body::Body::size_hint(&body).exact();
+        let body = match self.body {
+            Some(idle) => Body::new(TimeoutBody::new(idle, body)),
+            None => Body::new(body),
+        };
+        match &self.memory {
+            // Outside the timeout: a body waiting for memory is not idle.
+            Some(memory) => Body::new(memory.charge(body, declared)),
+            None => body,
+        }
+    }
 }
 
 /// One connection until it closes, is upgraded, or is told to finish by `shutdown`.
@@ -175,14 +198,12 @@ async fn connection(
     shutdown: CancellationToken,
 ) {
     let started = Arc::new(AtomicBool::new(false));
+    let head = limits.head;
     let service = {
         let started = Arc::clone(&started);
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             started.store(true, Ordering::Relaxed);
-            let mut req = req.map(|body| match limits.body {
-                Some(idle) => Body::new(TimeoutBody::new(idle, body)),
-                None => Body::new(body),
-            });
+            let mut req = req.map(|body| limits.body(body));
             req.extensions_mut().insert(ConnectInfo(peer));
             router.clone().call(req)
         })
@@ -192,9 +213,9 @@ async fn connection(
     // hyper times the heads of HTTP/1 requests, but not the bytes that tell HTTP/1 from
     // HTTP/2, nor an HTTP/2 connection that opens no stream: a connection that has not
     // started a request when the head's time is up is closed here.
-    let first = tokio::time::sleep(limits.head.unwrap_or(Duration::MAX));
+    let first = tokio::time::sleep(head.unwrap_or(Duration::MAX));
     tokio::pin!(first);
-    let (mut timed, mut stopping) = (limits.head.is_none(), false);
+    let (mut timed, mut stopping) = (head.is_none(), false);
     loop {
         tokio::select! {
             _ = conn.as_mut() => return,
@@ -208,6 +229,108 @@ async fn connection(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// The memory a listener's request bodies share, in KiB permits.
+#[derive(Clone)]
+struct BodyMemory {
+    kib: Arc<Semaphore>,
+    /// The most one request counts, in KiB: a body streamed to disk (an upload of
+    /// gigabytes) must not wait for more than there is.
+    most: u32,
+}
+
+/// What each body may hold before it counts: about what hyper buffers per connection.
+const UNCOUNTED_BYTES: u64 = 64 * 1024;
+
+impl BodyMemory {
+    fn new(bytes: u64) -> Option<Self> {
+        let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX);
+        (kib > 0).then(|| BodyMemory {
+            kib: Arc::new(Semaphore::new(kib as usize)),
+            most: (kib / 4).max(1),
+        })
+    }
+
+    /// `body`, charged for what it will hold past its uncounted bytes: its `declared`
+    /// length, or, with none, as much as one body may count.
+    fn charge(&self, body: Body, declared: Option<u64>) -> Charged {
+        let due = match declared {
+            Some(len) => u32::try_from(len.saturating_sub(UNCOUNTED_BYTES).div_ceil(1024))
+                .unwrap_or(u32::MAX)
+                .min(self.most),
+            None => self.most,
+        };
+        Charged {
+            body,
+            memory: PollSemaphore::new(Arc::clone(&self.kib)),
+            due,
+            received: 0,
+            held: None,
+            unpaid: None,
+        }
+    }
+}
+
+/// A request body that takes its share of the listener's body memory once, whole, when it
+/// passes its uncounted bytes, and holds it until it is dropped (read whole, or
+/// abandoned). A body that finds the memory spent waits with the piece that passed, and
+/// hyper reads no more from its connection meanwhile. Since no body holds part of a share
+/// while it waits for the rest, bodies cannot block each other for good: every holder is
+/// being read, and so ends within the body timeout.
+struct Charged {
+    body: Body,
+    memory: PollSemaphore,
+    /// The KiB to take when the body passes its uncounted bytes.
+    due: u32,
+    received: u64,
+    held: Option<OwnedSemaphorePermit>,
+    /// The piece that passed the uncounted bytes, until the share is taken.
+    unpaid: Option<http_body::Frame<axum::body::Bytes>>,
+}
+
+impl http_body::Body for Charged {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        if let Some(frame) = this.unpaid.take() {
+            match this.memory.poll_acquire_many(cx, this.due) {
+                Poll::Pending => {
+                    this.unpaid = Some(frame);
+                    return Poll::Pending;
+                }
+                Poll::Ready(share) => this.held = share,
+            }
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        match std::task::ready!(Pin::new(&mut this.body).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                this.received += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if this.received > UNCOUNTED_BYTES && this.due > 0 && this.held.is_none() {
+                    this.unpaid = Some(frame);
+                    return self.poll_frame(cx);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            end => Poll::Ready(end),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.unpaid.is_none() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match &self.unpaid {
+            None => self.body.size_hint(),
+            Some(_) => http_body::SizeHint::default(),
         }
     }
 }
@@ -403,6 +526,69 @@ mod tests {
         third.shutdown().await.unwrap();
         let answer = until_closed(&mut third).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_head_over_its_limit_is_a_431() {
+        let (addr, _stop) = server(Limits {
+            max_header_bytes: 8192,
+            ..Limits::default()
+        })
+        .await;
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let fat = "x-fat: 0123456789abcdef0123456789abcdef\r\n".repeat(256);
+        tcp.write_all(format!("POST / HTTP/1.1\r\nhost: x\r\n{fat}").as_bytes())
+            .await
+            .unwrap();
+        let answer = until_closed(&mut tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    }
+
+    /// A body whose first piece is `len` bytes and that then never ends.
+    fn endless(len: usize) -> Body {
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![0u8; len])]);
+        Body::from_stream(futures_util::StreamExt::chain(
+            first,
+            futures_util::stream::pending(),
+        ))
+    }
+
+    fn poll(
+        body: &mut Charged,
+    ) -> Poll<Option<Result<http_body::Frame<axum::body::Bytes>, axum::Error>>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        http_body::Body::poll_frame(Pin::new(body), &mut cx)
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_listeners_body_memory_wait_for_it() {
+        const KIB: usize = 1024;
+        // 256 KiB in all; one body counts at most 64 KiB, past its first 64 KiB.
+        let memory = BodyMemory::new(256 * 1024).unwrap();
+        let mut held: Vec<Charged> = (0..4)
+            .map(|_| memory.charge(endless(192 * KIB), None))
+            .collect();
+        for body in &mut held {
+            assert!(matches!(poll(body), Poll::Ready(Some(Ok(_)))));
+        }
+        // The memory is spent: a body past its uncounted 64 KiB waits, a small one does not.
+        let mut big = memory.charge(endless(100 * KIB), None);
+        assert!(poll(&mut big).is_pending());
+        let mut small = memory.charge(endless(60 * KIB), None);
+        assert!(matches!(poll(&mut small), Poll::Ready(Some(Ok(_)))));
+        // A body done with gives its share back.
+        held.pop();
+        let frame = http_body_util::BodyExt::frame(&mut big)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap().len(), 100 * KIB);
+        // A body of a declared length takes only what it will hold: 100 KiB is 36 KiB past
+        // the uncounted 64.
+        drop((big, held));
+        let mut declared = memory.charge(Body::from(vec![0u8; 100 * KIB]), Some(100 * 1024));
+        assert!(matches!(poll(&mut declared), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(memory.kib.available_permits(), 256 - 36);
     }
 
     #[test]

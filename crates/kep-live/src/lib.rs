@@ -63,7 +63,7 @@ impl Default for LiveSettings {
             send_timeout_s: 10,
             limits: Limits {
                 // Participant sockets stay open: 10,000 of them is the benchmark's load.
-                max_connections: 16_384,
+                max_connections: 12_288,
                 ..Limits::default()
             },
         }

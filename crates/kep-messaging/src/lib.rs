@@ -69,7 +69,11 @@ impl Default for MessagingSettings {
             results_lease_s: 300,
             upload_ttl_s: 7 * 24 * 3600,
             upload_sweep_interval_s: 60,
-            limits: Limits::default(),
+            // Customers' servers send from many connections at once.
+            limits: Limits {
+                max_connections: 2048,
+                ..Limits::default()
+            },
         }
     }
 }

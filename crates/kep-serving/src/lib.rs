@@ -152,7 +152,11 @@ impl Default for GatewaySettings {
             upstream_timeout_s: 60,
             pool_idle_timeout_s: 90,
             metrics: true,
-            limits: Limits::default(),
+            // Clients wait on slow models with their connections open.
+            limits: Limits {
+                max_connections: 2048,
+                ..Limits::default()
+            },
         }
     }
 }

@@ -218,6 +218,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
 
+    let listeners = [
+        Some(&settings.admin.limits),
+        wanted("live").then_some(&settings.live.limits),
+        wanted("adapter").then_some(&settings.adapter.limits),
+        wanted("messaging").then_some(&settings.messaging.limits),
+        wanted("serving").then_some(&settings.gateway.limits),
+    ];
+    raise_open_files(listeners.iter().flatten().map(|l| l.max_connections));
+
     let data_dir = settings.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
@@ -392,6 +401,38 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does: every
+/// connection is a file, and the listeners' `max_connections` are meant to be what bounds
+/// them, not a soft default of 1024. Warns when the listeners may together hold more
+/// connections than the process may open files.
+fn raise_open_files(max_connections: impl Iterator<Item = u32>) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // Room for the databases, spool files and the instances' pipes.
+    const SPARE: u64 = 256;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    // A listener without a cap (0) is bounded by the limit itself: nothing to compare.
+    let caps: Option<Vec<u64>> = max_connections
+        .map(|c| (c > 0).then_some(u64::from(c)))
+        .collect();
+    if let Some(total) = caps.map(|c| c.iter().sum::<u64>())
+        && total.saturating_add(SPARE) > limit
+    {
+        tracing::warn!(
+            open_files = limit,
+            max_connections = total,
+            "the listeners' max_connections together exceed the open files this process may \
+             have: in a flood, accepting and opening files fail before a listener's cap is met"
+        );
+    }
 }
 
 /// The `metrics` recorder, rendered in Prometheus' text format on the admin listener's
