@@ -7,7 +7,7 @@ bench_init() {
   cargo build --release -q $(printf -- '-p %s ' "$@")
   WORK=$(mktemp -d)
   local b
-  for b in "$@"; do cp "target/release/$b" "$WORK/"; done
+  for b in "$@"; do cp "${CARGO_TARGET_DIR:-target}/release/$b" "$WORK/"; done
   KEP=$WORK/kep
   BENCH=$WORK/kep-bench
   pids=()

@@ -1,5 +1,7 @@
 //! Load helpers that `bench/*.sh` drive against a real `kep serve`.
 
+mod flood;
+
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -55,6 +57,9 @@ enum Cmd {
         #[arg(long, default_value = "bench")]
         prefix: String,
     },
+    /// Hostile clients of one listener for `bench/limits.sh`: slowloris heads, stalled and
+    /// whole large bodies.
+    Flood(flood::Flood),
     /// Join `participants` to one room, call Room.DestroyRoom, and report the time from the
     /// call until each participant got RoomDestroyed.
     Destroy {
@@ -90,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
             room,
         } => destroy(service, &token, participants, &room).await,
         Cmd::Soak(args) => soak::soak(args).await,
+        Cmd::Flood(args) => flood::flood(args).await,
     }
 }
 
@@ -123,12 +129,15 @@ async fn upstream(addr: Option<String>) -> anyhow::Result<()> {
     };
     const ANSWER: &[u8] = br#"{"model":"bench","outputs":[[0.25,0.5,0.25]],"ok":true}"#;
     // The body is read whole (as a real model server does) so the connection stays usable.
-    let app = axum::Router::new().fallback(|_body: axum::body::Bytes| async {
-        (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            axum::body::Bytes::from_static(ANSWER),
-        )
-    });
+    let app = axum::Router::new()
+        .fallback(|_body: axum::body::Bytes| async {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                axum::body::Bytes::from_static(ANSWER),
+            )
+        })
+        // The gateway's bodies go up to 20 MB (bench/limits.sh sends them).
+        .layer(axum::extract::DefaultBodyLimit::disable());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("ready {}", listener.local_addr()?);
     use axum::serve::ListenerExt as _;

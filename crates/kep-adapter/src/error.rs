@@ -3,6 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use kep_core::limits::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
@@ -29,6 +30,9 @@ pub enum AdapterError {
     Conflict(String),
     #[error("file is over {0} bytes")]
     PayloadTooLarge(u64),
+    /// Over the org's (or, unauthenticated, the peer's) rate or calls in flight.
+    #[error(transparent)]
+    TooManyRequests(#[from] Refusal),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -50,6 +54,7 @@ impl AdapterError {
             AdapterError::NotFound(_) => StatusCode::NOT_FOUND,
             AdapterError::Conflict(_) => StatusCode::CONFLICT,
             AdapterError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AdapterError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             AdapterError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -81,6 +86,10 @@ impl IntoResponse for AdapterError {
         if let AdapterError::Internal(e) = &self {
             tracing::error!(error = ?e, "adapter internal error");
         }
-        status_body(self.status(), &self.to_string())
+        let mut res = status_body(self.status(), &self.to_string());
+        if let AdapterError::TooManyRequests(refusal) = &self {
+            refusal.set_retry_after(res.headers_mut());
+        }
+        res
     }
 }

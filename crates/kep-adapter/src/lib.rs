@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::limits::{Limiter, Limits};
 use serde::{Deserialize, Serialize};
 
 pub use error::AdapterError;
@@ -36,6 +37,9 @@ pub struct AdapterSettings {
     pub max_file_bytes: u64,
     /// How often expired sessions are marked.
     pub sweep_interval_s: u64,
+    /// Per org (its secret key), else per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for AdapterSettings {
@@ -50,6 +54,7 @@ impl Default for AdapterSettings {
             session_ttl_s: 600,
             max_file_bytes: 4 * 1024 * 1024 * 1024,
             sweep_interval_s: 5,
+            limits: Limits::default(),
         }
     }
 }
@@ -58,6 +63,7 @@ pub(crate) struct Adapter {
     settings: AdapterSettings,
     store: store::Store,
     drm: Arc<drm::Drm>,
+    limiter: Limiter,
 }
 
 /// The running adapter service; cheap to clone.
@@ -88,6 +94,7 @@ impl AdapterService {
         }
         tokio::spawn(Arc::clone(&drm).sweep(Duration::from_secs(settings.sweep_interval_s.max(1))));
         Ok(AdapterService(Arc::new(Adapter {
+            limiter: Limiter::new(&settings.limits),
             settings,
             store,
             drm,

@@ -14,6 +14,7 @@ use kep_adapter::{AdapterService, AdapterSettings};
 use kep_client::adapter::AgentClient;
 use kep_client::{AdminClient, ClientError};
 use kep_core::http::operator_only;
+use kep_core::limits::{Limiter, Limits};
 use reqwest::multipart::Part;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -33,6 +34,7 @@ async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
+    let limits = settings.limits;
     let service = AdapterService::start(settings, dir.path()).await.unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let adapter = kep_core::listener::bind("adapter", "127.0.0.1:0".parse().unwrap())
@@ -43,13 +45,19 @@ async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         .unwrap();
     let adapter_url = format!("http://{}", adapter.addr);
     let admin_url = format!("http://{}", admin.addr);
-    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN);
+    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
     tokio::spawn(kep_core::listener::serve(
         adapter,
         service.router(),
+        limits,
         shutdown.clone(),
     ));
-    tokio::spawn(kep_core::listener::serve(admin, admin_router, shutdown));
+    tokio::spawn(kep_core::listener::serve(
+        admin,
+        admin_router,
+        Limits::default(),
+        shutdown,
+    ));
     Server {
         adapter_url,
         admin: AdminClient::new(admin_url, OPERATOR_TOKEN),
@@ -987,4 +995,153 @@ async fn a_file_id_is_one_a_header_can_carry() {
     let (headers, notice) = next_notice(&mut agent).await;
     assert_eq!(notice.file_id, good);
     assert_eq!(headers["kep-file-id"], good.as_str());
+}
+
+// ---- Limits ----
+
+/// `getOrgLoginType` with these credentials: (status, body, headers).
+async fn org_login_type(srv: &Server, id: &str, secret: &str) -> (u16, Value, HeaderMap) {
+    let url = format!("{}/api/trust/login/v0/getOrgLoginType", srv.adapter_url);
+    let auth = format!("Secret {secret}");
+    let id = format!("ID {id}");
+    raw(
+        &url,
+        &[("Authorization", &auth), ("Kep-OrgLoginType", &id)],
+        None,
+    )
+    .await
+}
+
+/// A 429 in the adapter's shape: `_code` 429 with the reason, `Retry-After`, `X-Request-Id`.
+fn assert_limited((status, body, headers): &(u16, Value, HeaderMap)) {
+    assert_eq!(*status, 429, "{body}");
+    assert_eq!(body["_code"], 429, "{body}");
+    assert!(body["_message"].is_string(), "{body}");
+    let retry_after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after >= 1);
+    assert!(headers.contains_key("x-request-id"));
+}
+
+#[tokio::test]
+async fn agent_calls_are_limited_per_org_and_a_wrong_key_spends_only_its_peers_budget() {
+    // A burst of 3, then one call an hour: nothing refills while the test runs.
+    let srv = spawn(|s| {
+        s.limits.rate_limit_per_s = 1.0 / 3600.0;
+        s.limits.rate_limit_burst = 3;
+    })
+    .await;
+    let a = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    let b = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    let (a_id, b_id) = (a.id.to_string(), b.id.to_string());
+    // A wrong key for org a counts against the caller's address: 3 refusals, then 429.
+    for _ in 0..3 {
+        assert_eq!(org_login_type(&srv, &a_id, "wrong").await.0, 401);
+    }
+    assert_limited(&org_login_type(&srv, &a_id, "wrong").await);
+    // So does a call without the headers, now over that budget.
+    let url = format!("{}/api/trust/login/v0/getOrgLoginType", srv.adapter_url);
+    assert_limited(&raw(&url, &[], None).await);
+
+    // Org a's budget is whole: 3 calls pass, the fourth is refused; org b is untouched.
+    for _ in 0..3 {
+        let (status, body, _) = org_login_type(&srv, &a_id, &a.secret_key).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_limited(&org_login_type(&srv, &a_id, &a.secret_key).await);
+    assert_eq!(org_login_type(&srv, &b_id, &b.secret_key).await.0, 200);
+}
+
+#[tokio::test]
+async fn an_org_may_have_only_so_many_calls_in_flight() {
+    use futures_util::StreamExt as _;
+    let srv = spawn(|s| s.limits.concurrency_limit = 1).await;
+    let a = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    let a_id = a.id.to_string();
+    // An uploadResult whose body has not finished arriving is in flight.
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let body = futures_util::stream::iter([Ok::<_, std::io::Error>("{\"result\":")]).chain(
+        futures_util::stream::once(async move {
+            let _ = released.await;
+            Ok("\"SUCCESS\",\"reason\":\"r\"}")
+        }),
+    );
+    let held = reqwest::Client::new()
+        .post(format!("{}/api/trust/drm/v0/uploadResult", srv.adapter_url))
+        .header("Authorization", format!("Secret {}", a.secret_key))
+        .header("Kep-OrgLoginType", format!("ID {a_id}"))
+        .header("Kep-AgentSession", "DSID nope")
+        .header("Kep-File-Id", "f")
+        .header("Kep-File-Type", "DRM")
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(body))
+        .send();
+    let held = tokio::spawn(held);
+    // Once the server has it, another call of org a is refused.
+    let mut refused = None;
+    for _ in 0..600 {
+        let answer = org_login_type(&srv, &a_id, &a.secret_key).await;
+        if answer.0 == 429 {
+            refused = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("a second call in flight is refused");
+    assert_limited(&refused);
+    assert!(
+        refused.1["_message"]
+            .as_str()
+            .unwrap()
+            .contains("in flight")
+    );
+    release.send(()).unwrap();
+    // The held call goes on to its own answer: no such session.
+    assert_eq!(held.await.unwrap().unwrap().status(), 404);
+    assert_eq!(org_login_type(&srv, &a_id, &a.secret_key).await.0, 200);
+}
+
+#[tokio::test]
+async fn a_spent_rate_refills() {
+    let srv = spawn(|s| {
+        s.limits.rate_limit_per_s = 1.0;
+        s.limits.rate_limit_burst = 3;
+    })
+    .await;
+    let a = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    let a_id = a.id.to_string();
+    // Calls at once spend the burst; waiting refills it.
+    let mut spent = false;
+    for _ in 0..20 {
+        let answer = org_login_type(&srv, &a_id, &a.secret_key).await;
+        if answer.0 == 429 {
+            spent = true;
+            break;
+        }
+    }
+    assert!(spent, "20 calls at once spend a burst of 3");
+    let mut refilled = false;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if org_login_type(&srv, &a_id, &a.secret_key).await.0 == 200 {
+            refilled = true;
+            break;
+        }
+    }
+    assert!(refilled, "the bucket refills");
 }

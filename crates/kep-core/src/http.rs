@@ -1,6 +1,6 @@
 //! HTTP plumbing shared by the operator APIs on the admin listener: their one error shape
 //! `{"error": {"code", "message", "field"?}}`, a JSON extractor that answers in that shape,
-//! and the operator-token guard.
+//! and the operator-token guard with the admin listener's limits.
 
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::limits::{Key, Limiter, Peer, Refusal};
 use crate::secret::constant_time_eq;
 
 /// The operator API's error body.
@@ -33,6 +34,8 @@ pub struct ErrorDetail {
 pub struct ApiError {
     pub status: StatusCode,
     pub detail: ErrorDetail,
+    /// `Retry-After` of a 429.
+    retry_after_s: Option<u64>,
 }
 
 impl ApiError {
@@ -44,6 +47,7 @@ impl ApiError {
                 message: message.into(),
                 field: None,
             },
+            retry_after_s: None,
         }
     }
 
@@ -81,9 +85,27 @@ impl ApiError {
     }
 }
 
+/// A request over its client's limits: 429 `too_many_requests`, with `Retry-After`.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            refusal.to_string(),
+        );
+        e.retry_after_s = Some(refusal.retry_after_s());
+        e
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(ErrorBody { error: self.detail })).into_response()
+        let mut res = (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
+        if let Some(s) = self.retry_after_s {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        res
     }
 }
 
@@ -191,21 +213,32 @@ pub fn field_error(e: serde_path_to_error::Error<serde_json::Error>) -> (String,
     (field, message)
 }
 
-/// The operator token, as the guard compares it.
+/// The operator token, as the guard compares it, and the admin listener's limiter.
 #[derive(Clone)]
-pub struct OperatorToken(pub std::sync::Arc<str>);
+pub struct OperatorGuard {
+    token: std::sync::Arc<str>,
+    limiter: Limiter,
+}
 
-/// `router` with every route behind the operator token.
-pub fn operator_only(router: axum::Router, token: &str) -> axum::Router {
+/// The one client of the operator API: whoever holds the operator token.
+const OPERATOR: &str = "operator";
+
+/// `router` with every route behind the operator token and the admin listener's limits.
+pub fn operator_only(router: axum::Router, token: &str, limiter: Limiter) -> axum::Router {
     router.route_layer(axum::middleware::from_fn_with_state(
-        OperatorToken(token.into()),
+        OperatorGuard {
+            token: token.into(),
+            limiter,
+        },
         require_operator,
     ))
 }
 
-/// Middleware: `Authorization: Bearer <operator token>` or 401.
+/// Middleware: `Authorization: Bearer <operator token>` or 401; within the operator's
+/// limits, or, without the token, within its peer's, or 429.
 pub async fn require_operator(
-    State(token): State<OperatorToken>,
+    State(guard): State<OperatorGuard>,
+    Peer(peer): Peer,
     req: Request,
     next: Next,
 ) -> Response {
@@ -214,17 +247,25 @@ pub async fn require_operator(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(p) if constant_time_eq(p.trim(), &token.0) => next.run(req).await,
-        _ => {
-            let mut res = ApiError::unauthorized().into_response();
-            res.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            res
-        }
+    let operator = presented.is_some_and(|p| constant_time_eq(p.trim(), &guard.token));
+    let key = if operator {
+        Key::client(OPERATOR)
+    } else {
+        Key::peer(peer)
+    };
+    let admission = match guard.limiter.admit(key) {
+        Ok(admission) => admission,
+        Err(refusal) => return ApiError::from(refusal).into_response(),
+    };
+    if !operator {
+        let mut res = ApiError::unauthorized().into_response();
+        res.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return res;
     }
+    admission.until_sent(next.run(req).await)
 }
 
 /// Every operation of an OpenAPI document, with its path, to be amended.
@@ -246,11 +287,13 @@ pub fn operations_mut(
 }
 
 /// Adds to an operator API document the answers every call can give and the handlers'
-/// annotations leave out: 401 to every call (the operator-token guard), 400 to every call
-/// with path or query parameters (one that does not parse), and to every call with a JSON
-/// body 400 (not JSON, or a field of the wrong shape), 413 (over the body limit)
-/// and 415 (not `application/json`). All in the operator error shape.
+/// annotations leave out: 401 and 429 to every call (the operator-token guard and the admin
+/// listener's limits), 400 to every call with path or query parameters (one that does not
+/// parse), and to every call with a JSON body 400 (not JSON, or a field of the wrong
+/// shape), 413 (over the body limit) and 415 (not `application/json`). All in the operator
+/// error shape.
 pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
+    utoipa::Modify::modify(&LimitAnswers(Some("ErrorBody")), doc);
     use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
     let error = |description: &str| {
         RefOr::T(
@@ -289,6 +332,50 @@ pub fn document_operator_answers(doc: &mut utoipa::openapi::OpenApi) {
                     .entry(status.into())
                     .or_insert_with(|| error(description));
             }
+        }
+    }
+}
+
+/// An OpenAPI modifier: every call of the document may answer the 429 of its listener's
+/// limits ([`crate::limits`]), with `Retry-After`; its body is the named schema, or, with
+/// `None`, left for a later modifier to give (an API with a shape per call).
+pub struct LimitAnswers(pub Option<&'static str>);
+
+impl utoipa::Modify for LimitAnswers {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::header::HeaderBuilder;
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+        let mut answer = ResponseBuilder::new()
+            .description(
+                "Over the caller's request rate or requests in flight (the listener's \
+                 `rate_limit_per_s`, `concurrency_limit`)",
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .minimum(Some(1)),
+                    )
+                    .description(Some("Seconds to wait before a retry can pass"))
+                    .build(),
+            );
+        if let Some(schema) = self.0 {
+            answer = answer.content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name(schema)))
+                    .build(),
+            );
+        }
+        let answer = answer.build();
+        for (_, op) in operations_mut(doc) {
+            op.responses
+                .responses
+                .entry("429".into())
+                .or_insert_with(|| RefOr::T(answer.clone()));
         }
     }
 }

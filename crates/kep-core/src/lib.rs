@@ -1,8 +1,10 @@
 //! What the kep services truly share: settings loading, the embedded database, ids and
-//! secret hashing, the operator API's error shape and auth, and the listener plumbing.
+//! secret hashing, the operator API's error shape and auth, the per-client limits and the
+//! listener plumbing.
 
 pub mod http;
 pub mod json;
+pub mod limits;
 pub mod listener;
 pub mod secret;
 pub mod settings;

@@ -1,14 +1,32 @@
 //! Listeners: binding (port 0 included), the address book, the operator token file,
-//! serving with graceful shutdown, and the process's stop signals.
+//! serving with graceful shutdown and the limits of [`Limits`], and the process's stop
+//! signals.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::{CancellationToken, PollSemaphore};
+use tokio_util::task::TaskTracker;
+use tower::Service as _;
+use tower_http::timeout::TimeoutBody;
+
+use crate::limits::Limits;
 
 /// A bound listener and the address it got.
 pub struct Bound {
@@ -75,20 +93,307 @@ pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
     f.write_all(content)
 }
 
-/// Serves `router` until `shutdown` fires, then lets in-flight requests finish.
+/// Serves `router` until `shutdown` fires, then lets in-flight requests finish; HTTP/1.1,
+/// HTTP/2 with prior knowledge, and upgrades (the WebSocket). `limits` bounds what clients
+/// can hold: at most `max_connections` connections at once (an upgraded one included), a
+/// request head of at most `max_header_bytes` within `header_read_timeout_s` (also the
+/// longest a connection may sit idle between requests), no pause longer than
+/// `body_read_timeout_s` within a body, and `body_memory_bytes` of bodies being received
+/// ([`Charged`]). Every request carries its peer's address (`ConnectInfo<SocketAddr>`,
+/// read by [`crate::limits::Peer`]).
 pub async fn serve(
     bound: Bound,
     router: Router,
+    limits: Limits,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
-    // Events and answers are small writes: Nagle's algorithm would hold them back.
-    let listener = bound.listener.tap_io(|tcp| {
+    let timeout = |s: u64| (s > 0).then(|| Duration::from_secs(s));
+    let conn = ConnectionLimits {
+        head: timeout(limits.header_read_timeout_s),
+        body: timeout(limits.body_read_timeout_s),
+        memory: BodyMemory::new(limits.body_memory_bytes),
+    };
+    // hyper's floor: its buffer must hold the smallest head it reads.
+    let max_head = limits.max_header_bytes.max(8192);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(conn.head)
+        .max_buf_size(max_head as usize);
+    builder.http2().max_header_list_size(max_head);
+    let builder = Arc::new(builder);
+    let slots = (limits.max_connections > 0)
+        .then(|| Arc::new(Semaphore::new(limits.max_connections as usize)));
+    let connections = TaskTracker::new();
+    loop {
+        // A slot first, so that past the limit connections wait in the accept queue.
+        let slot = match &slots {
+            Some(slots) => tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                slot = Arc::clone(slots).acquire_owned() => Some(slot.expect("never closed")),
+            },
+            None => None,
+        };
+        let (tcp, peer) = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            accepted = bound.listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+        };
+        // Events and answers are small writes: Nagle's algorithm would hold them back.
         let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+        let io = Counted { tcp, _slot: slot };
+        connections.spawn(connection(
+            Arc::clone(&builder),
+            io,
+            peer,
+            router.clone(),
+            conn.clone(),
+            shutdown.clone(),
+        ));
+    }
+    drop(bound);
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}
+
+#[derive(Clone)]
+struct ConnectionLimits {
+    head: Option<Duration>,
+    body: Option<Duration>,
+    memory: Option<BodyMemory>,
+}
+
+impl ConnectionLimits {
+    /// A request's body, within the body timeout and the listener's body memory.
+    fn body(&self, body: Incoming) -> Body {
+        let declared = http_body::Body::size_hint(&body).exact();
+        let body = match self.body {
+            Some(idle) => Body::new(TimeoutBody::new(idle, body)),
+            None => Body::new(body),
+        };
+        match &self.memory {
+            // Outside the timeout: a body waiting for memory is not idle.
+            Some(memory) => Body::new(memory.charge(body, declared)),
+            None => body,
+        }
+    }
+}
+
+/// One connection until it closes, is upgraded, or is told to finish by `shutdown`.
+async fn connection(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    io: Counted,
+    peer: SocketAddr,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let started = Arc::new(AtomicBool::new(false));
+    let head = limits.head;
+    let service = {
+        let started = Arc::clone(&started);
+        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            started.store(true, Ordering::Relaxed);
+            let mut req = req.map(|body| limits.body(body));
+            req.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().call(req)
+        })
+    };
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    // hyper times the heads of HTTP/1 requests, but not the bytes that tell HTTP/1 from
+    // HTTP/2, nor an HTTP/2 connection that opens no stream: a connection that has not
+    // started a request when the head's time is up is closed here.
+    let first = tokio::time::sleep(head.unwrap_or(Duration::MAX));
+    tokio::pin!(first);
+    let (mut timed, mut stopping) = (head.is_none(), false);
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = shutdown.cancelled(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = &mut first, if !timed => {
+                timed = true;
+                if !started.load(Ordering::Relaxed) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The memory a listener's request bodies share, in KiB permits.
+#[derive(Clone)]
+struct BodyMemory {
+    kib: Arc<Semaphore>,
+    /// The most one request counts, in KiB: a body streamed to disk (an upload of
+    /// gigabytes) must not wait for more than there is.
+    most: u32,
+}
+
+/// What each body may hold before it counts: about what hyper buffers per connection.
+const UNCOUNTED_BYTES: u64 = 64 * 1024;
+
+impl BodyMemory {
+    fn new(bytes: u64) -> Option<Self> {
+        let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX);
+        (kib > 0).then(|| BodyMemory {
+            kib: Arc::new(Semaphore::new(kib as usize)),
+            most: (kib / 4).max(1),
+        })
+    }
+
+    /// `body`, charged for what it will hold past its uncounted bytes: its `declared`
+    /// length, or, with none, as much as one body may count.
+    fn charge(&self, body: Body, declared: Option<u64>) -> Charged {
+        let due = match declared {
+            Some(len) => u32::try_from(len.saturating_sub(UNCOUNTED_BYTES).div_ceil(1024))
+                .unwrap_or(u32::MAX)
+                .min(self.most),
+            None => self.most,
+        };
+        Charged {
+            body,
+            memory: PollSemaphore::new(Arc::clone(&self.kib)),
+            due,
+            received: 0,
+            held: None,
+            unpaid: None,
+        }
+    }
+}
+
+/// A request body that takes its share of the listener's body memory once, whole, when it
+/// passes its uncounted bytes, and holds it until it is dropped (read whole, or
+/// abandoned). A body that finds the memory spent waits with the piece that passed, and
+/// hyper reads no more from its connection meanwhile. Since no body holds part of a share
+/// while it waits for the rest, bodies cannot block each other for good: every holder is
+/// being read, and so ends within the body timeout.
+struct Charged {
+    body: Body,
+    memory: PollSemaphore,
+    /// The KiB to take when the body passes its uncounted bytes.
+    due: u32,
+    received: u64,
+    held: Option<OwnedSemaphorePermit>,
+    /// The piece that passed the uncounted bytes, until the share is taken.
+    unpaid: Option<http_body::Frame<axum::body::Bytes>>,
+}
+
+impl http_body::Body for Charged {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        if let Some(frame) = this.unpaid.take() {
+            match this.memory.poll_acquire_many(cx, this.due) {
+                Poll::Pending => {
+                    this.unpaid = Some(frame);
+                    return Poll::Pending;
+                }
+                Poll::Ready(share) => this.held = share,
+            }
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        match std::task::ready!(Pin::new(&mut this.body).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                this.received += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if this.received > UNCOUNTED_BYTES && this.due > 0 && this.held.is_none() {
+                    this.unpaid = Some(frame);
+                    return self.poll_frame(cx);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            end => Poll::Ready(end),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.unpaid.is_none() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match &self.unpaid {
+            None => self.body.size_hint(),
+            Some(_) => http_body::SizeHint::default(),
+        }
+    }
+}
+
+/// A connection's socket, holding its listener slot until it is closed: after an upgrade
+/// the WebSocket owns it, so an upgraded connection keeps counting.
+struct Counted {
+    tcp: TcpStream,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+/// A refused or reset connection is the peer's business; anything else (out of file
+/// descriptors, say) is logged and retried after a second, as hyper's own server did.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -121,6 +426,169 @@ mod tests {
         assert_eq!(t1, t2);
         let (t3, _) = operator_token(dir.path(), Some("configured")).unwrap();
         assert_eq!(t3, "configured");
+    }
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// A server of `POST /` (the body's length) on port 0 with `limits`; its address.
+    async fn server(limits: Limits) -> (SocketAddr, CancellationToken) {
+        let router = Router::new().route(
+            "/",
+            axum::routing::post(|body: axum::body::Bytes| async move { body.len().to_string() }),
+        );
+        let bound = bind("test", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = bound.addr;
+        let stop = CancellationToken::new();
+        tokio::spawn(serve(bound, router, limits, stop.clone()));
+        (addr, stop)
+    }
+
+    /// Whatever the server sends until it closes the connection (a minute at most: a
+    /// server that never closes fails the test).
+    async fn until_closed(tcp: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut got));
+        // A reset (the server closed with unread bytes) also ends the connection.
+        let _ = read.await.expect("the server closes the connection");
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    const POST: &[u8] = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nhi";
+
+    #[tokio::test]
+    async fn a_head_sent_a_byte_at_a_time_or_not_at_all_is_cut_off() {
+        let (addr, _stop) = server(Limits {
+            header_read_timeout_s: 1,
+            ..Limits::default()
+        })
+        .await;
+        // Nothing at all: not even the bytes that tell HTTP/1 from HTTP/2.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        // The head a byte at a time, never finished (slowloris).
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        let trickle = async {
+            for b in b"POST / HTTP/1.1\r\nhost: x\r\nx-a: ".iter().cycle() {
+                if slow.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), trickle)
+            .await
+            .expect("the server stops the trickle");
+        until_closed(&mut slow).await;
+        assert_eq!(until_closed(&mut silent).await, "");
+        // A client that sends its request in time is served.
+        let mut prompt = TcpStream::connect(addr).await.unwrap();
+        prompt.write_all(POST).await.unwrap();
+        let answer = until_closed(&mut prompt).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\n2"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stops_is_cut_off() {
+        let (addr, _stop) = server(Limits {
+            body_read_timeout_s: 1,
+            ..Limits::default()
+        })
+        .await;
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nfive!")
+            .await
+            .unwrap();
+        let answer = until_closed(&mut tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn past_max_connections_a_connection_waits_for_a_slot() {
+        let (addr, _stop) = server(Limits {
+            max_connections: 2,
+            header_read_timeout_s: 0,
+            ..Limits::default()
+        })
+        .await;
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let _second = TcpStream::connect(addr).await.unwrap();
+        // The kernel completes the third connection, but the server takes it only when a
+        // slot is free.
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        third.write_all(POST).await.unwrap();
+        let mut byte = [0u8; 1];
+        let early = tokio::time::timeout(Duration::from_millis(500), third.read(&mut byte)).await;
+        assert!(early.is_err(), "answered while two connections were open");
+        first.write_all(POST).await.unwrap();
+        first.shutdown().await.unwrap();
+        until_closed(&mut first).await;
+        drop(first);
+        third.shutdown().await.unwrap();
+        let answer = until_closed(&mut third).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_head_over_its_limit_is_a_431() {
+        let (addr, _stop) = server(Limits {
+            max_header_bytes: 8192,
+            ..Limits::default()
+        })
+        .await;
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let fat = "x-fat: 0123456789abcdef0123456789abcdef\r\n".repeat(256);
+        tcp.write_all(format!("POST / HTTP/1.1\r\nhost: x\r\n{fat}").as_bytes())
+            .await
+            .unwrap();
+        let answer = until_closed(&mut tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    }
+
+    /// A body whose first piece is `len` bytes and that then never ends.
+    fn endless(len: usize) -> Body {
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![0u8; len])]);
+        Body::from_stream(futures_util::StreamExt::chain(
+            first,
+            futures_util::stream::pending(),
+        ))
+    }
+
+    fn poll(
+        body: &mut Charged,
+    ) -> Poll<Option<Result<http_body::Frame<axum::body::Bytes>, axum::Error>>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        http_body::Body::poll_frame(Pin::new(body), &mut cx)
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_listeners_body_memory_wait_for_it() {
+        const KIB: usize = 1024;
+        // 256 KiB in all; one body counts at most 64 KiB, past its first 64 KiB.
+        let memory = BodyMemory::new(256 * 1024).unwrap();
+        let mut held: Vec<Charged> = (0..4)
+            .map(|_| memory.charge(endless(192 * KIB), None))
+            .collect();
+        for body in &mut held {
+            assert!(matches!(poll(body), Poll::Ready(Some(Ok(_)))));
+        }
+        // The memory is spent: a body past its uncounted 64 KiB waits, a small one does not.
+        let mut big = memory.charge(endless(100 * KIB), None);
+        assert!(poll(&mut big).is_pending());
+        let mut small = memory.charge(endless(60 * KIB), None);
+        assert!(matches!(poll(&mut small), Poll::Ready(Some(Ok(_)))));
+        // A body done with gives its share back.
+        held.pop();
+        let frame = http_body_util::BodyExt::frame(&mut big)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap().len(), 100 * KIB);
+        // A body of a declared length takes only what it will hold: 100 KiB is 36 KiB past
+        // the uncounted 64.
+        drop((big, held));
+        let mut declared = memory.charge(Body::from(vec![0u8; 100 * KIB]), Some(100 * 1024));
+        assert!(matches!(poll(&mut declared), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(memory.kib.available_permits(), 256 - 36);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! participants, onto the `{"type":"error"}` frame).
 
 use axum::http::StatusCode;
+use kep_core::limits::Refusal;
 use serde_json::{Value, json};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,10 @@ pub enum LiveError {
     /// The body is not declared as JSON (HTTP 415).
     #[error("Invalid Request")]
     UnsupportedMediaType,
+    /// Over the caller's rate or requests in flight (HTTP 429, `Retry-After`); the code is
+    /// the one JSON-RPC servers commonly give a limit (EIP-1474's "Limit exceeded").
+    #[error("Limit exceeded")]
+    TooManyRequests(#[from] Refusal),
     #[error("Internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -66,6 +71,7 @@ impl LiveError {
             LiveError::RoomNotFound { .. }
             | LiveError::TargetsNotFound { .. }
             | LiveError::StreamNotFound { .. } => -11004,
+            LiveError::TooManyRequests(_) => -32005,
             LiveError::Internal(_) => -32603,
         }
     }
@@ -90,6 +96,10 @@ impl LiveError {
             LiveError::UnsupportedMediaType => {
                 Some(json!({ "reason": "Content-Type must be application/json" }))
             }
+            LiveError::TooManyRequests(refusal) => Some(json!({
+                "reason": refusal.to_string(),
+                "retryAfter": refusal.retry_after_s(),
+            })),
             LiveError::Internal(_) => None,
         }
     }
@@ -99,7 +109,16 @@ impl LiveError {
         match self {
             LiveError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             LiveError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            LiveError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::OK,
+        }
+    }
+
+    /// The refusal whose `Retry-After` goes with the answer, for a 429.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            LiveError::TooManyRequests(refusal) => Some(refusal),
+            _ => None,
         }
     }
 

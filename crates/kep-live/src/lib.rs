@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::limits::{Limiter, Limits};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -41,6 +42,9 @@ pub struct LiveSettings {
     pub external_verifier_timeout_s: u64,
     /// A participant that does not take its messages within this long is disconnected.
     pub send_timeout_s: u64,
+    /// Per service (a Room call's token; a participant's join), else per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for LiveSettings {
@@ -57,6 +61,11 @@ impl Default for LiveSettings {
             max_targets: 1000,
             external_verifier_timeout_s: 5,
             send_timeout_s: 10,
+            limits: Limits {
+                // Participant sockets stay open: 10,000 of them is the benchmark's load.
+                max_connections: 12_288,
+                ..Limits::default()
+            },
         }
     }
 }
@@ -66,6 +75,7 @@ pub(crate) struct Live {
     access: access::Access,
     provisioner: provision::Provisioner,
     rooms: Arc<rooms::Rooms>,
+    limiter: Limiter,
     shutdown: CancellationToken,
     sockets: TaskTracker,
 }
@@ -95,6 +105,7 @@ impl LiveService {
             settings.empty_room_grace_s,
         )));
         Ok(LiveService(Arc::new(Live {
+            limiter: Limiter::new(&settings.limits),
             settings,
             access,
             provisioner,

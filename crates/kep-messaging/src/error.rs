@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use kep_core::limits::Refusal;
 use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +25,10 @@ pub enum MessagingError {
     /// A message, group or file that is not the caller's or does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// Over the client's (or, without a valid token, the peer's) rate or calls in flight:
+    /// 429 with code `429`, and `Retry-After`.
+    #[error(transparent)]
+    TooManyRequests(#[from] Refusal),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -60,6 +65,7 @@ impl MessagingError {
             } => (StatusCode::PAYLOAD_TOO_LARGE, "420"),
             MessagingError::File { .. } => (StatusCode::BAD_REQUEST, "420"),
             MessagingError::NotFound(_) => (StatusCode::NOT_FOUND, "404"),
+            MessagingError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "429"),
             MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
         }
     }
@@ -86,6 +92,9 @@ impl IntoResponse for MessagingError {
                 HeaderValue::from_static("Bearer error=\"invalid_token\""),
             );
         }
+        if let MessagingError::TooManyRequests(refusal) = &self {
+            refusal.set_retry_after(res.headers_mut());
+        }
         res
     }
 }
@@ -101,6 +110,11 @@ pub enum OAuthError {
     /// A malformed request: `error_description` says what.
     #[error("invalid_request")]
     InvalidRequest(&'static str),
+    /// Over the client's (or, unauthenticated, the peer's) rate or calls in flight: 429.
+    /// RFC 6749 has no code for it; `temporarily_unavailable` is its code for a server
+    /// that cannot take the request now (§4.1.2.1).
+    #[error("temporarily_unavailable")]
+    TooManyRequests(#[from] Refusal),
     #[error("server_error")]
     Internal(#[from] anyhow::Error),
 }
@@ -115,6 +129,7 @@ impl IntoResponse for OAuthError {
     fn into_response(self) -> Response {
         let status = match &self {
             OAuthError::InvalidClient => StatusCode::UNAUTHORIZED,
+            OAuthError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             OAuthError::Internal(e) => {
                 tracing::error!(error = ?e, "token endpoint internal error");
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -122,8 +137,12 @@ impl IntoResponse for OAuthError {
             _ => StatusCode::BAD_REQUEST,
         };
         let mut body = json!({ "error": self.to_string() });
-        if let OAuthError::InvalidRequest(why) = &self {
-            body["error_description"] = json!(why);
+        match &self {
+            OAuthError::InvalidRequest(why) => body["error_description"] = json!(why),
+            OAuthError::TooManyRequests(refusal) => {
+                body["error_description"] = json!(refusal.to_string());
+            }
+            _ => {}
         }
         let mut res = (status, axum::Json(body)).into_response();
         // RFC 6749 §5.2: no caching of token answers.
@@ -134,6 +153,9 @@ impl IntoResponse for OAuthError {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"kep\""),
             );
+        }
+        if let OAuthError::TooManyRequests(refusal) = &self {
+            refusal.set_retry_after(res.headers_mut());
         }
         res
     }

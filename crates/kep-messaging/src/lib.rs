@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::limits::{Limiter, Limits};
 use serde::{Deserialize, Serialize};
 
 pub use error::{MessagingError, OAuthError};
@@ -53,6 +54,10 @@ pub struct MessagingSettings {
     /// An uploaded file is usable this long (`expiry_date`), then swept.
     pub upload_ttl_s: u64,
     pub upload_sweep_interval_s: u64,
+    /// Per OAuth client (its access token; at the token endpoint, its credentials), else
+    /// per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for MessagingSettings {
@@ -71,6 +76,11 @@ impl Default for MessagingSettings {
             results_lease_s: 300,
             upload_ttl_s: 7 * 24 * 3600,
             upload_sweep_interval_s: 60,
+            // Customers' servers send from many connections at once.
+            limits: Limits {
+                max_connections: 2048,
+                ..Limits::default()
+            },
         }
     }
 }
@@ -83,6 +93,7 @@ pub(crate) struct Messaging {
     writer: writer::Writer,
     uploads: Arc<uploads::Uploads>,
     tokens: oauth::Tokens,
+    limiter: Limiter,
 }
 
 /// The running messaging service; cheap to clone.
@@ -119,6 +130,7 @@ impl MessagingService {
         tokio::spawn(Arc::clone(&uploads).sweep(sweep_every));
         let tokens = oauth::Tokens::new(store.clone());
         Ok(MessagingService(Arc::new(Messaging {
+            limiter: Limiter::new(&settings.limits),
             settings,
             store,
             zone,

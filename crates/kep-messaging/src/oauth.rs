@@ -60,6 +60,13 @@ fn client_credentials(
     }
 }
 
+/// The form's (first) `grant_type`.
+fn grant_type(form: &[(String, String)]) -> Option<&str> {
+    form.iter()
+        .find(|(k, _)| k == "grant_type")
+        .map(|(_, v)| v.as_str())
+}
+
 /// Percent- and plus-decoding of one `application/x-www-form-urlencoded` value.
 fn url_decode(s: &str) -> Result<String, OAuthError> {
     Ok(form_urlencoded::parse(format!("v={s}").as_bytes())
@@ -93,26 +100,32 @@ impl Tokens {
         }
     }
 
-    /// `POST /v2/oauth/token`
-    pub async fn issue(
+    /// `POST /v2/oauth/token`, first half: the client whose credentials the request
+    /// carries.
+    pub async fn authenticate(
         &self,
-        ttl_s: u64,
         headers: &HeaderMap,
         form: &[(String, String)],
-    ) -> Result<Issued, OAuthError> {
-        let grant = form
-            .iter()
-            .find(|(k, _)| k == "grant_type")
-            .map(|(_, v)| v.as_str());
-        let Some(grant) = grant else {
+    ) -> Result<String, OAuthError> {
+        if grant_type(form).is_none() {
             return Err(OAuthError::InvalidRequest("grant_type is required"));
-        };
+        }
         let (client_id, secret) = client_credentials(headers, form)?;
         let known = self.store.client_secret_hash(&client_id).await?;
         if !known.is_some_and(|h| constant_time_eq(&h, &sha256_hex(&secret))) {
             return Err(OAuthError::InvalidClient);
         }
-        if grant != "client_credentials" {
+        Ok(client_id)
+    }
+
+    /// `POST /v2/oauth/token`, second half: a token for the authenticated client.
+    pub async fn issue(
+        &self,
+        client_id: String,
+        ttl_s: u64,
+        form: &[(String, String)],
+    ) -> Result<Issued, OAuthError> {
+        if grant_type(form) != Some("client_credentials") {
             return Err(OAuthError::UnsupportedGrantType);
         }
         let access_token = new_secret();

@@ -4,6 +4,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kep_core::http::ApiError;
+use kep_core::limits::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServingError {
@@ -36,6 +37,9 @@ pub enum ServingError {
     /// A request body that could not be read.
     #[error("{0}")]
     BadRequest(String),
+    /// Over the endpoint's (or, without its key, the peer's) rate or calls in flight.
+    #[error(transparent)]
+    TooManyRequests(#[from] Refusal),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -69,6 +73,7 @@ impl From<ServingError> for ApiError {
                 return ApiError::invalid_field(field, message);
             }
             ServingError::Internal(e) => return ApiError::internal(format!("{e:#}")),
+            ServingError::TooManyRequests(refusal) => return ApiError::from(refusal),
             ServingError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ServingError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ServingError::SourceDeleted(_) => (StatusCode::CONFLICT, "source_deleted"),

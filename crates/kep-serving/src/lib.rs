@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::limits::Limits;
 use serde::{Deserialize, Serialize};
 
 pub use api::wire::Resources;
@@ -136,6 +137,9 @@ pub struct GatewaySettings {
     /// Whether calls are counted: off, the monitoring numbers of calls stay at zero and the
     /// QPS and status alerts never fire.
     pub metrics: bool,
+    /// Per endpoint (its API key), else per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for GatewaySettings {
@@ -149,6 +153,11 @@ impl Default for GatewaySettings {
             upstream_timeout_s: 60,
             pool_idle_timeout_s: 90,
             metrics: true,
+            // Clients wait on slow models with their connections open.
+            limits: Limits {
+                max_connections: 2048,
+                ..Limits::default()
+            },
         }
     }
 }

@@ -13,6 +13,7 @@ use axum::routing::get;
 use figment::value::Value;
 use kep_adapter::{AdapterService, AdapterSettings};
 use kep_core::http::operator_only;
+use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::{self, Bound};
 use kep_core::settings::EnvNames;
 use kep_live::{LiveService, LiveSettings};
@@ -140,6 +141,10 @@ pub struct AdminSettings {
     pub token: Option<String>,
     /// How long in-flight work may take to finish after a stop signal.
     pub shutdown_grace_s: u64,
+    /// The operator API's: the operator token's holder is its one client; calls without
+    /// the token count per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 impl Default for AdminSettings {
@@ -148,6 +153,7 @@ impl Default for AdminSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8800)),
             token: None,
             shutdown_grace_s: 10,
+            limits: Limits::default(),
         }
     }
 }
@@ -212,6 +218,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
 
+    let listeners = [
+        Some(&settings.admin.limits),
+        wanted("live").then_some(&settings.live.limits),
+        wanted("adapter").then_some(&settings.adapter.limits),
+        wanted("messaging").then_some(&settings.messaging.limits),
+        wanted("serving").then_some(&settings.gateway.limits),
+    ];
+    raise_open_files(listeners.iter().flatten().map(|l| l.max_connections));
+
     let data_dir = settings.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
@@ -243,7 +258,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(live.admin_router());
         docs.merge(kep_live::api::operator::LiveAdminDoc::openapi());
         addresses.insert("live", bound.addr);
-        servers.push(spawn("live", bound, live.router(), &shutdown));
+        servers.push(spawn(
+            "live",
+            bound,
+            live.router(),
+            settings.live.limits,
+            &shutdown,
+        ));
         live_service = Some(live);
     }
 
@@ -253,7 +274,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(adapter.admin_router());
         docs.merge(kep_adapter::api::operator::AdapterAdminDoc::openapi());
         addresses.insert("adapter", bound.addr);
-        servers.push(spawn("adapter", bound, adapter.router(), &shutdown));
+        servers.push(spawn(
+            "adapter",
+            bound,
+            adapter.router(),
+            settings.adapter.limits,
+            &shutdown,
+        ));
     }
 
     if wanted("messaging") {
@@ -262,7 +289,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(messaging.admin_router());
         docs.merge(kep_messaging::api::operator::MessagingAdminDoc::openapi());
         addresses.insert("messaging", bound.addr);
-        servers.push(spawn("messaging", bound, messaging.router(), &shutdown));
+        servers.push(spawn(
+            "messaging",
+            bound,
+            messaging.router(),
+            settings.messaging.limits,
+            &shutdown,
+        ));
     }
 
     let mut serving_service = None;
@@ -279,14 +312,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_routes = admin_routes.merge(serving.admin_router());
         docs.merge(kep_serving::api::operator::ServingAdminDoc::openapi());
         addresses.insert("gateway", bound.addr);
-        servers.push(spawn("gateway", bound, serving.gateway_router(), &shutdown));
+        servers.push(spawn(
+            "gateway",
+            bound,
+            serving.gateway_router(),
+            settings.gateway.limits,
+            &shutdown,
+        ));
         serving_service = Some(serving);
     }
 
     kep_core::http::document_operator_answers(&mut docs);
     let docs = Arc::new(docs);
     let admin_router = Router::new()
-        .merge(operator_only(admin_routes, &token))
+        .merge(operator_only(
+            admin_routes,
+            &token,
+            Limiter::new(&settings.admin.limits),
+        ))
         .route(
             "/healthz",
             get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),
@@ -321,7 +364,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 axum::Json(with_bearer(kep_messaging::api::MessagingApiDoc::openapi()))
             }),
         );
-    servers.push(spawn("admin", admin, admin_router, &shutdown));
+    servers.push(spawn(
+        "admin",
+        admin,
+        admin_router,
+        settings.admin.limits,
+        &shutdown,
+    ));
 
     listener::write_addresses(&data_dir, &addresses)?;
     for (name, addr) in &addresses {
@@ -352,6 +401,38 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does: every
+/// connection is a file, and the listeners' `max_connections` are meant to be what bounds
+/// them, not a soft default of 1024. Warns when the listeners may together hold more
+/// connections than the process may open files.
+fn raise_open_files(max_connections: impl Iterator<Item = u32>) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // Room for the databases, spool files and the instances' pipes.
+    const SPARE: u64 = 256;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    // A listener without a cap (0) is bounded by the limit itself: nothing to compare.
+    let caps: Option<Vec<u64>> = max_connections
+        .map(|c| (c > 0).then_some(u64::from(c)))
+        .collect();
+    if let Some(total) = caps.map(|c| c.iter().sum::<u64>())
+        && total.saturating_add(SPARE) > limit
+    {
+        tracing::warn!(
+            open_files = limit,
+            max_connections = total,
+            "the listeners' max_connections together exceed the open files this process may \
+             have: in a flood, accepting and opening files fail before a listener's cap is met"
+        );
+    }
 }
 
 /// The `metrics` recorder, rendered in Prometheus' text format on the admin listener's
@@ -418,6 +499,7 @@ fn spawn(
     name: &'static str,
     bound: Bound,
     router: Router,
+    limits: Limits,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     // TraceLayer logs requests at DEBUG: wrap only when that is enabled (KEP_LOG=debug or
@@ -429,7 +511,7 @@ fn spawn(
     };
     let shutdown = shutdown.clone();
     tokio::spawn(async move {
-        if let Err(e) = listener::serve(bound, router, shutdown).await {
+        if let Err(e) = listener::serve(bound, router, limits, shutdown).await {
             tracing::error!(listener = name, error = %e, "listener failed");
         }
     })

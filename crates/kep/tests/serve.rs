@@ -1624,6 +1624,174 @@ fn secrets_and_tokens_never_reach_the_logs() {
     }
 }
 
+/// An operator call with `token`: (status, `Retry-After`, body).
+fn operator_call(
+    srv: &Server,
+    token: &str,
+    body: reqwest::blocking::Body,
+) -> (u16, Option<u64>, Value) {
+    let res = reqwest::blocking::Client::new()
+        .post(format!("{}/admin/v1/live/services", srv.admin))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .unwrap();
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (
+        res.status().as_u16(),
+        retry_after,
+        res.json().unwrap_or(Value::Null),
+    )
+}
+
+/// A 429 in the operator shape, with `Retry-After`.
+fn assert_limited((status, retry_after, body): &(u16, Option<u64>, Value)) {
+    assert_eq!(*status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
+    assert!(body["error"]["message"].is_string(), "{body}");
+    assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
+}
+
+#[test]
+fn the_operator_api_is_limited_and_a_wrong_token_spends_only_its_peers_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // A burst of 3, then one call an hour: nothing refills while the test runs.
+    let srv = serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_ADMIN_TOKEN", "op"),
+            ("KEP_ADMIN_RATE_LIMIT_PER_S", "0.0003"),
+            ("KEP_ADMIN_RATE_LIMIT_BURST", "3"),
+        ],
+    );
+    // A wrong token counts against the caller's address: 3 refusals, then 429.
+    for _ in 0..3 {
+        assert_eq!(operator_call(&srv, "wrong", "{}".into()).0, 401);
+    }
+    assert_limited(&operator_call(&srv, "wrong", "{}".into()));
+    // The operator's budget is whole: 3 calls pass, the fourth is refused.
+    for _ in 0..3 {
+        let (status, _, body) = operator_call(&srv, "op", "{}".into());
+        assert_eq!(status, 201, "{body}");
+    }
+    assert_limited(&operator_call(&srv, "op", "{}".into()));
+    // What is not the operator API is not limited.
+    assert_eq!(
+        http("GET", &format!("{}/healthz", srv.admin), None, None).0,
+        200
+    );
+}
+
+/// A body that sends what it is given, and ends when its sender is dropped.
+struct Trickle(std::sync::mpsc::Receiver<Vec<u8>>, std::io::Cursor<Vec<u8>>);
+
+impl std::io::Read for Trickle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let n = self.1.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            match self.0.recv() {
+                Ok(next) => self.1 = std::io::Cursor::new(next),
+                Err(_) => return Ok(0),
+            }
+        }
+    }
+}
+
+#[test]
+fn the_operator_may_have_only_so_many_calls_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_ADMIN_TOKEN", "op"),
+            ("KEP_ADMIN_CONCURRENCY_LIMIT", "1"),
+        ],
+    );
+    // A call whose body has not finished arriving is in flight.
+    let (more, rest) = std::sync::mpsc::channel();
+    more.send(b"{".to_vec()).unwrap();
+    let body = reqwest::blocking::Body::new(Trickle(rest, std::io::Cursor::new(Vec::new())));
+    let held = std::thread::scope(|scope| {
+        let held = scope.spawn(|| operator_call(&srv, "op", body));
+        // Once the server has it, another call is refused.
+        let mut refused = None;
+        for _ in 0..600 {
+            let answer = operator_call(&srv, "op", "{}".into());
+            if answer.0 == 429 {
+                refused = Some(answer);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let refused = refused.expect("a second call in flight is refused");
+        assert_limited(&refused);
+        more.send(b"}".to_vec()).unwrap();
+        drop(more);
+        held.join().unwrap()
+    });
+    assert_eq!(held.0, 201, "{}", held.2);
+    assert_eq!(operator_call(&srv, "op", "{}".into()).0, 201);
+}
+
+#[test]
+fn every_listener_closes_a_connection_that_sends_no_request_in_time() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let listeners = ["admin", "live", "adapter", "messaging", "gateway"];
+    let env: Vec<(String, &str)> = listeners
+        .iter()
+        .map(|l| {
+            (
+                format!("KEP_{}_HEADER_READ_TIMEOUT_S", l.to_uppercase()),
+                "1",
+            )
+        })
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let srv = serve(dir.path(), &port0(), &env);
+    let addresses: Value =
+        serde_json::from_slice(&std::fs::read(srv.data_dir.join("addresses.json")).unwrap())
+            .unwrap();
+    for listener in listeners {
+        let addr = addresses[listener].as_str().unwrap();
+        // Half a request head, then nothing more (slowloris).
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .unwrap();
+        let mut rest = Vec::new();
+        // A reset also ends the connection; a read that times out fails the test.
+        if let Err(e) = tcp.read_to_end(&mut rest) {
+            assert_ne!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock,
+                "{listener}: still open"
+            );
+            assert_ne!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut,
+                "{listener}: still open"
+            );
+        }
+        // A complete request on a new connection is answered.
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 "), "{listener}: {answer}");
+    }
+}
+
 /// Kills a child process when dropped, so a failed test leaves nothing running.
 struct KillOnDrop<'a>(&'a mut Child);
 
@@ -1709,6 +1877,27 @@ fn the_documents_describe_every_answer_the_schema_fuzzing_met() {
             .contains(&serde_json::json!("null")),
         "{id_types}"
     );
+
+    // Every call of every document may be over its listener's limits: 429, with
+    // `Retry-After` and the call's refusal shape.
+    for (name, doc) in [
+        ("admin", &admin),
+        ("live", &live),
+        ("messaging", &messaging),
+        ("adapter", &doc("adapter")),
+    ] {
+        for (path, method, op) in operations(doc) {
+            let limited = &op["responses"]["429"];
+            assert!(
+                limited["headers"]["Retry-After"].is_object(),
+                "{name}: {method} {path}: 429 and Retry-After"
+            );
+            assert!(
+                limited["content"]["application/json"]["schema"]["$ref"].is_string(),
+                "{name}: {method} {path}: 429's body"
+            );
+        }
+    }
 
     let adapter = doc("adapter");
     let upload = &adapter["paths"]["/api/trust/drm/v0/uploadResult"]["post"];

@@ -5,8 +5,10 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Multipart, State};
+use axum::extract::{FromRequestParts, Multipart, State};
 use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use kep_core::limits::{Admission, Key, Peer};
 use kep_core::secret::{constant_time_eq, sha256_hex};
 
 use super::wire::{FileType, OrgLoginTypeAnswer, Status, UploadResult};
@@ -41,13 +43,51 @@ pub fn credentials<'a>(
     Ok((id, key))
 }
 
-/// The org whose secret key was presented; an unknown org is refused like a wrong key.
-async fn authenticate(a: &Adapter, (id, key): (i64, &str)) -> Result<OrgRow, AdapterError> {
-    let org = a.store.org(id).await?.ok_or(AdapterError::Unauthorized)?;
-    if !constant_time_eq(&sha256_hex(key), &org.secret_hash) {
-        return Err(AdapterError::Unauthorized);
+/// The org whose secret key was presented; `None` for an unknown org or a wrong key.
+async fn authenticate(a: &Adapter, (id, key): (i64, &str)) -> Result<Option<OrgRow>, AdapterError> {
+    let org = a.store.org(id).await?;
+    Ok(org.filter(|org| constant_time_eq(&sha256_hex(key), &org.secret_hash)))
+}
+
+/// The calling agent, known before the body is read so that the adapter's limits come
+/// first: the org whose secret key `Authorization` carries, or `None` (a 401 once the other
+/// headers are checked). A call without an org counts against its peer's address; a missing
+/// or malformed `Authorization` or `Kep-OrgLoginType` is refused here, as the first check.
+pub(crate) struct Agent {
+    org: Option<OrgRow>,
+    _in_flight: Admission,
+}
+
+impl Agent {
+    fn org(self) -> Result<OrgRow, AdapterError> {
+        self.org.ok_or(AdapterError::Unauthorized)
     }
-    Ok(org)
+}
+
+impl FromRequestParts<AdapterService> for Agent {
+    type Rejection = AdapterError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        adapter: &AdapterService,
+    ) -> Result<Self, AdapterError> {
+        let a = &adapter.0;
+        let creds = credentials(&parts.headers, &a.settings.auth_scheme);
+        let org = match creds {
+            Ok(creds) => authenticate(a, creds).await?,
+            Err(_) => None,
+        };
+        let key = match &org {
+            Some(org) => Key::client(org.id.to_string()),
+            None => Key::peer(Peer::of(&parts.extensions)),
+        };
+        let in_flight = a.limiter.admit(key)?;
+        creds?;
+        Ok(Agent {
+            org,
+            _in_flight: in_flight,
+        })
+    }
 }
 
 /// The headers of a DRM call (`uploadResult`, `uploadDecrypted`) but its file type.
@@ -93,11 +133,9 @@ pub fn file_type(headers: &HeaderMap) -> Result<FileType, AdapterError> {
            ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$")),
     responses((status = 200, body = OrgLoginTypeAnswer), (status = 400, body = Status), (status = 401, body = Status)))]
 pub(crate) async fn get_org_login_type(
-    State(adapter): State<AdapterService>,
-    headers: HeaderMap,
+    agent: Agent,
 ) -> Result<Json<OrgLoginTypeAnswer>, AdapterError> {
-    let a = &adapter.0;
-    let org = authenticate(a, credentials(&headers, &a.settings.auth_scheme)?).await?;
+    let org = agent.org()?;
     Ok(Json(OrgLoginTypeAnswer {
         status: ok().0,
         org: crate::orgs::view(org),
@@ -115,13 +153,14 @@ pub(crate) async fn get_org_login_type(
               (status = 404, body = Status), (status = 409, body = Status)))]
 pub(crate) async fn upload_result(
     State(adapter): State<AdapterService>,
+    agent: Agent,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Status>, AdapterError> {
     let a = &adapter.0;
     let call = drm_headers(&headers, &a.settings.auth_scheme)?;
     let file_type = file_type(&headers)?;
-    let org = authenticate(a, call.credentials).await?;
+    let org = agent.org()?;
     let body: UploadResult = serde_json::from_slice(&body?)
         .map_err(|e| AdapterError::BadRequest(format!("body: {e}")))?;
     let view = a.drm.for_agent(org.id, call.session, call.file_id).await?;
@@ -161,12 +200,13 @@ impl utoipa::ToSchema for ReleasedFileForm {}
               (status = 404, body = Status), (status = 409, body = Status), (status = 413, body = Status)))]
 pub(crate) async fn upload_decrypted(
     State(adapter): State<AdapterService>,
+    agent: Agent,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<Status>, AdapterError> {
     let a = &adapter.0;
     let call = drm_headers(&headers, &a.settings.auth_scheme)?;
-    let org = authenticate(a, call.credentials).await?;
+    let org = agent.org()?;
     let view = a.drm.for_agent(org.id, call.session, call.file_id).await?;
     // Refused before a byte of the file is read.
     a.drm.check_release(&view)?;

@@ -51,6 +51,9 @@ impl MakeRequestId for NewRequestId {
     }
 }
 
+/// Every call's 429, in the adapter's shape.
+const LIMIT_ANSWERS: kep_core::http::LimitAnswers = kep_core::http::LimitAnswers(Some("Status"));
+
 /// OpenAPI of the adapter listener.
 #[derive(OpenApi)]
 #[openapi(
@@ -63,6 +66,7 @@ impl MakeRequestId for NewRequestId {
         agent::upload_result,
         agent::upload_decrypted
     ),
+    modifiers(&LIMIT_ANSWERS),
     components(schemas(
         wire::Status,
         wire::OrgLoginTypeAnswer,

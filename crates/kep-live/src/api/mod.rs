@@ -21,6 +21,10 @@ pub(crate) fn router(live: LiveService) -> Router {
         .with_state(live)
 }
 
+/// The 429 of `POST /api/rpc`: a JSON-RPC answer, error -32005.
+const LIMIT_ANSWERS: kep_core::http::LimitAnswers =
+    kep_core::http::LimitAnswers(Some("RpcResponse"));
+
 /// OpenAPI of the live listener.
 #[derive(OpenApi)]
 #[openapi(
@@ -29,6 +33,7 @@ pub(crate) fn router(live: LiveService) -> Router {
         description = "Provision and Room.* over JSON-RPC 2.0 (seed 000)"
     ),
     paths(rpc::rpc),
+    modifiers(&LIMIT_ANSWERS),
     components(schemas(
         wire::RpcResponse,
         wire::RpcError,

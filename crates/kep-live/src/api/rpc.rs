@@ -7,6 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use kep_core::limits::{Key, Peer};
 use std::borrow::Cow;
 
 use serde_json::value::RawValue;
@@ -137,10 +138,22 @@ pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Respon
     // The request taken whole: a `HeaderMap` extractor would clone every header.
     let (parts, body) = req.into_parts();
     let mut id = String::from("null");
-    let outcome = handle(&live, &parts.headers, body, &mut id).await;
+    // The token says who calls before the body is read, so the limits come first; a call
+    // without a valid token (Provision among them) counts against its peer.
+    let service = token_service(&live.0, &parts.headers);
+    let key = match &service {
+        Some(service) => Key::Client(Arc::clone(service)),
+        None => Key::peer(Peer::of(&parts.extensions)),
+    };
+    let outcome = match live.0.limiter.admit(key) {
+        Ok(_in_flight) => handle(&live, &parts.headers, service, body, &mut id).await,
+        Err(refusal) => Err(refusal.into()),
+    };
+    let mut retry_after = None;
     let (status, answer) = match outcome {
         Ok(result) => (StatusCode::OK, Answer::new(&id, "result", result)),
         Err(err) => {
+            retry_after = err.refusal().cloned();
             let error = Bytes::from(err.to_error_object().to_string());
             (err.http_status(), Answer::new(&id, "error", error))
         }
@@ -151,6 +164,9 @@ pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Respon
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if let Some(refusal) = retry_after {
+        refusal.set_retry_after(res.headers_mut());
+    }
     res
 }
 
@@ -257,10 +273,12 @@ impl http_body::Body for Answer {
     }
 }
 
-/// Runs one call; on success the JSON of its `result`. `id` is filled in as soon as known.
+/// Runs one call of `service` (the token's, if it had a valid one); on success the JSON of
+/// its `result`. `id` is filled in as soon as known.
 async fn handle(
     live: &LiveService,
     headers: &HeaderMap,
+    service: Option<Arc<str>>,
     body: Body,
     id: &mut String,
 ) -> Result<Bytes, LiveError> {
@@ -319,12 +337,12 @@ async fn handle(
         Some(_) => return Err(LiveError::invalid_params("params", "must be an object")),
     };
     let op = Operation::parse(&method, params, live.0.settings.max_targets)?;
-    execute(live, headers, op).await
+    execute(live, service, op).await
 }
 
 async fn execute(
     live: &LiveService,
-    headers: &HeaderMap,
+    service: Option<Arc<str>>,
     op: Operation,
 ) -> Result<Bytes, LiveError> {
     let live = &live.0;
@@ -337,7 +355,7 @@ async fn execute(
         }
         Operation::Room(op) => op,
     };
-    let service = authorize(live, headers)?;
+    let service = service.ok_or(LiveError::Unauthorized { nonce: None })?;
     let rooms = &live.rooms;
     let json = match op {
         RoomOperation::ListRooms => {
@@ -362,12 +380,11 @@ async fn execute(
     Ok(Bytes::from(json))
 }
 
-/// The service of the call's admin token.
-fn authorize(live: &crate::Live, headers: &HeaderMap) -> Result<Arc<str>, LiveError> {
+/// The service of the call's admin token, if it has a valid one.
+fn token_service(live: &crate::Live, headers: &HeaderMap) -> Option<Arc<str>> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .and_then(|token| live.access.authorize(token.trim()))
-        .ok_or(LiveError::Unauthorized { nonce: None })
 }

@@ -1,6 +1,7 @@
 //! `GET /api/ws`: a participant's socket. Challenge, join, then publish / unpublish /
 //! leave from the participant and events from the room, until either side ends it.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgr
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures_util::SinkExt as _;
+use kep_core::limits::{Key, Peer};
 use kep_core::secret::{constant_time_eq, new_uuid, random_token, sha256_hex};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -24,6 +26,7 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// `GET /api/ws`
 pub(crate) async fn participant_socket(
     State(live): State<LiveService>,
+    Peer(peer): Peer,
     ws: WebSocketUpgrade,
 ) -> Response {
     if live.0.shutdown.is_cancelled() {
@@ -36,7 +39,7 @@ pub(crate) async fn participant_socket(
         .max_frame_size(MAX_MESSAGE_BYTES)
         .read_buffer_size(4 * 1024)
         .write_buffer_size(0)
-        .on_upgrade(move |socket| tracker.track_future(session(live.0, socket)))
+        .on_upgrade(move |socket| tracker.track_future(session(live.0, socket, peer)))
 }
 
 struct Member {
@@ -57,7 +60,7 @@ enum End {
     ShuttingDown,
 }
 
-async fn session(live: Arc<Live>, mut socket: WebSocket) {
+async fn session(live: Arc<Live>, mut socket: WebSocket, peer: IpAddr) {
     let nonce = random_token(16);
     if send(
         &mut socket,
@@ -85,17 +88,28 @@ async fn session(live: Arc<Live>, mut socket: WebSocket) {
             return;
         }
         Ok(None) => return,
-        Ok(Some(Err(err))) => {
-            refuse(&mut socket, &err, "invalid join").await;
-            return;
-        }
-        Ok(Some(Ok(join))) => match admit(&live, join, &nonce) {
-            Ok(m) => m,
-            Err(err) => {
-                refuse(&mut socket, &err, "unauthorized").await;
-                return;
+        Ok(Some(join)) => {
+            let joined = join
+                .map_err(|e| (e, "invalid join"))
+                .and_then(|join| admit(&live, join, &nonce).map_err(|e| (e, "unauthorized")));
+            // A join counts against its service's rate, one that fails against its peer's;
+            // the socket it opens is not a request in flight, so it holds nothing.
+            let key = match &joined {
+                Ok(member) => Key::Client(Arc::clone(&member.service_id)),
+                Err(_) => Key::peer(peer),
+            };
+            let joined = match live.limiter.admit(key) {
+                Ok(_) => joined,
+                Err(refusal) => Err((refusal.into(), "too many requests")),
+            };
+            match joined {
+                Ok(member) => member,
+                Err((err, reason)) => {
+                    refuse(&mut socket, &err, reason).await;
+                    return;
+                }
             }
-        },
+        }
     };
 
     let (outbox, mut inbox) = mpsc::unbounded_channel();

@@ -10,6 +10,7 @@ use std::time::Duration;
 use kep_client::AdminClient;
 use kep_client::live::{Closed, LiveClient, Participant};
 use kep_core::http::operator_only;
+use kep_core::limits::{Limiter, Limits};
 use kep_live::api::wire::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
 use kep_live::{LiveService, LiveSettings};
 use tokio_util::sync::CancellationToken;
@@ -40,18 +41,21 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
         .unwrap();
     let live_url = format!("http://{}", live.addr);
     let admin_url = format!("http://{}", admin.addr);
+    let limits = settings.limits;
     let service = LiveService::start(settings, dir.path(), live_url.clone(), shutdown.clone())
         .await
         .unwrap();
-    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN);
+    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
     tokio::spawn(kep_core::listener::serve(
         live,
         service.router(),
+        limits,
         shutdown.clone(),
     ));
     tokio::spawn(kep_core::listener::serve(
         admin,
         admin_router,
+        Limits::default(),
         shutdown.clone(),
     ));
     TestServer {

@@ -7,11 +7,13 @@ pub mod wire;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use kep_core::limits::{Admission, Key, Peer};
 use kep_core::secret::sha256_hex;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -83,7 +85,7 @@ pub(crate) fn router(m: MessagingService) -> Router {
         uploads::upload_rcs,
         uploads::upload_mms
     ),
-    modifiers(&ErrorAnswers),
+    modifiers(&LIMIT_ANSWERS, &ErrorAnswers),
     components(schemas(
         wire::ErrorAnswer,
         wire::DetailErrorAnswer,
@@ -98,6 +100,9 @@ pub(crate) fn router(m: MessagingService) -> Router {
     ))
 )]
 pub struct MessagingApiDoc;
+
+/// Every call's 429; its body is the call's refusal shape, given by [`ErrorAnswers`].
+const LIMIT_ANSWERS: kep_core::http::LimitAnswers = kep_core::http::LimitAnswers(None);
 
 /// Gives every refusal in the document its body schema, and adds the refusals every call
 /// can give: 401 without a valid token, 400 (`410`) for an `Accept` that excludes JSON.
@@ -191,13 +196,21 @@ pub(crate) fn json_body<T: DeserializeOwned>(
               (status = 401, description = "invalid_client")))]
 pub(crate) async fn token(
     State(m): State<MessagingService>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, OAuthError> {
     let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    // The credentials may be in the form, so the limits come once the body is read.
+    let client = m.0.tokens.authenticate(&headers, &form).await;
+    let key = match &client {
+        Ok(client_id) => Key::client(client_id.as_str()),
+        Err(_) => Key::peer(peer),
+    };
+    let _in_flight = m.0.limiter.admit(key)?;
     let issued =
         m.0.tokens
-            .issue(m.0.settings.token_ttl_s, &headers, &form)
+            .issue(client?, m.0.settings.token_ttl_s, &form)
             .await?;
     let answer = TokenAnswer {
         access_token: issued.access_token,
@@ -214,10 +227,40 @@ pub(crate) async fn token(
     security(("bearer" = [])))]
 pub(crate) async fn send_xms(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    send::<xms::XmsSend>(m, headers, body).await
+    send::<xms::XmsSend>(m, caller, headers, body).await
+}
+
+/// The caller of a message call: the client of its access token, known before the body is
+/// read so that the limits come first. A call without a valid token counts against its
+/// peer's address, then is refused (401). `BARE_OK` also takes the token without the word
+/// `Bearer` (the seed's MMS upload example sends it so).
+pub(crate) struct Caller<const BARE_OK: bool = false> {
+    pub client_id: String,
+    _in_flight: Admission,
+}
+
+impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK> {
+    type Rejection = MessagingError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        m: &MessagingService,
+    ) -> Result<Self, MessagingError> {
+        let client = m.0.tokens.authorize(&parts.headers, BARE_OK).await;
+        let key = match &client {
+            Ok(client_id) => Key::client(client_id.as_str()),
+            Err(_) => Key::peer(Peer::of(&parts.extensions)),
+        };
+        let in_flight = m.0.limiter.admit(key)?;
+        Ok(Caller {
+            client_id: client?,
+            _in_flight: in_flight,
+        })
+    }
 }
 
 /// A kind of send: its channel, its rules, and the uploads it may name.
@@ -255,13 +298,15 @@ impl Sendable for xms::XmsSend {
     }
 }
 
-/// Every send: the token, `accept`, the body, its rules and files, then the durable store.
+/// Every send of the caller: `accept`, the body, its rules and files, then the durable
+/// store.
 pub(crate) async fn send<T: Sendable>(
     m: MessagingService,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
+    let client_id = caller.client_id.clone();
     oauth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
     send.validate(&client_id)?;
@@ -434,10 +479,11 @@ fn date(field: &str, s: &str) -> Result<jiff::civil::Date, MessagingError> {
     security(("bearer" = [])))]
 pub(crate) async fn search_xms(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
+    let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
     let mut filters = Vec::new();
@@ -457,7 +503,7 @@ pub(crate) async fn search_xms(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (results, found, last_uid) = match page_query(&m, &client_id, "XMS", p, filters)? {
+    let (results, found, last_uid) = match page_query(&m, client_id, "XMS", p, filters)? {
         None => ("[]".to_owned(), 0, None),
         Some((query, from)) => {
             let size = query.limit - 1;
@@ -520,14 +566,15 @@ impl ShownFields {
     security(("bearer" = [])))]
 pub(crate) async fn xms_detail(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     Path(uid): Path<String>,
 ) -> Result<Json<XmsDetailAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
+    let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     let r =
         m.0.store
-            .message(&client_id, "XMS", &uid)
+            .message(client_id, "XMS", &uid)
             .await?
             .ok_or_else(|| MessagingError::NotFound(format!("no message {uid}")))?;
     let zone = &m.0.zone;

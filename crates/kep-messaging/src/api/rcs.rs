@@ -13,7 +13,7 @@ use super::wire::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
     SendAnswer,
 };
-use super::{Page, json_body, page, page_query, request_field};
+use super::{Caller, Page, json_body, page, page_query, request_field};
 use crate::store::{GroupCompletion, Store};
 use crate::time::now_ms;
 use crate::{MessagingError, MessagingService, oauth, rcs};
@@ -28,10 +28,11 @@ const GROUP_SIZE: i64 = 1000;
     security(("bearer" = [])))]
 pub(crate) async fn send_rcs(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    super::send::<rcs::RcsSend>(m, headers, body).await
+    super::send::<rcs::RcsSend>(m, caller, headers, body).await
 }
 
 impl super::Sendable for rcs::RcsSend {
@@ -71,9 +72,10 @@ impl super::Sendable for rcs::RcsSend {
 #[utoipa::path(method(get, post), path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
 pub(crate) async fn results(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
 ) -> Result<Json<RcsResultsAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
+    let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     let group = random_token(12);
     let lease_ms = i64::try_from(m.0.settings.results_lease_s)
@@ -81,7 +83,7 @@ pub(crate) async fn results(
         .saturating_mul(1000);
     let rows =
         m.0.store
-            .hand_out_results(&client_id, &group, now_ms(), lease_ms, GROUP_SIZE)
+            .hand_out_results(client_id, &group, now_ms(), lease_ms, GROUP_SIZE)
             .await?;
     let report_group_id = (!rows.is_empty()).then_some(group);
     let results = rows
@@ -110,15 +112,16 @@ pub(crate) async fn results(
     security(("bearer" = [])))]
 pub(crate) async fn complete(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     Path(group): Path<String>,
 ) -> Result<Json<CodeAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
+    let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     match m
         .0
         .store
-        .complete_group(&client_id, &group, now_ms())
+        .complete_group(client_id, &group, now_ms())
         .await?
     {
         GroupCompletion::Done => Ok(Json(CodeAnswer {
@@ -142,10 +145,11 @@ pub(crate) async fn complete(
 
 async fn search(
     m: MessagingService,
+    caller: Caller,
     headers: HeaderMap,
     q: RcsSearch,
 ) -> Result<Json<RcsSearchAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
+    let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     let mut filters = Vec::new();
     if let Some(s) = &q.status {
@@ -169,7 +173,7 @@ async fn search(
     };
     let (rows, next) = page(
         &m,
-        page_query(&m, &client_id, "RCS", p, filters)?.map(|(q, _)| q),
+        page_query(&m, client_id, "RCS", p, filters)?.map(|(q, _)| q),
     )
     .await?;
     let zone = &m.0.zone;
@@ -206,11 +210,12 @@ async fn search(
     responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
 pub(crate) async fn search_post(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<RcsSearchAnswer>, MessagingError> {
     let (q, _): (RcsSearch, Value) = json_body(&headers, body)?;
-    search(m, headers, q).await
+    search(m, caller, headers, q).await
 }
 
 /// `GET /v2/info/rcs/search`: the same fields as a query string.
@@ -218,11 +223,12 @@ pub(crate) async fn search_post(
     responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
 pub(crate) async fn search_get(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     q: Result<Query<RcsSearch>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RcsSearchAnswer>, MessagingError> {
     let Query(q) = q.map_err(|e| MessagingError::invalid("query", e.body_text()))?;
-    search(m, headers, q).await
+    search(m, caller, headers, q).await
 }
 
 /// The query-string form of [`RcsSearch`], for the OpenAPI description.
@@ -252,7 +258,7 @@ pub(crate) struct RcsSearchParams {
     security(("bearer" = [])))]
 pub(crate) async fn detail(
     State(m): State<MessagingService>,
-    headers: HeaderMap,
+    caller: Result<Caller, MessagingError>,
     Path(uid): Path<String>,
 ) -> Response {
     // This call's codes are HTTP-style (the seed): 401 rather than 400 for a bad token.
@@ -261,9 +267,14 @@ pub(crate) async fn detail(
         (status, Json(json!({"code": code, "code_detail": {"detail_code": format!("API_{code}"), "detail_message": message}})))
             .into_response()
     };
-    let client_id = match m.0.tokens.authorize(&headers, false).await {
-        Ok(c) => c,
+    let client_id = match caller {
+        Ok(c) => c.client_id.clone(),
         Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
+        Err(MessagingError::TooManyRequests(refusal)) => {
+            let mut res = detail_answer(StatusCode::TOO_MANY_REQUESTS, &refusal.to_string());
+            refusal.set_retry_after(res.headers_mut());
+            return res;
+        }
         Err(e) => {
             let mut res = detail_answer(StatusCode::UNAUTHORIZED, &e.to_string());
             res.headers_mut().insert(

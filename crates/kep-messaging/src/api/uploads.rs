@@ -5,6 +5,7 @@ use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, State};
 use axum::http::HeaderMap;
 
+use super::Caller;
 use super::wire::{Detail, MmsUploadAnswer, RcsUploadAnswer};
 use crate::{MessagingError, MessagingService, oauth};
 
@@ -20,12 +21,12 @@ fn form(m: Result<Multipart, MultipartRejection>) -> Result<Multipart, Messaging
     security(("bearer" = [])))]
 pub(crate) async fn upload_rcs(
     State(m): State<MessagingService>,
+    caller: Caller,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<RcsUploadAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, false).await?;
     oauth::check_accept(&headers)?;
-    let row = m.0.uploads.rcs(&client_id, form(multipart)?).await?;
+    let row = m.0.uploads.rcs(&caller.client_id, form(multipart)?).await?;
     Ok(Json(RcsUploadAnswer {
         code: "200".into(),
         result: Detail::ok("uploaded"),
@@ -42,12 +43,12 @@ pub(crate) async fn upload_rcs(
     security(("bearer" = [])))]
 pub(crate) async fn upload_mms(
     State(m): State<MessagingService>,
+    caller: Caller<true>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<MmsUploadAnswer>, MessagingError> {
-    let client_id = m.0.tokens.authorize(&headers, true).await?;
     oauth::check_accept(&headers)?;
-    let content_group_id = m.0.uploads.mms(&client_id, form(multipart)?).await?;
+    let content_group_id = m.0.uploads.mms(&caller.client_id, form(multipart)?).await?;
     Ok(Json(MmsUploadAnswer {
         code: "200".into(),
         result: Detail::ok("uploaded"),

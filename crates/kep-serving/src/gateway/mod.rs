@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use kep_core::limits::{Key, Limiter, Peer};
 use tokio::sync::mpsc;
 
 use crate::monitor::meter::{Meter, Meters};
@@ -57,6 +58,7 @@ pub struct Gateway {
     meters: Arc<Meters>,
     /// Whether calls are counted (`gateway.metrics`).
     metered: bool,
+    limiter: Limiter,
 }
 
 impl Gateway {
@@ -92,6 +94,7 @@ impl Gateway {
             spool,
             meters: Arc::default(),
             metered: settings.metrics,
+            limiter: Limiter::new(&settings.limits),
         });
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(Arc::clone(&gateway).route_updates(rx));
@@ -182,11 +185,27 @@ impl Gateway {
                 .into_response();
         };
         let table = self.table.load();
-        // An unknown name answers as a wrong key does: names are not disclosed.
-        let Some(route) = table.endpoints.get(endpoint) else {
-            return ServingError::Unauthorized.into_response();
+        let route = table.endpoints.get(endpoint);
+        let caller = route.filter(|route| authorized(&parts.headers, &route.key_hash));
+        // The limits come before the body is read: the endpoint's for a call with its key,
+        // the peer's for any other.
+        let key = match caller {
+            Some(route) => Key::Client(Arc::clone(&route.name)),
+            None => Key::peer(Peer::of(&parts.extensions)),
         };
-        if !authorized(&parts.headers, &route.key_hash) {
+        let admitted = self.limiter.admit(key);
+        // An unknown name answers as a wrong key does: names are not disclosed.
+        let Some(route) = route else {
+            let e = admitted
+                .err()
+                .map_or(ServingError::Unauthorized, ServingError::from);
+            return e.into_response();
+        };
+        let admission = match admitted {
+            Ok(admission) => admission,
+            Err(refusal) => return self.metered(&route.meter, start, Err(refusal.into())),
+        };
+        if caller.is_none() {
             return self.metered(&route.meter, start, Err(ServingError::Unauthorized));
         }
         let Some(choice) = route.choose() else {
@@ -197,7 +216,8 @@ impl Gateway {
         let answer = self
             .proxy(route, &choice, parts, body, (endpoint, rest))
             .await;
-        self.metered(&choice.primary.meter, start, answer)
+        // A streamed answer is still in flight for the endpoint's limit.
+        admission.until_sent(self.metered(&choice.primary.meter, start, answer))
     }
 
     fn metered(

@@ -68,6 +68,8 @@ impl Backend {
 }
 
 pub struct Route {
+    /// The endpoint's name: the client its key's calls count against.
+    pub name: Arc<str>,
     pub key_hash: [u8; 32],
     /// The calls the gateway answers itself, before a deployment is chosen.
     pub meter: Arc<Meter>,
@@ -125,6 +127,7 @@ impl Route {
             }
         };
         Route {
+            name: config.name.as_str().into(),
             key_hash: config.key_hash,
             meter: meters.get(&config.name, None),
             http2: config.http2,

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use kep_core::http::operator_only;
+use kep_core::limits::{Limiter, Limits};
 use kep_serving::{GatewaySettings, ServingService, ServingSettings};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -47,12 +48,14 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
     let admin_url = format!("http://{}", admin.addr);
     tokio::spawn(kep_core::listener::serve(
         admin,
-        operator_only(service.admin_router(), OPERATOR_TOKEN),
+        operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default()),
+        Limits::default(),
         shutdown.clone(),
     ));
     tokio::spawn(kep_core::listener::serve(
         gateway,
         service.gateway_router(),
+        gateway_settings.limits,
         shutdown,
     ));
     Server {
