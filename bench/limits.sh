@@ -100,16 +100,17 @@ run_config() {
     floods+=($!)
   done
   : >"$data.samples"; : >"$data.probes"
-  local t
+  local t probes=()
   for t in $(seq "$SECONDS_"); do
     echo "$(awk '/VmRSS/ {print $2}' "/proc/$kep/status") $(ls "/proc/$kep/fd" | wc -l)" >>"$data.samples"
     for l in "${LISTENERS[@]}"; do
       ( out=$(eval "curl -s -o /dev/null -m 30 -w '%{http_code} %{time_total}' ${probe[$l]}") || true
         echo "$l $t ${out:-000 30}" >>"$data.probes" ) &
+      probes+=($!)
     done
     sleep 1
   done
-  wait "${floods[@]}" || true
+  wait "${floods[@]}" "${probes[@]}" || true
   sleep 1
 
   echo "== $config: idle RSS $((rss0 / 1024)) MiB, $fds0 fds"
