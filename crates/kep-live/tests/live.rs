@@ -1163,6 +1163,9 @@ async fn a_service_may_have_only_so_many_calls_in_flight() {
         });
         held.push((call, release));
     }
+    // The held call reaches the server before the probes: one arriving while a probe holds
+    // the slot would itself be refused, and nothing would be held.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // Once the server has them both, a third call of a is refused; b's pass.
     let mut refused = None;
     for _ in 0..600 {

@@ -1302,8 +1302,8 @@ async fn a_client_may_have_only_so_many_calls_in_flight() {
     let srv = spawn_with(|s| s.limits.concurrency_limit = 1).await;
     let (id, secret) = srv.client().await;
     let token = srv.token(&id, &secret).await;
-    // A send whose body has not finished arriving is in flight. Started again should it end
-    // early (a connection a loaded machine dropped): what is tested is the refusal beside it.
+    // A send whose body has not finished arriving is in flight. Started again should it end:
+    // one of the probing calls below may have held the one slot when it arrived (a 429).
     let hold = || {
         let mut head = sms("held", "821012345678").to_string().into_bytes();
         let rest = head.split_off(head.len() / 2);

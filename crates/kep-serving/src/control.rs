@@ -547,9 +547,8 @@ impl Control {
         )
         .await;
         self.store.delete_endpoint(name).await?;
-        let _ = self
-            .routes
-            .send(RouteUpdate::EndpointRemoved(name.to_owned()));
+        self.update_routes(RouteUpdate::EndpointRemoved(name.to_owned()))
+            .await;
         Ok(())
     }
 
@@ -590,14 +589,25 @@ impl Control {
         let mut key_hash = [0u8; 32];
         hex::decode_to_slice(&row.key_hash, &mut key_hash)
             .map_err(|e| ServingError::Internal(e.into()))?;
-        let _ = self.routes.send(RouteUpdate::Endpoint(EndpointRoute {
+        self.update_routes(RouteUpdate::Endpoint(EndpointRoute {
             name: row.name.clone(),
             key_hash,
             http2: row.protocol == "grpc",
             deployments: effective_weights(&deployments),
             responder: row.responder.clone().filter(|_| row.mirroring),
-        }));
+        }))
+        .await;
         Ok(())
+    }
+
+    /// Hands the gateway an update and waits until it is in effect, so that a key or a
+    /// split the API has answered for is the one the next call meets.
+    async fn update_routes(&self, update: RouteUpdate) {
+        let (done, applied) = tokio::sync::oneshot::channel();
+        if self.routes.send(update).is_ok() && self.routes.send(RouteUpdate::Applied(done)).is_ok()
+        {
+            let _ = applied.await;
+        }
     }
 
     // Deployments.

@@ -996,6 +996,9 @@ async fn an_endpoint_may_have_only_so_many_calls_in_flight() {
             .body(reqwest::Body::wrap_stream(body))
             .send(),
     );
+    // The held call reaches the server before the probes: one arriving while a probe holds
+    // the slot would itself be refused, and nothing would be held.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // Once the gateway has it, another call of the endpoint is refused.
     let mut refused = None;
     for _ in 0..600 {

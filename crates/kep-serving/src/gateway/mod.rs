@@ -45,6 +45,8 @@ pub enum RouteUpdate {
         key: DeploymentKey,
         ready: Vec<SocketAddr>,
     },
+    /// Answered once every update sent before it is in effect.
+    Applied(tokio::sync::oneshot::Sender<()>),
 }
 
 pub struct Gateway {
@@ -131,6 +133,10 @@ impl Gateway {
                         ready.insert(key, addrs);
                     }
                     name
+                }
+                RouteUpdate::Applied(done) => {
+                    let _ = done.send(());
+                    continue;
                 }
             };
             let mut endpoints = self.table.load().endpoints.clone();
