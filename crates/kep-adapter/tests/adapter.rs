@@ -1059,17 +1059,16 @@ async fn agent_calls_are_limited_per_org_and_a_wrong_key_spends_only_its_peers_b
     assert_eq!(org_login_type(&srv, &b_id, &b.secret_key).await.0, 200);
 }
 
-#[tokio::test]
-async fn an_org_may_have_only_so_many_calls_in_flight() {
+/// An uploadResult of `org` whose body has not finished arriving, so it stays in flight
+/// until released.
+fn held_upload_result(
+    srv: &Server,
+    org: &kep_adapter::api::wire::OrgLoginTypeSecret,
+) -> (
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
     use futures_util::StreamExt as _;
-    let srv = spawn(|s| s.limits.concurrency_limit = 1).await;
-    let a = srv
-        .admin
-        .create_org(&oauth2_org("127.0.0.1:9"))
-        .await
-        .unwrap();
-    let a_id = a.id.to_string();
-    // An uploadResult whose body has not finished arriving is in flight.
     let (release, released) = tokio::sync::oneshot::channel::<()>();
     let body = futures_util::stream::iter([Ok::<_, std::io::Error>("{\"result\":")]).chain(
         futures_util::stream::once(async move {
@@ -1079,18 +1078,34 @@ async fn an_org_may_have_only_so_many_calls_in_flight() {
     );
     let held = reqwest::Client::new()
         .post(format!("{}/api/trust/drm/v0/uploadResult", srv.adapter_url))
-        .header("Authorization", format!("Secret {}", a.secret_key))
-        .header("Kep-OrgLoginType", format!("ID {a_id}"))
+        .header("Authorization", format!("Secret {}", org.secret_key))
+        .header("Kep-OrgLoginType", format!("ID {}", org.id))
         .header("Kep-AgentSession", "DSID nope")
         .header("Kep-File-Id", "f")
         .header("Kep-File-Type", "DRM")
         .header("content-type", "application/json")
         .body(reqwest::Body::wrap_stream(body))
         .send();
-    let held = tokio::spawn(held);
+    (tokio::spawn(held), release)
+}
+
+#[tokio::test]
+async fn an_org_may_have_only_so_many_calls_in_flight() {
+    let srv = spawn(|s| s.limits.concurrency_limit = 1).await;
+    let a = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    let a_id = a.id.to_string();
+    let (mut held, mut release) = held_upload_result(&srv, &a);
     // Once the server has it, another call of org a is refused.
     let mut refused = None;
     for _ in 0..600 {
+        // A call that came first took the one slot, and the held one was refused: hold another.
+        if held.is_finished() {
+            (held, release) = held_upload_result(&srv, &a);
+        }
         let answer = org_login_type(&srv, &a_id, &a.secret_key).await;
         if answer.0 == 429 {
             refused = Some(answer);
