@@ -139,7 +139,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
 pub enum Refusal {
     #[error("over the rate limit of this client; retry after {} s", seconds(*.0))]
     Rate(Duration),
-    #[error("this client has {0} requests in flight already, its limit")]
+    #[error("this client has reached its limit of {0} requests in flight")]
     InFlight(u32),
 }
 
