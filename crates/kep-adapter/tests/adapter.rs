@@ -1064,29 +1064,20 @@ async fn agent_calls_are_limited_per_org_and_a_wrong_key_spends_only_its_peers_b
 fn held_upload_result(
     srv: &Server,
     org: &kep_adapter::api::wire::OrgLoginTypeSecret,
-) -> (
-    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    use futures_util::StreamExt as _;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let body = futures_util::stream::iter([Ok::<_, std::io::Error>("{\"result\":")]).chain(
-        futures_util::stream::once(async move {
-            let _ = released.await;
-            Ok("\"SUCCESS\",\"reason\":\"r\"}")
-        }),
-    );
-    let held = reqwest::Client::new()
+) -> kep_client::Held {
+    let call = reqwest::Client::new()
         .post(format!("{}/api/trust/drm/v0/uploadResult", srv.adapter_url))
         .header("Authorization", format!("Secret {}", org.secret_key))
         .header("Kep-OrgLoginType", format!("ID {}", org.id))
         .header("Kep-AgentSession", "DSID nope")
         .header("Kep-File-Id", "f")
         .header("Kep-File-Type", "DRM")
-        .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(body))
-        .send();
-    (tokio::spawn(held), release)
+        .header("content-type", "application/json");
+    kep_client::held(
+        call,
+        b"{\"result\":".to_vec(),
+        b"\"SUCCESS\",\"reason\":\"r\"}".to_vec(),
+    )
 }
 
 #[tokio::test]

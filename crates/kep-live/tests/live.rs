@@ -1052,31 +1052,15 @@ fn assert_limited((status, retry_after, body): &(u16, Option<u64>, Value)) {
     assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
 }
 
-/// A `Room.ListRooms` of `token` whose body sends its first half now and the rest when the
-/// sender is used or dropped: the call stays in flight meanwhile. Its HTTP status.
-fn held_call(
-    srv: &common::TestServer,
-    token: &str,
-) -> (
-    tokio::task::JoinHandle<u16>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    use futures_util::StreamExt as _;
+/// A `Room.ListRooms` of `token` whose body has not finished arriving, so it stays in
+/// flight until released.
+fn held_call(srv: &common::TestServer, token: &str) -> kep_client::Held {
     let (head, rest) = LIST_ROOMS.split_at(LIST_ROOMS.len() / 2);
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let first = futures_util::stream::once(async move { Ok::<_, std::io::Error>(head) });
-    let second = futures_util::stream::once(async move {
-        let _ = released.await;
-        Ok(rest)
-    });
     let call = reqwest::Client::new()
         .post(format!("{}/api/rpc", srv.live_url))
         .header("content-type", "application/json")
-        .bearer_auth(token)
-        .body(reqwest::Body::wrap_stream(first.chain(second)))
-        .send();
-    let call = tokio::spawn(async move { call.await.unwrap().status().as_u16() });
-    (call, release)
+        .bearer_auth(token);
+    kep_client::held(call, head.into(), rest.into())
 }
 
 #[tokio::test]
@@ -1179,7 +1163,7 @@ async fn a_service_may_have_only_so_many_calls_in_flight() {
     assert_eq!(list_rooms(&srv, Some(&b), LIST_ROOMS).await.0, 200);
     for (call, release) in held {
         release.send(()).unwrap();
-        assert_eq!(call.await.unwrap(), 200);
+        assert_eq!(call.await.unwrap().unwrap().status(), 200);
     }
     assert_eq!(list_rooms(&srv, Some(&a), LIST_ROOMS).await.0, 200);
 }

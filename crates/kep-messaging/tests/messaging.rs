@@ -1298,32 +1298,15 @@ async fn message_calls_are_limited_per_client_and_a_wrong_token_spends_only_its_
 }
 
 /// A send whose body has not finished arriving, so it stays in flight until released.
-fn held_send(
-    srv: &Server,
-    token: &str,
-) -> (
-    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    use futures_util::StreamExt as _;
+fn held_send(srv: &Server, token: &str) -> kep_client::Held {
     let mut head = sms("held", "821012345678").to_string().into_bytes();
     let rest = head.split_off(head.len() / 2);
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(head)]).chain(
-        futures_util::stream::once(async move {
-            let _ = released.await;
-            Ok(rest)
-        }),
-    );
-    let held = tokio::spawn(
-        srv.http
-            .post(format!("{}/v2/send/xms", srv.url))
-            .bearer_auth(token)
-            .header("content-type", "application/json")
-            .body(reqwest::Body::wrap_stream(body))
-            .send(),
-    );
-    (held, release)
+    let send = srv
+        .http
+        .post(format!("{}/v2/send/xms", srv.url))
+        .bearer_auth(token)
+        .header("content-type", "application/json");
+    kep_client::held(send, head, rest)
 }
 
 #[tokio::test]

@@ -975,28 +975,12 @@ async fn endpoint_calls_are_limited_per_endpoint_and_a_wrong_key_spends_only_its
 
 /// A call of endpoint `held` whose body has not finished arriving, so it stays in flight
 /// until released.
-fn held_call(
-    s: &Server,
-    key: &str,
-) -> (
-    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    use futures_util::StreamExt as _;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![1u8; 1000])]).chain(
-        futures_util::stream::once(async move {
-            let _ = released.await;
-            Ok(vec![2u8; 1000])
-        }),
-    );
-    let held = s
+fn held_call(s: &Server, key: &str) -> kep_client::Held {
+    let call = s
         .http
         .post(format!("{}/endpoints/held/upload", s.gateway))
-        .bearer_auth(key)
-        .body(reqwest::Body::wrap_stream(body))
-        .send();
-    (tokio::spawn(held), release)
+        .bearer_auth(key);
+    kep_client::held(call, vec![1u8; 1000], vec![2u8; 1000])
 }
 
 #[tokio::test]

@@ -1848,29 +1848,13 @@ fn the_operator_api_is_limited_and_a_wrong_token_spends_only_its_peers_budget() 
 }
 
 /// An operator call whose body has not finished arriving, so it stays in flight until
-/// released; its status.
-fn held_operator_call(
-    srv: &Server,
-) -> (
-    tokio::task::JoinHandle<u16>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    use futures_util::StreamExt as _;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let body = futures_util::stream::iter([Ok::<_, std::io::Error>("{")]).chain(
-        futures_util::stream::once(async move {
-            let _ = released.await;
-            Ok("}")
-        }),
-    );
+/// released.
+fn held_operator_call(srv: &Server) -> kep_client::Held {
     let call = reqwest::Client::new()
         .post(format!("{}/admin/v1/live/services", srv.admin))
         .bearer_auth("op")
-        .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(body))
-        .send();
-    let call = tokio::spawn(async move { call.await.unwrap().status().as_u16() });
-    (call, release)
+        .header("content-type", "application/json");
+    kep_client::held(call, b"{".to_vec(), b"}".to_vec())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1904,7 +1888,7 @@ async fn the_operator_may_have_only_so_many_calls_in_flight() {
     let refused = refused.expect("a second call in flight is refused");
     assert_limited(&refused);
     release.send(()).unwrap();
-    assert_eq!(held.await.unwrap(), 201);
+    assert_eq!(held.await.unwrap().unwrap().status(), 201);
     assert_eq!(call().0, 201);
 }
 
