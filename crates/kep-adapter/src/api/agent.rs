@@ -50,8 +50,10 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    fn org(self) -> Result<OrgRow, AdapterError> {
-        self.org.ok_or(AdapterError::Unauthorized)
+    /// The org, or the 401; the agent itself stays, holding the call in flight until the
+    /// handler is done (an upload streams long after this).
+    fn org(&mut self) -> Result<OrgRow, AdapterError> {
+        self.org.take().ok_or(AdapterError::Unauthorized)
     }
 }
 
@@ -98,7 +100,7 @@ fn file_id(headers: &HeaderMap) -> Result<&str, AdapterError> {
            ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$")),
     responses((status = 200, body = OrgLoginTypeAnswer), (status = 400, body = Status), (status = 401, body = Status)))]
 pub(crate) async fn get_org_login_type(
-    agent: Agent,
+    mut agent: Agent,
 ) -> Result<Json<OrgLoginTypeAnswer>, AdapterError> {
     let org = agent.org()?;
     Ok(Json(OrgLoginTypeAnswer {
@@ -118,7 +120,7 @@ pub(crate) async fn get_org_login_type(
               (status = 404, body = Status), (status = 409, body = Status)))]
 pub(crate) async fn upload_result(
     State(adapter): State<AdapterService>,
-    agent: Agent,
+    mut agent: Agent,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Status>, AdapterError> {
@@ -169,7 +171,7 @@ impl utoipa::ToSchema for ReleasedFileForm {}
               (status = 404, body = Status), (status = 409, body = Status), (status = 413, body = Status)))]
 pub(crate) async fn upload_decrypted(
     State(adapter): State<AdapterService>,
-    agent: Agent,
+    mut agent: Agent,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<Status>, AdapterError> {

@@ -266,8 +266,8 @@ pub(crate) async fn detail(
         (status, Json(json!({"code": code, "code_detail": {"detail_code": format!("API_{code}"), "detail_message": message}})))
             .into_response()
     };
-    let client_id = match caller {
-        Ok(c) => c.client_id.clone(),
+    let caller = match caller {
+        Ok(caller) => caller,
         Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
         Err(MessagingError::TooManyRequests(refusal)) => {
             let mut res = detail_answer(StatusCode::TOO_MANY_REQUESTS, &refusal.to_string());
@@ -284,7 +284,7 @@ pub(crate) async fn detail(
         }
     };
     let r = match m.0.store.any_message("RCS", &uid).await {
-        Ok(Some(r)) if r.client_id == client_id => r,
+        Ok(Some(r)) if r.client_id == caller.client_id => r,
         Ok(Some(_)) => return detail_answer(StatusCode::FORBIDDEN, "not your message"),
         Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
         Err(e) => return MessagingError::from(e).into_response(),
