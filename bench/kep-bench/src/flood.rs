@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -66,12 +67,16 @@ pub async fn flood(args: Flood) -> anyhow::Result<()> {
         }
         h
     };
-    let body_head = Arc::new(format!(
+    let fat = Bytes::from(format!(
+        "{head}{}",
+        "X-Fat: 0123456789abcdef0123456789abcdef\r\n".repeat(6 * 1024)
+    ));
+    let body_head = Bytes::from(format!(
         "{head}Connection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         args.body_bytes
     ));
     // JSON-looking filler: a string of spaces inside braces is what every body limit sees.
-    let body: Arc<Vec<u8>> = Arc::new({
+    let body = Bytes::from({
         let mut b = vec![b' '; args.body_bytes];
         if let Some(first) = b.first_mut() {
             *first = b'{';
@@ -81,6 +86,7 @@ pub async fn flood(args: Flood) -> anyhow::Result<()> {
         }
         b
     });
+    let stalled = body.slice(..body.len().saturating_sub(1));
     let tallies: Tallies = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..args.slowloris {
@@ -90,11 +96,7 @@ pub async fn flood(args: Flood) -> anyhow::Result<()> {
             // Spread the connects over a second, as a real attacker's would be.
             tokio::time::sleep(Duration::from_millis((i % 1000) as u64)).await;
             loop {
-                let Ok(mut tcp) = TcpStream::connect(&addr).await else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                count(&tallies, "slowloris", |t| t.opened += 1);
+                let mut tcp = connect(&addr, &tallies, "slowloris").await;
                 for b in head.bytes().chain(b"X-Slow: ".iter().copied().cycle()) {
                     if tcp.write_all(&[b]).await.is_err() || closed(&mut tcp).await {
                         break;
@@ -105,85 +107,63 @@ pub async fn flood(args: Flood) -> anyhow::Result<()> {
             }
         });
     }
-    for _ in 0..args.fat_heads {
-        let (addr, tallies) = (args.addr.clone(), Arc::clone(&tallies));
-        let fat = format!(
-            "{head}{}",
-            "X-Fat: 0123456789abcdef0123456789abcdef\r\n".repeat(6 * 1024)
-        );
-        tasks.spawn(async move {
-            loop {
-                let Ok(mut tcp) = TcpStream::connect(&addr).await else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                count(&tallies, "fat heads", |t| t.opened += 1);
-                if tcp.write_all(fat.as_bytes()).await.is_ok() {
-                    let status = answer(&mut tcp).await;
-                    count(&tallies, "fat heads", |t| {
+    let senders = [
+        ("fat heads", args.fat_heads, vec![fat], true),
+        (
+            "stalled",
+            args.stalled,
+            vec![body_head.clone(), stalled],
+            true,
+        ),
+        ("bodies", args.bodies, vec![body_head, body], false),
+    ];
+    for (kind, n, parts, held) in senders {
+        for _ in 0..n {
+            let (addr, tallies, parts) = (args.addr.clone(), Arc::clone(&tallies), parts.clone());
+            tasks.spawn(async move {
+                loop {
+                    let mut tcp = connect(&addr, &tallies, kind).await;
+                    let status = send(&mut tcp, &parts).await;
+                    count(&tallies, kind, |t| {
                         *t.statuses.entry(status).or_default() += 1;
                     });
+                    // What never finishes its request is let go of by the server.
+                    if held {
+                        count(&tallies, kind, |t| t.closed_by_server += 1);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
                 }
-                count(&tallies, "fat heads", |t| t.closed_by_server += 1);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        });
-    }
-    for _ in 0..args.stalled {
-        let (addr, tallies) = (args.addr.clone(), Arc::clone(&tallies));
-        let (body_head, body) = (Arc::clone(&body_head), Arc::clone(&body));
-        tasks.spawn(async move {
-            loop {
-                let Ok(mut tcp) = TcpStream::connect(&addr).await else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                count(&tallies, "stalled", |t| t.opened += 1);
-                let sent = async {
-                    tcp.write_all(body_head.as_bytes()).await?;
-                    tcp.write_all(&body[..body.len().saturating_sub(1)]).await
-                };
-                if sent.await.is_ok() {
-                    let status = answer(&mut tcp).await;
-                    count(&tallies, "stalled", |t| {
-                        *t.statuses.entry(status).or_default() += 1;
-                    });
-                }
-                count(&tallies, "stalled", |t| t.closed_by_server += 1);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        });
-    }
-    for _ in 0..args.bodies {
-        let (addr, tallies) = (args.addr.clone(), Arc::clone(&tallies));
-        let (body_head, body) = (Arc::clone(&body_head), Arc::clone(&body));
-        tasks.spawn(async move {
-            loop {
-                let Ok(mut tcp) = TcpStream::connect(&addr).await else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                let _ = tcp.set_nodelay(true);
-                count(&tallies, "bodies", |t| t.opened += 1);
-                let sent = async {
-                    tcp.write_all(body_head.as_bytes()).await?;
-                    tcp.write_all(&body).await
-                };
-                let status = match sent.await {
-                    Ok(()) => answer(&mut tcp).await,
-                    Err(_) => "write failed".into(),
-                };
-                count(&tallies, "bodies", |t| {
-                    *t.statuses.entry(status).or_default() += 1;
-                });
-            }
-        });
+            });
+        }
     }
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     tasks.abort_all();
     let tallies = std::mem::take(&mut *tallies.lock().unwrap());
     println!("{}", serde_json::to_string(&tallies)?);
     Ok(())
+}
+
+/// A connection to `addr`, retried every 100 ms while the listener refuses, and counted.
+async fn connect(addr: &str, tallies: &Tallies, kind: &'static str) -> TcpStream {
+    loop {
+        if let Ok(tcp) = TcpStream::connect(addr).await {
+            let _ = tcp.set_nodelay(true);
+            count(tallies, kind, |t| t.opened += 1);
+            return tcp;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes `parts` and reads the answer's status (`write failed` when the server stopped
+/// reading and closed first).
+async fn send(tcp: &mut TcpStream, parts: &[Bytes]) -> String {
+    for part in parts {
+        if tcp.write_all(part).await.is_err() {
+            return "write failed".into();
+        }
+    }
+    answer(tcp).await
 }
 
 /// Whether the server has closed the connection, waiting a second for it to say so.

@@ -81,3 +81,26 @@ pub(crate) async fn checked(res: reqwest::Response) -> Result<reqwest::Response,
     }
     Ok(res)
 }
+
+/// A request on its way: its answer, once it comes, and the sender that lets the rest of
+/// its body go.
+pub type Held = (
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    tokio::sync::oneshot::Sender<()>,
+);
+
+/// Sends `request` with a body that gives `head` at once and `rest` only when the returned
+/// sender is used or dropped: a request the server holds in flight for as long as the
+/// caller wants (how the tests reach a limit of requests in flight).
+pub fn held(request: reqwest::RequestBuilder, head: Vec<u8>, rest: Vec<u8>) -> Held {
+    use futures_util::StreamExt as _;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(head)]).chain(
+        futures_util::stream::once(async move {
+            let _ = released.await;
+            Ok(rest)
+        }),
+    );
+    let call = request.body(reqwest::Body::wrap_stream(body)).send();
+    (tokio::spawn(call), release)
+}

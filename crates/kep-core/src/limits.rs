@@ -139,7 +139,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
 pub enum Refusal {
     #[error("over the rate limit of this client; retry after {} s", seconds(*.0))]
     Rate(Duration),
-    #[error("this client has {0} requests in flight already, its limit")]
+    #[error("this client has reached its limit of {0} requests in flight")]
     InFlight(u32),
 }
 
@@ -202,28 +202,24 @@ impl Limiter {
         let Some(tables) = &self.0 else {
             return Ok(Admission(None));
         };
+        let admission = Admission(match &tables.in_flight {
+            Some(in_flight) => {
+                let count = Arc::clone(&in_flight.counts.entry(key.clone()).or_default());
+                if count.fetch_add(1, Ordering::AcqRel) >= in_flight.limit {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    return Err(Refusal::InFlight(in_flight.limit));
+                }
+                Some(count)
+            }
+            None => None,
+        });
+        // Refused by the rate, the admission is dropped: the request is not in flight.
         if let Some(rate) = &tables.rate
             && let Err(not_until) = rate.check_key(&key)
         {
             return Err(Refusal::Rate(not_until.wait_time_from(rate.clock().now())));
         }
-        let Some(in_flight) = &tables.in_flight else {
-            return Ok(Admission(None));
-        };
-        let count = Arc::clone(&in_flight.counts.entry(key).or_default());
-        if count.fetch_add(1, Ordering::AcqRel) >= in_flight.limit {
-            count.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refusal::InFlight(in_flight.limit));
-        }
-        Ok(Admission(Some(count)))
-    }
-
-    /// How many keys the limiter holds now (for the tests of its bound).
-    pub fn keys(&self) -> usize {
-        self.0.as_ref().map_or(0, |t| {
-            t.rate.as_ref().map_or(0, |r| r.len())
-                + t.in_flight.as_ref().map_or(0, |f| f.counts.len())
-        })
+        Ok(admission)
     }
 }
 
@@ -357,6 +353,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refused_request_spends_nothing() {
+        // Two requests an hour, one at a time.
+        let limiter = Limiter::new(&limits(1.0 / 3600.0, 2, 1));
+        let a = || Key::client("a");
+        let first = limiter.admit(a()).unwrap();
+        assert!(matches!(limiter.admit(a()), Err(Refusal::InFlight(1))));
+        drop(first);
+        drop(limiter.admit(a()).unwrap());
+        assert!(matches!(limiter.admit(a()), Err(Refusal::Rate(_))));
+        // Nor does a refusal by the rate hold a place in flight.
+        let limiter = Limiter::new(&limits(1.0 / 3600.0, 1, 1));
+        drop(limiter.admit(a()).unwrap());
+        assert!(matches!(limiter.admit(a()), Err(Refusal::Rate(_))));
+        let counts = &limiter
+            .0
+            .as_ref()
+            .unwrap()
+            .in_flight
+            .as_ref()
+            .unwrap()
+            .counts;
+        assert_eq!(counts.get(&a()).unwrap().load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
     async fn idle_keys_are_dropped_and_held_ones_kept() {
         let limiter = Limiter::new(&limits(1000.0, 1, 4));
         let held = limiter.admit(Key::client("held")).unwrap();
@@ -365,10 +386,13 @@ mod tests {
         }
         // Every bucket of 1 refills within a millisecond at 1000/s.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        limiter.0.as_ref().unwrap().drop_idle();
+        let tables = limiter.0.as_ref().unwrap();
+        tables.drop_idle();
+        let rate_keys = tables.rate.as_ref().unwrap().len();
+        let count_keys = tables.in_flight.as_ref().unwrap().counts.len();
         assert_eq!(
-            limiter.keys(),
-            1,
+            (rate_keys, count_keys),
+            (0, 1),
             "only the count of the held request stays"
         );
         drop(held);

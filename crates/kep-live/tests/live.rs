@@ -1052,18 +1052,15 @@ fn assert_limited((status, retry_after, body): &(u16, Option<u64>, Value)) {
     assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
 }
 
-/// A body that sends its first half now and the rest when the sender is used or dropped:
-/// its request stays in flight meanwhile.
-fn held_body(whole: &'static str) -> (reqwest::Body, tokio::sync::oneshot::Sender<()>) {
-    use futures_util::StreamExt as _;
-    let (head, rest) = whole.split_at(whole.len() / 2);
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let first = futures_util::stream::once(async move { Ok::<_, std::io::Error>(head) });
-    let second = futures_util::stream::once(async move {
-        let _ = released.await;
-        Ok(rest)
-    });
-    (reqwest::Body::wrap_stream(first.chain(second)), release)
+/// A `Room.ListRooms` of `token` whose body has not finished arriving, so it stays in
+/// flight until released.
+fn held_call(srv: &common::TestServer, token: &str) -> kep_client::Held {
+    let (head, rest) = LIST_ROOMS.split_at(LIST_ROOMS.len() / 2);
+    let call = reqwest::Client::new()
+        .post(format!("{}/api/rpc", srv.live_url))
+        .header("content-type", "application/json")
+        .bearer_auth(token);
+    kep_client::held(call, head.into(), rest.into())
 }
 
 #[tokio::test]
@@ -1143,32 +1140,16 @@ async fn a_service_may_have_only_so_many_calls_in_flight() {
     let a = admin_token(&srv, "a").await;
     let b = admin_token(&srv, "b").await;
     // Two calls whose bodies have not finished arriving are in flight.
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let (body, release) = held_body(LIST_ROOMS);
-        let call = tokio::spawn({
-            let url = format!("{}/api/rpc", srv.live_url);
-            let a = a.clone();
-            async move {
-                let res = reqwest::Client::new()
-                    .post(url)
-                    .header("content-type", "application/json")
-                    .bearer_auth(a)
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                res.status().as_u16()
-            }
-        });
-        held.push((call, release));
-    }
-    // The held call reaches the server before the probes: one arriving while a probe holds
-    // the slot would itself be refused, and nothing would be held.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut held = vec![held_call(&srv, &a), held_call(&srv, &a)];
     // Once the server has them both, a third call of a is refused; b's pass.
     let mut refused = None;
     for _ in 0..600 {
+        // A call that came first took a slot, and a held one was refused: hold another.
+        for h in &mut held {
+            if h.0.is_finished() {
+                *h = held_call(&srv, &a);
+            }
+        }
         let answer = list_rooms(&srv, Some(&a), LIST_ROOMS).await;
         if answer.0 == 429 {
             refused = Some(answer);
@@ -1182,7 +1163,7 @@ async fn a_service_may_have_only_so_many_calls_in_flight() {
     assert_eq!(list_rooms(&srv, Some(&b), LIST_ROOMS).await.0, 200);
     for (call, release) in held {
         release.send(()).unwrap();
-        assert_eq!(call.await.unwrap(), 200);
+        assert_eq!(call.await.unwrap().unwrap().status(), 200);
     }
     assert_eq!(list_rooms(&srv, Some(&a), LIST_ROOMS).await.0, 200);
 }

@@ -1296,41 +1296,30 @@ async fn message_calls_are_limited_per_client_and_a_wrong_token_spends_only_its_
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
+/// A send whose body has not finished arriving, so it stays in flight until released.
+fn held_send(srv: &Server, token: &str) -> kep_client::Held {
+    let mut head = sms("held", "821012345678").to_string().into_bytes();
+    let rest = head.split_off(head.len() / 2);
+    let send = srv
+        .http
+        .post(format!("{}/v2/send/xms", srv.url))
+        .bearer_auth(token)
+        .header("content-type", "application/json");
+    kep_client::held(send, head, rest)
+}
+
 #[tokio::test]
 async fn a_client_may_have_only_so_many_calls_in_flight() {
-    use futures_util::StreamExt as _;
     let srv = spawn_with(|s| s.limits.concurrency_limit = 1).await;
     let (id, secret) = srv.client().await;
     let token = srv.token(&id, &secret).await;
-    // A send whose body has not finished arriving is in flight. Started again should it end:
-    // one of the probing calls below may have held the one slot when it arrived (a 429).
-    let hold = || {
-        let mut head = sms("held", "821012345678").to_string().into_bytes();
-        let rest = head.split_off(head.len() / 2);
-        let (release, released) = tokio::sync::oneshot::channel::<()>();
-        let body = futures_util::stream::iter([Ok::<_, std::io::Error>(head)]).chain(
-            futures_util::stream::once(async move {
-                let _ = released.await;
-                Ok(rest)
-            }),
-        );
-        let held = tokio::spawn(
-            srv.http
-                .post(format!("{}/v2/send/xms", srv.url))
-                .bearer_auth(&token)
-                .header("content-type", "application/json")
-                .body(reqwest::Body::wrap_stream(body))
-                .send(),
-        );
-        (release, held)
-    };
-    let (mut release, mut held) = hold();
-    // Once the server has it, another call of the client is refused.
+    let (mut held, mut release) = held_send(&srv, &token);
+    // Once the server has the held send, another call of the client is refused.
     let mut refused = None;
     for _ in 0..600 {
+        // A call that came first took the one slot, and the send was refused: hold another.
         if held.is_finished() {
-            eprintln!("the held send ended early: {:?}", (&mut held).await);
-            (release, held) = hold();
+            (held, release) = held_send(&srv, &token);
         }
         let answer = limited_get(&srv, &token, RESULTS).await;
         if answer.0 == StatusCode::TOO_MANY_REQUESTS {

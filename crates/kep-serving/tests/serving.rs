@@ -973,35 +973,31 @@ async fn endpoint_calls_are_limited_per_endpoint_and_a_wrong_key_spends_only_its
     s.service.stop().await;
 }
 
+/// A call of endpoint `held` whose body has not finished arriving, so it stays in flight
+/// until released.
+fn held_call(s: &Server, key: &str) -> kep_client::Held {
+    let call = s
+        .http
+        .post(format!("{}/endpoints/held/upload", s.gateway))
+        .bearer_auth(key);
+    kep_client::held(call, vec![1u8; 1000], vec![2u8; 1000])
+}
+
 #[tokio::test]
 async fn an_endpoint_may_have_only_so_many_calls_in_flight() {
-    use futures_util::StreamExt as _;
     let s = spawn(|_, gateway| gateway.limits.concurrency_limit = 1).await;
     s.image("echo").await;
     let key = s.endpoint("held", 1).await;
     s.deploy("held", custom("app", json!({}))).await;
     s.available("held", "app").await;
-    // A call whose body has not finished arriving is in flight.
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(vec![1u8; 1000])]).chain(
-        futures_util::stream::once(async move {
-            let _ = released.await;
-            Ok(vec![2u8; 1000])
-        }),
-    );
-    let held = tokio::spawn(
-        s.http
-            .post(format!("{}/endpoints/held/upload", s.gateway))
-            .bearer_auth(&key)
-            .body(reqwest::Body::wrap_stream(body))
-            .send(),
-    );
-    // The held call reaches the server before the probes: one arriving while a probe holds
-    // the slot would itself be refused, and nothing would be held.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut held, mut release) = held_call(&s, &key);
     // Once the gateway has it, another call of the endpoint is refused.
     let mut refused = None;
     for _ in 0..600 {
+        // A call that came first took the one slot, and the held one was refused: hold another.
+        if held.is_finished() {
+            (held, release) = held_call(&s, &key);
+        }
         let answer = limited(&s, "held", &key).await;
         if answer.0 == StatusCode::TOO_MANY_REQUESTS {
             refused = Some(answer);

@@ -1687,26 +1687,18 @@ fn the_operator_api_is_limited_and_a_wrong_token_spends_only_its_peers_budget() 
     );
 }
 
-/// A body that sends what it is given, and ends when its sender is dropped.
-struct Trickle(std::sync::mpsc::Receiver<Vec<u8>>, std::io::Cursor<Vec<u8>>);
-
-impl std::io::Read for Trickle {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            let n = self.1.read(buf)?;
-            if n > 0 || buf.is_empty() {
-                return Ok(n);
-            }
-            match self.0.recv() {
-                Ok(next) => self.1 = std::io::Cursor::new(next),
-                Err(_) => return Ok(0),
-            }
-        }
-    }
+/// An operator call whose body has not finished arriving, so it stays in flight until
+/// released.
+fn held_operator_call(srv: &Server) -> kep_client::Held {
+    let call = reqwest::Client::new()
+        .post(format!("{}/admin/v1/live/services", srv.admin))
+        .bearer_auth("op")
+        .header("content-type", "application/json");
+    kep_client::held(call, b"{".to_vec(), b"}".to_vec())
 }
 
-#[test]
-fn the_operator_may_have_only_so_many_calls_in_flight() {
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_may_have_only_so_many_calls_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let srv = serve(
         dir.path(),
@@ -1716,41 +1708,28 @@ fn the_operator_may_have_only_so_many_calls_in_flight() {
             ("KEP_ADMIN_CONCURRENCY_LIMIT", "1"),
         ],
     );
-    // A call whose body has not finished arriving is in flight. Started again should it end:
-    // one of the probing calls below may have held the one slot when it arrived (a 429).
-    let srv = &srv;
-    let start = || {
-        let (more, rest) = std::sync::mpsc::channel();
-        more.send(b"{".to_vec()).unwrap();
-        let body = reqwest::blocking::Body::new(Trickle(rest, std::io::Cursor::new(Vec::new())));
-        (more, body)
-    };
-    let held = std::thread::scope(|scope| {
-        let (mut more, body) = start();
-        let mut held = scope.spawn(move || operator_call(srv, "op", body));
-        // Once the server has it, another call is refused.
-        let mut refused = None;
-        for _ in 0..600 {
-            if held.is_finished() {
-                let (m, body) = start();
-                more = m;
-                held = scope.spawn(move || operator_call(srv, "op", body));
-            }
-            let answer = operator_call(srv, "op", "{}".into());
-            if answer.0 == 429 {
-                refused = Some(answer);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    // The blocking client of the other tests, off the runtime's own threads.
+    let call = || tokio::task::block_in_place(|| operator_call(&srv, "op", "{}".into()));
+    let (mut held, mut release) = held_operator_call(&srv);
+    // Once the server has it, another call is refused.
+    let mut refused = None;
+    for _ in 0..600 {
+        // A call that came first took the one slot, and the held one was refused.
+        if held.is_finished() {
+            (held, release) = held_operator_call(&srv);
         }
-        let refused = refused.expect("a second call in flight is refused");
-        assert_limited(&refused);
-        more.send(b"}".to_vec()).unwrap();
-        drop(more);
-        held.join().unwrap()
-    });
-    assert_eq!(held.0, 201, "{}", held.2);
-    assert_eq!(operator_call(srv, "op", "{}".into()).0, 201);
+        let answer = call();
+        if answer.0 == 429 {
+            refused = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("a second call in flight is refused");
+    assert_limited(&refused);
+    release.send(()).unwrap();
+    assert_eq!(held.await.unwrap().unwrap().status(), 201);
+    assert_eq!(call().0, 201);
 }
 
 #[test]

@@ -59,8 +59,10 @@ pub(crate) struct Agent {
 }
 
 impl Agent {
-    fn org(self) -> Result<OrgRow, AdapterError> {
-        self.org.ok_or(AdapterError::Unauthorized)
+    /// The org, or the 401; the agent itself stays, holding the call in flight until the
+    /// handler is done (an upload streams long after this).
+    fn org(&mut self) -> Result<OrgRow, AdapterError> {
+        self.org.take().ok_or(AdapterError::Unauthorized)
     }
 }
 
@@ -133,7 +135,7 @@ pub fn file_type(headers: &HeaderMap) -> Result<FileType, AdapterError> {
            ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$")),
     responses((status = 200, body = OrgLoginTypeAnswer), (status = 400, body = Status), (status = 401, body = Status)))]
 pub(crate) async fn get_org_login_type(
-    agent: Agent,
+    mut agent: Agent,
 ) -> Result<Json<OrgLoginTypeAnswer>, AdapterError> {
     let org = agent.org()?;
     Ok(Json(OrgLoginTypeAnswer {
@@ -153,7 +155,7 @@ pub(crate) async fn get_org_login_type(
               (status = 404, body = Status), (status = 409, body = Status)))]
 pub(crate) async fn upload_result(
     State(adapter): State<AdapterService>,
-    agent: Agent,
+    mut agent: Agent,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Status>, AdapterError> {
@@ -200,7 +202,7 @@ impl utoipa::ToSchema for ReleasedFileForm {}
               (status = 404, body = Status), (status = 409, body = Status), (status = 413, body = Status)))]
 pub(crate) async fn upload_decrypted(
     State(adapter): State<AdapterService>,
-    agent: Agent,
+    mut agent: Agent,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<Status>, AdapterError> {

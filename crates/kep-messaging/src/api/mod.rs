@@ -306,7 +306,11 @@ pub(crate) async fn send<T: Sendable>(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SendAnswer>, MessagingError> {
-    let client_id = caller.client_id.clone();
+    // The admission stays bound to the end: the send is in flight until it is stored.
+    let Caller {
+        client_id,
+        _in_flight,
+    } = caller;
     oauth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
     send.validate(&client_id)?;

@@ -267,8 +267,8 @@ pub(crate) async fn detail(
         (status, Json(json!({"code": code, "code_detail": {"detail_code": format!("API_{code}"), "detail_message": message}})))
             .into_response()
     };
-    let client_id = match caller {
-        Ok(c) => c.client_id.clone(),
+    let caller = match caller {
+        Ok(caller) => caller,
         Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
         Err(MessagingError::TooManyRequests(refusal)) => {
             let mut res = detail_answer(StatusCode::TOO_MANY_REQUESTS, &refusal.to_string());
@@ -284,7 +284,7 @@ pub(crate) async fn detail(
             return res;
         }
     };
-    let r = match m.0.store.message(&client_id, "RCS", &uid).await {
+    let r = match m.0.store.message(&caller.client_id, "RCS", &uid).await {
         Ok(Some(r)) => r,
         Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
         Err(e) => return MessagingError::from(e).into_response(),
