@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -93,7 +93,7 @@ pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
     f.write_all(content)
 }
 
-/// Serves `router` until `shutdown` fires, then lets in-flight requests finish; HTTP/1.1,
+/// Serves `app` until `shutdown` fires, then lets in-flight requests finish; HTTP/1.1,
 /// HTTP/2 with prior knowledge, and upgrades (the WebSocket). `limits` bounds what clients
 /// can hold: at most `max_connections` connections at once (an upgraded one included), a
 /// request head of at most `max_header_bytes` within `header_read_timeout_s` (also the
@@ -103,18 +103,20 @@ pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
 /// read by [`crate::limits::Peer`]).
 pub async fn serve(
     bound: Bound,
-    router: Router,
+    app: impl Into<App>,
     limits: Limits,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    let App { router, front } = app.into();
     let timeout = |s: u64| (s > 0).then(|| Duration::from_secs(s));
+    // hyper's floor: its buffer must hold the smallest head it reads.
+    let max_head = limits.max_header_bytes.max(8192);
     let conn = ConnectionLimits {
         head: timeout(limits.header_read_timeout_s),
         body: timeout(limits.body_read_timeout_s),
         memory: BodyMemory::new(limits.body_memory_bytes),
+        max_head: max_head as usize,
     };
-    // hyper's floor: its buffer must hold the smallest head it reads.
-    let max_head = limits.max_header_bytes.max(8192);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -149,11 +151,11 @@ pub async fn serve(
         };
         // Events and answers are small writes: Nagle's algorithm would hold them back.
         let _ = tcp.set_nodelay(true);
-        let io = Counted { tcp, _slot: slot };
+        let io = Connection { tcp, _slot: slot };
         connections.spawn(connection(
             Arc::clone(&builder),
-            io,
-            peer,
+            (io, peer),
+            front.clone(),
             router.clone(),
             conn.clone(),
             shutdown.clone(),
@@ -170,6 +172,7 @@ struct ConnectionLimits {
     head: Option<Duration>,
     body: Option<Duration>,
     memory: Option<BodyMemory>,
+    max_head: usize,
 }
 
 impl ConnectionLimits {
@@ -188,15 +191,34 @@ impl ConnectionLimits {
     }
 }
 
-/// One connection until it closes, is upgraded, or is told to finish by `shutdown`.
+/// One connection until it closes, is upgraded, or is told to finish by `shutdown`: the
+/// front's while it serves it, then hyper's.
 async fn connection(
     builder: Arc<auto::Builder<TokioExecutor>>,
-    io: Counted,
-    peer: SocketAddr,
+    (io, peer): (Connection, SocketAddr),
+    front: Option<Arc<dyn Front>>,
     router: Router,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) {
+    let io = match front {
+        None => Replayed {
+            read: Bytes::new(),
+            io,
+        },
+        Some(front) => {
+            let at = FrontLimits {
+                head_timeout: limits.head,
+                body_timeout: limits.body,
+                max_head: limits.max_head,
+                shutdown: shutdown.clone(),
+            };
+            match front.serve(io, at).await {
+                Some(Handover { io, read }) => Replayed { read, io },
+                None => return,
+            }
+        }
+    };
     let started = Arc::new(AtomicBool::new(false));
     let head = limits.head;
     let service = {
@@ -335,30 +357,95 @@ impl http_body::Body for Charged {
     }
 }
 
+/// What a listener serves: its routes, and optionally a [`Front`] that reads each
+/// connection first.
+pub struct App {
+    pub router: Router,
+    pub front: Option<Arc<dyn Front>>,
+}
+
+impl From<Router> for App {
+    fn from(router: Router) -> App {
+        App {
+            router,
+            front: None,
+        }
+    }
+}
+
+/// A listener's own server for the requests it can answer faster than the router (the
+/// gateway's plain HTTP/1.1 calls): it serves a connection for as long as it can, then
+/// hands it over, with what it read and did not answer, for hyper and the router to serve
+/// the rest. It keeps to the listener's limits as hyper does.
+pub trait Front: Send + Sync + 'static {
+    /// Serves `io` until it is closed (`None`) or handed over.
+    fn serve(
+        self: Arc<Self>,
+        io: Connection,
+        limits: FrontLimits,
+    ) -> Pin<Box<dyn Future<Output = Option<Handover>> + Send>>;
+}
+
+/// The listener's limits, as a [`Front`] must keep them.
+pub struct FrontLimits {
+    /// For a request's head to arrive whole, and for a kept-alive connection to start one.
+    pub head_timeout: Option<Duration>,
+    /// The longest a request body may send nothing.
+    pub body_timeout: Option<Duration>,
+    /// The longest request head; a longer one is handed over (hyper answers 431).
+    pub max_head: usize,
+    /// Fired when the listener stops: finish the request under way, start no other.
+    pub shutdown: CancellationToken,
+}
+
+/// A connection a [`Front`] hands over, with the bytes it read and did not answer.
+pub struct Handover {
+    pub io: Connection,
+    pub read: Bytes,
+}
+
 /// A connection's socket, holding its listener slot until it is closed: after an upgrade
 /// the WebSocket owns it, so an upgraded connection keeps counting.
-struct Counted {
+pub struct Connection {
     tcp: TcpStream,
     _slot: Option<OwnedSemaphorePermit>,
 }
 
-impl AsyncRead for Counted {
+impl Connection {
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.tcp
+    }
+}
+
+/// A connection whose first bytes were read by a [`Front`]: they are read again first.
+struct Replayed {
+    read: Bytes,
+    io: Connection,
+}
+
+impl AsyncRead for Replayed {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+        let this = self.get_mut();
+        if this.read.is_empty() {
+            return Pin::new(&mut this.io.tcp).poll_read(cx, buf);
+        }
+        let n = this.read.len().min(buf.remaining());
+        buf.put_slice(&this.read.split_to(n));
+        Poll::Ready(Ok(()))
     }
 }
 
-impl AsyncWrite for Counted {
+impl AsyncWrite for Replayed {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+        Pin::new(&mut self.get_mut().io.tcp).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -366,19 +453,19 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.get_mut().io.tcp).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        self.io.tcp.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+        Pin::new(&mut self.get_mut().io.tcp).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().io.tcp).poll_shutdown(cx)
     }
 }
 

@@ -255,9 +255,9 @@ impl ServingService {
         api::operator::router(self.clone())
     }
 
-    /// The gateway listener's routes: `/endpoints/{endpoint}/{path…}`.
-    pub fn gateway_router(&self) -> axum::Router {
-        self.gateway.router()
+    /// What the gateway listener serves: `/endpoints/{endpoint}/{path…}`.
+    pub fn gateway_app(&self) -> kep_core::listener::App {
+        self.gateway.app()
     }
 
     /// Every recorded transition, as it happens (the hook alerts listen on).

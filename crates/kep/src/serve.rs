@@ -14,7 +14,7 @@ use figment::value::Value;
 use kep_adapter::{AdapterService, AdapterSettings};
 use kep_core::http::operator_only;
 use kep_core::limits::{Limiter, Limits};
-use kep_core::listener::{self, Bound};
+use kep_core::listener::{self, App, Bound};
 use kep_core::settings::EnvNames;
 use kep_live::{LiveService, LiveSettings};
 use kep_messaging::{MessagingService, MessagingSettings};
@@ -315,7 +315,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         servers.push(spawn(
             "gateway",
             bound,
-            serving.gateway_router(),
+            serving.gateway_app(),
             settings.gateway.limits,
             &shutdown,
         ));
@@ -498,20 +498,23 @@ fn kep_core_docs() -> utoipa::openapi::OpenApi {
 fn spawn(
     name: &'static str,
     bound: Bound,
-    router: Router,
+    app: impl Into<App>,
     limits: Limits,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    let mut app = app.into();
     // TraceLayer logs requests at DEBUG: wrap only when that is enabled (KEP_LOG=debug or
     // tower_http=debug), since the layer costs about a tenth of a small request otherwise.
-    let router = if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
-        router.layer(TraceLayer::new_for_http())
-    } else {
-        router
-    };
+    // A front answers past the router, so it is left out: every request is then logged.
+    if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+        app = App {
+            router: app.router.layer(TraceLayer::new_for_http()),
+            front: None,
+        };
+    }
     let shutdown = shutdown.clone();
     tokio::spawn(async move {
-        if let Err(e) = listener::serve(bound, router, limits, shutdown).await {
+        if let Err(e) = listener::serve(bound, app, limits, shutdown).await {
             tracing::error!(listener = name, error = %e, "listener failed");
         }
     })

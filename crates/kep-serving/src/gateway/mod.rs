@@ -4,6 +4,7 @@
 //! ready instances from the runtime, both through [`RouteUpdate`]s.
 
 mod body;
+mod h1;
 mod pool;
 mod route;
 
@@ -169,10 +170,14 @@ impl Gateway {
         }
     }
 
-    pub fn router(self: &Arc<Self>) -> axum::Router {
-        axum::Router::new()
-            .fallback(call)
-            .with_state(Arc::clone(self))
+    /// The gateway listener's router and its HTTP/1.1 fast path.
+    pub fn app(self: &Arc<Self>) -> kep_core::listener::App {
+        kep_core::listener::App {
+            router: axum::Router::new()
+                .fallback(call)
+                .with_state(Arc::clone(self)),
+            front: Some(Arc::new(h1::GatewayFront(Arc::clone(self)))),
+        }
     }
 
     pub fn meters(&self) -> Arc<Meters> {

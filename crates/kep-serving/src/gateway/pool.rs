@@ -1,6 +1,7 @@
 //! HTTP/1.1 connections to one instance, kept alive and driven by the task of the call that
 //! uses them, as an nginx worker drives its own upstream connections: a call costs no hop to
-//! a connection task of its own, nor to another worker thread.
+//! a connection task of its own, nor to another worker thread. hyper's connections serve the
+//! router's calls; bare sockets serve the fast path's ([`super::h1`]).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
@@ -24,7 +25,6 @@ type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, ProxyBody>>>;
 struct Conn {
     tx: http1::SendRequest<ProxyBody>,
     driver: Driver,
-    idle_since: Instant,
 }
 
 /// Limits every instance's pool shares.
@@ -37,8 +37,32 @@ pub struct PoolSettings {
 
 pub struct InstancePool {
     addr: SocketAddr,
-    idle: Mutex<Vec<Conn>>,
+    idle: Idle<Conn>,
+    raw: Idle<TcpStream>,
     settings: PoolSettings,
+}
+
+/// Kept-alive connections with the time each was put back.
+struct Idle<T>(Mutex<Vec<(T, Instant)>>);
+
+impl<T> Idle<T> {
+    /// The most recently used connection not idle past the timeout; older ones are closed.
+    fn take(&self, settings: &PoolSettings) -> Option<T> {
+        let mut idle = self.0.lock().expect("the pool lock is never poisoned");
+        while let Some((conn, since)) = idle.pop() {
+            if since.elapsed() < settings.idle_timeout {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn put(&self, conn: T, settings: &PoolSettings) {
+        let mut idle = self.0.lock().expect("the pool lock is never poisoned");
+        if idle.len() < settings.max_idle {
+            idle.push((conn, Instant::now()));
+        }
+    }
 }
 
 /// Why a call did not get an answer.
@@ -57,7 +81,7 @@ impl SendError {
         }
     }
 
-    fn closed() -> Self {
+    pub fn closed() -> Self {
         SendError {
             connect: false,
             cause: "the instance closed the connection".into(),
@@ -81,43 +105,45 @@ impl InstancePool {
     pub fn new(addr: SocketAddr, settings: PoolSettings) -> Arc<Self> {
         Arc::new(InstancePool {
             addr,
-            idle: Mutex::new(Vec::new()),
+            idle: Idle(Mutex::default()),
+            raw: Idle(Mutex::default()),
             settings,
         })
     }
 
-    fn take_idle(&self) -> Option<Conn> {
-        let mut idle = self.idle.lock().expect("the pool lock is never poisoned");
-        while let Some(conn) = idle.pop() {
-            if conn.idle_since.elapsed() < self.settings.idle_timeout {
-                return Some(conn);
-            }
-        }
-        None
+    fn put(&self, conn: Conn) {
+        self.idle.put(conn, &self.settings);
     }
 
-    fn put(&self, mut conn: Conn) {
-        conn.idle_since = Instant::now();
-        let mut idle = self.idle.lock().expect("the pool lock is never poisoned");
-        if idle.len() < self.settings.max_idle {
-            idle.push(conn);
-        }
+    /// A kept-alive bare connection, as the fast path left it: between answers.
+    pub fn take_raw(&self) -> Option<TcpStream> {
+        self.raw.take(&self.settings)
     }
 
-    async fn connect(&self) -> Result<Conn, SendError> {
+    /// Keeps a bare connection whose last answer was read to its end.
+    pub fn put_raw(&self, stream: TcpStream) {
+        self.raw.put(stream, &self.settings);
+    }
+
+    /// A new connection to the instance.
+    pub async fn connect_raw(&self) -> Result<TcpStream, SendError> {
         let stream =
             tokio::time::timeout(self.settings.connect_timeout, TcpStream::connect(self.addr))
                 .await
                 .map_err(|_| SendError::connect(std::io::ErrorKind::TimedOut.into()))?
                 .map_err(SendError::connect)?;
         let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    async fn connect(&self) -> Result<Conn, SendError> {
+        let stream = self.connect_raw().await?;
         let (tx, driver) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| SendError::http(&e))?;
         Ok(Conn {
             tx,
             driver: Box::pin(driver),
-            idle_since: Instant::now(),
         })
     }
 
@@ -128,7 +154,7 @@ impl InstancePool {
         mut req: Request<ProxyBody>,
     ) -> Result<Response<PooledBody>, SendError> {
         loop {
-            let (conn, reused) = match self.take_idle() {
+            let (conn, reused) = match self.idle.take(&self.settings) {
                 Some(c) => (c, true),
                 None => (self.connect().await?, false),
             };
@@ -166,11 +192,7 @@ impl InstancePool {
             match outcome {
                 Ok(res) => {
                     let (parts, body) = res.into_parts();
-                    let conn = Conn {
-                        tx,
-                        driver,
-                        idle_since: Instant::now(),
-                    };
+                    let conn = Conn { tx, driver };
                     return Ok(Response::from_parts(
                         parts,
                         PooledBody {

@@ -136,6 +136,11 @@ impl Route {
         }
     }
 
+    /// Every call goes to every deployment (one answers).
+    pub fn mirrors(&self) -> bool {
+        matches!(self.mode, Mode::Mirrored(_))
+    }
+
     /// The deployment that answers this call, and those that get a mirror of it; `None` when
     /// no deployment that should get calls has a ready instance.
     pub fn choose(&self) -> Option<Choice<'_>> {

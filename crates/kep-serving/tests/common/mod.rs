@@ -54,7 +54,7 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
     ));
     tokio::spawn(kep_core::listener::serve(
         gateway,
-        service.gateway_router(),
+        service.gateway_app(),
         gateway_settings.limits,
         shutdown,
     ));
