@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, PollSemaphore};
 use tokio_util::task::TaskTracker;
 use tower::Service as _;
@@ -107,7 +107,11 @@ pub async fn serve(
     limits: Limits,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let App { router, front } = app.into();
+    let App {
+        router,
+        front,
+        workers,
+    } = app.into();
     let timeout = |s: u64| (s > 0).then(|| Duration::from_secs(s));
     // hyper's floor: its buffer must hold the smallest head it reads.
     let max_head = limits.max_header_bytes.max(8192);
@@ -124,47 +128,168 @@ pub async fn serve(
         .header_read_timeout(conn.head)
         .max_buf_size(max_head as usize);
     builder.http2().max_header_list_size(max_head);
-    let builder = Arc::new(builder);
-    let slots = (limits.max_connections > 0)
-        .then(|| Arc::new(Semaphore::new(limits.max_connections as usize)));
-    let connections = TaskTracker::new();
-    loop {
-        // A slot first, so that past the limit connections wait in the accept queue.
-        let slot = match &slots {
-            Some(slots) => tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break,
-                slot = Arc::clone(slots).acquire_owned() => Some(slot.expect("never closed")),
-            },
-            None => None,
-        };
-        let (tcp, peer) = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            accepted = bound.listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    accept_failed(e).await;
-                    continue;
-                }
-            },
-        };
-        // Events and answers are small writes: Nagle's algorithm would hold them back.
-        let _ = tcp.set_nodelay(true);
-        let io = Connection { tcp, _slot: slot };
-        connections.spawn(connection(
-            Arc::clone(&builder),
-            (io, peer),
-            front.clone(),
-            router.clone(),
-            conn.clone(),
-            shutdown.clone(),
-        ));
+    let acceptor = Acceptor {
+        builder: Arc::new(builder),
+        slots: (limits.max_connections > 0)
+            .then(|| Arc::new(Semaphore::new(limits.max_connections as usize))),
+        front,
+        router,
+        conn,
+        shutdown,
+        share: None,
+    };
+    if workers == 0 {
+        acceptor.accept(&bound.listener).await;
+        return Ok(());
     }
-    drop(bound);
-    connections.close();
-    connections.wait().await;
+    // Each worker accepts from the same socket and serves what it accepted on its own
+    // thread: a connection never moves between threads, and no thread wakes another.
+    let listener = bound.listener.into_std()?;
+    let share = Arc::new(Share {
+        open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+        changed: Notify::new(),
+    });
+    let mut done = Vec::with_capacity(workers);
+    for id in 1..=workers {
+        let (listener, mut acceptor) = (listener.try_clone()?, acceptor.clone());
+        acceptor.share = Some((Arc::clone(&share), id - 1));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        done.push(rx);
+        std::thread::Builder::new()
+            .name(format!("kep-worker-{id}"))
+            .spawn(move || {
+                WORKER.set(id);
+                runtime.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => acceptor.accept(&listener).await,
+                        Err(e) => tracing::error!(error = %e, "a worker could not listen"),
+                    }
+                    drop(tx);
+                });
+            })?;
+    }
+    for rx in done {
+        let _ = rx.await;
+    }
     Ok(())
+}
+
+thread_local! {
+    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Which of a listener's worker threads runs the caller (1, 2 …), or 0 outside them: what
+/// a connection to another server made on one worker is kept for (it is registered with
+/// that worker's runtime).
+pub fn worker() -> usize {
+    WORKER.get()
+}
+
+/// What accepts a listener's connections and serves them.
+#[derive(Clone)]
+struct Acceptor {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    slots: Option<Arc<Semaphore>>,
+    front: Option<Arc<dyn Front>>,
+    router: Router,
+    conn: ConnectionLimits,
+    shutdown: CancellationToken,
+    /// A worker's place among its listener's workers.
+    share: Option<(Arc<Share>, usize)>,
+}
+
+/// The connections each worker of a listener has open. A worker accepts only while it has
+/// no more than the fewest: a burst of connections (a load tool's, a client pool's) is
+/// dealt out evenly rather than taken by whichever thread woke first.
+struct Share {
+    open: Box<[AtomicUsize]>,
+    changed: Notify,
+}
+
+impl Share {
+    async fn my_turn(&self, me: usize) {
+        loop {
+            // Registered before the counts are read, so no change between goes unseen.
+            let changed = self.changed.notified();
+            let fewest = self.open.iter().map(|n| n.load(Ordering::Acquire)).min();
+            if fewest.is_none_or(|fewest| self.open[me].load(Ordering::Acquire) <= fewest) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn add(self: &Arc<Self>, me: usize) -> Opened {
+        self.open[me].fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+        Opened(Arc::clone(self), me)
+    }
+}
+
+/// A worker's count of one open connection.
+struct Opened(Arc<Share>, usize);
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.0.open[self.1].fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_waiters();
+    }
+}
+
+impl Acceptor {
+    /// Accepts until `shutdown` fires, then waits for the connections it accepted.
+    async fn accept(self, listener: &TcpListener) {
+        let connections = TaskTracker::new();
+        loop {
+            if let Some((share, me)) = &self.share {
+                tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => break,
+                    () = share.my_turn(*me) => {}
+                }
+            }
+            // A slot first, so that past the limit connections wait in the accept queue.
+            let slot = match &self.slots {
+                Some(slots) => tokio::select! {
+                    biased;
+                    _ = self.shutdown.cancelled() => break,
+                    slot = Arc::clone(slots).acquire_owned() => Some(slot.expect("never closed")),
+                },
+                None => None,
+            };
+            let (tcp, peer) = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        accept_failed(e).await;
+                        continue;
+                    }
+                },
+            };
+            // Events and answers are small writes: Nagle's algorithm would hold them back.
+            let _ = tcp.set_nodelay(true);
+            let io = Connection {
+                tcp: Some(tcp),
+                slot,
+                opened: self.share.as_ref().map(|(share, me)| share.add(*me)),
+            };
+            connections.spawn(connection(
+                Arc::clone(&self.builder),
+                (io, peer),
+                self.front.clone(),
+                self.router.clone(),
+                self.conn.clone(),
+                self.shutdown.clone(),
+            ));
+        }
+        connections.close();
+        connections.wait().await;
+    }
 }
 
 #[derive(Clone)]
@@ -357,11 +482,15 @@ impl http_body::Body for Charged {
     }
 }
 
-/// What a listener serves: its routes, and optionally a [`Front`] that reads each
-/// connection first.
+/// What a listener serves: its routes, optionally a [`Front`] that reads each connection
+/// first, and on how many threads.
 pub struct App {
     pub router: Router,
     pub front: Option<Arc<dyn Front>>,
+    /// Threads of the listener's own, each running its connections on a runtime of its
+    /// own, as nginx's worker processes do; 0: the connections are tasks of the caller's
+    /// runtime.
+    pub workers: usize,
 }
 
 impl From<Router> for App {
@@ -369,6 +498,7 @@ impl From<Router> for App {
         App {
             router,
             front: None,
+            workers: 0,
         }
     }
 }
@@ -407,13 +537,44 @@ pub struct Handover {
 /// A connection's socket, holding its listener slot until it is closed: after an upgrade
 /// the WebSocket owns it, so an upgraded connection keeps counting.
 pub struct Connection {
-    tcp: TcpStream,
-    _slot: Option<OwnedSemaphorePermit>,
+    /// Taken only when the connection is dropped, to close it lingering.
+    tcp: Option<TcpStream>,
+    slot: Option<OwnedSemaphorePermit>,
+    opened: Option<Opened>,
 }
 
 impl Connection {
     pub fn stream(&mut self) -> &mut TcpStream {
-        &mut self.tcp
+        self.tcp
+            .as_mut()
+            .expect("the socket is there until the connection is dropped")
+    }
+}
+
+/// The longest a closed connection goes on reading what its peer still sends.
+const LINGER: Duration = Duration::from_secs(5);
+
+impl Drop for Connection {
+    /// Closes the connection as nginx's lingering close does: the server's end is shut, and
+    /// what the peer still sends (the rest of a body refused early, with a 413, say) is read
+    /// and dropped until the peer closes too, or for [`LINGER`]. Closed with those bytes
+    /// unread, the socket would send a reset, and a client still sending its body (hyper's,
+    /// reqwest's) fails on the write and never reads the answer. The connection keeps its
+    /// slot meanwhile.
+    fn drop(&mut self) {
+        let (Some(mut tcp), Ok(runtime)) = (self.tcp.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let held = (self.slot.take(), self.opened.take());
+        runtime.spawn(async move {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let _ = tcp.shutdown().await;
+            let mut sink = [0u8; 8192];
+            let drain = async { while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {} };
+            let _ = tokio::time::timeout(LINGER, drain).await;
+            drop(held);
+        });
     }
 }
 
@@ -431,7 +592,7 @@ impl AsyncRead for Replayed {
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         if this.read.is_empty() {
-            return Pin::new(&mut this.io.tcp).poll_read(cx, buf);
+            return Pin::new(this.io.stream()).poll_read(cx, buf);
         }
         let n = this.read.len().min(buf.remaining());
         buf.put_slice(&this.read.split_to(n));
@@ -445,7 +606,7 @@ impl AsyncWrite for Replayed {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io.tcp).poll_write(cx, buf)
+        Pin::new(self.get_mut().io.stream()).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -453,19 +614,22 @@ impl AsyncWrite for Replayed {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io.tcp).poll_write_vectored(cx, bufs)
+        Pin::new(self.get_mut().io.stream()).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.tcp.is_write_vectored()
+        self.io
+            .tcp
+            .as_ref()
+            .is_some_and(TcpStream::is_write_vectored)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io.tcp).poll_flush(cx)
+        Pin::new(self.get_mut().io.stream()).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io.tcp).poll_shutdown(cx)
+        Pin::new(self.get_mut().io.stream()).poll_shutdown(cx)
     }
 }
 
@@ -574,6 +738,41 @@ mod tests {
         assert!(answer.ends_with("\r\n\r\n2"), "{answer}");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_before_the_body_is_read_reaches_a_client_still_sending() {
+        let (addr, _stop) = server(Limits::default()).await;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (mut rx, mut tx) = tcp.into_split();
+        // Over axum's 2 MB body limit: refused with a 413 before the body is read.
+        tx.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 52428800\r\n\r\n")
+            .await
+            .unwrap();
+        // A client such as hyper's sends its body whole before it reads the answer, and
+        // gives up on a write that fails.
+        let sending = tokio::spawn(async move {
+            let chunk = vec![0u8; 64 * 1024];
+            for _ in 0..128 {
+                tx.write_all(&chunk).await?;
+            }
+            std::io::Result::Ok(())
+        });
+        sending
+            .await
+            .unwrap()
+            .expect("the body is taken while the answer waits");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match rx.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("the answer was lost: {e}"),
+            }
+        }
+        let answer = String::from_utf8_lossy(&got);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    }
+
     #[tokio::test]
     async fn a_body_that_stops_is_cut_off() {
         let (addr, _stop) = server(Limits {
@@ -676,6 +875,26 @@ mod tests {
         let mut declared = memory.charge(Body::from(vec![0u8; 100 * KIB]), Some(100 * 1024));
         assert!(matches!(poll(&mut declared), Poll::Ready(Some(Ok(_)))));
         assert_eq!(memory.kib.available_permits(), 256 - 36);
+    }
+
+    #[tokio::test]
+    async fn a_worker_accepts_only_while_it_has_the_fewest_connections() {
+        use futures_util::FutureExt as _;
+        let share = Arc::new(Share {
+            open: (0..2).map(|_| AtomicUsize::new(0)).collect(),
+            changed: Notify::new(),
+        });
+        let first = share.add(0);
+        assert!(share.my_turn(1).now_or_never().is_some());
+        let mut second = Box::pin(share.my_turn(0));
+        assert!((&mut second).now_or_never().is_none(), "worker 0 has more");
+        // The other worker's next connection, or the end of this one, gives it its turn.
+        let other = share.add(1);
+        second.await;
+        drop(other);
+        assert!(share.my_turn(0).now_or_never().is_none());
+        drop(first);
+        assert!(share.my_turn(0).now_or_never().is_some());
     }
 
     #[test]

@@ -510,6 +510,7 @@ fn spawn(
         app = App {
             router: app.router.layer(TraceLayer::new_for_http()),
             front: None,
+            workers: app.workers,
         };
     }
     let shutdown = shutdown.clone();

@@ -88,6 +88,7 @@ impl Gateway {
                 connect_timeout: Duration::from_secs(settings.connect_timeout_s),
                 idle_timeout: Duration::from_secs(settings.pool_idle_timeout_s),
                 max_idle: MAX_IDLE_PER_INSTANCE,
+                workers: workers(),
             },
             limits: Limits {
                 max_body: settings.max_body_bytes,
@@ -177,6 +178,7 @@ impl Gateway {
                 .fallback(call)
                 .with_state(Arc::clone(self)),
             front: Some(Arc::new(h1::GatewayFront(Arc::clone(self)))),
+            workers: self.pools.workers,
         }
     }
 
@@ -340,6 +342,12 @@ impl Gateway {
             None => ServingError::NoReadyInstance(endpoint.to_owned()),
         })
     }
+}
+
+/// The gateway listener's worker threads: as many as the runtime has (one per core unless
+/// `TOKIO_WORKER_THREADS` says otherwise).
+fn workers() -> usize {
+    tokio::runtime::Handle::current().metrics().num_workers()
 }
 
 async fn call(State(gateway): State<Arc<Gateway>>, req: Request) -> Response {

@@ -33,12 +33,16 @@ pub struct PoolSettings {
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_idle: usize,
+    /// The gateway listener's worker threads.
+    pub workers: usize,
 }
 
 pub struct InstancePool {
     addr: SocketAddr,
     idle: Idle<Conn>,
-    raw: Idle<TcpStream>,
+    /// Per worker thread of the listener ([`kep_core::listener::worker`]): a socket is
+    /// registered with the runtime it was opened on, and is used there.
+    raw: Box<[Idle<TcpStream>]>,
     settings: PoolSettings,
 }
 
@@ -106,7 +110,9 @@ impl InstancePool {
         Arc::new(InstancePool {
             addr,
             idle: Idle(Mutex::default()),
-            raw: Idle(Mutex::default()),
+            raw: (0..=settings.workers)
+                .map(|_| Idle(Mutex::default()))
+                .collect(),
             settings,
         })
     }
@@ -117,12 +123,16 @@ impl InstancePool {
 
     /// A kept-alive bare connection, as the fast path left it: between answers.
     pub fn take_raw(&self) -> Option<TcpStream> {
-        self.raw.take(&self.settings)
+        self.raw_here().take(&self.settings)
     }
 
     /// Keeps a bare connection whose last answer was read to its end.
     pub fn put_raw(&self, stream: TcpStream) {
-        self.raw.put(stream, &self.settings);
+        self.raw_here().put(stream, &self.settings);
+    }
+
+    fn raw_here(&self) -> &Idle<TcpStream> {
+        &self.raw[kep_core::listener::worker() % self.raw.len()]
     }
 
     /// A new connection to the instance.
