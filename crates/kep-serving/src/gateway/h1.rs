@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::pool::{InstancePool, SendError};
-use super::{Gateway, bad_gateway, split_path};
+use super::{Gateway, authorized, bad_gateway, is_hop_by_hop, split_path};
 use crate::ServingError;
 
 /// As many headers as hyper reads; a head with more is handed over.
@@ -369,13 +369,6 @@ impl Session {
     }
 }
 
-fn authorized(key: Option<&[u8]>, key_hash: &[u8; 32]) -> bool {
-    key.and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        // Digests are compared: timing can tell nothing about the key itself.
-        .is_some_and(|key| kep_core::secret::sha256(key.trim()) == *key_hash)
-}
-
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -474,8 +467,10 @@ impl<'h> Call<'h> {
         header_line(out, b"host", host);
         for h in req.headers.iter() {
             let name = h.name.as_bytes();
+            // `TE: trailers` is end to end (gRPC needs it).
             let dropped = DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
-                || (name.eq_ignore_ascii_case(b"te") && h.value != b"trailers");
+                || (is_hop_by_hop(name)
+                    && !(name.eq_ignore_ascii_case(b"te") && h.value == b"trailers"));
             if !dropped {
                 header_line(out, name, h.value);
             }
@@ -488,20 +483,9 @@ impl<'h> Call<'h> {
     }
 }
 
-/// The caller's headers the instance does not get: hop-by-hop ones (RFC 9110 §7.6.1),
-/// `Host`, the API key, and the length (written anew).
-const DROPPED: &[&[u8]] = &[
-    b"host",
-    b"authorization",
-    b"content-length",
-    b"connection",
-    b"keep-alive",
-    b"proxy-authenticate",
-    b"proxy-authorization",
-    b"trailer",
-    b"transfer-encoding",
-    b"upgrade",
-];
+/// The caller's headers the instance does not get beside the hop-by-hop ones: `Host`, the
+/// API key, and the length (written anew).
+const DROPPED: &[&[u8]] = &[b"host", b"authorization", b"content-length"];
 
 /// A byte a request target may hold as it is (RFC 3986's unreserved, sub-delims, `:@/?%`);
 /// a target with any other is left to hyper, which refuses what `http` does not parse.
@@ -642,9 +626,7 @@ impl Answer {
             let name = h.name.as_bytes();
             let chunks =
                 name.eq_ignore_ascii_case(b"transfer-encoding") && self.framing == Framing::Chunked;
-            let dropped = !chunks
-                && (DROPPED[3..].iter().any(|d| name.eq_ignore_ascii_case(d))
-                    || name.eq_ignore_ascii_case(b"te"));
+            let dropped = !chunks && is_hop_by_hop(name);
             dated |= name.eq_ignore_ascii_case(b"date");
             if !dropped {
                 header_line(out, name, h.value);

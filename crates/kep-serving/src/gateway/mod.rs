@@ -199,7 +199,15 @@ impl Gateway {
         };
         let table = self.table.load();
         let route = table.endpoints.get(endpoint);
-        let caller = route.filter(|route| authorized(&parts.headers, &route.key_hash));
+        let caller = route.filter(|route| {
+            authorized(
+                parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .map(HeaderValue::as_bytes),
+                &route.key_hash,
+            )
+        });
         // The limits come before the body is read: the endpoint's for a call with its key,
         // the peer's for any other.
         let key = match caller {
@@ -364,25 +372,33 @@ fn split_path(path: &str) -> Option<(&str, &str)> {
     (!endpoint.is_empty()).then_some((endpoint, rest))
 }
 
-fn authorized(headers: &HeaderMap, key_hash: &[u8; 32]) -> bool {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+/// Whether an `Authorization` value is `Bearer` and the endpoint's key; both paths of the
+/// gateway ask it.
+fn authorized(authorization: Option<&[u8]>, key_hash: &[u8; 32]) -> bool {
+    authorization
+        .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         // Digests are compared: timing can tell nothing about the key itself.
         .is_some_and(|key| kep_core::secret::sha256(key.trim()) == *key_hash)
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
-const HOP_BY_HOP: &[header::HeaderName] = &[
-    header::CONNECTION,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
 ];
+
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
+}
 
 /// The caller's headers, less the hop-by-hop ones, `Host` and the API key (which is the
 /// platform's, not the instance's); the length of the body as held.
@@ -401,9 +417,8 @@ fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
         headers.remove(name.as_str());
     }
     for name in HOP_BY_HOP {
-        headers.remove(name);
+        headers.remove(*name);
     }
-    headers.remove("keep-alive");
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
@@ -472,9 +487,8 @@ where
 {
     let (mut parts, body) = res.into_parts();
     for name in HOP_BY_HOP {
-        parts.headers.remove(name);
+        parts.headers.remove(*name);
     }
-    parts.headers.remove("keep-alive");
     Response::from_parts(parts, Body::new(body))
 }
 
