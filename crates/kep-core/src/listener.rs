@@ -350,9 +350,29 @@ async fn connection(
         let started = Arc::clone(&started);
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             started.store(true, Ordering::Relaxed);
-            let mut req = req.map(|body| limits.body(body));
+            let h1 = req.version() == hyper::Version::HTTP_11;
+            let ended = Arc::new(AtomicBool::new(http_body::Body::is_end_stream(req.body())));
+            let mut req = req.map(|body| {
+                Body::new(Tracked {
+                    body: limits.body(body),
+                    ended: Arc::clone(&ended),
+                })
+            });
             req.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().call(req)
+            let answer = router.clone().call(req);
+            async move {
+                let mut res = answer.await?;
+                // Answered before its body was read to the end (a 413, say): hyper closes
+                // the connection after the answer, and says so, as nginx does, so that the
+                // client does not send its next request down a closing connection.
+                if h1 && !ended.load(Ordering::Acquire) && !res.status().is_informational() {
+                    res.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, std::convert::Infallible>(res)
+            }
         })
     };
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
@@ -479,6 +499,36 @@ impl http_body::Body for Charged {
             None => self.body.size_hint(),
             Some(_) => http_body::SizeHint::default(),
         }
+    }
+}
+
+/// A request body that records when it has been read to its end.
+struct Tracked {
+    body: Body,
+    ended: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if frame.is_none() || self.body.is_end_stream() {
+            self.ended.store(true, Ordering::Release);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -771,6 +821,28 @@ mod tests {
         }
         let answer = String::from_utf8_lossy(&got);
         assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        // The client is told not to send another request down this connection.
+        assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_body_was_read_whole_keeps_the_connection() {
+        let (addr, _stop) = server(Limits::default()).await;
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        for _ in 0..2 {
+            tcp.write_all(POST).await.unwrap();
+            got.clear();
+            while !got.ends_with(b"\r\n\r\n2") {
+                let n = tcp.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            let answer = String::from_utf8_lossy(&got);
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(!answer.contains("connection: close"), "{answer}");
+        }
     }
 
     #[tokio::test]
