@@ -8,8 +8,9 @@ use std::sync::LazyLock;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use kep_fuzz::{call, data_dir, runtime, setup_call};
-use kep_live::api::wire::{RpcError, provision_value};
+use kep_core::service::Service as _;
+use kep_fuzz::{call, context, runtime, setup_call};
+use kep_api::live::{RpcError, provision_value};
 use kep_live::{LiveService, LiveSettings};
 use libfuzzer_sys::fuzz_target;
 use serde::Deserialize;
@@ -21,12 +22,10 @@ static LIVE: LazyLock<(Router, String)> = LazyLock::new(|| {
     let live = runtime()
         .block_on(LiveService::start(
             LiveSettings::default(),
-            &data_dir(),
-            "http://127.0.0.1:8801".into(),
-            tokio_util::sync::CancellationToken::new(),
+            &context("http://127.0.0.1:8801"),
         ))
         .expect("the live service starts");
-    let (admin, router) = (live.admin_router(), live.router());
+    let (admin, router) = (live.admin_router(), live.app().router);
     let secrets = setup_call(
         &admin,
         Method::POST,

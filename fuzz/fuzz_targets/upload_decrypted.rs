@@ -10,7 +10,8 @@ use std::sync::{LazyLock, Mutex};
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use kep_adapter::{AdapterService, AdapterSettings};
-use kep_fuzz::{call, data_dir, runtime, setup_call, upload_request};
+use kep_core::service::Service as _;
+use kep_fuzz::{call, context, runtime, setup_call, upload_request};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 
@@ -74,7 +75,7 @@ static ADAPTER: LazyLock<Adapter> = LazyLock::new(|| {
         ..AdapterSettings::default()
     };
     let service = runtime()
-        .block_on(AdapterService::start(settings, &data_dir()))
+        .block_on(AdapterService::start(settings, &context("http://127.0.0.1:8802")))
         .expect("the adapter starts");
     let admin = service.admin_router();
     let org = setup_call(
@@ -88,7 +89,7 @@ static ADAPTER: LazyLock<Adapter> = LazyLock::new(|| {
     let org_id = org["id"].as_i64().expect("an org id");
     let key = org["secret_key"].as_str().expect("a secret key");
     let mut adapter = Adapter {
-        router: service.router(),
+        router: service.app().router,
         admin,
         org_id,
         credentials: [

@@ -1,7 +1,6 @@
 //! What the fuzz targets share: a runtime and a data dir to start a service in, a way to
 //! send its real router one request, and the split of an input into a line and a body.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use axum::Router;
@@ -31,14 +30,20 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// A new, empty data dir under the temp dir. It outlives the process: `parsers.sh` points
-/// `TMPDIR` into its own work dir and removes that.
-pub fn data_dir() -> PathBuf {
-    tempfile::Builder::new()
-        .prefix("kep-fuzz-")
-        .tempdir()
-        .expect("a temp dir")
-        .keep()
+/// What a service is started from, with a new, empty data dir under the temp dir (it
+/// outlives the process: `parsers.sh` points `TMPDIR` into its own work dir and removes
+/// that); `public_url` is its listener's.
+pub fn context(public_url: &str) -> kep_core::service::Context {
+    kep_core::service::Context {
+        data_dir: tempfile::Builder::new()
+            .prefix("kep-fuzz-")
+            .tempdir()
+            .expect("a temp dir")
+            .keep(),
+        shutdown: tokio_util::sync::CancellationToken::new(),
+        tasks: tokio_util::task::TaskTracker::new(),
+        public_url: public_url.into(),
+    }
 }
 
 /// An answer, whole.

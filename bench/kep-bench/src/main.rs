@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use kep_api::live::{EventKind, ServerMessage};
 use kep_client::live::{LiveClient, Participant};
-use kep_live::api::wire::{EventKind, ServerMessage};
 
 mod soak;
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use kep_adapter::api::wire::{FileType, UploadResult};
+use kep_api::adapter::{FileType, UploadResult};
 use kep_client::live::{LiveClient, Participant};
 use kep_client::messaging::MessagingClient;
 use serde_json::{Value, json};

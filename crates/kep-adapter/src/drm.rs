@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt as _};
+use kep_core::retry::Backoff;
 use kep_core::secret::random_token;
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt as _;
 
 use crate::AdapterError;
-use crate::api::wire::{
+use crate::store::{SessionRow, Store};
+use kep_api::adapter::{
     AgentNotification, DrmRequest, DrmSession, FileType, NotificationAttempt, ReleasedFile,
     SessionStatus, UploadResult,
 };
-use crate::store::{SessionRow, Store};
 
 pub fn now_unix() -> i64 {
     jiff::Timestamp::now().as_second()
@@ -32,7 +33,7 @@ fn rfc3339(unix: i64) -> String {
 pub struct NotifyPolicy {
     pub path: String,
     pub attempts: u32,
-    pub backoff: Duration,
+    pub backoff: Backoff,
     pub timeout: Duration,
 }
 
@@ -119,7 +120,7 @@ impl Drm {
     /// Notifies the agent, retrying with doubling back-off until it answers 2xx, the
     /// session is no longer `PENDING`, or the attempts run out. Every attempt is recorded.
     async fn deliver(self: Arc<Self>, notice: AgentNotification, url: String) {
-        let mut backoff = self.notify.backoff;
+        let mut waits = self.notify.backoff.waits();
         for attempt in 1..=i64::from(self.notify.attempts) {
             let sent = self
                 .http
@@ -156,8 +157,7 @@ impl Drm {
                 ?error,
                 "agent notification failed"
             );
-            tokio::time::sleep(backoff).await;
-            backoff = backoff.saturating_mul(2);
+            tokio::time::sleep(waits.next_wait()).await;
             let still_pending = matches!(
                 self.store.session(&notice.session_id).await,
                 Ok(Some(row)) if row.status == SessionStatus::Pending.as_str() && row.expires_at > now_unix()

@@ -74,7 +74,7 @@ impl From<axum::extract::multipart::MultipartRejection> for AdapterError {
 
 /// `{_code, _message}` with the status as both.
 pub fn status_body(status: StatusCode, message: &str) -> Response {
-    let body = crate::api::wire::Status {
+    let body = kep_api::adapter::Status {
         _code: status.as_u16(),
         _message: message.to_owned(),
     };

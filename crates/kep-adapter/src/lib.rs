@@ -9,12 +9,15 @@ mod orgs;
 mod store;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::limits::{Limiter, Limits};
+use kep_core::listener::App;
+use kep_core::retry::Backoff;
+use kep_core::service::{Context, ListenerSettings, Service};
 use serde::{Deserialize, Serialize};
+use utoipa::OpenApi as _;
 
 pub use error::AdapterError;
 
@@ -70,20 +73,32 @@ pub(crate) struct Adapter {
 #[derive(Clone)]
 pub struct AdapterService(Arc<Adapter>);
 
-impl AdapterService {
-    /// Opens `adapter.db` and the file store under `data_dir`, and starts the expiry sweeper.
-    pub async fn start(settings: AdapterSettings, data_dir: &Path) -> anyhow::Result<Self> {
-        let pool = kep_core::storage::open(data_dir, "adapter", &store::MIGRATOR).await?;
-        let store = store::Store::new(pool);
+impl Service for AdapterService {
+    type Settings = AdapterSettings;
+    const NAME: &'static str = "adapter";
+    const LISTENER: &'static str = "adapter";
+
+    fn listener(settings: &AdapterSettings) -> ListenerSettings {
+        ListenerSettings {
+            addr: settings.addr,
+            public_url: None,
+            limits: settings.limits,
+        }
+    }
+
+    /// Opens `adapter.db` and the file store under the data dir, and starts the expiry
+    /// sweeper.
+    async fn start(settings: AdapterSettings, ctx: &Context) -> anyhow::Result<Self> {
+        let store = store::Store::new(ctx.database("adapter", &store::MIGRATOR).await?);
         let notify = drm::NotifyPolicy {
             path: settings.notify_path.clone(),
             attempts: settings.notify_attempts.max(1),
-            backoff: Duration::from_millis(settings.notify_backoff_ms),
+            backoff: Backoff::from_first(Duration::from_millis(settings.notify_backoff_ms)),
             timeout: Duration::from_secs(settings.notify_timeout_s),
         };
         let drm = Arc::new(drm::Drm::new(
             store.clone(),
-            data_dir.join("adapter-files"),
+            ctx.data_dir.join("adapter-files"),
             settings.session_ttl_s,
             settings.max_file_bytes,
             notify,
@@ -92,7 +107,7 @@ impl AdapterService {
         if removed > 0 {
             tracing::info!(files = removed, "removed files of releases a stop cut off");
         }
-        tokio::spawn(Arc::clone(&drm).sweep(Duration::from_secs(settings.sweep_interval_s.max(1))));
+        ctx.spawn(Arc::clone(&drm).sweep(Duration::from_secs(settings.sweep_interval_s.max(1))));
         Ok(AdapterService(Arc::new(Adapter {
             limiter: Limiter::new(&settings.limits),
             settings,
@@ -101,13 +116,21 @@ impl AdapterService {
         })))
     }
 
-    /// The adapter listener's routes: `/api/trust/...`.
-    pub fn router(&self) -> axum::Router {
-        api::router(self.clone())
+    /// `/api/trust/...`.
+    fn app(&self) -> App {
+        api::router(self.clone()).into()
     }
 
-    /// The operator routes under `/admin/v1/adapter`, to be guarded by the operator token.
-    pub fn admin_router(&self) -> axum::Router {
+    /// The operator routes under `/admin/v1/adapter`.
+    fn admin_router(&self) -> axum::Router {
         api::operator::router(self.clone())
+    }
+
+    fn admin_doc() -> utoipa::openapi::OpenApi {
+        api::operator::AdapterAdminDoc::openapi()
+    }
+
+    fn api_doc() -> Option<utoipa::openapi::OpenApi> {
+        Some(api::AdapterApiDoc::openapi())
     }
 }

@@ -2,10 +2,10 @@
 
 use kep_core::http::ApiError;
 
-use crate::api::wire::{
+use crate::store::OrgRow;
+use kep_api::adapter::{
     DataModel, METHODS, MetadataFetchingType, OrgLoginType, OrgLoginTypeRequest,
 };
-use crate::store::OrgRow;
 
 /// An org login type as it is shown, from its row.
 pub fn view(row: OrgRow) -> OrgLoginType {
@@ -109,7 +109,7 @@ pub fn agent_base(adapter_agent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::wire::{Synchronization, UserModel};
+    use kep_api::adapter::{Synchronization, UserModel};
 
     fn req(dm: Option<DataModel>) -> OrgLoginTypeRequest {
         OrgLoginTypeRequest {

@@ -6,15 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use kep_adapter::api::wire::{
+use kep_adapter::{AdapterService, AdapterSettings};
+use kep_api::adapter::{
     AgentNotification, DataModel, DrmRequest, FileType, LoginModel, OAuth2Login,
     OrgLoginTypeRequest, SessionStatus, Synchronization, UploadResult, UserModel,
 };
-use kep_adapter::{AdapterService, AdapterSettings};
 use kep_client::adapter::AgentClient;
 use kep_client::{AdminClient, ClientError};
-use kep_core::http::operator_only;
-use kep_core::limits::{Limiter, Limits};
+use kep_core::limits::Limits;
+use kep_core::platform::Platform;
 use reqwest::multipart::Part;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -29,38 +29,20 @@ struct Server {
 
 async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
     let mut settings = AdapterSettings {
+        addr: "127.0.0.1:0".parse().unwrap(),
         notify_backoff_ms: 50,
         ..AdapterSettings::default()
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
-    let limits = settings.limits;
-    let service = AdapterService::start(settings, dir.path()).await.unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let adapter = kep_core::listener::bind("adapter", "127.0.0.1:0".parse().unwrap())
+    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let admin = kep_core::listener::bind("admin", "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let adapter_url = format!("http://{}", adapter.addr);
-    let admin_url = format!("http://{}", admin.addr);
-    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
-    tokio::spawn(kep_core::listener::serve(
-        adapter,
-        service.router(),
-        limits,
-        shutdown.clone(),
-    ));
-    tokio::spawn(kep_core::listener::serve(
-        admin,
-        admin_router,
-        Limits::default(),
-        shutdown,
-    ));
+    platform.start::<AdapterService>(settings).await.unwrap();
+    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {
-        adapter_url,
-        admin: AdminClient::new(admin_url, OPERATOR_TOKEN),
+        adapter_url: running.url("adapter"),
+        admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
         _dir: dir,
     }
 }
@@ -1063,7 +1045,7 @@ async fn agent_calls_are_limited_per_org_and_a_wrong_key_spends_only_its_peers_b
 /// call stays in flight, streaming to storage, until released.
 fn held_upload(
     srv: &Server,
-    org: &kep_adapter::api::wire::OrgLoginTypeSecret,
+    org: &kep_api::adapter::OrgLoginTypeSecret,
     session: &str,
 ) -> kep_client::Held {
     let call = reqwest::Client::new()

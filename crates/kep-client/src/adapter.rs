@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use kep_adapter::api::wire::{
+use kep_api::adapter::{
     DrmRequest, DrmRequestCreated, DrmSession, FileType, OrgLoginType, OrgLoginTypeAnswer,
     OrgLoginTypeRequest, OrgLoginTypeSecret, Status, UploadResult,
 };
 use reqwest::multipart::{Form, Part};
 
-use crate::{AdminClient, ClientError};
+use crate::{AdminClient, ClientError, seg};
 
 impl AdminClient {
     /// `POST /admin/v1/adapter/org-login-types`
@@ -78,17 +78,17 @@ impl AdminClient {
     pub async fn drm_session(&self, session: &str) -> Result<DrmSession, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("/admin/v1/adapter/drm-requests/{session}"))),
+                .get(self.url(&format!("/admin/v1/adapter/drm-requests/{}", seg(session)))),
         )
         .await
     }
 
     /// `GET /admin/v1/adapter/drm-requests/{session}/file`, streamed.
     pub async fn drm_file(&self, session: &str) -> Result<reqwest::Response, ClientError> {
-        self.send_raw(
-            self.http
-                .get(self.url(&format!("/admin/v1/adapter/drm-requests/{session}/file"))),
-        )
+        self.send_raw(self.http.get(self.url(&format!(
+            "/admin/v1/adapter/drm-requests/{}/file",
+            seg(session)
+        ))))
         .await
     }
 }

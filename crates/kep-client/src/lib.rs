@@ -15,7 +15,7 @@ pub enum ClientError {
     Api { status: u16, body: String },
     /// A JSON-RPC `error`.
     #[error("JSON-RPC error {}: {} {}", .0.code, .0.message, .0.data.as_ref().map(|d| d.to_string()).unwrap_or_default())]
-    Rpc(kep_live::api::wire::RpcError),
+    Rpc(kep_api::live::RpcError),
     #[error("WebSocket: {0}")]
     WebSocket(#[from] tokio_tungstenite::tungstenite::Error),
     /// The server said something this client does not understand.
@@ -68,6 +68,18 @@ impl AdminClient {
     pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+}
+
+/// One path segment, percent-encoded: a name with `/`, `?`, `#`, `%` or a space stays one
+/// segment and reaches the server as it was given (RFC 3986 unreserved characters pass).
+pub(crate) fn seg(s: &str) -> percent_encoding::PercentEncode<'_> {
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
+    const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, SEGMENT)
 }
 
 /// The answer if it is a 2xx, else `ClientError::Api` with its status and body.

@@ -1,7 +1,7 @@
 //! The live API: operator calls, Provision and the Room methods, and a participant.
 
 use futures_util::{SinkExt as _, StreamExt as _};
-use kep_live::api::wire::{
+use kep_api::live::{
     ClientMessage, CreateServiceRequest, DestroyRoomResult, ListParticipantsResult,
     ParticipantTarget, ProvisionAuth, ProvisionParams, ProvisionResult, RoomParams, RpcRequest,
     RpcResponse, Scheme, ServerMessage, ServiceList, ServiceSecrets, ServiceSummary, StreamTarget,
@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::{AdminClient, ClientError};
+use crate::{AdminClient, ClientError, seg};
 
 impl AdminClient {
     /// `POST /admin/v1/live/services`
@@ -40,7 +40,7 @@ impl AdminClient {
     pub async fn live_service(&self, id: &str) -> Result<ServiceSummary, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("/admin/v1/live/services/{id}"))),
+                .get(self.url(&format!("/admin/v1/live/services/{}", seg(id)))),
         )
         .await
     }
@@ -56,7 +56,7 @@ impl AdminClient {
         };
         self.send(
             self.http
-                .patch(self.url(&format!("/admin/v1/live/services/{id}")))
+                .patch(self.url(&format!("/admin/v1/live/services/{}", seg(id))))
                 .json(&req),
         )
         .await
@@ -66,7 +66,7 @@ impl AdminClient {
     pub async fn rotate_live_secrets(&self, id: &str) -> Result<ServiceSecrets, ClientError> {
         self.send(
             self.http
-                .post(self.url(&format!("/admin/v1/live/services/{id}/secrets"))),
+                .post(self.url(&format!("/admin/v1/live/services/{}/secrets", seg(id)))),
         )
         .await
     }
@@ -318,7 +318,7 @@ impl Participant {
             service_id: service_id.into(),
             room_id: room_id.into(),
             participant_id: participant_id.map(str::to_owned),
-            value: kep_live::api::wire::join_value(service_id, service_secret, &nonce),
+            value: kep_api::live::join_value(service_id, service_secret, &nonce),
         };
         socket
             .send(Message::text(
@@ -340,7 +340,7 @@ impl Participant {
                 code,
                 message,
                 data,
-            }) => Err(ClientError::Rpc(kep_live::api::wire::RpcError {
+            }) => Err(ClientError::Rpc(kep_api::live::RpcError {
                 code,
                 message,
                 data,

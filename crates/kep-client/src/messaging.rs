@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use kep_messaging::api::wire::{
+use kep_api::messaging::{
     ClientSecret, CodeAnswer, CreateClient, MmsUploadAnswer, RcsResultsAnswer, RcsSearch,
     RcsSearchAnswer, RcsUploadAnswer, SendAnswer, TokenAnswer, XmsSearch, XmsSearchAnswer,
 };
@@ -10,7 +10,7 @@ use reqwest::multipart::{Form, Part};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{AdminClient, ClientError, checked};
+use crate::{AdminClient, ClientError, checked, seg};
 
 impl AdminClient {
     /// `POST /admin/v1/messaging/clients`
@@ -139,10 +139,10 @@ impl MessagingClient {
 
     /// `PUT /v2/info/rcs/results/complete/{report_group_id}`
     pub async fn complete(&self, report_group_id: &str) -> Result<CodeAnswer, ClientError> {
-        self.call(
-            self.http
-                .put(self.url(&format!("/v2/info/rcs/results/complete/{report_group_id}"))),
-        )
+        self.call(self.http.put(self.url(&format!(
+            "/v2/info/rcs/results/complete/{}",
+            seg(report_group_id)
+        ))))
         .await
     }
 
@@ -163,7 +163,7 @@ impl MessagingClient {
         let kind = if rcs { "rcs" } else { "message" };
         self.call(
             self.http
-                .get(self.url(&format!("/v2/info/{kind}/search/detail/{uid}"))),
+                .get(self.url(&format!("/v2/info/{kind}/search/detail/{}", seg(uid)))),
         )
         .await
     }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-pub use kep_serving::api::wire::{
+pub use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Command, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
     EndpointCreated, EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics,
@@ -12,14 +12,18 @@ pub use kep_serving::api::wire::{
 };
 use reqwest::multipart::{Form, Part};
 
-use crate::{AdminClient, ClientError};
+use crate::{AdminClient, ClientError, seg};
 
 const IMAGES: &str = "/admin/v1/serving/images";
 const MODELS: &str = "/admin/v1/serving/models";
 const ENDPOINTS: &str = "/admin/v1/serving/endpoints";
 
 fn deployment_path(endpoint: &str, deployment: &str) -> String {
-    format!("{ENDPOINTS}/{endpoint}/deployments/{deployment}")
+    format!(
+        "{ENDPOINTS}/{}/deployments/{}",
+        seg(endpoint),
+        seg(deployment)
+    )
 }
 
 impl AdminClient {
@@ -35,14 +39,17 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/images/{name}`
     pub async fn image(&self, name: &str) -> Result<Image, ClientError> {
-        self.send(self.http.get(self.url(&format!("{IMAGES}/{name}"))))
+        self.send(self.http.get(self.url(&format!("{IMAGES}/{}", seg(name)))))
             .await
     }
 
     /// `DELETE /admin/v1/serving/images/{name}`
     pub async fn delete_image(&self, name: &str) -> Result<(), ClientError> {
-        self.send_empty(self.http.delete(self.url(&format!("{IMAGES}/{name}"))))
-            .await
+        self.send_empty(
+            self.http
+                .delete(self.url(&format!("{IMAGES}/{}", seg(name)))),
+        )
+        .await
     }
 
     /// `POST /admin/v1/serving/models`: the file is streamed from `path`, not read whole.
@@ -86,14 +93,17 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/models/{name}`
     pub async fn model(&self, name: &str) -> Result<Model, ClientError> {
-        self.send(self.http.get(self.url(&format!("{MODELS}/{name}"))))
+        self.send(self.http.get(self.url(&format!("{MODELS}/{}", seg(name)))))
             .await
     }
 
     /// `DELETE /admin/v1/serving/models/{name}`
     pub async fn delete_model(&self, name: &str) -> Result<(), ClientError> {
-        self.send_empty(self.http.delete(self.url(&format!("{MODELS}/{name}"))))
-            .await
+        self.send_empty(
+            self.http
+                .delete(self.url(&format!("{MODELS}/{}", seg(name)))),
+        )
+        .await
     }
 
     /// `POST /admin/v1/serving/endpoints`: the answer holds the API key, shown this once.
@@ -112,15 +122,18 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/endpoints/{e}`
     pub async fn endpoint(&self, endpoint: &str) -> Result<Endpoint, ClientError> {
-        self.send(self.http.get(self.url(&format!("{ENDPOINTS}/{endpoint}"))))
-            .await
+        self.send(
+            self.http
+                .get(self.url(&format!("{ENDPOINTS}/{}", seg(endpoint)))),
+        )
+        .await
     }
 
     /// `DELETE /admin/v1/serving/endpoints/{e}`
     pub async fn delete_endpoint(&self, endpoint: &str) -> Result<(), ClientError> {
         self.send_empty(
             self.http
-                .delete(self.url(&format!("{ENDPOINTS}/{endpoint}"))),
+                .delete(self.url(&format!("{ENDPOINTS}/{}", seg(endpoint)))),
         )
         .await
     }
@@ -129,7 +142,7 @@ impl AdminClient {
     pub async fn reissue_api_key(&self, endpoint: &str) -> Result<ApiKey, ClientError> {
         self.send(
             self.http
-                .post(self.url(&format!("{ENDPOINTS}/{endpoint}/api-key"))),
+                .post(self.url(&format!("{ENDPOINTS}/{}/api-key", seg(endpoint)))),
         )
         .await
     }
@@ -142,7 +155,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .post(self.url(&format!("{ENDPOINTS}/{endpoint}/deployments")))
+                .post(self.url(&format!("{ENDPOINTS}/{}/deployments", seg(endpoint))))
                 .json(req),
         )
         .await
@@ -152,7 +165,7 @@ impl AdminClient {
     pub async fn deployments(&self, endpoint: &str) -> Result<Vec<Deployment>, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/deployments"))),
+                .get(self.url(&format!("{ENDPOINTS}/{}/deployments", seg(endpoint)))),
         )
         .await
     }
@@ -224,8 +237,9 @@ impl AdminClient {
         tail_bytes: Option<u64>,
     ) -> Result<Vec<u8>, ClientError> {
         let mut req = self.http.get(self.url(&format!(
-            "{}/instances/{instance}/logs",
-            deployment_path(endpoint, deployment)
+            "{}/instances/{}/logs",
+            deployment_path(endpoint, deployment),
+            seg(instance)
         )));
         if let Some(tail) = tail_bytes {
             req = req.query(&[("tail_bytes", tail)]);
@@ -241,7 +255,7 @@ impl AdminClient {
     ) -> Result<Traffic, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("{ENDPOINTS}/{endpoint}/traffic")))
+                .put(self.url(&format!("{ENDPOINTS}/{}/traffic", seg(endpoint))))
                 .json(req),
         )
         .await
@@ -251,7 +265,7 @@ impl AdminClient {
     pub async fn traffic(&self, endpoint: &str) -> Result<Traffic, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/traffic"))),
+                .get(self.url(&format!("{ENDPOINTS}/{}/traffic", seg(endpoint)))),
         )
         .await
     }
@@ -264,7 +278,7 @@ impl AdminClient {
     ) -> Result<Mirroring, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("{ENDPOINTS}/{endpoint}/mirroring")))
+                .put(self.url(&format!("{ENDPOINTS}/{}/mirroring", seg(endpoint))))
                 .json(req),
         )
         .await
@@ -274,7 +288,7 @@ impl AdminClient {
     pub async fn mirroring(&self, endpoint: &str) -> Result<Mirroring, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/mirroring"))),
+                .get(self.url(&format!("{ENDPOINTS}/{}/mirroring", seg(endpoint)))),
         )
         .await
     }
@@ -283,7 +297,7 @@ impl AdminClient {
     pub async fn alerts(&self, endpoint: &str) -> Result<AlertSettings, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/alerts"))),
+                .get(self.url(&format!("{ENDPOINTS}/{}/alerts", seg(endpoint)))),
         )
         .await
     }
@@ -297,7 +311,7 @@ impl AdminClient {
     ) -> Result<AlertSettings, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("{ENDPOINTS}/{endpoint}/alerts")))
+                .put(self.url(&format!("{ENDPOINTS}/{}/alerts", seg(endpoint))))
                 .json(settings),
         )
         .await
@@ -312,7 +326,7 @@ impl AdminClient {
     ) -> Result<AlertHistory, ClientError> {
         let mut req = self
             .http
-            .get(self.url(&format!("{ENDPOINTS}/{endpoint}/alerts/history")));
+            .get(self.url(&format!("{ENDPOINTS}/{}/alerts/history", seg(endpoint))));
         if let Some(limit) = limit {
             req = req.query(&[("limit", limit)]);
         }
@@ -323,7 +337,7 @@ impl AdminClient {
     pub async fn endpoint_metrics(&self, endpoint: &str) -> Result<EndpointMetrics, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{endpoint}/metrics"))),
+                .get(self.url(&format!("{ENDPOINTS}/{}/metrics", seg(endpoint)))),
         )
         .await
     }

@@ -10,8 +10,8 @@ use std::sync::{Arc, RwLock};
 
 use kep_core::secret::{new_secret, new_uuid, sha256, sha256_hex};
 
-use crate::api::wire::ServiceSecrets;
 use crate::store::{ServiceRow, Store, TokenRow};
+use kep_api::live::ServiceSecrets;
 
 #[derive(Debug, Clone)]
 pub struct Service {

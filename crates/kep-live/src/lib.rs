@@ -10,14 +10,17 @@ mod rooms;
 mod store;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::limits::{Limiter, Limits};
+use kep_core::listener::App;
+use kep_core::platform::with_bearer;
+use kep_core::service::{Context, ListenerSettings, Service};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use utoipa::OpenApi as _;
 
 pub use error::LiveError;
 
@@ -84,21 +87,28 @@ pub(crate) struct Live {
 #[derive(Clone)]
 pub struct LiveService(Arc<Live>);
 
-impl LiveService {
-    /// Opens `live.db` under `data_dir` and loads the services and tokens. `public_url` is
-    /// the live listener's, handed out as `api`; `shutdown` closes participant sockets.
-    pub async fn start(
-        settings: LiveSettings,
-        data_dir: &Path,
-        public_url: String,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<Self> {
-        let pool = kep_core::storage::open(data_dir, "live", &store::MIGRATOR).await?;
+impl Service for LiveService {
+    type Settings = LiveSettings;
+    const NAME: &'static str = "live";
+    const LISTENER: &'static str = "live";
+
+    fn listener(settings: &LiveSettings) -> ListenerSettings {
+        ListenerSettings {
+            addr: settings.addr,
+            public_url: settings.public_url.clone(),
+            limits: settings.limits,
+        }
+    }
+
+    /// Opens `live.db` and loads the services and tokens. The listener's public URL is
+    /// handed out as `api`; shutdown closes participant sockets.
+    async fn start(settings: LiveSettings, ctx: &Context) -> anyhow::Result<Self> {
+        let pool = ctx.database("live", &store::MIGRATOR).await?;
         let access = access::Access::load(store::Store::new(pool)).await?;
         let provisioner = provision::Provisioner::new(
             Duration::from_secs(settings.provision_window_s),
             settings.token_ttl_s,
-            public_url,
+            ctx.public_url.clone(),
             Duration::from_secs(settings.external_verifier_timeout_s),
         );
         let rooms = Arc::new(rooms::Rooms::new(Duration::from_secs(
@@ -110,23 +120,31 @@ impl LiveService {
             access,
             provisioner,
             rooms,
-            shutdown,
+            shutdown: ctx.shutdown.clone(),
             sockets: TaskTracker::new(),
         })))
     }
 
-    /// The live listener's routes: `POST /api/rpc`, `GET /api/ws`.
-    pub fn router(&self) -> axum::Router {
-        api::router(self.clone())
+    /// `POST /api/rpc`, `GET /api/ws`.
+    fn app(&self) -> App {
+        api::router(self.clone()).into()
     }
 
-    /// The operator routes under `/admin/v1/live`, to be guarded by the operator token.
-    pub fn admin_router(&self) -> axum::Router {
+    /// The operator routes under `/admin/v1/live`.
+    fn admin_router(&self) -> axum::Router {
         api::operator::router(self.clone())
     }
 
-    /// After shutdown fired: waits until every participant socket got its close frame.
-    pub async fn drain(&self) {
+    fn admin_doc() -> utoipa::openapi::OpenApi {
+        api::operator::LiveAdminDoc::openapi()
+    }
+
+    fn api_doc() -> Option<utoipa::openapi::OpenApi> {
+        Some(with_bearer(api::LiveApiDoc::openapi()))
+    }
+
+    /// Waits until every participant socket got its close frame.
+    async fn stop(&self) {
         self.0.sockets.close();
         self.0.sockets.wait().await;
     }

@@ -8,7 +8,7 @@ use kep_core::secret::{constant_time_eq, random_token, sha256_hex};
 
 use crate::LiveError;
 use crate::access::Access;
-use crate::api::wire::{ProvisionAuth, ProvisionParams, ProvisionResult, Scheme};
+use kep_api::live::{ProvisionAuth, ProvisionParams, ProvisionResult, Scheme};
 
 /// Nonces of step 1, each good for one step 2 within the transaction window.
 pub struct Nonces {

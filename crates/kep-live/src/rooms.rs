@@ -17,7 +17,7 @@ use indexmap::IndexMap;
 use tokio::sync::mpsc;
 
 use crate::LiveError;
-use crate::api::wire::{
+use kep_api::live::{
     Event, EventKind, ParticipantInfo, ParticipantTarget, ServerMessage, StreamInfo, StreamTarget,
 };
 
@@ -393,7 +393,7 @@ impl Rooms {
         if let Some(listing) = &st.listing {
             return Ok(listing.clone());
         }
-        let result = crate::api::wire::ListParticipantsResult {
+        let result = kep_api::live::ListParticipantsResult {
             participants: st.info(),
         };
         let listing = Bytes::from(serde_json::to_vec(&result).expect("listing serialises"));

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use axum::routing::post;
 use common::{expect_event, expect_quiet, next, spawn};
-use kep_client::ClientError;
-use kep_client::live::{LiveClient, Participant};
-use kep_live::api::wire::{
+use kep_api::live::{
     ClientMessage, CreateServiceRequest, EventKind, Scheme, ServerMessage, provision_value,
 };
+use kep_client::ClientError;
+use kep_client::live::{LiveClient, Participant};
+use kep_core::service::Service as _;
 use serde_json::{Value, json};
 
 fn rpc_code(e: &ClientError) -> i64 {
@@ -828,7 +829,7 @@ async fn shutdown_closes_every_participant_with_a_close_frame() {
         (closed.code, closed.reason.as_str()),
         (1001, "server shutting down")
     );
-    tokio::time::timeout(Duration::from_secs(5), srv.service.drain())
+    tokio::time::timeout(Duration::from_secs(5), srv.service.stop())
         .await
         .unwrap();
 }

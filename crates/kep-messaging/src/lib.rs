@@ -15,12 +15,16 @@ mod writer;
 mod xms;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::limits::{Limiter, Limits};
+use kep_core::listener::App;
+use kep_core::platform::with_bearer;
+use kep_core::retry::Backoff;
+use kep_core::service::{Context, ListenerSettings, Service};
 use serde::{Deserialize, Serialize};
+use utoipa::OpenApi as _;
 
 pub use error::{MessagingError, OAuthError};
 
@@ -100,12 +104,23 @@ pub(crate) struct Messaging {
 #[derive(Clone)]
 pub struct MessagingService(Arc<Messaging>);
 
-impl MessagingService {
+impl Service for MessagingService {
+    type Settings = MessagingSettings;
+    const NAME: &'static str = "messaging";
+    const LISTENER: &'static str = "messaging";
+
+    fn listener(settings: &MessagingSettings) -> ListenerSettings {
+        ListenerSettings {
+            addr: settings.addr,
+            public_url: None,
+            limits: settings.limits,
+        }
+    }
+
     /// Opens `messaging.db` and starts the dispatcher, which first resumes every accepted
     /// message that did not reach a final status.
-    pub async fn start(settings: MessagingSettings, data_dir: &Path) -> anyhow::Result<Self> {
-        let pool = kep_core::storage::open(data_dir, "messaging", &store::MIGRATOR).await?;
-        let store = store::Store::new(pool);
+    async fn start(settings: MessagingSettings, ctx: &Context) -> anyhow::Result<Self> {
+        let store = store::Store::new(ctx.database("messaging", &store::MIGRATOR).await?);
         let zone = time::ServiceZone::new(&settings.time_zone)?;
         let carrier = pipeline::Simulator {
             delay: Duration::from_millis(settings.simulator_delay_ms),
@@ -114,20 +129,20 @@ impl MessagingService {
             concurrency: settings.dispatch_concurrency,
             lease: Duration::from_secs(settings.dispatch_lease_s),
             max_attempts: settings.dispatch_max_attempts,
-            backoff: Duration::from_millis(settings.dispatch_backoff_ms),
+            backoff: Backoff::from_first(Duration::from_millis(settings.dispatch_backoff_ms)),
         };
         let writer = writer::Writer::start(store.clone());
         let dispatcher = pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy);
-        tokio::spawn(Arc::clone(&dispatcher).run());
+        ctx.spawn(Arc::clone(&dispatcher).run());
         let uploads = Arc::new(uploads::Uploads {
             store: store.clone(),
-            dir: data_dir.join("messaging-files"),
+            dir: ctx.data_dir.join("messaging-files"),
             ttl_ms: i64::try_from(settings.upload_ttl_s)
                 .unwrap_or(i64::MAX / 2)
                 .saturating_mul(1000),
         });
         let sweep_every = Duration::from_secs(settings.upload_sweep_interval_s.max(1));
-        tokio::spawn(Arc::clone(&uploads).sweep(sweep_every));
+        ctx.spawn(Arc::clone(&uploads).sweep(sweep_every));
         let tokens = oauth::Tokens::new(store.clone());
         Ok(MessagingService(Arc::new(Messaging {
             limiter: Limiter::new(&settings.limits),
@@ -141,13 +156,21 @@ impl MessagingService {
         })))
     }
 
-    /// The messaging listener's routes: `/v2/...`.
-    pub fn router(&self) -> axum::Router {
-        api::router(self.clone())
+    /// `/v2/...`.
+    fn app(&self) -> App {
+        api::router(self.clone()).into()
     }
 
-    /// The operator routes under `/admin/v1/messaging`, to be guarded by the operator token.
-    pub fn admin_router(&self) -> axum::Router {
+    /// The operator routes under `/admin/v1/messaging`.
+    fn admin_router(&self) -> axum::Router {
         api::operator::router(self.clone())
+    }
+
+    fn admin_doc() -> utoipa::openapi::OpenApi {
+        api::operator::MessagingAdminDoc::openapi()
+    }
+
+    fn api_doc() -> Option<utoipa::openapi::OpenApi> {
+        Some(with_bearer(api::MessagingApiDoc::openapi()))
     }
 }

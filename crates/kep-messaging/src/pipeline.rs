@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kep_core::retry::Backoff;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::store::{MessageRow, Store};
@@ -65,9 +66,9 @@ pub struct DispatchPolicy {
     pub concurrency: usize,
     /// How long a claimed message is held before another claim may take it.
     pub lease: Duration,
-    /// Transient failures are retried this many times, with doubling back-off.
+    /// Transient failures are retried this many times, backing off between them.
     pub max_attempts: i64,
-    pub backoff: Duration,
+    pub backoff: Backoff,
 }
 
 pub struct Dispatcher<C> {
@@ -166,7 +167,7 @@ impl<C: Carrier> Dispatcher<C> {
                 let backoff = self
                     .policy
                     .backoff
-                    .saturating_mul(1 << (m.attempts - 1).clamp(0, 16) as u32);
+                    .wait_after(u32::try_from(m.attempts).unwrap_or(u32::MAX));
                 tracing::info!(
                     uid = m.uid,
                     attempt = m.attempts,
@@ -290,7 +291,7 @@ mod tests {
             concurrency: 4,
             lease: Duration::from_secs(30),
             max_attempts,
-            backoff: Duration::from_millis(10),
+            backoff: Backoff::from_first(Duration::from_millis(10)),
         };
         let dispatcher = Dispatcher::new(
             store.clone(),

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use kep_core::limits::{Limiter, Limits};
+use kep_core::limits::Limits;
+use kep_core::platform::Platform;
 use kep_messaging::{MessagingService, MessagingSettings};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -24,41 +25,20 @@ async fn spawn() -> Server {
 
 async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
     let mut settings = MessagingSettings {
+        addr: "127.0.0.1:0".parse().unwrap(),
         simulator_delay_ms: 20,
         ..MessagingSettings::default()
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
-    let limits = settings.limits;
-    let service = MessagingService::start(settings, dir.path()).await.unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let api = kep_core::listener::bind("messaging", "127.0.0.1:0".parse().unwrap())
+    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let admin = kep_core::listener::bind("admin", "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let (url, admin_url) = (
-        format!("http://{}", api.addr),
-        format!("http://{}", admin.addr),
-    );
-    let admin_router =
-        kep_core::http::operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
-    tokio::spawn(kep_core::listener::serve(
-        api,
-        service.router(),
-        limits,
-        shutdown.clone(),
-    ));
-    tokio::spawn(kep_core::listener::serve(
-        admin,
-        admin_router,
-        Limits::default(),
-        shutdown,
-    ));
+    platform.start::<MessagingService>(settings).await.unwrap();
+    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {
-        url,
-        admin: admin_url,
+        url: running.url("messaging"),
+        admin: running.url("admin"),
         http: reqwest::Client::new(),
         _dir: dir,
     }

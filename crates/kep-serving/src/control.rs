@@ -8,16 +8,16 @@ use kep_model_server::Engine;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::api::wire::{
-    Command, Deployment, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
-    EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Probe, Quota, Resources,
-    Traffic, TrafficRequest,
-};
 use crate::gateway::{EndpointRoute, RouteUpdate};
 use crate::runtime::probe::ProbeSpec;
 use crate::runtime::{self, DeploymentKey, Launch, RuntimeHandle};
 use crate::store::{self, DeploymentRow, EndpointRow, ImageRow, ModelRow, Store};
 use crate::{ServingError, ServingSettings, spec};
+use kep_api::serving::{
+    Command, Deployment, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
+    EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Probe, Quota, Resources,
+    Traffic, TrafficRequest,
+};
 
 pub const FRAMEWORKS: &[&str] = &["tensorflow", "pytorch", "onnx"];
 const DEFAULT_PORT: u16 = 8080;

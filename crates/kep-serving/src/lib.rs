@@ -13,15 +13,18 @@ mod store;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::limits::Limits;
+use kep_core::listener::App;
+use kep_core::retry::Backoff;
+use kep_core::service::{Context, ListenerSettings, Service};
 use serde::{Deserialize, Serialize};
+use utoipa::OpenApi as _;
 
-pub use api::wire::Resources;
 pub use error::ServingError;
+pub use kep_api::serving::Resources;
 pub use monitor::meter::prometheus_buckets as latency_buckets_s;
 pub use spec::{percentages, traffic_weights};
 pub use store::NewEvent;
@@ -168,20 +171,27 @@ pub struct ServingService {
     control: Arc<control::Control>,
     gateway: Arc<gateway::Gateway>,
     monitor: Arc<monitor::Monitor>,
-    events: tokio::sync::broadcast::Sender<NewEvent>,
 }
 
-impl ServingService {
+impl Service for ServingService {
+    /// `[serving]` and `[gateway]`.
+    type Settings = (ServingSettings, GatewaySettings);
+    const NAME: &'static str = "serving";
+    const LISTENER: &'static str = "gateway";
+
+    fn listener((_, gateway): &Self::Settings) -> ListenerSettings {
+        ListenerSettings {
+            addr: gateway.addr,
+            public_url: gateway.public_url.clone(),
+            limits: gateway.limits,
+        }
+    }
+
     /// Opens `serving.db`, kills what a previous kep left running, and starts every
-    /// deployment's instances. `gateway_url` is the base of the endpoint URLs.
-    pub async fn start(
-        settings: ServingSettings,
-        gateway: &GatewaySettings,
-        data_dir: &Path,
-        gateway_url: String,
-    ) -> anyhow::Result<Self> {
-        let pool = kep_core::storage::open(data_dir, "serving", &store::MIGRATOR).await?;
-        let store = store::Store::new(pool);
+    /// deployment's instances. The gateway's public URL is the base of the endpoint URLs.
+    async fn start((settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
+        let data_dir = ctx.data_dir.as_path();
+        let store = store::Store::new(ctx.database("serving", &store::MIGRATOR).await?);
         let root = data_dir.join("serving");
         // Instances a kep killed outright left running; the deployments start afresh.
         let owner = runtime::process::Owner::of_data_dir(data_dir)?;
@@ -189,10 +199,10 @@ impl ServingService {
         if killed > 0 {
             tracing::info!(killed, "stopped instance processes left by a previous run");
         }
-        let (gateway, routes) = gateway::Gateway::start(gateway, root.join("spool"));
+        let (gateway, routes) = gateway::Gateway::start(&gateway, root.join("spool"));
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let (listeners, _) = tokio::sync::broadcast::channel(1024);
-        tokio::spawn(runtime::record_events(
+        ctx.spawn(runtime::record_events(
             store.clone(),
             events_rx,
             listeners.clone(),
@@ -201,8 +211,10 @@ impl ServingService {
             owner,
             logs_dir: root.join("logs"),
             policy: runtime::RestartPolicy {
-                initial: Duration::from_millis(settings.restart_backoff_ms),
-                max: Duration::from_secs(settings.restart_backoff_max_s),
+                backoff: Backoff {
+                    first: Duration::from_millis(settings.restart_backoff_ms),
+                    max: Duration::from_secs(settings.restart_backoff_max_s),
+                },
                 reset_after: Duration::from_secs(settings.restart_backoff_reset_s),
                 grace: Duration::from_secs(settings.termination_grace_s),
                 drain: Duration::from_millis(settings.termination_drain_ms),
@@ -223,8 +235,10 @@ impl ServingService {
                 },
                 delivery: monitor::DeliveryPolicy {
                     attempts: settings.alert_attempts.max(1),
-                    first_retry: Duration::from_millis(settings.alert_retry_ms),
-                    max_retry: Duration::from_secs(settings.alert_retry_max_s),
+                    retry: Backoff {
+                        first: Duration::from_millis(settings.alert_retry_ms),
+                        max: Duration::from_secs(settings.alert_retry_max_s),
+                    },
                     timeout: Duration::from_secs(settings.alert_timeout_s),
                     queue: settings.alert_queue.max(1),
                 },
@@ -239,34 +253,32 @@ impl ServingService {
             runtime,
             routes,
             root,
-            gateway_url,
+            ctx.public_url.clone(),
         )?);
         control.resume().await?;
         Ok(ServingService {
             control,
             gateway,
             monitor,
-            events: listeners,
         })
     }
 
-    /// The management routes under `/admin/v1/serving`, to be guarded by the operator token.
-    pub fn admin_router(&self) -> axum::Router {
-        api::operator::router(self.clone())
-    }
-
     /// What the gateway listener serves: `/endpoints/{endpoint}/{path…}`.
-    pub fn gateway_app(&self) -> kep_core::listener::App {
+    fn app(&self) -> App {
         self.gateway.app()
     }
 
-    /// Every recorded transition, as it happens (the hook alerts listen on).
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<NewEvent> {
-        self.events.subscribe()
+    /// The management routes under `/admin/v1/serving`.
+    fn admin_router(&self) -> axum::Router {
+        api::operator::router(self.clone())
+    }
+
+    fn admin_doc() -> utoipa::openapi::OpenApi {
+        api::operator::ServingAdminDoc::openapi()
     }
 
     /// Stops every instance (SIGTERM, then SIGKILL after the grace period).
-    pub async fn stop(&self) {
+    async fn stop(&self) {
         self.control.stop().await;
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::ServingError;
-use crate::api::wire::{Probe, TrafficRequest};
+use kep_api::serving::{Probe, TrafficRequest};
 
 pub const DESCRIPTION_MAX: usize = 1024;
 pub const ENV_MAX: usize = 50;

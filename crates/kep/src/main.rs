@@ -1,5 +1,6 @@
 //! `kep`: `kep serve` runs the platform; the other subcommands are its CLI.
 
+mod app;
 mod cli;
 mod model_server;
 mod serve;

@@ -10,9 +10,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Server, StopsGracefully, port0, serve, wait_available};
+use kep_api::live::{ClientMessage, EventKind, ServerMessage, provision_value};
 use kep_client::ClientError;
 use kep_client::live::Participant;
-use kep_live::api::wire::{ClientMessage, EventKind, ServerMessage, provision_value};
 use reqwest::blocking::multipart::{Form, Part};
 use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::{Value, json};
@@ -482,7 +482,7 @@ impl Rooms {
     }
 }
 
-async fn next_event(p: &mut Participant) -> kep_live::api::wire::Event {
+async fn next_event(p: &mut Participant) -> kep_api::live::Event {
     let next = tokio::time::timeout(Duration::from_secs(30), p.next())
         .await
         .expect("an event within 30 s")

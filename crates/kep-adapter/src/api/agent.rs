@@ -11,10 +11,10 @@ use axum::http::request::Parts;
 use kep_core::limits::{Admission, Key, Peer};
 use kep_core::secret::{constant_time_eq, sha256_hex};
 
-use super::wire::{FileType, OrgLoginTypeAnswer, Status, UploadResult};
 use super::{header, worded};
 use crate::store::OrgRow;
 use crate::{Adapter, AdapterError, AdapterService};
+use kep_api::adapter::{FileType, OrgLoginTypeAnswer, Status, UploadResult};
 
 fn ok() -> Json<Status> {
     Json(Status {

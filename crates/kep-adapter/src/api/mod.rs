@@ -2,7 +2,7 @@
 
 mod agent;
 pub mod operator;
-pub mod wire;
+use kep_api::adapter as wire;
 
 pub use agent::{DrmHeaders, credentials, drm_headers, file_type};
 

@@ -12,12 +12,12 @@ use kep_core::secret::{new_secret, sha256_hex};
 use serde_json::Value;
 use utoipa::OpenApi;
 
-use super::wire::{
+use crate::drm::now_unix;
+use crate::{AdapterError, AdapterService, orgs};
+use kep_api::adapter::{
     DrmRequest, DrmRequestCreated, DrmSession, OrgLoginType, OrgLoginTypeRequest,
     OrgLoginTypeSecret, SessionStatus,
 };
-use crate::drm::now_unix;
-use crate::{AdapterError, AdapterService, orgs};
 
 pub(crate) fn router(adapter: AdapterService) -> Router {
     Router::new()

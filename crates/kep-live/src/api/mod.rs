@@ -2,7 +2,7 @@
 
 pub mod operator;
 mod rpc;
-pub mod wire;
+use kep_api::live as wire;
 mod ws;
 
 pub use ws::parse_message;

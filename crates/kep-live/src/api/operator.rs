@@ -7,11 +7,11 @@ use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, Path};
 use utoipa::OpenApi;
 
-use super::wire::{
-    CreateServiceRequest, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
-};
 use crate::LiveService;
 use crate::access::CreateOutcome;
+use kep_api::live::{
+    CreateServiceRequest, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
+};
 
 pub(crate) fn router(live: LiveService) -> Router {
     Router::new()

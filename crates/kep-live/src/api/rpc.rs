@@ -12,12 +12,12 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
-use super::wire::{
+use super::{check_id, parse_params};
+use crate::{LiveError, LiveService};
+use kep_api::live::{
     DestroyRoomResult, ParticipantTarget, ProvisionParams, RoomParams, StreamTarget, TargetsParams,
     VersionParams,
 };
-use super::{check_id, parse_params};
-use crate::{LiveError, LiveService};
 
 /// Every method of the API, named as the seed names it.
 #[derive(Debug)]
@@ -127,9 +127,9 @@ struct Envelope<'a> {
     path = "/api/rpc",
     request_body(content = RpcCall, description = "A JSON-RPC 2.0 request: `Provision`, `Room.ListRooms`, `Room.ListParticipants`, `Room.DestroyRoom`, `Room.KickParticipant`, `Room.InactiveStream` (also `Room.InactivateStream`)"),
     responses(
-        (status = 200, description = "A JSON-RPC answer, `result` or `error`", body = super::wire::RpcResponse),
-        (status = 413, description = "Body over the size limit", body = super::wire::RpcResponse),
-        (status = 415, description = "Content-Type is not application/json", body = super::wire::RpcResponse),
+        (status = 200, description = "A JSON-RPC answer, `result` or `error`", body = kep_api::live::RpcResponse),
+        (status = 413, description = "Body over the size limit", body = kep_api::live::RpcResponse),
+        (status = 415, description = "Content-Type is not application/json", body = kep_api::live::RpcResponse),
     ),
     // `Provision` takes no token; the `Room.*` methods answer -11002 without one.
     security((), ("bearer" = []))

@@ -15,10 +15,10 @@ use kep_core::secret::{constant_time_eq, new_uuid, random_token, sha256_hex};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::wire::{ClientMessage, ServerMessage};
 use super::{check_id, parse_params};
 use crate::rooms::{ConnId, Outbound, close, next_conn_id};
 use crate::{Live, LiveError, LiveService};
+use kep_api::live::{ClientMessage, ServerMessage};
 
 /// Largest frame a participant may send; its messages are a few hundred bytes.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;

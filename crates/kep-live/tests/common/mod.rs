@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
+use kep_api::live::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
 use kep_client::AdminClient;
 use kep_client::live::{Closed, LiveClient, Participant};
-use kep_core::http::operator_only;
-use kep_core::limits::{Limiter, Limits};
-use kep_live::api::wire::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
+use kep_core::limits::Limits;
+use kep_core::platform::Platform;
 use kep_live::{LiveService, LiveSettings};
 use tokio_util::sync::CancellationToken;
 
@@ -32,35 +32,15 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
-    let shutdown = CancellationToken::new();
-    let live = kep_core::listener::bind("live", settings.addr)
+    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let admin = kep_core::listener::bind("admin", "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let live_url = format!("http://{}", live.addr);
-    let admin_url = format!("http://{}", admin.addr);
-    let limits = settings.limits;
-    let service = LiveService::start(settings, dir.path(), live_url.clone(), shutdown.clone())
-        .await
-        .unwrap();
-    let admin_router = operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default());
-    tokio::spawn(kep_core::listener::serve(
-        live,
-        service.router(),
-        limits,
-        shutdown.clone(),
-    ));
-    tokio::spawn(kep_core::listener::serve(
-        admin,
-        admin_router,
-        Limits::default(),
-        shutdown.clone(),
-    ));
+    let shutdown = platform.shutdown_token();
+    let service = platform.start::<LiveService>(settings).await.unwrap();
+    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     TestServer {
-        live_url,
-        admin: AdminClient::new(admin_url, OPERATOR_TOKEN),
+        live_url: running.url("live"),
+        admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
         service,
         shutdown,
         _dir: dir,

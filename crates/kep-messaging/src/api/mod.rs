@@ -3,7 +3,7 @@
 pub mod operator;
 mod rcs;
 mod uploads;
-pub mod wire;
+use kep_api::messaging as wire;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -19,12 +19,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::OpenApi;
 
-use self::wire::{
-    Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
-};
 use crate::store::{Inserted, MessageRow, SearchQuery, Store};
 use crate::time::{new_uid, now_ms, uid_at};
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
+use kep_api::messaging::{
+    Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
+};
 
 /// Upload bodies stop here; the parts' own limits (1 MB, 200 KB) are checked as they arrive,
 /// so a file over its limit is told apart (413) from a body that is simply too big.

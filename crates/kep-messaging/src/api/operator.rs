@@ -9,9 +9,9 @@ use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
 use kep_core::secret::{new_secret, random_token, sha256_hex};
 use utoipa::OpenApi;
 
-use super::wire::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
 use crate::MessagingService;
 use crate::time::now_s;
+use kep_api::messaging::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
 
 pub(crate) fn router(m: MessagingService) -> Router {
     Router::new()

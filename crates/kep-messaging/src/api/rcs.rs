@@ -9,14 +9,14 @@ use axum::response::{IntoResponse, Response};
 use kep_core::secret::random_token;
 use serde_json::{Value, json};
 
-use super::wire::{
-    CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
-    SendAnswer,
-};
 use super::{Caller, Page, json_body, page, page_query, request_field};
 use crate::store::{GroupCompletion, Store};
 use crate::time::now_ms;
 use crate::{MessagingError, MessagingService, oauth, rcs};
+use kep_api::messaging::{
+    CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
+    SendAnswer,
+};
 
 /// Results per group (CONTRACT §4).
 const GROUP_SIZE: i64 = 1000;

@@ -6,8 +6,8 @@ use axum::extract::{Multipart, State};
 use axum::http::HeaderMap;
 
 use super::Caller;
-use super::wire::{Detail, MmsUploadAnswer, RcsUploadAnswer};
 use crate::{MessagingError, MessagingService, oauth};
+use kep_api::messaging::{Detail, MmsUploadAnswer, RcsUploadAnswer};
 
 fn form(m: Result<Multipart, MultipartRejection>) -> Result<Multipart, MessagingError> {
     m.map_err(|e| MessagingError::file("Content-Type", e.body_text()))

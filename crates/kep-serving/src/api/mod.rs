@@ -2,4 +2,3 @@
 //! handler lives with the gateway.
 
 pub mod operator;
-pub mod wire;

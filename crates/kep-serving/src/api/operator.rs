@@ -12,15 +12,15 @@ use sha2::Digest as _;
 use tokio::io::AsyncWriteExt as _;
 use utoipa::{IntoParams, OpenApi};
 
-use super::wire::{
+use crate::control::Control;
+use crate::store::ModelRow;
+use crate::{ServingError, ServingService};
+use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
     EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics, Latency,
     MirrorMetrics, Mirroring, Model, ModelTensor, Quota, Traffic, TrafficRequest,
 };
-use crate::control::Control;
-use crate::store::ModelRow;
-use crate::{ServingError, ServingService};
 
 type Result<T> = std::result::Result<T, ApiError>;
 

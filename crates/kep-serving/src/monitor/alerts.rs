@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::ServingError;
-use crate::api::wire::{AlertCondition, AlertSettings, EndpointMetrics, InstanceMetrics};
 use crate::runtime::{AVAILABLE, PROGRESSING};
 use crate::store::{NewAlert, NewEvent};
+use kep_api::serving::{AlertCondition, AlertSettings, EndpointMetrics, InstanceMetrics};
 
 /// What a condition's threshold is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -304,7 +304,7 @@ impl Evaluator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::wire::{CallMetrics, DeploymentMetrics, MirrorMetrics};
+    use kep_api::serving::{CallMetrics, DeploymentMetrics, MirrorMetrics};
 
     fn settings(conditions: &[(&str, Option<f64>)]) -> AlertSettings {
         AlertSettings {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use kep_core::retry::Backoff;
 use tokio::sync::mpsc;
 
 use crate::runtime::now_ms;
@@ -16,9 +17,8 @@ use crate::store::{AlertRow, NewAlert, Store};
 pub struct DeliveryPolicy {
     /// Attempts per alert, the first included.
     pub attempts: u32,
-    /// Wait before the second attempt; it doubles after each failure.
-    pub first_retry: Duration,
-    pub max_retry: Duration,
+    /// Waits between attempts.
+    pub retry: Backoff,
     /// How long one attempt may take.
     pub timeout: Duration,
     /// Alerts waiting per endpoint; one more is recorded as failed.
@@ -119,7 +119,7 @@ async fn worker(
 
 async fn deliver(store: &Store, http: &reqwest::Client, policy: DeliveryPolicy, row: AlertRow) {
     let body = serde_json::json!({ "text": row.text });
-    let mut wait = policy.first_retry;
+    let mut waits = policy.retry.waits();
     let mut attempts = row.attempts;
     loop {
         attempts += 1;
@@ -151,8 +151,7 @@ async fn deliver(store: &Store, http: &reqwest::Client, policy: DeliveryPolicy, 
             }
             Some(error) => {
                 tracing::debug!(endpoint = %row.endpoint, id = row.id, attempts, %error, "alert delivery failed; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(policy.max_retry);
+                tokio::time::sleep(waits.next_wait()).await;
             }
         }
     }

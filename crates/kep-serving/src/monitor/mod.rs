@@ -17,14 +17,14 @@ use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ServingError;
-use crate::api::wire::{
-    Alert, AlertSettings, CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics,
-    Latency, MirrorMetrics, Resources,
-};
 use crate::runtime::{DeploymentKey, DeploymentStatus, PROGRESSING, RuntimeHandle};
 use crate::store::{AlertRow, NewEvent, Store};
 use alerts::{AlertPolicy, Evaluator, StatusDelta};
 pub use delivery::DeliveryPolicy;
+use kep_api::serving::{
+    Alert, AlertSettings, CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics,
+    Latency, MirrorMetrics, Resources,
+};
 use meter::{CLASSES, LATENCY_BUCKETS, MeterKey, Meters, Reading};
 use resources::{ProcessSampler, Usage};
 
@@ -374,7 +374,7 @@ fn latency(buckets: &[u64; LATENCY_BUCKETS]) -> Option<Latency> {
 }
 
 fn instance_view(
-    i: &crate::api::wire::Instance,
+    i: &kep_api::serving::Instance,
     usage: Option<&Usage>,
     limits: Resources,
 ) -> InstanceMetrics {

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Launch, RestartPolicy, probe, process};
-use crate::api::wire::Instance;
+use kep_api::serving::Instance;
 
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
@@ -65,7 +65,7 @@ impl InstanceTask {
             port: None,
         };
         self.report(&status, false);
-        let mut backoff = self.policy.initial;
+        let mut waits = self.policy.backoff.waits();
         let mut ever_ready = false;
         loop {
             let started = Instant::now();
@@ -119,9 +119,9 @@ impl InstanceTask {
                     }
                 },
             }
-            // A restart: after a back-off that doubles while it keeps failing.
+            // A restart: after a back-off that grows while it keeps failing.
             if started.elapsed() >= self.policy.reset_after {
-                backoff = self.policy.initial;
+                waits = self.policy.backoff.waits();
             }
             status.restarts += 1;
             status.port = None;
@@ -130,10 +130,9 @@ impl InstanceTask {
             }
             self.report(&status, false);
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(waits.next_wait()) => {}
                 _ = self.cancel.cancelled() => break,
             }
-            backoff = (backoff * 2).min(self.policy.max);
         }
         status.state = TERMINATED.into();
         status.ready = false;

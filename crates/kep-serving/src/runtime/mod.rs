@@ -12,14 +12,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::retry::Backoff;
 use rand::Rng as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::wire::Instance;
 use crate::gateway::RouteUpdate;
 use crate::store::{NewEvent, Store};
 use instance::{InstanceTask, Report};
+use kep_api::serving::Instance;
 use probe::ProbeSpec;
 
 pub const PROGRESSING: &str = "Progressing";
@@ -35,13 +36,12 @@ pub struct Launch {
     pub liveness: Option<ProbeSpec>,
 }
 
-/// Restarts back off from `initial`, doubling up to `max`; a process that ran for
-/// `reset_after` starts from `initial` again. Stopping waits `drain` after leaving rotation
-/// before SIGTERM, then `grace` before SIGKILL.
+/// Restarts back off; a process that ran for `reset_after` starts from the first wait
+/// again. Stopping waits `drain` after leaving rotation before SIGTERM, then `grace`
+/// before SIGKILL.
 #[derive(Debug, Clone, Copy)]
 pub struct RestartPolicy {
-    pub initial: Duration,
-    pub max: Duration,
+    pub backoff: Backoff,
     pub reset_after: Duration,
     pub grace: Duration,
     pub drain: Duration,

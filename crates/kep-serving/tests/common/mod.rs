@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use kep_core::http::operator_only;
-use kep_core::limits::{Limiter, Limits};
+use kep_core::limits::Limits;
+use kep_core::platform::Platform;
+pub use kep_core::service::Service as _;
 use kep_serving::{GatewaySettings, ServingService, ServingSettings};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -36,31 +37,19 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
     };
     let mut gateway_settings = GatewaySettings::default();
     configure(&mut settings, &mut gateway_settings);
+    gateway_settings.addr = "127.0.0.1:0".parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let bind = |name| kep_core::listener::bind(name, "127.0.0.1:0".parse().unwrap());
-    let (admin, gateway) = (bind("admin").await.unwrap(), bind("gateway").await.unwrap());
-    let gateway_url = format!("http://{}", gateway.addr);
-    let service =
-        ServingService::start(settings, &gateway_settings, dir.path(), gateway_url.clone())
-            .await
-            .unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let admin_url = format!("http://{}", admin.addr);
-    tokio::spawn(kep_core::listener::serve(
-        admin,
-        operator_only(service.admin_router(), OPERATOR_TOKEN, Limiter::default()),
-        Limits::default(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(kep_core::listener::serve(
-        gateway,
-        service.gateway_app(),
-        gateway_settings.limits,
-        shutdown,
-    ));
+    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let service = platform
+        .start::<ServingService>((settings, gateway_settings))
+        .await
+        .unwrap();
+    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {
-        admin: admin_url,
-        gateway: gateway_url,
+        admin: running.url("admin"),
+        gateway: running.url("gateway"),
         http: reqwest::Client::new(),
         service,
         dir,

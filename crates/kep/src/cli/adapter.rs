@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use kep_adapter::api::wire::{
+use kep_api::adapter::{
     AgentNotification, DrmRequest, FileType, OrgLoginTypeRequest, UploadResult,
 };
 use kep_client::adapter::AgentClient;

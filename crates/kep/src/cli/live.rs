@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use kep_api::live::{ClientMessage, CreateServiceRequest, ProvisionResult};
 use kep_client::live::{LiveClient, Participant};
-use kep_live::api::wire::{ClientMessage, CreateServiceRequest, ProvisionResult};
 use serde::{Deserialize, Serialize};
 
 use super::{Common, listener_url, print_json};

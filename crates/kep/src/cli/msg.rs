@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use kep_api::messaging::{RcsSearch, XmsSearch};
 use kep_client::messaging::MessagingClient;
-use kep_messaging::api::wire::{RcsSearch, XmsSearch};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand, ValueEnum};
+use kep_api::serving::{Deployment, DeploymentType, HttpProbe, Mirroring, Probe, TcpProbe};
 use kep_client::AdminClient;
 use kep_client::serving::{
     self, AlertCondition, AlertSettings, CallMetrics, DeploymentPatch, DeploymentRequest,
     EndpointMetrics, EndpointRequest, ImageRequest, InstanceMetrics, TrafficRequest,
 };
-use kep_serving::api::wire::{Deployment, DeploymentType, HttpProbe, Mirroring, Probe, TcpProbe};
 
 use super::{Common, print_json};
 

@@ -280,8 +280,13 @@ pub fn join_value(service_id: &str, service_secret: &str, nonce: &str) -> String
 
 /// `value` of Provision step 2: `sha256hex(sha256hex(serviceId:secret) + ":" + nonce)`.
 pub fn provision_value(service_id: &str, secret: &str, nonce: &str) -> String {
-    let ha = kep_core::secret::sha256_hex(&format!("{service_id}:{secret}"));
-    kep_core::secret::sha256_hex(&format!("{ha}:{nonce}"))
+    let ha = sha256_hex(&format!("{service_id}:{secret}"));
+    sha256_hex(&format!("{ha}:{nonce}"))
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
 #[cfg(test)]

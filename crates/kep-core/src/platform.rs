@@ -1,0 +1,257 @@
+//! The wiring of a set of [`Service`]s: each gets its listener bound and a [`Context`]; the
+//! admin listener serves their operator routes behind the operator token, `/healthz` and
+//! the OpenAPI documents; stopping fires the shutdown token, lets the services finish and
+//! waits for the listeners and every tracked task. `kep serve` and the services' tests
+//! both build on this, so none of them wires a service by hand.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{MethodRouter, get};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::OpenApi;
+
+use crate::limits::{Limiter, Limits};
+use crate::listener::{self, App, Bound};
+use crate::service::{Context, Service};
+
+type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A platform being assembled: listeners bound, services started, nothing served yet.
+pub struct Platform {
+    data_dir: PathBuf,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    admin: Bound,
+    operator_routes: Router,
+    open_routes: Router,
+    admin_doc: OpenApi,
+    listeners: Vec<(&'static str, Bound, App, Limits)>,
+    stops: Vec<Stop>,
+    addresses: BTreeMap<&'static str, SocketAddr>,
+}
+
+impl Platform {
+    /// Binds the admin listener (port 0 picks a free one); services keep their files under
+    /// `data_dir`.
+    pub async fn new(data_dir: &Path, admin_addr: SocketAddr) -> anyhow::Result<Self> {
+        let admin = listener::bind("admin", admin_addr).await?;
+        Ok(Platform {
+            data_dir: data_dir.to_owned(),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            addresses: BTreeMap::from([("admin", admin.addr)]),
+            admin,
+            operator_routes: Router::new(),
+            open_routes: Router::new(),
+            admin_doc: operator_doc(),
+            listeners: Vec::new(),
+            stops: Vec::new(),
+        })
+    }
+
+    /// Fires when the platform stops.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Binds the service's listener, starts it and takes its routes and documents.
+    pub async fn start<S: Service>(&mut self, settings: S::Settings) -> anyhow::Result<S> {
+        let listener_settings = S::listener(&settings);
+        let bound = listener::bind(S::LISTENER, listener_settings.addr).await?;
+        let ctx = Context {
+            data_dir: self.data_dir.clone(),
+            shutdown: self.shutdown.clone(),
+            tasks: self.tasks.clone(),
+            public_url: listener::public_url(listener_settings.public_url.as_deref(), bound.addr),
+        };
+        let service = S::start(settings, &ctx).await?;
+        self.operator_routes =
+            std::mem::take(&mut self.operator_routes).merge(service.admin_router());
+        self.admin_doc.merge(S::admin_doc());
+        if let Some(doc) = S::api_doc() {
+            let doc = Arc::new(doc);
+            self.open_routes = std::mem::take(&mut self.open_routes).route(
+                &format!("/openapi/{}.json", S::NAME),
+                get(move || async move { axum::Json(doc.as_ref().clone()) }),
+            );
+        }
+        self.addresses.insert(S::LISTENER, bound.addr);
+        self.listeners
+            .push((S::LISTENER, bound, service.app(), listener_settings.limits));
+        let stopping = service.clone();
+        self.stops.push(Box::new(move || {
+            Box::pin(async move { stopping.stop().await })
+        }));
+        Ok(service)
+    }
+
+    /// A route of the admin listener that needs no operator token (`/metrics`).
+    pub fn open_route(mut self, path: &str, route: MethodRouter) -> Self {
+        self.open_routes = self.open_routes.route(path, route);
+        self
+    }
+
+    /// Serves every listener: the operator routes take `token`, and its holder counts as
+    /// one client of the admin listener's `limits`.
+    pub fn serve(self, token: &str, admin_limits: Limits) -> Running {
+        let Platform {
+            shutdown,
+            tasks,
+            admin,
+            operator_routes,
+            open_routes,
+            mut admin_doc,
+            listeners,
+            stops,
+            addresses,
+            ..
+        } = self;
+        crate::http::document_operator_answers(&mut admin_doc);
+        let admin_doc = Arc::new(admin_doc);
+        let admin_router = Router::new()
+            .merge(crate::http::operator_only(
+                operator_routes,
+                token,
+                Limiter::new(&admin_limits),
+            ))
+            .merge(open_routes)
+            .route(
+                "/healthz",
+                get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),
+            )
+            .route(
+                "/openapi/admin.json",
+                get(move || async move { axum::Json(admin_doc.as_ref().clone()) }),
+            );
+        let mut servers = vec![serve(
+            "admin",
+            admin,
+            admin_router.into(),
+            admin_limits,
+            &shutdown,
+        )];
+        for (name, bound, app, limits) in listeners {
+            servers.push(serve(name, bound, app, limits, &shutdown));
+        }
+        for (name, addr) in &addresses {
+            tracing::info!(listener = name, %addr, "listening");
+        }
+        Running {
+            addresses,
+            shutdown,
+            tasks,
+            servers,
+            stops,
+        }
+    }
+}
+
+/// A served platform.
+pub struct Running {
+    addresses: BTreeMap<&'static str, SocketAddr>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+    stops: Vec<Stop>,
+}
+
+impl Running {
+    /// Every listener's bound address, by listener name.
+    pub fn addresses(&self) -> &BTreeMap<&'static str, SocketAddr> {
+        &self.addresses
+    }
+
+    /// `http://<address>` of a listener.
+    pub fn url(&self, listener: &str) -> String {
+        format!("http://{}", self.addresses[listener])
+    }
+
+    /// Stops: listeners take no new connections and finish their requests, services finish
+    /// what must not be cut off, background tasks end. False when that took longer than
+    /// `grace` (what was still running is then left to the process's end).
+    pub async fn stop(self, grace: Duration) -> bool {
+        self.shutdown.cancel();
+        let Running {
+            tasks,
+            servers,
+            stops,
+            ..
+        } = self;
+        tokio::time::timeout(grace, async move {
+            for stop in stops {
+                stop().await;
+            }
+            for server in servers {
+                let _ = server.await;
+            }
+            tasks.close();
+            tasks.wait().await;
+        })
+        .await
+        .is_ok()
+    }
+}
+
+fn serve(
+    name: &'static str,
+    bound: Bound,
+    mut app: App,
+    limits: Limits,
+    shutdown: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    // TraceLayer logs requests at DEBUG: wrap only when that is enabled (KEP_LOG=debug or
+    // tower_http=debug), since the layer costs about a tenth of a small request otherwise.
+    // A front answers past the router, so it is left out: every request is then logged.
+    if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+        app = App {
+            router: app.router.layer(TraceLayer::new_for_http()),
+            front: None,
+            workers: app.workers,
+        };
+    }
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = listener::serve(bound, app, limits, shutdown).await {
+            tracing::error!(listener = name, error = %e, "listener failed");
+        }
+    })
+}
+
+/// The operator API's document, before the services add their paths.
+fn operator_doc() -> OpenApi {
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+    let mut doc = utoipa::openapi::OpenApiBuilder::new()
+        .info(
+            utoipa::openapi::InfoBuilder::new()
+                .title("kep operator API")
+                .version(env!("CARGO_PKG_VERSION"))
+                .build(),
+        )
+        .build();
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "operator",
+        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    );
+    doc
+}
+
+/// A service document whose calls take `Authorization: Bearer …`, with that scheme named.
+pub fn with_bearer(mut doc: OpenApi) -> OpenApi {
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    );
+    doc
+}

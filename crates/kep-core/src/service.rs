@@ -1,0 +1,93 @@
+//! One lifecycle for every service: started from a [`Context`], it hands the platform its
+//! listener's app, its operator routes and its OpenAPI documents, and stops when asked.
+//! [`crate::platform::Platform`] wires any set of services this way, so `kep serve` and
+//! every service's tests start them alike.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use axum::Router;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::SqlitePool;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::limits::Limits;
+use crate::listener::App;
+
+/// What a service is started from: the same for every service.
+#[derive(Clone)]
+pub struct Context {
+    /// Where its database and files live.
+    pub data_dir: PathBuf,
+    /// Fires when the platform stops: background loops end, sockets close.
+    pub shutdown: CancellationToken,
+    /// Every background task of the service; the platform waits for them when it stops.
+    pub tasks: TaskTracker,
+    /// The base URL its own listener is reached at (its `public_url` setting, or the address
+    /// it was bound to).
+    pub public_url: String,
+}
+
+impl Context {
+    /// Opens the service's database (`<name>.db` under the data dir), migrated.
+    pub async fn database(&self, name: &str, migrator: &Migrator) -> anyhow::Result<SqlitePool> {
+        crate::storage::open(&self.data_dir, name, migrator).await
+    }
+
+    /// Runs a background loop until it ends or the platform stops.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            shutdown.run_until_cancelled(task).await;
+        });
+    }
+}
+
+/// Where a service's own listener binds, with its limits.
+pub struct ListenerSettings {
+    pub addr: SocketAddr,
+    /// The URL the listener is reached at, when not its bound address (a proxy in front).
+    pub public_url: Option<String>,
+    pub limits: Limits,
+}
+
+/// A service of the platform, started, served and stopped as every other one.
+pub trait Service: Clone + Send + Sync + Sized + 'static {
+    /// Its section of the settings.
+    type Settings: Send + 'static;
+    /// The name `--only` knows it by.
+    const NAME: &'static str;
+    /// Its listener's name (in `addresses.json`, the logs and the settings).
+    const LISTENER: &'static str;
+
+    fn listener(settings: &Self::Settings) -> ListenerSettings;
+
+    /// Opens its store, resumes its durable work and starts its background tasks.
+    fn start(
+        settings: Self::Settings,
+        ctx: &Context,
+    ) -> impl Future<Output = anyhow::Result<Self>> + Send;
+
+    /// What its own listener serves.
+    fn app(&self) -> App;
+
+    /// Its operator routes (under `/admin/v1/<name>`), which the platform guards with the
+    /// operator token.
+    fn admin_router(&self) -> Router;
+
+    /// The paths of [`Service::admin_router`], merged into the operator API's document.
+    fn admin_doc() -> utoipa::openapi::OpenApi;
+
+    /// Its listener's own document, served as `/openapi/<name>.json` on the admin listener.
+    fn api_doc() -> Option<utoipa::openapi::OpenApi> {
+        None
+    }
+
+    /// After shutdown fired: finishes what must not be cut off (participant sockets get
+    /// their close frame, instances their SIGTERM).
+    fn stop(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}

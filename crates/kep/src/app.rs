@@ -1,0 +1,166 @@
+//! The whole platform built from its settings: the services `only` names, each on its
+//! listener, the admin listener with `/metrics`, and the address book. `kep serve` runs
+//! it until a stop signal.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::routing::get;
+use kep_adapter::AdapterService;
+use kep_core::listener;
+use kep_core::platform::{Platform, Running};
+use kep_live::LiveService;
+use kep_messaging::MessagingService;
+use kep_serving::ServingService;
+use tokio_util::sync::CancellationToken;
+
+use crate::serve::Settings;
+
+/// The services `--only` can name.
+const SERVICES: &[&str] = &["live", "adapter", "messaging", "serving"];
+
+/// The platform, serving.
+pub struct Application {
+    running: Running,
+}
+
+impl Application {
+    /// Binds every listener, starts the services and serves them; the operator token is
+    /// generated into the data dir on the first start (and printed once).
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let only = settings.only.as_ref().map(|o| o.names());
+        let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == name));
+        if let Some(only) = &only
+            && let Some(bad) = only.iter().find(|s| !SERVICES.contains(&s.as_str()))
+        {
+            anyhow::bail!(
+                "--only: unknown service {bad:?} (known: {})",
+                SERVICES.join(", ")
+            );
+        }
+        let listeners = [
+            Some(&settings.admin.limits),
+            wanted("live").then_some(&settings.live.limits),
+            wanted("adapter").then_some(&settings.adapter.limits),
+            wanted("messaging").then_some(&settings.messaging.limits),
+            wanted("serving").then_some(&settings.gateway.limits),
+        ];
+        raise_open_files(listeners.iter().flatten().map(|l| l.max_connections));
+
+        let data_dir = settings.data_dir.clone();
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let (token, generated) =
+            listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
+        if generated {
+            // Printed once, at the start that generated it.
+            println!(
+                "operator token (also in {}): {token}",
+                data_dir.join("admin-token").display()
+            );
+        }
+
+        let mut platform = Platform::new(&data_dir, settings.admin.addr).await?;
+        let prometheus = install_prometheus(&platform.shutdown_token())?;
+        if wanted("live") {
+            platform.start::<LiveService>(settings.live).await?;
+        }
+        if wanted("adapter") {
+            platform.start::<AdapterService>(settings.adapter).await?;
+        }
+        if wanted("messaging") {
+            platform
+                .start::<MessagingService>(settings.messaging)
+                .await?;
+        }
+        if wanted("serving") {
+            platform
+                .start::<ServingService>((settings.serving, settings.gateway))
+                .await?;
+        }
+        let platform = platform.open_route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    prometheus.render(),
+                )
+            }),
+        );
+        let running = platform.serve(&token, settings.admin.limits);
+        let addresses: BTreeMap<&str, _> = running.addresses().clone();
+        listener::write_addresses(&data_dir, &addresses)?;
+        Ok(Application { running })
+    }
+
+    /// Stops as [`Running::stop`] does; false when `grace` ran out first.
+    pub async fn stop(self, grace: Duration) -> bool {
+        self.running.stop(grace).await
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does: every
+/// connection is a file, and the listeners' `max_connections` are meant to be what bounds
+/// them, not a soft default of 1024. Warns when the listeners may together hold more
+/// connections than the process may open files.
+fn raise_open_files(max_connections: impl Iterator<Item = u32>) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // Room for the databases, spool files and the instances' pipes.
+    const SPARE: u64 = 256;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    // A listener without a cap (0) is bounded by the limit itself: nothing to compare.
+    let caps: Option<Vec<u64>> = max_connections
+        .map(|c| (c > 0).then_some(u64::from(c)))
+        .collect();
+    if let Some(total) = caps.map(|c| c.iter().sum::<u64>())
+        && total.saturating_add(SPARE) > limit
+    {
+        tracing::warn!(
+            open_files = limit,
+            max_connections = total,
+            "the listeners' max_connections together exceed the open files this process may \
+             have: in a flood, accepting and opening files fail before a listener's cap is met"
+        );
+    }
+}
+
+/// The `metrics` recorder, rendered in Prometheus' text format on the admin listener's
+/// `/metrics`. Request durations are histograms with the buckets the monitor also uses;
+/// an instance's gauges go 30 s after the instance does.
+fn install_prometheus(
+    shutdown: &CancellationToken,
+) -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Suffix("_duration_seconds".into()),
+            &kep_serving::latency_buckets_s(),
+        )?
+        .idle_timeout(
+            metrics_util::MetricKindMask::GAUGE,
+            Some(Duration::from_secs(30)),
+        )
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let upkeep = handle.clone();
+    let shutdown = shutdown.clone();
+    // Histograms are drained into their buckets here, not on the calls' path.
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
