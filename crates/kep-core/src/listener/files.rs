@@ -1,0 +1,50 @@
+//! The listener's files in the data dir: the address book and the operator token.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// Writes `<data-dir>/addresses.json`: `{"admin": "127.0.0.1:8800", …}`.
+pub fn write_addresses(data_dir: &Path, addrs: &BTreeMap<&str, SocketAddr>) -> anyhow::Result<()> {
+    let path = data_dir.join("addresses.json");
+    let tmp = data_dir.join("addresses.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(addrs)?)?;
+    // A rename, so a reader polling for the file never sees half of it.
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The operator token: the configured one, else the one in `<data-dir>/admin-token`, else a
+/// new one written there with mode 0600. The flag says whether it was just generated (and
+/// so must be printed once).
+pub fn operator_token(data_dir: &Path, configured: Option<&str>) -> anyhow::Result<(String, bool)> {
+    if let Some(t) = configured.filter(|t| !t.is_empty()) {
+        return Ok((t.to_owned(), false));
+    }
+    let path = data_dir.join("admin-token");
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let existing = existing.trim();
+        if !existing.is_empty() {
+            return Ok((existing.to_owned(), false));
+        }
+    }
+    let token = crate::secret::new_secret();
+    std::fs::create_dir_all(data_dir)?;
+    write_private(&path, token.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok((token, true))
+}
+
+/// Writes a file only its owner may read (mode 0600): tokens and secrets.
+pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(content)
+}

@@ -1,0 +1,180 @@
+//! Listeners: binding (port 0 included), the address book, the operator token file,
+//! serving with graceful shutdown and the limits of [`Limits`], and the process's stop
+//! signals.
+
+mod accept;
+mod body;
+mod connection;
+mod files;
+mod front;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::limits::Limits;
+use accept::{Acceptor, Share};
+use body::BodyMemory;
+pub use connection::Connection;
+use connection::ConnectionLimits;
+pub use files::{operator_token, write_addresses, write_private};
+pub use front::{Front, FrontLimits, Handover};
+
+/// A bound listener and the address it got.
+pub struct Bound {
+    pub listener: TcpListener,
+    pub addr: SocketAddr,
+}
+
+pub async fn bind(name: &str, addr: SocketAddr) -> anyhow::Result<Bound> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {name} listener to {addr}"))?;
+    let addr = listener.local_addr()?;
+    Ok(Bound { listener, addr })
+}
+
+/// The URL the server hands out for a listener: the configured one, else its own address.
+pub fn public_url(configured: Option<&str>, addr: SocketAddr) -> String {
+    match configured {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => format!("http://{addr}"),
+    }
+}
+
+/// Serves `app` until `shutdown` fires, then lets in-flight requests finish; HTTP/1.1,
+/// HTTP/2 with prior knowledge, and upgrades (the WebSocket). `limits` bounds what clients
+/// can hold: at most `max_connections` connections at once (an upgraded one included), a
+/// request head of at most `max_header_bytes` within `header_read_timeout_s` (also the
+/// longest a connection may sit idle between requests), no pause longer than
+/// `body_read_timeout_s` within a body, and `body_memory_bytes` of bodies being received
+/// ([`Charged`]). Every request carries its peer's address (`ConnectInfo<SocketAddr>`,
+/// read by [`crate::limits::Peer`]).
+pub async fn serve(
+    bound: Bound,
+    app: impl Into<App>,
+    limits: Limits,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let App {
+        router,
+        front,
+        workers,
+    } = app.into();
+    let timeout = |s: u64| (s > 0).then(|| Duration::from_secs(s));
+    // hyper's floor: its buffer must hold the smallest head it reads.
+    let max_head = limits.max_header_bytes.max(8192);
+    let conn = ConnectionLimits {
+        head: timeout(limits.header_read_timeout_s),
+        body: timeout(limits.body_read_timeout_s),
+        memory: BodyMemory::new(limits.body_memory_bytes),
+        max_head: max_head as usize,
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(conn.head)
+        .max_buf_size(max_head as usize);
+    builder.http2().max_header_list_size(max_head);
+    let acceptor = Acceptor {
+        builder: Arc::new(builder),
+        slots: (limits.max_connections > 0)
+            .then(|| Arc::new(Semaphore::new(limits.max_connections as usize))),
+        front,
+        router,
+        conn,
+        shutdown,
+        share: None,
+    };
+    if workers == 0 {
+        acceptor.accept(&bound.listener).await;
+        return Ok(());
+    }
+    // Each worker accepts from the same socket and serves what it accepted on its own
+    // thread: a connection never moves between threads, and no thread wakes another.
+    let listener = bound.listener.into_std()?;
+    let share = Arc::new(Share {
+        open: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+        changed: Notify::new(),
+    });
+    let mut done = Vec::with_capacity(workers);
+    for id in 1..=workers {
+        let (listener, mut acceptor) = (listener.try_clone()?, acceptor.clone());
+        acceptor.share = Some((Arc::clone(&share), id - 1));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        done.push(rx);
+        std::thread::Builder::new()
+            .name(format!("kep-worker-{id}"))
+            .spawn(move || {
+                WORKER.set(id);
+                runtime.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => acceptor.accept(&listener).await,
+                        Err(e) => tracing::error!(error = %e, "a worker could not listen"),
+                    }
+                    drop(tx);
+                });
+            })?;
+    }
+    for rx in done {
+        let _ = rx.await;
+    }
+    Ok(())
+}
+
+thread_local! {
+    static WORKER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Which of a listener's worker threads runs the caller (1, 2 …), or 0 outside them: what
+/// a connection to another server made on one worker is kept for (it is registered with
+/// that worker's runtime).
+pub fn worker() -> usize {
+    WORKER.get()
+}
+
+/// What a listener serves: its routes, optionally a [`Front`] that reads each connection
+/// first, and on how many threads.
+pub struct App {
+    pub router: Router,
+    pub front: Option<Arc<dyn Front>>,
+    /// Threads of the listener's own, each running its connections on a runtime of its
+    /// own, as nginx's worker processes do; 0: the connections are tasks of the caller's
+    /// runtime.
+    pub workers: usize,
+}
+
+impl From<Router> for App {
+    fn from(router: Router) -> App {
+        App {
+            router,
+            front: None,
+            workers: 0,
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
