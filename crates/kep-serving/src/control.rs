@@ -8,7 +8,6 @@ use kep_model_server::Engine;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::gateway::{EndpointRoute, RouteUpdate};
 use crate::runtime::probe::ProbeSpec;
 use crate::runtime::{self, DeploymentKey, Launch, RuntimeHandle};
 use crate::store::{self, DeploymentRow, EndpointRow, ImageRow, ModelRow, Store};
@@ -18,6 +17,7 @@ use kep_api::serving::{
     EndpointRequest, Event, Image, ImageRequest, Mirroring, Model, Probe, Quota, Resources,
     Traffic, TrafficRequest,
 };
+use kep_gateway::{EndpointRoute, RouteUpdate};
 
 pub const FRAMEWORKS: &[&str] = &["tensorflow", "pytorch", "onnx"];
 const DEFAULT_PORT: u16 = 8080;

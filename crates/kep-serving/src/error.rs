@@ -1,10 +1,9 @@
 //! The serving service's one error enum, mapped once onto the operator error shape
-//! `{"error": {"code", "message", "field"?}}`, which the gateway answers in too.
+//! `{"error": {"code", "message", "field"?}}` (the gateway's own enum answers in it too).
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kep_core::http::ApiError;
-use kep_core::limits::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServingError {
@@ -24,22 +23,9 @@ pub enum ServingError {
     QuotaExceeded(String),
     #[error("request body is over {0} bytes")]
     PayloadTooLarge(u64),
-    /// An endpoint call without the endpoint's API key.
-    #[error("no endpoint of this name accepts this API key")]
-    Unauthorized,
-    #[error("endpoint {0} has no ready instance")]
-    NoReadyInstance(String),
-    /// The instance could not be reached or broke off its answer.
-    #[error("{0}")]
-    BadGateway(String),
-    #[error("the instance did not answer within {0} s")]
-    GatewayTimeout(u64),
     /// A request body that could not be read.
     #[error("{0}")]
     BadRequest(String),
-    /// Over the endpoint's (or, without its key, the peer's) rate or calls in flight.
-    #[error(transparent)]
-    TooManyRequests(#[from] Refusal),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -73,7 +59,6 @@ impl From<ServingError> for ApiError {
                 return ApiError::invalid_field(field, message);
             }
             ServingError::Internal(e) => return ApiError::internal(format!("{e:#}")),
-            ServingError::TooManyRequests(refusal) => return ApiError::from(refusal),
             ServingError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ServingError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ServingError::SourceDeleted(_) => (StatusCode::CONFLICT, "source_deleted"),
@@ -81,12 +66,6 @@ impl From<ServingError> for ApiError {
             ServingError::PayloadTooLarge(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
             }
-            ServingError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            ServingError::NoReadyInstance(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "no_ready_instance")
-            }
-            ServingError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
-            ServingError::GatewayTimeout(_) => (StatusCode::GATEWAY_TIMEOUT, "gateway_timeout"),
             ServingError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_body"),
         };
         ApiError::new(status, code, message)
@@ -95,12 +74,6 @@ impl From<ServingError> for ApiError {
 
 impl IntoResponse for ServingError {
     fn into_response(self) -> Response {
-        let unauthorized = matches!(self, ServingError::Unauthorized);
-        let mut res = ApiError::from(self).into_response();
-        if unauthorized {
-            res.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        res
+        ApiError::from(self).into_response()
     }
 }

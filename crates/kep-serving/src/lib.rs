@@ -1,22 +1,20 @@
 //! Model serving (seed 001 part B, CONTRACT §3), in three parts that talk through typed
 //! channels: the control plane (management API, validation, the store), the runtime
-//! (instance processes, probes, restarts, states) and the gateway (routing, proxying).
+//! (instance processes, probes, restarts, states) and the gateway (routing, proxying; the
+//! `kep-gateway` crate), with the monitor reading all three for metrics and alerts.
 
 pub mod api;
 mod control;
 mod error;
-mod gateway;
 mod monitor;
 mod runtime;
 mod spec;
 mod store;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kep_core::limits::Limits;
 use kep_core::listener::App;
 use kep_core::retry::Backoff;
 use kep_core::service::{Context, ListenerSettings, Service};
@@ -25,7 +23,8 @@ use utoipa::OpenApi as _;
 
 pub use error::ServingError;
 pub use kep_api::serving::Resources;
-pub use monitor::meter::prometheus_buckets as latency_buckets_s;
+pub use kep_gateway::GatewaySettings;
+pub use kep_gateway::meter::prometheus_buckets as latency_buckets_s;
 pub use spec::{percentages, traffic_weights};
 pub use store::NewEvent;
 
@@ -120,56 +119,11 @@ impl Default for ServingSettings {
     }
 }
 
-/// `[gateway]` settings: the listener of endpoint calls (CONTRACT §0, §3).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct GatewaySettings {
-    pub addr: SocketAddr,
-    /// Base of the endpoint URLs handed out; the listener's own address when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub public_url: Option<String>,
-    /// Proxy body size: a larger request body is 413.
-    pub max_body_bytes: u64,
-    /// Client body buffer size: a larger body is spooled to disk.
-    pub body_buffer_bytes: u64,
-    pub connect_timeout_s: u64,
-    /// How long an instance may take to start answering.
-    pub upstream_timeout_s: u64,
-    /// How long an unused kept-alive connection to an instance stays open.
-    pub pool_idle_timeout_s: u64,
-    /// Whether calls are counted: off, the monitoring numbers of calls stay at zero and the
-    /// QPS and status alerts never fire.
-    pub metrics: bool,
-    /// Per endpoint (its API key), else per peer address.
-    #[serde(flatten)]
-    pub limits: Limits,
-}
-
-impl Default for GatewaySettings {
-    fn default() -> Self {
-        GatewaySettings {
-            addr: SocketAddr::from(([127, 0, 0, 1], 8804)),
-            public_url: None,
-            max_body_bytes: 20 * 1024 * 1024,
-            body_buffer_bytes: 10 * 1024 * 1024,
-            connect_timeout_s: 5,
-            upstream_timeout_s: 60,
-            pool_idle_timeout_s: 90,
-            metrics: true,
-            // Clients wait on slow models with their connections open.
-            limits: Limits {
-                max_connections: 2048,
-                ..Limits::default()
-            },
-        }
-    }
-}
-
 /// The running serving service; cheap to clone.
 #[derive(Clone)]
 pub struct ServingService {
     control: Arc<control::Control>,
-    gateway: Arc<gateway::Gateway>,
+    gateway: Arc<kep_gateway::Gateway>,
     monitor: Arc<monitor::Monitor>,
 }
 
@@ -199,7 +153,7 @@ impl Service for ServingService {
         if killed > 0 {
             tracing::info!(killed, "stopped instance processes left by a previous run");
         }
-        let (gateway, routes) = gateway::Gateway::start(&gateway, root.join("spool"));
+        let (gateway, routes) = kep_gateway::Gateway::start(&gateway, root.join("spool"));
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let (listeners, _) = tokio::sync::broadcast::channel(1024);
         ctx.spawn(runtime::record_events(

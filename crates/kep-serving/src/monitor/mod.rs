@@ -6,7 +6,6 @@
 pub mod alerts;
 mod delivery;
 mod gpu;
-pub mod meter;
 mod resources;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -25,7 +24,7 @@ use kep_api::serving::{
     Alert, AlertSettings, CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics,
     Latency, MirrorMetrics, Resources,
 };
-use meter::{CLASSES, LATENCY_BUCKETS, MeterKey, Meters, Reading};
+use kep_gateway::meter::{self, CLASSES, LATENCY_BUCKETS, MeterKey, Meters, Reading};
 use resources::{ProcessSampler, Usage};
 
 /// Latency percentiles cover this much of the recent past.

@@ -17,10 +17,11 @@ use rand::Rng as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::RouteUpdate;
 use crate::store::{NewEvent, Store};
 use instance::{InstanceTask, Report};
 use kep_api::serving::Instance;
+pub use kep_gateway::DeploymentKey;
+use kep_gateway::RouteUpdate;
 use probe::ProbeSpec;
 
 pub const PROGRESSING: &str = "Progressing";
@@ -45,12 +46,6 @@ pub struct RestartPolicy {
     pub reset_after: Duration,
     pub grace: Duration,
     pub drain: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeploymentKey {
-    pub endpoint: String,
-    pub deployment: String,
 }
 
 /// A deployment as the runtime sees it now.

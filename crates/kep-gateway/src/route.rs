@@ -10,7 +10,7 @@ use axum::http::HeaderValue;
 use axum::http::uri::Authority;
 
 use super::pool::InstancePool;
-use crate::monitor::meter::{Meter, Meters};
+use crate::meter::{Meter, Meters};
 
 /// An endpoint's settings as the control plane sends them.
 #[derive(Debug, Clone)]

@@ -28,7 +28,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::pool::{InstancePool, SendError};
 use super::{Gateway, authorized, bad_gateway, is_hop_by_hop, split_path};
-use crate::ServingError;
+use crate::GatewayError;
 
 /// As many headers as hyper reads; a head with more is handed over.
 const MAX_HEADERS: usize = 100;
@@ -189,7 +189,7 @@ impl Session {
             }
         };
         let Some(choice) = route.choose() else {
-            let e = ServingError::NoReadyInstance(call.endpoint.to_owned());
+            let e = GatewayError::NoReadyInstance(call.endpoint.to_owned());
             let res = self.gateway.metered(&route.meter, start, Err(e));
             return self.answer(res, call.close).await;
         };
@@ -209,7 +209,7 @@ impl Session {
             let exchange = exchange(&instance.pool, &self.out, &mut self.up, call.head_only);
             match tokio::time::timeout(self.gateway.timeout, exchange).await {
                 Err(_) => {
-                    failed = Some(ServingError::GatewayTimeout(self.gateway.timeout.as_secs()));
+                    failed = Some(GatewayError::GatewayTimeout(self.gateway.timeout.as_secs()));
                     break;
                 }
                 Ok(Ok(got)) => {
@@ -224,7 +224,7 @@ impl Session {
             }
         }
         let Some(((conn, answer), pool)) = answered else {
-            let e = failed.unwrap_or_else(|| ServingError::NoReadyInstance(call.endpoint.into()));
+            let e = failed.unwrap_or_else(|| GatewayError::NoReadyInstance(call.endpoint.into()));
             let res = self.gateway.metered(&backend.meter, start, Err(e));
             return self.answer(res, call.close).await;
         };
@@ -779,8 +779,8 @@ mod tests {
     use tokio::io::AsyncBufReadExt as _;
 
     use super::super::{EndpointRoute, RouteUpdate};
+    use crate::DeploymentKey;
     use crate::GatewaySettings;
-    use crate::runtime::DeploymentKey;
 
     /// An instance that answers by its path, over kept-alive connections: `/chunked`,
     /// `/until-close`, `/garbage`, `/drop` (closes unanswered), else 200 with the body and

@@ -1,10 +1,14 @@
-//! The inference gateway: `/endpoints/{endpoint}/{path…}` with the endpoint's API key,
-//! a weighted choice of deployment, round robin over its ready instances, mirroring, and
-//! proxying over kept-alive connections. It learns endpoints from the control plane and
-//! ready instances from the runtime, both through [`RouteUpdate`]s.
+//! The inference gateway, the data plane of model serving: `/endpoints/{endpoint}/{path…}`
+//! with the endpoint's API key, a weighted choice of deployment, round robin over its ready
+//! instances, mirroring, and proxying over kept-alive connections (an HTTP/1.1 fast path
+//! in front of hyper, [`h1`]). It learns endpoints from the control plane and ready
+//! instances from the runtime, both through [`RouteUpdate`]s, and counts calls in its
+//! [`meter::Meters`], which the monitor reads. It knows nothing of the management API.
 
 mod body;
+mod error;
 mod h1;
+pub mod meter;
 mod pool;
 mod route;
 
@@ -23,19 +27,71 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use kep_core::limits::{Key, Limiter, Peer};
+use kep_core::limits::{Key, Limiter, Limits, Peer};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::monitor::meter::{Meter, Meters};
-use crate::runtime::DeploymentKey;
-use crate::{GatewaySettings, ServingError};
-use body::{Held, Limits, ProxyBody};
+use crate::meter::{Meter, Meters};
+use body::{BodyLimits, Held, ProxyBody};
+pub use error::GatewayError;
 use pool::{InstancePool, PoolSettings, SendError};
 pub use route::EndpointRoute;
 use route::{Choice, Instance, Route, Table};
 
 /// Kept-alive connections per instance beyond this many idle ones are closed.
 const MAX_IDLE_PER_INSTANCE: usize = 1024;
+
+/// `[gateway]` settings: the listener of endpoint calls (CONTRACT §0, §3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GatewaySettings {
+    pub addr: SocketAddr,
+    /// Base of the endpoint URLs handed out; the listener's own address when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    /// Proxy body size: a larger request body is 413.
+    pub max_body_bytes: u64,
+    /// Client body buffer size: a larger body is spooled to disk.
+    pub body_buffer_bytes: u64,
+    pub connect_timeout_s: u64,
+    /// How long an instance may take to start answering.
+    pub upstream_timeout_s: u64,
+    /// How long an unused kept-alive connection to an instance stays open.
+    pub pool_idle_timeout_s: u64,
+    /// Whether calls are counted: off, the monitoring numbers of calls stay at zero and the
+    /// QPS and status alerts never fire.
+    pub metrics: bool,
+    /// Per endpoint (its API key), else per peer address.
+    #[serde(flatten)]
+    pub limits: Limits,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8804)),
+            public_url: None,
+            max_body_bytes: 20 * 1024 * 1024,
+            body_buffer_bytes: 10 * 1024 * 1024,
+            connect_timeout_s: 5,
+            upstream_timeout_s: 60,
+            pool_idle_timeout_s: 90,
+            metrics: true,
+            // Clients wait on slow models with their connections open.
+            limits: Limits {
+                max_connections: 2048,
+                ..Limits::default()
+            },
+        }
+    }
+}
+
+/// A deployment of an endpoint, as routes and meters name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeploymentKey {
+    pub endpoint: String,
+    pub deployment: String,
+}
 
 /// What the control plane and the runtime tell the gateway.
 #[derive(Debug)]
@@ -55,7 +111,7 @@ pub struct Gateway {
     /// gRPC endpoints' instances, over HTTP/2; HTTP/1.1 ones use each instance's pool.
     http2: Arc<Client<HttpConnector, ProxyBody>>,
     pools: PoolSettings,
-    limits: Limits,
+    limits: BodyLimits,
     timeout: Duration,
     spool: PathBuf,
     meters: Arc<Meters>,
@@ -90,7 +146,7 @@ impl Gateway {
                 max_idle: MAX_IDLE_PER_INSTANCE,
                 workers: workers(),
             },
-            limits: Limits {
+            limits: BodyLimits {
                 max_body: settings.max_body_bytes,
                 buffer: settings.body_buffer_bytes,
             },
@@ -194,7 +250,7 @@ impl Gateway {
         // The path is borrowed from a clone of the URI (a refcount), as `parts` moves on.
         let uri = parts.uri.clone();
         let Some((endpoint, rest)) = split_path(uri.path()) else {
-            return ServingError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
+            return GatewayError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
                 .into_response();
         };
         let table = self.table.load();
@@ -219,7 +275,7 @@ impl Gateway {
         let Some(route) = route else {
             let e = admitted
                 .err()
-                .map_or(ServingError::Unauthorized, ServingError::from);
+                .map_or(GatewayError::Unauthorized, GatewayError::from);
             return e.into_response();
         };
         let admission = match admitted {
@@ -227,10 +283,10 @@ impl Gateway {
             Err(refusal) => return self.metered(&route.meter, start, Err(refusal.into())),
         };
         if caller.is_none() {
-            return self.metered(&route.meter, start, Err(ServingError::Unauthorized));
+            return self.metered(&route.meter, start, Err(GatewayError::Unauthorized));
         }
         let Some(choice) = route.choose() else {
-            let e = ServingError::NoReadyInstance(endpoint.to_owned());
+            let e = GatewayError::NoReadyInstance(endpoint.to_owned());
             return self.metered(&route.meter, start, Err(e));
         };
         let _in_flight = self.metered.then(|| choice.primary.meter.enter());
@@ -245,7 +301,7 @@ impl Gateway {
         &self,
         meter: &Meter,
         start: Instant,
-        answer: Result<Response, ServingError>,
+        answer: Result<Response, GatewayError>,
     ) -> Response {
         let res = answer.unwrap_or_else(IntoResponse::into_response);
         if self.metered {
@@ -262,7 +318,7 @@ impl Gateway {
         parts: axum::http::request::Parts,
         body: Body,
         (endpoint, rest): (&str, &str),
-    ) -> Result<Response, ServingError> {
+    ) -> Result<Response, GatewayError> {
         let declared = parts
             .headers
             .get(header::CONTENT_LENGTH)
@@ -272,7 +328,7 @@ impl Gateway {
             Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
             None => PathAndQuery::try_from(rest),
         }
-        .map_err(|e| ServingError::BadRequest(format!("path: {e}")))?;
+        .map_err(|e| GatewayError::BadRequest(format!("path: {e}")))?;
         let mut headers = upstream_headers(parts.headers, &held);
         let upstream = |instance: &Instance| {
             if route.http2 {
@@ -339,7 +395,7 @@ impl Gateway {
                 held.body()?,
             );
             match tokio::time::timeout(self.timeout, upstream(instance).send(req)).await {
-                Err(_) => return Err(ServingError::GatewayTimeout(self.timeout.as_secs())),
+                Err(_) => return Err(GatewayError::GatewayTimeout(self.timeout.as_secs())),
                 Ok(Ok(res)) => return Ok(res),
                 Ok(Err(e)) if e.connect => last_error = Some(e),
                 Ok(Err(e)) => return Err(bad_gateway(&choice.primary.name, &e)),
@@ -347,7 +403,7 @@ impl Gateway {
         }
         Err(match last_error {
             Some(e) => bad_gateway(&choice.primary.name, &e),
-            None => ServingError::NoReadyInstance(endpoint.to_owned()),
+            None => GatewayError::NoReadyInstance(endpoint.to_owned()),
         })
     }
 }
@@ -492,8 +548,8 @@ where
     Response::from_parts(parts, Body::new(body))
 }
 
-fn bad_gateway(deployment: &str, e: &SendError) -> ServingError {
-    ServingError::BadGateway(format!(
+fn bad_gateway(deployment: &str, e: &SendError) -> GatewayError {
+    GatewayError::BadGateway(format!(
         "deployment {deployment}: the instance failed: {}",
         e.cause
     ))

@@ -9,7 +9,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::io::AsyncWriteExt as _;
 
-use crate::ServingError;
+use crate::GatewayError;
 
 pub type ProxyBody = BoxBody<Bytes, std::io::Error>;
 
@@ -22,7 +22,7 @@ pub enum Held {
     },
 }
 
-pub struct Limits {
+pub struct BodyLimits {
     pub max_body: u64,
     pub buffer: u64,
 }
@@ -32,11 +32,11 @@ impl Held {
     pub async fn read(
         body: axum::body::Body,
         declared: Option<u64>,
-        limits: &Limits,
+        limits: &BodyLimits,
         spool: &Path,
-    ) -> Result<Held, ServingError> {
+    ) -> Result<Held, GatewayError> {
         if declared.is_some_and(|n| n > limits.max_body) {
-            return Err(ServingError::PayloadTooLarge(limits.max_body));
+            return Err(GatewayError::PayloadTooLarge(limits.max_body));
         }
         if http_body::Body::is_end_stream(&body) || declared == Some(0) {
             return Ok(Held::Empty);
@@ -48,10 +48,10 @@ impl Held {
         use futures_util::StreamExt as _;
         while let Some(chunk) = stream.next().await {
             let chunk =
-                chunk.map_err(|e| ServingError::BadRequest(format!("reading the body: {e}")))?;
+                chunk.map_err(|e| GatewayError::BadRequest(format!("reading the body: {e}")))?;
             len += chunk.len() as u64;
             if len > limits.max_body {
-                return Err(ServingError::PayloadTooLarge(limits.max_body));
+                return Err(GatewayError::PayloadTooLarge(limits.max_body));
             }
             match &mut disk {
                 Some((_, file)) => file.write_all(&chunk).await?,
@@ -107,8 +107,8 @@ impl Held {
 mod tests {
     use super::*;
 
-    async fn hold(len: usize, declared: Option<u64>, dir: &Path) -> Result<Held, ServingError> {
-        let limits = Limits {
+    async fn hold(len: usize, declared: Option<u64>, dir: &Path) -> Result<Held, GatewayError> {
+        let limits = BodyLimits {
             max_body: 100,
             buffer: 40,
         };
@@ -138,12 +138,12 @@ mod tests {
         ));
         assert!(matches!(
             hold(101, None, dir.path()).await,
-            Err(ServingError::PayloadTooLarge(100))
+            Err(GatewayError::PayloadTooLarge(100))
         ));
         // A declared length over the limit is refused before anything is read.
         assert!(matches!(
             hold(10, Some(101), dir.path()).await,
-            Err(ServingError::PayloadTooLarge(100))
+            Err(GatewayError::PayloadTooLarge(100))
         ));
         // Spool files are gone once their bodies are.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
