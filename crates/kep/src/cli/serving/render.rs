@@ -3,6 +3,8 @@
 use kep_api::serving::Deployment;
 use kep_client::serving::{CallMetrics, EndpointMetrics, InstanceMetrics};
 
+use super::super::table;
+
 /// `blue: Progressing, 0/2 ready; blue-x52cy: Running, not ready, 1 restarts (…); …`
 pub(super) fn progress(d: &Deployment, wanted: u32) -> String {
     let ready = d.instances.iter().filter(|i| i.ready).count();
@@ -43,14 +45,10 @@ pub(super) fn render_monitor(m: &EndpointMetrics) -> String {
             out.push_str("  no instances\n");
             continue;
         }
-        let mut rows = vec![
-            [
-                "INSTANCE", "STATE", "READY", "RESTARTS", "CPU", "CPU%", "MEM MiB", "MEM%", "GPU%",
-            ]
-            .map(String::from),
+        let header = [
+            "INSTANCE", "STATE", "READY", "RESTARTS", "CPU", "CPU%", "MEM MiB", "MEM%", "GPU%",
         ];
-        rows.extend(d.instances.iter().map(instance_row));
-        out.push_str(&table(&rows));
+        out.push_str(&table(header, 3, d.instances.iter().map(instance_row)));
     }
     out
 }
@@ -93,30 +91,6 @@ fn instance_row(i: &InstanceMetrics) -> [String; 9] {
         or_dash(i.memory_percent, 1),
         or_dash(i.gpu_percent, 1),
     ]
-}
-
-/// Indented columns, text left-aligned and numbers (every column after the third) right.
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (col, (cell, w)) in row.iter().zip(widths).enumerate() {
-            if col < 3 {
-                line.push_str(&format!("  {cell:<w$}"));
-            } else {
-                line.push_str(&format!("  {cell:>w$}"));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]
