@@ -38,6 +38,29 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CLI's one table look, for any command that prints one: no borders, every column two
+/// spaces in, the first `text_columns` left-aligned and the rest (numbers) right-aligned, no
+/// trailing blanks, and never ANSI styling (the crate is built without its terminal feature).
+pub fn table<const N: usize>(
+    header: [&str; N],
+    text_columns: usize,
+    rows: impl IntoIterator<Item = [String; N]>,
+) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::NOTHING)
+        .set_header(header)
+        .add_rows(rows);
+    for (i, column) in t.column_iter_mut().enumerate() {
+        column.set_padding((2, 0));
+        if i >= text_columns {
+            column.set_cell_alignment(comfy_table::CellAlignment::Right);
+        }
+    }
+    let mut out = t.trim_fmt();
+    out.push('\n');
+    out
+}
+
 /// Options every CLI command group shares.
 #[derive(clap::Args, Clone)]
 pub struct Common {
