@@ -28,6 +28,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kep_core::limits::{Key, Limiter, Limits, Peer};
+use kep_core::listener::Front;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -61,6 +62,9 @@ pub struct GatewaySettings {
     /// Whether calls are counted: off, the monitoring numbers of calls stay at zero and the
     /// QPS and status alerts never fire.
     pub metrics: bool,
+    /// Plain HTTP/1.1 calls take the hand-written fast path ([`h1`]); off, hyper and the
+    /// router serve every call (to rule the fast path out when something looks wrong).
+    pub fast_path: bool,
     /// Per endpoint (its API key), else per peer address.
     #[serde(flatten)]
     pub limits: Limits,
@@ -77,6 +81,7 @@ impl Default for GatewaySettings {
             upstream_timeout_s: 60,
             pool_idle_timeout_s: 90,
             metrics: true,
+            fast_path: true,
             // Clients wait on slow models with their connections open.
             limits: Limits {
                 max_connections: 2048,
@@ -117,6 +122,8 @@ pub struct Gateway {
     meters: Arc<Meters>,
     /// Whether calls are counted (`gateway.metrics`).
     metered: bool,
+    /// Whether plain calls take the fast path (`gateway.fast_path`).
+    fast_path: bool,
     limiter: Limiter,
 }
 
@@ -154,6 +161,7 @@ impl Gateway {
             spool,
             meters: Arc::default(),
             metered: settings.metrics,
+            fast_path: settings.fast_path,
             limiter: Limiter::new(&settings.limits),
         });
         let (tx, rx) = mpsc::unbounded_channel();
@@ -233,7 +241,9 @@ impl Gateway {
             router: axum::Router::new()
                 .fallback(call)
                 .with_state(Arc::clone(self)),
-            front: Some(Arc::new(h1::GatewayFront(Arc::clone(self)))),
+            front: self
+                .fast_path
+                .then(|| Arc::new(h1::GatewayFront(Arc::clone(self))) as Arc<dyn Front>),
             workers: self.pools.workers,
         }
     }
@@ -456,6 +466,13 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
         .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
 }
 
+/// A header name with an underscore does not reach an instance, as nginx drops it
+/// (`underscores_in_headers off`): a backend that reads `_` as `-` (CGI's naming, WSGI's)
+/// would take `Content_Length` or `Transfer_Encoding` for the framing headers.
+fn underscored(name: &[u8]) -> bool {
+    name.contains(&b'_')
+}
+
 /// The caller's headers, less the hop-by-hop ones, `Host` and the API key (which is the
 /// platform's, not the instance's); the length of the body as held.
 fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
@@ -474,6 +491,14 @@ fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
     }
     for name in HOP_BY_HOP {
         headers.remove(*name);
+    }
+    let underscored: Vec<_> = headers
+        .keys()
+        .filter(|n| underscored(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for name in underscored {
+        headers.remove(name);
     }
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
@@ -542,6 +567,11 @@ where
     B::Error: Into<axum::BoxError>,
 {
     let (mut parts, body) = res.into_parts();
+    // Framed by its transfer coding, not by a length beside it (RFC 9112 §6.3): the caller
+    // gets the body framed once.
+    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
     for name in HOP_BY_HOP {
         parts.headers.remove(*name);
     }

@@ -41,6 +41,8 @@ pub(super) struct Answer {
     pub(super) framing: Framing,
     /// The instance keeps the connection open after it.
     pub(super) reusable: bool,
+    /// It named a transfer coding.
+    pub(super) coded: bool,
 }
 
 impl Answer {
@@ -103,11 +105,18 @@ impl Answer {
                     None => Framing::UntilClose,
                 }
             };
+            // Both a transfer coding and a length: the coding frames it (RFC 9112 §6.3), the
+            // length is not passed on, and a connection that sent something so ambiguous is
+            // not used again.
+            if coded && length.is_some() {
+                reusable = false;
+            }
             return Ok(Some(Answer {
                 head_len,
                 status,
                 framing,
                 reusable,
+                coded,
             }));
         }
     }
@@ -126,7 +135,8 @@ impl Answer {
             let name = h.name.as_bytes();
             let chunks =
                 name.eq_ignore_ascii_case(b"transfer-encoding") && self.framing == Framing::Chunked;
-            let dropped = !chunks && is_hop_by_hop(name);
+            let dropped = (!chunks && is_hop_by_hop(name))
+                || (self.coded && name.eq_ignore_ascii_case(b"content-length"));
             dated |= name.eq_ignore_ascii_case(b"date");
             if !dropped {
                 header_line(out, name, h.value);

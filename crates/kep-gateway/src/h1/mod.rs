@@ -14,6 +14,8 @@
 
 mod answer;
 mod chunks;
+#[cfg(test)]
+mod differential;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -40,7 +42,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::pool::{InstancePool, SendError};
-use super::{Gateway, authorized, bad_gateway, is_hop_by_hop, split_path};
+use super::{Gateway, authorized, bad_gateway, is_hop_by_hop, split_path, underscored};
 use crate::GatewayError;
 
 /// As many headers as hyper reads; a head with more is handed over.
@@ -50,6 +52,8 @@ const MAX_HEADERS: usize = 100;
 const FAST_BODY: u64 = 64 * 1024;
 /// The longest answer head an instance may send.
 const MAX_ANSWER_HEAD: usize = 64 * 1024;
+/// How HTTP/2's connection preface starts (RFC 9113 §3.4).
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
 /// Room kept free for each read.
 const READ_ROOM: usize = 16 * 1024;
 
@@ -71,6 +75,7 @@ impl Front for GatewayFront {
             buf: BytesMut::with_capacity(READ_ROOM),
             up: BytesMut::with_capacity(READ_ROOM),
             out: Vec::with_capacity(1024),
+            served: false,
         };
         Box::pin(session.run())
     }
@@ -87,6 +92,8 @@ struct Session {
     up: BytesMut,
     /// What goes out next, to the instance or to the caller.
     out: Vec<u8>,
+    /// Whether the connection has carried an HTTP/1.1 call.
+    served: bool,
 }
 
 /// What to do with the connection after a call.
@@ -104,6 +111,10 @@ enum Head {
     Closed,
     /// Not one for the fast path: hyper reads it (and answers a malformed one).
     Other,
+    /// HTTP/2's connection preface after HTTP/1.1 calls: a bad request, as nginx answers
+    /// it, not a switch of protocols mid-connection (only a connection's first bytes may
+    /// choose HTTP/2).
+    Preface,
 }
 
 impl Session {
@@ -113,10 +124,18 @@ impl Session {
                 Head::Complete(len) => len,
                 Head::Closed => return None,
                 Head::Other => return Some(self.handover(BytesMut::new())),
+                Head::Preface => {
+                    let refused = GatewayError::BadRequest(
+                        "an HTTP/2 preface on a connection that carried HTTP/1.1 calls".into(),
+                    );
+                    self.answer(axum::response::IntoResponse::into_response(refused), true)
+                        .await;
+                    return None;
+                }
             };
             let head = self.buf.split_to(len);
             match self.call(&head).await {
-                Next::KeepAlive if !self.limits.shutdown.is_cancelled() => {}
+                Next::KeepAlive if !self.limits.shutdown.is_cancelled() => self.served = true,
                 Next::KeepAlive | Next::Close => return None,
                 Next::Handover => return Some(self.handover(head)),
             }
@@ -145,6 +164,9 @@ impl Session {
                 match httparse::Request::new(&mut headers).parse(&self.buf) {
                     Ok(httparse::Status::Complete(len)) => return Head::Complete(len),
                     Ok(httparse::Status::Partial) if self.buf.len() < self.limits.max_head => {}
+                    Err(_) if self.served && self.buf.starts_with(H2_PREFACE_LINE) => {
+                        return Head::Preface;
+                    }
                     _ => return Head::Other,
                 }
             }

@@ -92,6 +92,7 @@ impl<'h> Call<'h> {
             let name = h.name.as_bytes();
             // `TE: trailers` is end to end (gRPC needs it).
             let dropped = DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
+                || underscored(name)
                 || (is_hop_by_hop(name)
                     && !(name.eq_ignore_ascii_case(b"te") && h.value == b"trailers"));
             if !dropped {

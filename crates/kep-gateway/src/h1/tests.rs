@@ -11,9 +11,9 @@ use crate::DeploymentKey;
 use crate::GatewaySettings;
 
 /// An instance that answers by its path, over kept-alive connections: `/chunked`,
-/// `/until-close`, `/garbage`, `/drop` (closes unanswered), else 200 with the body and
-/// the head it got. It counts the connections it accepted.
-async fn instance() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+/// `/both-framings` (a length and a transfer coding), `/until-close`, `/garbage`, `/drop`
+/// (closes unanswered), else 200 with the body and the head it got. It counts the connections it accepted.
+pub(super) async fn instance() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -47,6 +47,10 @@ async fn instance() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
                         "/chunked" => "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
                                        3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
                             .to_owned(),
+                        "/both-framings" => "HTTP/1.1 200 OK\r\ncontent-length: 99\r\n\
+                                             transfer-encoding: chunked\r\n\r\n\
+                                             3\r\nabc\r\n0\r\n\r\n"
+                            .to_owned(),
                         "/until-close" => "HTTP/1.1 200 OK\r\n\r\nall of it".to_owned(),
                         "/garbage" => "NOT HTTP\r\n\r\n".to_owned(),
                         "/drop" => return,
@@ -69,10 +73,15 @@ async fn instance() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
     (addr, accepted)
 }
 
-/// A gateway listener on port 0 with endpoint `e` (key `k`) on one instance.
-async fn gateway(instance: SocketAddr) -> SocketAddr {
+/// A gateway listener on port 0 with endpoint `e` (key `k`) on one instance, its fast path
+/// on or off.
+pub(super) async fn gateway(instance: SocketAddr, fast_path: bool) -> SocketAddr {
     let dir = tempfile::tempdir().unwrap();
-    let (gateway, routes) = Gateway::start(&GatewaySettings::default(), dir.keep());
+    let settings = GatewaySettings {
+        fast_path,
+        ..GatewaySettings::default()
+    };
+    let (gateway, routes) = Gateway::start(&settings, dir.keep());
     routes
         .send(RouteUpdate::Endpoint(EndpointRoute {
             name: "e".into(),
@@ -110,7 +119,7 @@ async fn gateway(instance: SocketAddr) -> SocketAddr {
 }
 
 /// Reads one answer (its head, and its body by its length, its chunks or to the end).
-async fn read_answer(tcp: &mut tokio::io::BufReader<TcpStream>) -> (String, String) {
+pub(super) async fn read_answer(tcp: &mut tokio::io::BufReader<TcpStream>) -> (String, String) {
     let mut head = String::new();
     loop {
         let mut line = String::new();
@@ -146,7 +155,7 @@ async fn read_answer(tcp: &mut tokio::io::BufReader<TcpStream>) -> (String, Stri
     (head, String::from_utf8(body).unwrap())
 }
 
-fn post(path: &str, key: &str, body: &str) -> String {
+pub(super) fn post(path: &str, key: &str, body: &str) -> String {
     format!(
         "POST /endpoints/e{path} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\n\
          content-length: {}\r\n\r\n{body}",
@@ -157,7 +166,7 @@ fn post(path: &str, key: &str, body: &str) -> String {
 #[tokio::test]
 async fn pipelined_calls_are_forwarded_in_order_over_one_instance_connection() {
     let (up, accepted) = instance().await;
-    let gw = gateway(up).await;
+    let gw = gateway(up, true).await;
     let mut tcp = tokio::io::BufReader::new(TcpStream::connect(gw).await.unwrap());
     let calls = format!("{}{}", post("/a?x=1", "k", "one"), post("/b", "k", "two"));
     tcp.get_mut().write_all(calls.as_bytes()).await.unwrap();
@@ -186,7 +195,7 @@ async fn pipelined_calls_are_forwarded_in_order_over_one_instance_connection() {
 #[tokio::test]
 async fn chunked_and_until_close_answers_are_passed_on_whole() {
     let (up, _) = instance().await;
-    let gw = gateway(up).await;
+    let gw = gateway(up, true).await;
     let mut tcp = tokio::io::BufReader::new(TcpStream::connect(gw).await.unwrap());
     tcp.get_mut()
         .write_all(post("/chunked", "k", "").as_bytes())
@@ -208,7 +217,7 @@ async fn chunked_and_until_close_answers_are_passed_on_whole() {
 #[tokio::test]
 async fn an_instance_that_breaks_off_is_a_502_and_the_connection_goes_on() {
     let (up, _) = instance().await;
-    let gw = gateway(up).await;
+    let gw = gateway(up, true).await;
     let mut tcp = tokio::io::BufReader::new(TcpStream::connect(gw).await.unwrap());
     for path in ["/garbage", "/drop"] {
         tcp.get_mut()
@@ -236,7 +245,7 @@ async fn an_instance_that_breaks_off_is_a_502_and_the_connection_goes_on() {
 #[tokio::test]
 async fn a_call_the_fast_path_does_not_take_is_answered_by_hyper_on_the_same_connection() {
     let (up, _) = instance().await;
-    let gw = gateway(up).await;
+    let gw = gateway(up, true).await;
     let mut tcp = tokio::io::BufReader::new(TcpStream::connect(gw).await.unwrap());
     tcp.get_mut()
         .write_all(post("/fast", "k", "1").as_bytes())
@@ -270,7 +279,7 @@ async fn a_call_the_fast_path_does_not_take_is_answered_by_hyper_on_the_same_con
 #[tokio::test]
 async fn a_head_call_gets_the_head_only_and_connection_close_ends_the_connection() {
     let (up, _) = instance().await;
-    let gw = gateway(up).await;
+    let gw = gateway(up, true).await;
     let mut tcp = tokio::io::BufReader::new(TcpStream::connect(gw).await.unwrap());
     let head_call = "HEAD /endpoints/e/h HTTP/1.1\r\nauthorization: Bearer k\r\n\r\n";
     tcp.get_mut().write_all(head_call.as_bytes()).await.unwrap();
