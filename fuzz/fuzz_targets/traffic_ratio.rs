@@ -7,8 +7,8 @@
 
 use std::collections::BTreeSet;
 
-use kep_fuzz::split_line;
 use kep_api::serving::TrafficRequest;
+use kep_fuzz::split_line;
 use kep_serving::{percentages, traffic_weights};
 use libfuzzer_sys::fuzz_target;
 

@@ -75,7 +75,10 @@ static ADAPTER: LazyLock<Adapter> = LazyLock::new(|| {
         ..AdapterSettings::default()
     };
     let service = runtime()
-        .block_on(AdapterService::start(settings, &context("http://127.0.0.1:8802")))
+        .block_on(AdapterService::start(
+            settings,
+            &context("http://127.0.0.1:8802"),
+        ))
         .expect("the adapter starts");
     let admin = service.admin_router();
     let org = setup_call(

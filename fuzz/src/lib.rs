@@ -150,17 +150,18 @@ pub mod messaging {
     use axum::body::Body;
     use axum::http::{Method, Request, StatusCode, header};
     use base64::Engine as _;
+    use kep_core::service::Service as _;
     use kep_messaging::{MessagingService, MessagingSettings};
     use serde_json::{Value, json};
 
-    use crate::{call, data_dir, runtime, setup_call};
+    use crate::{call, context, runtime, setup_call};
 
     /// The messaging router, and `Authorization: Bearer <token>` of a client's token.
     pub static MESSAGING: LazyLock<(Router, String)> = LazyLock::new(|| {
         let service = runtime()
             .block_on(MessagingService::start(
                 MessagingSettings::default(),
-                &data_dir(),
+                &context("http://127.0.0.1:8803"),
             ))
             .expect("the messaging service starts");
         let client = setup_call(
@@ -176,7 +177,7 @@ pub mod messaging {
             client["client_id"].as_str().expect("a client id"),
             client["client_secret"].as_str().expect("a client secret")
         ));
-        let router = service.router();
+        let router = service.app().router;
         let token = call(
             &router,
             Request::builder()

@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 use crate::meter::{Meter, Meters};
 use body::{BodyLimits, Held, ProxyBody};
 pub use error::GatewayError;
+pub use h1::parsers;
 use pool::{InstancePool, PoolSettings, SendError};
 pub use route::EndpointRoute;
 use route::{Choice, Instance, Route, Table};

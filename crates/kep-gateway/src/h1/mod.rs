@@ -16,6 +16,7 @@ mod answer;
 mod chunks;
 #[cfg(test)]
 mod differential;
+pub mod parsers;
 mod request;
 #[cfg(test)]
 mod tests;
