@@ -218,3 +218,6 @@ pub(crate) fn patch_fields(body: &Value) -> Result<(), ServingError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
