@@ -5,15 +5,13 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
+use futures_util::TryStreamExt as _;
 use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query, from_json};
 use serde::Deserialize;
 use serde_json::Value;
-use sha2::Digest as _;
-use tokio::io::AsyncWriteExt as _;
 use utoipa::{IntoParams, OpenApi};
 
-use crate::control::Control;
-use crate::store::ModelRow;
+use crate::control::{Control, validate};
 use crate::{ServingError, ServingService};
 use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
@@ -197,71 +195,28 @@ async fn upload_model(
     let bad = |e: &dyn std::fmt::Display| ServingError::BadRequest(format!("multipart: {e}"));
     let mut multipart =
         multipart.map_err(|e| ApiError::new(e.status(), "invalid_body", e.body_text()))?;
-    let control = control(&s);
-    let id = kep_core::secret::new_uuid();
-    let path = control.models_dir().join(&id);
-    let part_path = control.models_dir().join(format!("{id}.part"));
-    let (mut name, mut framework, mut file) = (None, None, None);
-    let result: std::result::Result<(), ServingError> = async {
-        while let Some(mut field) = multipart.next_field().await.map_err(|e| bad(&e))? {
+    let mut upload = control(&s).model_upload();
+    let (mut name, mut framework) = (None, None);
+    let read: std::result::Result<(), ServingError> = async {
+        while let Some(field) = multipart.next_field().await.map_err(|e| bad(&e))? {
             match field.name() {
                 Some("name") => name = Some(field.text().await.map_err(|e| bad(&e))?),
                 Some("framework") => framework = Some(field.text().await.map_err(|e| bad(&e))?),
-                Some("file") => {
-                    let mut out = tokio::fs::File::create(&part_path).await?;
-                    let (mut size, mut hash) = (0u64, sha2::Sha256::new());
-                    while let Some(chunk) = field.chunk().await.map_err(|e| bad(&e))? {
-                        size += chunk.len() as u64;
-                        if size > control.max_model_bytes() {
-                            return Err(ServingError::PayloadTooLarge(control.max_model_bytes()));
-                        }
-                        hash.update(&chunk);
-                        out.write_all(&chunk).await?;
-                    }
-                    out.sync_all().await?;
-                    file = Some((size, hex::encode(hash.finalize())));
-                }
+                Some("file") => upload.write_file(field.map_err(|e| bad(&e))).await?,
                 _ => {}
             }
         }
         Ok(())
     }
     .await;
-    let finish = async {
-        result?;
-        let name = name.ok_or_else(|| ServingError::field("name", "missing part `name`"))?;
-        let framework = framework
-            .ok_or_else(|| ServingError::field("framework", "missing part `framework`"))?;
-        let (size, sha256) =
-            file.ok_or_else(|| ServingError::field("file", "missing part `file`"))?;
-        if size == 0 {
-            return Err(ServingError::field("file", "the model file is empty"));
-        }
-        Control::check_model_fields(&name, &framework)?;
-        let (inputs, outputs) =
-            crate::control::inspect_model(part_path.clone(), &framework).await?;
-        tokio::fs::rename(&part_path, &path).await?;
-        control
-            .register_model(ModelRow {
-                id,
-                name,
-                framework,
-                path: path.to_string_lossy().into_owned(),
-                size: size as i64,
-                sha256,
-                created_at: jiff::Timestamp::now().as_second(),
-                inputs,
-                outputs,
-            })
-            .await
-    };
-    match finish.await {
-        Ok(model) => Ok((StatusCode::CREATED, Json(model))),
+    let model = match read {
+        Ok(()) => upload.finish(name, framework).await?,
         Err(e) => {
-            let _ = tokio::fs::remove_file(&part_path).await;
-            Err(e.into())
+            upload.discard().await;
+            return Err(e.into());
         }
-    }
+    };
+    Ok((StatusCode::CREATED, Json(model)))
 }
 
 #[utoipa::path(get, path = "/admin/v1/serving/models", responses((status = 200, body = Vec<Model>)), security(("operator" = [])))]
@@ -379,15 +334,7 @@ async fn patch_deployment(
     Path((e, d)): Path<(String, String)>,
     AdminJson(body): AdminJson<Value>,
 ) -> Result<Json<Deployment>> {
-    for fixed in ["name", "type", "instance_type", "instance_count"] {
-        if body.get(fixed).is_some() {
-            return Err(ServingError::field(
-                fixed,
-                format!("{fixed} cannot be changed after creation"),
-            )
-            .into());
-        }
-    }
+    validate::patch_fields(&body)?;
     let patch: DeploymentPatch = from_json(body)?;
     Ok(Json(control(&s).patch_deployment(&e, &d, patch).await?))
 }

@@ -1,0 +1,169 @@
+//! The files deployments run from, each checked when it is made rather than at an
+//! instance's first call: Cosmos scripts (inline or cloned with `git`), model layouts for
+//! real model servers, and model artifacts read by the engine that will run them.
+
+use std::path::{Path, PathBuf};
+
+use kep_model_server::Engine;
+
+use super::Control;
+use super::launch::{KEP_ENGINE, NATIVE, Native};
+use crate::ServingError;
+use crate::store::ModelRow;
+use kep_api::serving::DeploymentType;
+
+/// How long a repository clone may take.
+const CLONE_TIMEOUT_S: u64 = 120;
+
+impl Control {
+    /// The script file for a Cosmos deployment, checked: inline text is written under
+    /// `serving/scripts`; a repository URL is cloned there with `git` and its `serve.rhai`
+    /// is the script.
+    pub(super) async fn script_file(&self, source: &str) -> Result<String, ServingError> {
+        let dir = self.root.join("scripts").join(kep_core::secret::new_uuid());
+        tokio::fs::create_dir_all(&dir).await?;
+        let source = source.trim();
+        let is_repository = ["https://", "http://", "git://", "ssh://", "file://", "git@"]
+            .iter()
+            .any(|p| source.starts_with(p))
+            && !source.contains('\n');
+        let fetched = if is_repository {
+            clone_script(source, &dir.join("repository")).await
+        } else {
+            Ok(source.to_owned())
+        };
+        let checked =
+            fetched.and_then(|text| kep_model_server::cosmos::Script::compile(&text).map(|_| text));
+        match checked {
+            Ok(text) => {
+                let path = dir.join("serve.rhai");
+                tokio::fs::write(&path, text).await?;
+                Ok(path.to_string_lossy().into_owned())
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                Err(ServingError::field("script", e))
+            }
+        }
+    }
+
+    /// Lays the model out for the type's real server in a folder of its own and returns
+    /// the server's argv; the server must be on the PATH now.
+    pub(super) async fn native_layout(
+        &self,
+        kind: DeploymentType,
+        row: &ModelRow,
+    ) -> Result<Native, ServingError> {
+        use kep_model_server::native;
+        let program = match kind {
+            DeploymentType::Triton => native::TRITONSERVER,
+            DeploymentType::TensorflowServing => native::TENSORFLOW_MODEL_SERVER,
+            _ => {
+                return Err(ServingError::field(
+                    "env",
+                    format!(
+                        "{KEP_ENGINE}={NATIVE} is for triton and tensorflow-serving deployments"
+                    ),
+                ));
+            }
+        };
+        if native::on_path(program).is_none() {
+            return Err(ServingError::field(
+                "env",
+                format!("{KEP_ENGINE}={NATIVE}: there is no {program} on kep's PATH"),
+            ));
+        }
+        let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
+        let signature = (tensors(&row.inputs), tensors(&row.outputs));
+        // The folder's parent is the deployment's own, as a cloned script's is.
+        let dir = self
+            .root
+            .join("native")
+            .join(kep_core::secret::new_uuid())
+            .join("model");
+        let (name, model) = (row.name.clone(), PathBuf::from(&row.path));
+        let at = dir.clone();
+        let made = tokio::task::spawn_blocking(move || match kind {
+            DeploymentType::Triton => native::triton(&at, &name, &model, &signature)
+                .map_err(|e| ServingError::Internal(e.into())),
+            _ => native::tf_serving(&at, &name, &model, &signature)
+                .map_err(|e| ServingError::field("model", e)),
+        })
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?;
+        let dir = dir.to_string_lossy().into_owned();
+        match made {
+            Ok(argv) => Ok(Native { dir, argv }),
+            Err(e) => {
+                forget_workdir(&dir).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// `git clone` of a script repository into `into`, and its `serve.rhai`; the error is the
+/// script field's message.
+async fn clone_script(source: &str, into: &Path) -> Result<String, String> {
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(CLONE_TIMEOUT_S),
+        tokio::process::Command::new("git")
+            .args(["clone", "--depth", "1", "--quiet", "--", source])
+            .arg(into)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .output(),
+    )
+    .await;
+    match out {
+        Ok(Ok(o)) if o.status.success() => tokio::fs::read_to_string(into.join("serve.rhai"))
+            .await
+            .map_err(|e| format!("the repository has no serve.rhai at its root: {e}")),
+        Ok(Ok(o)) => Err(format!(
+            "git clone {source}: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Ok(Err(e)) => Err(format!("git clone {source}: {e}")),
+        Err(_) => Err(format!(
+            "git clone {source}: no answer within {CLONE_TIMEOUT_S} s"
+        )),
+    }
+}
+
+/// Removes the folder a script or a native layout was written in.
+pub(super) async fn forget_workdir(path: &str) {
+    if let Some(dir) = Path::new(path).parent() {
+        let _ = tokio::fs::remove_dir_all(dir).await;
+    }
+}
+
+/// Reads an uploaded artifact's inputs and outputs, as JSON; a file no engine can read as
+/// a model is refused at upload, and so is a frozen GraphDef of a framework other than
+/// TensorFlow (CONTRACT §3: other frameworks come as ONNX exports).
+pub(super) async fn inspect_model(
+    path: PathBuf,
+    framework: &str,
+) -> Result<(String, String), ServingError> {
+    let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?;
+    let ((inputs, outputs), format) =
+        read.map_err(|e| ServingError::field("file", e.to_string()))?;
+    if format == kep_model_server::model::Format::FrozenGraph && framework != "tensorflow" {
+        return Err(ServingError::field(
+            "file",
+            "a TensorFlow frozen GraphDef is for tensorflow models; other frameworks are uploaded as ONNX exports",
+        ));
+    }
+    let json = |t| serde_json::to_string(t).map_err(|e| ServingError::Internal(e.into()));
+    Ok((json(&inputs)?, json(&outputs)?))
+}
+
+/// Prepares the model as its instances will, in their engine: what the engine cannot run
+/// (an unsupported operator, or ONNX Runtime missing) is refused when the deployment is
+/// made, not at its first call.
+pub(super) async fn check_model(path: PathBuf, engine: Engine) -> Result<(), ServingError> {
+    tokio::task::spawn_blocking(move || kep_model_server::Model::load(&path, engine).map(drop))
+        .await
+        .map_err(|e| ServingError::Internal(e.into()))?
+        .map_err(|e| ServingError::field("model", e.to_string()))
+}

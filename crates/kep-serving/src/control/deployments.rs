@@ -1,0 +1,319 @@
+//! Deployments: what runs under an endpoint, made from an image or a model, edited in
+//! place (a change its instances see rolls them over) and deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use super::artifacts::{check_model, forget_workdir};
+use super::launch::{DeploymentSpec, ImageRef, ModelRef};
+use super::{Control, key, now_unix, parse_spec, rfc3339, validate};
+use crate::store::DeploymentRow;
+use crate::{ServingError, runtime, spec};
+use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};
+
+/// A custom image's port when the request gives none.
+const DEFAULT_PORT: u16 = 8080;
+
+impl Control {
+    /// Checks the request, resolves the image and model it names, and writes the files its
+    /// instances run from (a script, a model laid out for a real server).
+    async fn resolve(&self, req: DeploymentRequest) -> Result<DeploymentSpec, ServingError> {
+        validate::deployment(&req, &self.settings)?;
+        // The validator let an image through for custom images only, a model for the rest.
+        let image = match &req.image {
+            Some(name) => {
+                let row = self.store.image(name).await?.ok_or_else(|| {
+                    ServingError::field("image", format!("no image named {name}"))
+                })?;
+                Some(ImageRef {
+                    command: serde_json::from_str(&row.command)
+                        .map_err(|e| ServingError::Internal(e.into()))?,
+                    id: row.id,
+                    name: row.name,
+                })
+            }
+            None => None,
+        };
+        let mut native = None;
+        let model = match &req.model {
+            Some(name) => {
+                let row = self.store.model(name).await?.ok_or_else(|| {
+                    ServingError::field("model", format!("no model named {name}"))
+                })?;
+                validate::served_framework(req.kind, &row.framework)?;
+                match self.model_server.choice(&req.env)? {
+                    Some(engine) => check_model(PathBuf::from(&row.path), engine).await?,
+                    None => native = Some(self.native_layout(req.kind, &row).await?),
+                }
+                Some(ModelRef {
+                    id: row.id,
+                    name: row.name,
+                    framework: row.framework,
+                    path: row.path,
+                })
+            }
+            None => None,
+        };
+        let script_path = match &req.script {
+            Some(source) => Some(self.script_file(source).await?),
+            None => None,
+        };
+        Ok(DeploymentSpec {
+            description: req.description,
+            kind: req.kind,
+            image,
+            model,
+            script: req.script,
+            script_path,
+            native,
+            env: req.env,
+            port: req.port.unwrap_or(DEFAULT_PORT),
+            readiness: req.readiness,
+            liveness: req.liveness,
+        })
+    }
+
+    pub async fn create_deployment(
+        &self,
+        endpoint: &str,
+        req: DeploymentRequest,
+    ) -> Result<Deployment, ServingError> {
+        let name = req.name.clone();
+        let spec = self.resolve(req).await?;
+        let _guard = self.changes.lock().await;
+        let e = self.endpoint_row(endpoint).await?;
+        let existing = self.store.deployments(Some(endpoint)).await?;
+        if existing.iter().any(|d| d.name == name) {
+            return Err(ServingError::Conflict(format!(
+                "endpoint {endpoint} has a deployment named {name}"
+            )));
+        }
+        check_models(&existing, &spec)?;
+        self.check_quota(&e).await?;
+        let now = now_unix();
+        let row = DeploymentRow {
+            endpoint: endpoint.to_owned(),
+            name: name.clone(),
+            spec: serde_json::to_string(&spec).map_err(|e| ServingError::Internal(e.into()))?,
+            // A lone deployment gets all the traffic; a later one none until traffic is set.
+            weight: if existing.is_empty() { 100 } else { 0 },
+            created_at: now,
+            updated_at: now,
+        };
+        self.store.insert_deployment(&row).await?;
+        self.runtime.apply(
+            key(endpoint, &name),
+            self.launch(&spec, &e),
+            e.instance_count as u32,
+        );
+        self.publish_route(endpoint).await?;
+        drop(_guard);
+        self.deployment(endpoint, &name).await
+    }
+
+    pub(super) async fn deployment_row(
+        &self,
+        endpoint: &str,
+        name: &str,
+    ) -> Result<DeploymentRow, ServingError> {
+        if let Some(row) = self.store.deployment(endpoint, name).await? {
+            return Ok(row);
+        }
+        // Which of the two is missing.
+        self.endpoint_row(endpoint).await?;
+        Err(ServingError::NotFound(format!(
+            "endpoint {endpoint} has no deployment {name}"
+        )))
+    }
+
+    pub async fn deployment(&self, endpoint: &str, name: &str) -> Result<Deployment, ServingError> {
+        let row = self.deployment_row(endpoint, name).await?;
+        let live = self.live_sources().await?;
+        self.deployment_view(&row, &live).await
+    }
+
+    pub async fn deployments(&self, endpoint: &str) -> Result<Vec<Deployment>, ServingError> {
+        self.endpoint_row(endpoint).await?;
+        let live = self.live_sources().await?;
+        let mut out = Vec::new();
+        for row in self.store.deployments(Some(endpoint)).await? {
+            out.push(self.deployment_view(&row, &live).await?);
+        }
+        Ok(out)
+    }
+
+    /// The ids of the images and models not deleted.
+    async fn live_sources(&self) -> Result<BTreeSet<String>, ServingError> {
+        Ok(self.store.live_sources().await?.into_iter().collect())
+    }
+
+    async fn deployment_view(
+        &self,
+        row: &DeploymentRow,
+        live_sources: &BTreeSet<String>,
+    ) -> Result<Deployment, ServingError> {
+        let spec = parse_spec(row)?;
+        let status = self.runtime.status(key(&row.endpoint, &row.name)).await;
+        let source_deleted = spec
+            .image
+            .iter()
+            .map(|i| &i.id)
+            .chain(spec.model.iter().map(|m| &m.id))
+            .any(|id| !live_sources.contains(id));
+        Ok(Deployment {
+            endpoint: row.endpoint.clone(),
+            name: row.name.clone(),
+            description: spec.description,
+            kind: spec.kind,
+            image: spec.image.map(|i| i.name),
+            model: spec.model.map(|m| m.name),
+            script: spec.script,
+            env: spec.env,
+            port: spec.port,
+            readiness: spec.readiness,
+            liveness: spec.liveness,
+            state: status
+                .as_ref()
+                .map_or(runtime::PROGRESSING, |s| s.state)
+                .to_owned(),
+            weight: row.weight as u32,
+            source_deleted,
+            instances: status.map(|s| s.instances).unwrap_or_default(),
+            created_at: rfc3339(row.created_at),
+            updated_at: rfc3339(row.updated_at),
+        })
+    }
+
+    /// Edits the editable fields; a change its instances see rolls them over.
+    pub async fn patch_deployment(
+        &self,
+        endpoint: &str,
+        name: &str,
+        patch: DeploymentPatch,
+    ) -> Result<Deployment, ServingError> {
+        let _guard = self.changes.lock().await;
+        let e = self.endpoint_row(endpoint).await?;
+        let row = self.deployment_row(endpoint, name).await?;
+        let old = parse_spec(&row)?;
+        let live = self.live_sources().await?;
+        if let Some(gone) = old
+            .image
+            .as_ref()
+            .map(|i| ("image", &i.id, &i.name))
+            .into_iter()
+            .chain(old.model.as_ref().map(|m| ("model", &m.id, &m.name)))
+            .find(|(_, id, _)| !live.contains(*id))
+        {
+            return Err(ServingError::SourceDeleted(format!(
+                "the {} {} of deployment {name} has been deleted: register it again and create a new deployment",
+                gone.0, gone.2
+            )));
+        }
+        let mut new = self.resolve(edited(name, &old, patch)).await?;
+        // An unchanged script keeps the file its instances run (a repository is not cloned
+        // anew by an edit of something else).
+        if new.script == old.script && new.script_path != old.script_path {
+            if let Some(fresh) = new.script_path.take() {
+                forget_workdir(&fresh).await;
+            }
+            new.script_path = old.script_path.clone();
+        }
+        // So does an unchanged model served natively.
+        if let (Some(o), Some(n)) = (&old.native, &new.native)
+            && old.model.as_ref().map(|m| &m.id) == new.model.as_ref().map(|m| &m.id)
+        {
+            forget_workdir(&n.dir).await;
+            new.native = Some(o.clone());
+        }
+        // An unchanged image name keeps the command it was deployed with.
+        if let (Some(o), Some(n)) = (&old.image, &mut new.image)
+            && o.id == n.id
+        {
+            n.command = o.command.clone();
+        }
+        let others: Vec<DeploymentRow> = self
+            .store
+            .deployments(Some(endpoint))
+            .await?
+            .into_iter()
+            .filter(|d| d.name != name)
+            .collect();
+        check_models(&others, &new)?;
+        let json = serde_json::to_string(&new).map_err(|e| ServingError::Internal(e.into()))?;
+        self.store
+            .update_deployment(endpoint, name, &json, now_unix())
+            .await?;
+        if !old.same_launch(&new) {
+            self.runtime.apply(
+                key(endpoint, name),
+                self.launch(&new, &e),
+                e.instance_count as u32,
+            );
+        }
+        drop(_guard);
+        self.deployment(endpoint, name).await
+    }
+
+    pub async fn delete_deployment(&self, endpoint: &str, name: &str) -> Result<(), ServingError> {
+        let _guard = self.changes.lock().await;
+        let e = self.endpoint_row(endpoint).await?;
+        self.deployment_row(endpoint, name).await?;
+        if e.mirroring && e.responder.as_deref() == Some(name) {
+            return Err(ServingError::Conflict(format!(
+                "{name} answers the mirrored calls: turn mirroring off or choose another responder first"
+            )));
+        }
+        self.store.delete_deployment(endpoint, name).await?;
+        let rest = self.store.deployments(Some(endpoint)).await?;
+        if let [only] = rest.as_slice() {
+            self.store
+                .set_weights(endpoint, &BTreeMap::from([(only.name.clone(), 100)]))
+                .await?;
+        }
+        self.publish_route(endpoint).await?;
+        self.runtime.remove(key(endpoint, name)).await;
+        Ok(())
+    }
+}
+
+/// The request an edit makes of deployment `name`: the patch's fields over the stored ones.
+fn edited(name: &str, old: &DeploymentSpec, patch: DeploymentPatch) -> DeploymentRequest {
+    DeploymentRequest {
+        name: name.to_owned(),
+        description: patch.description.unwrap_or(old.description.clone()),
+        kind: old.kind,
+        image: patch.image.or(old.image.as_ref().map(|i| i.name.clone())),
+        model: patch.model.or(old.model.as_ref().map(|m| m.name.clone())),
+        script: patch.script.unwrap_or(old.script.clone()),
+        env: patch.env.unwrap_or(old.env.clone()),
+        port: patch
+            .port
+            .or((old.kind == DeploymentType::CustomImage).then_some(old.port)),
+        readiness: patch.readiness.unwrap_or(old.readiness.clone()),
+        liveness: patch.liveness.unwrap_or(old.liveness.clone()),
+    }
+}
+
+/// At most two models per endpoint, counting the one `spec` would bring.
+fn check_models(others: &[DeploymentRow], spec: &DeploymentSpec) -> Result<(), ServingError> {
+    let Some(model) = &spec.model else {
+        return Ok(());
+    };
+    let mut ids = BTreeSet::new();
+    for d in others {
+        if let Some(m) = parse_spec(d)?.model {
+            ids.insert(m.id);
+        }
+    }
+    ids.insert(model.id.clone());
+    if ids.len() > spec::MODELS_PER_ENDPOINT {
+        return Err(ServingError::field(
+            "model",
+            format!(
+                "an endpoint serves at most {} models",
+                spec::MODELS_PER_ENDPOINT
+            ),
+        ));
+    }
+    Ok(())
+}

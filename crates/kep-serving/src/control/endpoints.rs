@@ -1,0 +1,121 @@
+//! Endpoints: a name, an API key and an instance configuration the deployments under it
+//! share.
+
+use super::traffic::traffic_view;
+use super::{Control, key, now_unix, rfc3339, validate};
+use crate::ServingError;
+use kep_gateway::RouteUpdate;
+use crate::store::{self, DeploymentRow, EndpointRow};
+use kep_api::serving::{Endpoint, EndpointRequest, Mirroring};
+
+impl Control {
+    pub async fn create_endpoint(
+        &self,
+        req: EndpointRequest,
+    ) -> Result<(Endpoint, String), ServingError> {
+        let shape = validate::endpoint(&req, &self.settings)?;
+        let api_key = kep_core::secret::new_secret();
+        let row = EndpointRow {
+            name: req.name,
+            description: req.description,
+            instance_type: shape.instance_type,
+            instance_count: i64::from(shape.instance_count),
+            protocol: shape.protocol,
+            key_hash: kep_core::secret::sha256_hex(&api_key),
+            mirroring: false,
+            responder: None,
+            created_at: now_unix(),
+        };
+        let _guard = self.changes.lock().await;
+        match self.store.insert_endpoint(&row).await {
+            Err(e) if store::is_unique_violation(&e) => {
+                return Err(ServingError::Conflict(format!(
+                    "an endpoint named {} exists",
+                    row.name
+                )));
+            }
+            other => other?,
+        }
+        self.publish_route(&row.name).await?;
+        Ok((self.endpoint_view(&row, &[]), api_key))
+    }
+
+    pub(super) async fn endpoint_row(&self, name: &str) -> Result<EndpointRow, ServingError> {
+        self.store
+            .endpoint(name)
+            .await?
+            .ok_or_else(|| ServingError::NotFound(format!("no endpoint {name}")))
+    }
+
+    pub async fn endpoint(&self, name: &str) -> Result<Endpoint, ServingError> {
+        let row = self.endpoint_row(name).await?;
+        let deployments = self.store.deployments(Some(name)).await?;
+        Ok(self.endpoint_view(&row, &deployments))
+    }
+
+    pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ServingError> {
+        let all = self.store.deployments(None).await?;
+        Ok(self
+            .store
+            .endpoints()
+            .await?
+            .iter()
+            .map(|e| {
+                let ds: Vec<DeploymentRow> = all
+                    .iter()
+                    .filter(|d| d.endpoint == e.name)
+                    .cloned()
+                    .collect();
+                self.endpoint_view(e, &ds)
+            })
+            .collect())
+    }
+
+    /// Stops every deployment's instances, then forgets the endpoint.
+    pub async fn delete_endpoint(&self, name: &str) -> Result<(), ServingError> {
+        let _guard = self.changes.lock().await;
+        self.endpoint_row(name).await?;
+        let deployments = self.store.deployments(Some(name)).await?;
+        // Stopped side by side: each waits out its drain and grace periods.
+        futures_util::future::join_all(
+            deployments
+                .iter()
+                .map(|d| self.runtime.remove(key(name, &d.name))),
+        )
+        .await;
+        self.store.delete_endpoint(name).await?;
+        self.update_routes(RouteUpdate::EndpointRemoved(name.to_owned()))
+            .await;
+        Ok(())
+    }
+
+    /// A new API key; the old one stops working at once.
+    pub async fn reissue_key(&self, name: &str) -> Result<String, ServingError> {
+        let _guard = self.changes.lock().await;
+        self.endpoint_row(name).await?;
+        let api_key = kep_core::secret::new_secret();
+        self.store
+            .set_key_hash(name, &kep_core::secret::sha256_hex(&api_key))
+            .await?;
+        self.publish_route(name).await?;
+        Ok(api_key)
+    }
+
+    fn endpoint_view(&self, row: &EndpointRow, deployments: &[DeploymentRow]) -> Endpoint {
+        Endpoint {
+            name: row.name.clone(),
+            description: row.description.clone(),
+            url: format!("{}/endpoints/{}", self.gateway_url, row.name),
+            instance_type: row.instance_type.clone(),
+            instance_count: row.instance_count as u32,
+            protocol: row.protocol.clone(),
+            deployments: deployments.iter().map(|d| d.name.clone()).collect(),
+            traffic: traffic_view(deployments),
+            mirroring: Mirroring {
+                enabled: row.mirroring,
+                responder: row.responder.clone(),
+            },
+            created_at: rfc3339(row.created_at),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Images: the local stand-in for registered container images, a name and a command.
+
+use super::{Control, now_unix, rfc3339, validate};
+use crate::ServingError;
+use crate::store::{self, ImageRow};
+use kep_api::serving::{Image, ImageRequest};
+
+impl Control {
+    pub async fn create_image(&self, req: ImageRequest) -> Result<Image, ServingError> {
+        let command = validate::image(&req)?;
+        let row = ImageRow {
+            id: kep_core::secret::new_uuid(),
+            name: req.name,
+            command: serde_json::to_string(&command)
+                .map_err(|e| ServingError::Internal(e.into()))?,
+            created_at: now_unix(),
+        };
+        match self.store.insert_image(&row).await {
+            Err(e) if store::is_unique_violation(&e) => Err(ServingError::Conflict(format!(
+                "an image named {} exists",
+                row.name
+            ))),
+            Err(e) => Err(e.into()),
+            Ok(()) => Ok(image_view(&row)),
+        }
+    }
+
+    pub async fn images(&self) -> Result<Vec<Image>, ServingError> {
+        Ok(self.store.images().await?.iter().map(image_view).collect())
+    }
+
+    pub async fn image(&self, name: &str) -> Result<Image, ServingError> {
+        let row = self.store.image(name).await?;
+        row.as_ref()
+            .map(image_view)
+            .ok_or_else(|| ServingError::NotFound(format!("no image {name}")))
+    }
+
+    pub async fn delete_image(&self, name: &str) -> Result<(), ServingError> {
+        if !self.store.delete_image(name).await? {
+            return Err(ServingError::NotFound(format!("no image {name}")));
+        }
+        Ok(())
+    }
+}
+
+fn image_view(row: &ImageRow) -> Image {
+    Image {
+        name: row.name.clone(),
+        command: serde_json::from_str(&row.command).unwrap_or_default(),
+        created_at: rfc3339(row.created_at),
+    }
+}

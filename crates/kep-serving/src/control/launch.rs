@@ -1,0 +1,232 @@
+//! A deployment as stored, and what its instances run: the command, the variables and the
+//! probes the runtime is handed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use kep_model_server::Engine;
+use serde::{Deserialize, Serialize};
+
+use super::Control;
+use crate::runtime::Launch;
+use crate::runtime::probe::ProbeSpec;
+use crate::store::EndpointRow;
+use crate::{ServingError, ServingSettings};
+use kep_api::serving::{DeploymentType, Probe};
+
+/// A deployment as stored: the request resolved against the images and models it names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct DeploymentSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) description: Option<String>,
+    #[serde(rename = "type")]
+    pub(super) kind: DeploymentType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) image: Option<ImageRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) model: Option<ModelRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) script: Option<String>,
+    /// The script file instances run: the inline text written out, or `serve.rhai` of the
+    /// repository cloned at deploy time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) script_path: Option<String>,
+    /// The command of a real model server from the PATH (`KEP_ENGINE=native`), with the
+    /// model laid out for it under its own folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) native: Option<Native>,
+    pub(super) env: BTreeMap<String, String>,
+    pub(super) port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) readiness: Option<Probe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) liveness: Option<Probe>,
+}
+
+/// A real model server's command and the folder the model is laid out in for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Native {
+    pub(super) dir: String,
+    pub(super) argv: Vec<String>,
+}
+
+/// The image a deployment was made from, with its command as it was then (as a container
+/// runtime pins an image digest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct ImageRef {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) command: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct ModelRef {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) framework: String,
+    pub(super) path: String,
+}
+
+impl DeploymentSpec {
+    /// What its instances run; the description does not matter to them. Model types run
+    /// a model server (kep's own `model-server` subcommand) on the registered model, in
+    /// the deployment's engine, probed on the protocol's own health call.
+    fn launch(&self, server: &ModelServer, cpus: f64) -> Launch {
+        let served = |protocol: &str, model: &ModelRef| {
+            if let Some(native) = &self.native {
+                return Ok(native.argv.clone());
+            }
+            let mut argv = server.argv.clone();
+            argv.extend(
+                [
+                    "--protocol",
+                    protocol,
+                    "--name",
+                    &model.name,
+                    "--model",
+                    &model.path,
+                    "--engine",
+                    server.engine_of(&self.env).name(),
+                ]
+                .map(str::to_owned),
+            );
+            // One inference uses the CPUs its instance type gives it, as in a container.
+            argv.extend([
+                "--threads".to_owned(),
+                (cpus.ceil().max(1.0) as usize).to_string(),
+            ]);
+            Ok(argv)
+        };
+        let mut env = self.env.clone();
+        if self.model.is_some()
+            && let Some(lib) = &server.onnxruntime
+        {
+            env.entry(ORT_DYLIB_PATH.to_owned())
+                .or_insert_with(|| lib.to_string_lossy().into_owned());
+        }
+        let (command, readiness) = match (&self.kind, &self.image, &self.model) {
+            (DeploymentType::CustomImage, Some(image), _) => (
+                Ok(image.command.clone()),
+                self.readiness
+                    .as_ref()
+                    .map_or_else(ProbeSpec::tcp, ProbeSpec::from),
+            ),
+            (DeploymentType::TensorflowServing, _, Some(model)) => (
+                served("tfserving", model),
+                ProbeSpec::http(format!("/v1/models/{}", model.name)),
+            ),
+            (DeploymentType::Triton, _, Some(model)) => (
+                served("kserve", model),
+                ProbeSpec::http("/v2/health/ready".into()),
+            ),
+            (DeploymentType::Cosmos, _, Some(model)) if self.script_path.is_some() => (
+                served("cosmos", model).map(|mut argv| {
+                    argv.extend([
+                        "--script".to_owned(),
+                        self.script_path.clone().unwrap_or_default(),
+                    ]);
+                    argv
+                }),
+                ProbeSpec::http("/health".into()),
+            ),
+            (kind, ..) => (
+                Err(format!(
+                    "ModelServerUnavailable: this build has no model server for `{}` deployments",
+                    kind.as_str()
+                )),
+                ProbeSpec::tcp(),
+            ),
+        };
+        Launch {
+            command,
+            env,
+            readiness,
+            liveness: self.liveness.as_ref().map(ProbeSpec::from),
+        }
+    }
+
+    pub(super) fn same_launch(&self, other: &DeploymentSpec) -> bool {
+        DeploymentSpec {
+            description: None,
+            ..self.clone()
+        } == DeploymentSpec {
+            description: None,
+            ..other.clone()
+        }
+    }
+}
+
+/// A deployment variable that chooses what runs its model (`tract`, `onnxruntime` or
+/// `native`).
+pub(super) const KEP_ENGINE: &str = "KEP_ENGINE";
+/// The `KEP_ENGINE` value that runs the real `tritonserver` or `tensorflow_model_server`.
+pub(super) const NATIVE: &str = "native";
+/// Where a model server finds `libonnxruntime` (the variable `ort` reads).
+const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
+
+/// How model deployments' instances are started.
+pub(super) struct ModelServer {
+    /// `serving.model_server`, else this executable's `model-server` subcommand.
+    argv: Vec<String>,
+    /// `serving.engine`.
+    engine: Engine,
+    /// `serving.onnxruntime`.
+    onnxruntime: Option<PathBuf>,
+}
+
+impl ModelServer {
+    pub(super) fn new(settings: &ServingSettings) -> anyhow::Result<Self> {
+        // Deployments are checked in this process with the library their instances load.
+        #[cfg(feature = "onnxruntime")]
+        if let Some(lib) = &settings.onnxruntime {
+            kep_model_server::onnxruntime::use_library(lib.clone());
+        }
+        Ok(ModelServer {
+            argv: match &settings.model_server {
+                Some(argv) if !argv.is_empty() => argv.clone(),
+                _ => vec![
+                    std::env::current_exe()?.to_string_lossy().into_owned(),
+                    "model-server".to_owned(),
+                ],
+            },
+            engine: settings.engine,
+            onnxruntime: settings.onnxruntime.clone(),
+        })
+    }
+
+    /// A deployment's engine: its `KEP_ENGINE` variable (checked when it was made), else
+    /// the setting.
+    fn engine_of(&self, env: &BTreeMap<String, String>) -> Engine {
+        self.choice(env).ok().flatten().unwrap_or(self.engine)
+    }
+
+    /// What runs a model deployment's instances: `KEP_ENGINE=native` for the type's real
+    /// server from the PATH, else an engine of `kep model-server`.
+    pub(super) fn choice(
+        &self,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Option<Engine>, ServingError> {
+        match env.get(KEP_ENGINE).map(String::as_str) {
+            Some(NATIVE) => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ServingError::field(
+                    "env",
+                    format!("{KEP_ENGINE}: {v:?} is not tract, onnxruntime or {NATIVE}"),
+                )
+            }),
+            None => Ok(Some(self.engine)),
+        }
+    }
+}
+
+impl Control {
+    /// What a deployment's instances run, on its endpoint's instance type.
+    pub(super) fn launch(&self, spec: &DeploymentSpec, e: &EndpointRow) -> Launch {
+        let cpus = self
+            .settings
+            .instance_types
+            .get(&e.instance_type)
+            .map_or(1.0, |t| t.cpu);
+        spec.launch(&self.model_server, cpus)
+    }
+}

@@ -1,0 +1,109 @@
+//! The control plane: every management call's rules, the store, and what it tells the
+//! runtime (which instances to run) and the gateway (how to route an endpoint). One file
+//! per resource; the rules a request meets on its own are in `validate`, the files a
+//! deployment needs (scripts, model layouts, uploads' checks) in `artifacts`.
+
+mod artifacts;
+mod deployments;
+mod endpoints;
+mod images;
+mod launch;
+mod logs;
+mod models;
+mod quota;
+mod traffic;
+pub(crate) mod validate;
+
+use std::path::PathBuf;
+
+use tokio::sync::{Mutex, mpsc};
+
+use kep_gateway::RouteUpdate;
+use crate::runtime::{self, DeploymentKey, RuntimeHandle};
+use crate::store::{DeploymentRow, Store};
+use crate::{ServingError, ServingSettings};
+use launch::{DeploymentSpec, ModelServer};
+
+pub struct Control {
+    settings: ServingSettings,
+    store: Store,
+    runtime: RuntimeHandle,
+    routes: mpsc::UnboundedSender<RouteUpdate>,
+    root: PathBuf,
+    gateway_url: String,
+    model_server: ModelServer,
+    /// Changes are made one at a time, so names, model counts and quota hold across the
+    /// check and the write.
+    changes: Mutex<()>,
+}
+
+fn now_unix() -> i64 {
+    runtime::now_ms() / 1000
+}
+
+fn rfc3339(unix: i64) -> String {
+    jiff::Timestamp::from_second(unix).map_or_else(|_| unix.to_string(), |t| t.to_string())
+}
+
+fn parse_spec(row: &DeploymentRow) -> Result<DeploymentSpec, ServingError> {
+    serde_json::from_str(&row.spec).map_err(|e| ServingError::Internal(e.into()))
+}
+
+fn key(endpoint: &str, deployment: &str) -> DeploymentKey {
+    DeploymentKey {
+        endpoint: endpoint.to_owned(),
+        deployment: deployment.to_owned(),
+    }
+}
+
+impl Control {
+    pub fn new(
+        settings: ServingSettings,
+        store: Store,
+        runtime: RuntimeHandle,
+        routes: mpsc::UnboundedSender<RouteUpdate>,
+        root: PathBuf,
+        gateway_url: String,
+    ) -> anyhow::Result<Self> {
+        if !settings
+            .instance_types
+            .contains_key(&settings.default_instance_type)
+        {
+            anyhow::bail!(
+                "serving.default_instance_type {:?} is not one of serving.instance_types",
+                settings.default_instance_type
+            );
+        }
+        std::fs::create_dir_all(models::models_dir(&root))?;
+        Ok(Control {
+            model_server: ModelServer::new(&settings)?,
+            settings,
+            store,
+            runtime,
+            routes,
+            root,
+            gateway_url,
+            changes: Mutex::new(()),
+        })
+    }
+
+    /// At start: routes for every endpoint, instances for every deployment.
+    pub async fn resume(&self) -> Result<(), ServingError> {
+        for e in self.store.endpoints().await? {
+            self.publish_route(&e.name).await?;
+            for d in self.store.deployments(Some(&e.name)).await? {
+                let spec = parse_spec(&d)?;
+                self.runtime.apply(
+                    key(&e.name, &d.name),
+                    self.launch(&spec, &e),
+                    e.instance_count as u32,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn stop(&self) {
+        self.runtime.shutdown().await;
+    }
+}

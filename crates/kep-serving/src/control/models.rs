@@ -1,0 +1,161 @@
+//! Models: uploaded artifacts, checked by the engine and registered with their inputs and
+//! outputs.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use futures_util::{Stream, TryStreamExt as _};
+use sha2::Digest as _;
+use tokio::io::AsyncWriteExt as _;
+
+use super::artifacts::inspect_model;
+use super::{Control, now_unix, rfc3339, validate};
+use crate::ServingError;
+use crate::store::{self, ModelRow};
+use kep_api::serving::Model;
+
+/// Where uploaded artifacts are kept, one file per model named by its id.
+pub(super) fn models_dir(root: &Path) -> PathBuf {
+    root.join("models")
+}
+
+/// A model upload under way: the file is streamed to `{id}.part` in the models folder,
+/// counted and hashed as it comes, and becomes `{id}` when the model is registered. An
+/// upload that fails leaves no file behind.
+pub struct ModelUpload<'a> {
+    control: &'a Control,
+    id: String,
+    /// The file's size and SHA-256, once written.
+    file: Option<(u64, String)>,
+}
+
+impl Control {
+    pub fn model_upload(&self) -> ModelUpload<'_> {
+        ModelUpload {
+            control: self,
+            id: kep_core::secret::new_uuid(),
+            file: None,
+        }
+    }
+
+    pub async fn models(&self) -> Result<Vec<Model>, ServingError> {
+        Ok(self.store.models().await?.iter().map(model_view).collect())
+    }
+
+    pub async fn model(&self, name: &str) -> Result<Model, ServingError> {
+        let row = self.store.model(name).await?;
+        row.as_ref()
+            .map(model_view)
+            .ok_or_else(|| ServingError::NotFound(format!("no model {name}")))
+    }
+
+    pub async fn delete_model(&self, name: &str) -> Result<(), ServingError> {
+        if !self.store.delete_model(name).await? {
+            return Err(ServingError::NotFound(format!("no model {name}")));
+        }
+        Ok(())
+    }
+}
+
+impl ModelUpload<'_> {
+    fn part_path(&self) -> PathBuf {
+        models_dir(&self.control.root).join(format!("{}.part", self.id))
+    }
+
+    /// Writes the file; one over `serving.max_model_bytes` is refused as it arrives.
+    pub async fn write_file(
+        &mut self,
+        chunks: impl Stream<Item = Result<Bytes, ServingError>>,
+    ) -> Result<(), ServingError> {
+        let max = self.control.settings.max_model_bytes;
+        let mut chunks = std::pin::pin!(chunks);
+        let mut out = tokio::fs::File::create(self.part_path()).await?;
+        let (mut size, mut hash) = (0u64, sha2::Sha256::new());
+        while let Some(chunk) = chunks.try_next().await? {
+            size += chunk.len() as u64;
+            if size > max {
+                return Err(ServingError::PayloadTooLarge(max));
+            }
+            hash.update(&chunk);
+            out.write_all(&chunk).await?;
+        }
+        out.sync_all().await?;
+        self.file = Some((size, hex::encode(hash.finalize())));
+        Ok(())
+    }
+
+    /// Checks the upload's parts and its file, and registers the model.
+    pub async fn finish(
+        self,
+        name: Option<String>,
+        framework: Option<String>,
+    ) -> Result<Model, ServingError> {
+        let registered = self.register(name, framework).await;
+        if registered.is_err() {
+            self.discard().await;
+        }
+        registered
+    }
+
+    /// Removes what was written of an upload that went wrong.
+    pub async fn discard(&self) {
+        let _ = tokio::fs::remove_file(self.part_path()).await;
+    }
+
+    async fn register(
+        &self,
+        name: Option<String>,
+        framework: Option<String>,
+    ) -> Result<Model, ServingError> {
+        let name = name.ok_or_else(|| ServingError::field("name", "missing part `name`"))?;
+        let framework = framework
+            .ok_or_else(|| ServingError::field("framework", "missing part `framework`"))?;
+        let (size, sha256) = self
+            .file
+            .clone()
+            .ok_or_else(|| ServingError::field("file", "missing part `file`"))?;
+        if size == 0 {
+            return Err(ServingError::field("file", "the model file is empty"));
+        }
+        validate::model(&name, &framework)?;
+        let part = self.part_path();
+        let (inputs, outputs) = inspect_model(part.clone(), &framework).await?;
+        let path = models_dir(&self.control.root).join(&self.id);
+        tokio::fs::rename(&part, &path).await?;
+        let row = ModelRow {
+            id: self.id.clone(),
+            name,
+            framework,
+            path: path.to_string_lossy().into_owned(),
+            size: size as i64,
+            sha256,
+            created_at: now_unix(),
+            inputs,
+            outputs,
+        };
+        match self.control.store.insert_model(&row).await {
+            Err(e) if store::is_unique_violation(&e) => {
+                let _ = tokio::fs::remove_file(&row.path).await;
+                Err(ServingError::Conflict(format!(
+                    "a model named {} exists",
+                    row.name
+                )))
+            }
+            Err(e) => Err(e.into()),
+            Ok(()) => Ok(model_view(&row)),
+        }
+    }
+}
+
+fn model_view(row: &ModelRow) -> Model {
+    let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
+    Model {
+        name: row.name.clone(),
+        framework: row.framework.clone(),
+        size: row.size as u64,
+        sha256: row.sha256.clone(),
+        created_at: rfc3339(row.created_at),
+        inputs: tensors(&row.inputs),
+        outputs: tensors(&row.outputs),
+    }
+}

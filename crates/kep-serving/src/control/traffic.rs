@@ -1,0 +1,117 @@
+//! Traffic and mirroring: how an endpoint's calls are shared among its deployments, and
+//! the routes the gateway is told.
+
+use std::collections::BTreeMap;
+
+use super::Control;
+use kep_gateway::{EndpointRoute, RouteUpdate};
+use crate::store::DeploymentRow;
+use crate::{ServingError, spec};
+use kep_api::serving::{Mirroring, Traffic, TrafficRequest};
+
+impl Control {
+    pub async fn set_traffic(
+        &self,
+        endpoint: &str,
+        req: TrafficRequest,
+    ) -> Result<Traffic, ServingError> {
+        let _guard = self.changes.lock().await;
+        self.endpoint_row(endpoint).await?;
+        let rows = self.store.deployments(Some(endpoint)).await?;
+        let names: Vec<String> = rows.iter().map(|d| d.name.clone()).collect();
+        if names.is_empty() {
+            return Err(ServingError::Conflict(format!(
+                "endpoint {endpoint} has no deployment to send traffic to"
+            )));
+        }
+        let weights = spec::traffic_weights(&req, &names)?;
+        self.store.set_weights(endpoint, &weights).await?;
+        self.publish_route(endpoint).await?;
+        Ok(traffic_view(&self.store.deployments(Some(endpoint)).await?))
+    }
+
+    pub async fn set_mirroring(
+        &self,
+        endpoint: &str,
+        req: Mirroring,
+    ) -> Result<Mirroring, ServingError> {
+        let _guard = self.changes.lock().await;
+        self.endpoint_row(endpoint).await?;
+        if req.enabled {
+            let Some(responder) = &req.responder else {
+                return Err(ServingError::field(
+                    "responder",
+                    "with mirroring on, name the deployment that answers",
+                ));
+            };
+            let rows = self.store.deployments(Some(endpoint)).await?;
+            if !rows.iter().any(|d| &d.name == responder) {
+                return Err(ServingError::field(
+                    "responder",
+                    format!("endpoint {endpoint} has no deployment {responder}"),
+                ));
+            }
+        }
+        let responder = req.responder.as_deref().filter(|_| req.enabled);
+        self.store
+            .set_mirroring(endpoint, req.enabled, responder)
+            .await?;
+        self.publish_route(endpoint).await?;
+        Ok(Mirroring {
+            enabled: req.enabled,
+            responder: responder.map(str::to_owned),
+        })
+    }
+
+    /// Tells the gateway how the endpoint routes now.
+    pub(super) async fn publish_route(&self, name: &str) -> Result<(), ServingError> {
+        let row = self.endpoint_row(name).await?;
+        let deployments = self.store.deployments(Some(name)).await?;
+        let mut key_hash = [0u8; 32];
+        hex::decode_to_slice(&row.key_hash, &mut key_hash)
+            .map_err(|e| ServingError::Internal(e.into()))?;
+        self.update_routes(RouteUpdate::Endpoint(EndpointRoute {
+            name: row.name.clone(),
+            key_hash,
+            http2: row.protocol == "grpc",
+            deployments: effective_weights(&deployments),
+            responder: row.responder.clone().filter(|_| row.mirroring),
+        }))
+        .await;
+        Ok(())
+    }
+
+    /// Hands the gateway an update and waits until it is in effect, so that a key or a
+    /// split the API has answered for is the one the next call meets.
+    pub(super) async fn update_routes(&self, update: RouteUpdate) {
+        let (done, applied) = tokio::sync::oneshot::channel();
+        if self.routes.send(update).is_ok() && self.routes.send(RouteUpdate::Applied(done)).is_ok()
+        {
+            let _ = applied.await;
+        }
+    }
+}
+
+/// Weights as calls follow them: when every weight is 0 (the weighted deployment was
+/// deleted), the deployments share equally.
+fn effective_weights(rows: &[DeploymentRow]) -> Vec<(String, u32)> {
+    let unweighted = rows.iter().all(|d| d.weight == 0);
+    rows.iter()
+        .map(|d| {
+            let w = if unweighted { 1 } else { d.weight as u32 };
+            (d.name.clone(), w)
+        })
+        .collect()
+}
+
+pub(super) fn traffic_view(rows: &[DeploymentRow]) -> Traffic {
+    let weights: BTreeMap<String, u32> = rows
+        .iter()
+        .map(|d| (d.name.clone(), d.weight as u32))
+        .collect();
+    let effective: BTreeMap<String, u32> = effective_weights(rows).into_iter().collect();
+    Traffic {
+        weights,
+        percent: spec::percentages(&effective),
+    }
+}
