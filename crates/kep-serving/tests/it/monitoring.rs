@@ -2,17 +2,15 @@
 //! gateway, an instance answering 500, one killed, one burning CPU) and the alerts are
 //! received by a real HTTP server playing the team-messaging webhook.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode as AxumStatus;
-use common::*;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -5,11 +5,9 @@
 //! (no existence oracle), show none of B's data, and leave B's objects as they were, read
 //! back with B's credentials. The number of cases tried is printed (`--nocapture`).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Server, StopsGracefully, port0, serve, wait_available};
+use crate::common::{Server, StopsGracefully, port0, serve, wait_available};
 use kep_api::live::{ClientMessage, EventKind, ServerMessage, provision_value};
 use kep_client::ClientError;
 use kep_client::live::Participant;

@@ -17,8 +17,7 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use tokio_util::sync::CancellationToken;
 
-mod common;
-use common::{Server, StopsGracefully, port0};
+use crate::common::{Server, StopsGracefully, port0};
 
 const OPERATOR: &str = "crash-operator-token";
 const INSTANCES: usize = 2;
@@ -32,7 +31,7 @@ const FINAL: [&str; 3] = ["API_200", "API_510", "API_520"];
 /// `kep serve` on port 0 on `dir`; killed outright when dropped.
 fn start(dir: &Path) -> Server {
     let ttl = SESSION_TTL_S.to_string();
-    common::serve(
+    crate::common::serve(
         dir,
         &port0(),
         &[

@@ -1,7 +1,5 @@
 //! What the serving tests share: a real server on port 0 (admin and gateway listeners) and
 //! calls to it as a client makes them.
-#![allow(dead_code, reason = "each test binary uses its own part")]
-
 use std::time::{Duration, Instant};
 
 use kep_core::limits::Limits;
@@ -18,7 +16,7 @@ pub struct Server {
     pub gateway: String,
     pub http: reqwest::Client,
     pub service: ServingService,
-    pub dir: tempfile::TempDir,
+    pub _dir: tempfile::TempDir,
 }
 
 pub fn instance_script() -> String {
@@ -52,7 +50,7 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
         gateway: running.url("gateway"),
         http: reqwest::Client::new(),
         service,
-        dir,
+        _dir: dir,
     }
 }
 

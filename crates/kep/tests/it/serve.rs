@@ -1,13 +1,11 @@
 //! The real `kep` binary: `kep serve` on port 0, driven by curl-like calls and by the CLI.
 
-mod common;
-
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{KEP, Server, StopsGracefully, cli, http, port0, serve, wait_available};
+use crate::common::{KEP, Server, StopsGracefully, cli, http, port0, serve, wait_available};
 use serde_json::Value;
 
 /// A long-running CLI process (`kep live join`, `kep adapter agent`), read line by line.

@@ -1,11 +1,6 @@
 //! What the tests of the real `kep` binary share: `kep serve` on port 0, the CLI and plain
 //! HTTP calls to it.
 
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
-
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};

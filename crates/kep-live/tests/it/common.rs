@@ -1,10 +1,5 @@
 //! A real live service on port 0 (live and admin listeners), driven over HTTP and WebSocket.
 
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
-
 use std::time::Duration;
 
 use kep_api::live::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};

@@ -1,12 +1,10 @@
 //! Model serving end to end: a real server on port 0 (admin and gateway listeners), real
 //! instance processes (`tests/instance.py`), real probes, restarts and proxying.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use kep_serving::Resources;
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -1,0 +1,5 @@
+//! The serving service end to end on a real server: one test binary, a module per area.
+
+mod common;
+mod monitoring;
+mod serving;
