@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use kep_api::live::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
-use kep_client::AdminClient;
 use kep_client::live::{Closed, LiveClient, Participant};
+use kep_client::{AdminClient, ClientError};
 use kep_core::limits::Limits;
 use kep_core::platform::Platform;
 use kep_live::{LiveService, LiveSettings};
@@ -118,5 +118,21 @@ pub async fn expect_event(p: &mut Participant, kind: EventKind) -> (Option<Strin
 pub async fn expect_quiet(p: &mut Participant) {
     if let Ok(msg) = tokio::time::timeout(Duration::from_millis(200), p.next()).await {
         panic!("expected nothing, got {msg:?}");
+    }
+}
+
+/// The code of a JSON-RPC error.
+pub fn rpc_code(e: &ClientError) -> i64 {
+    match e {
+        ClientError::Rpc(e) => e.code,
+        other => panic!("expected a JSON-RPC error, got {other}"),
+    }
+}
+
+/// The data of a JSON-RPC error.
+pub fn rpc_data(e: &ClientError) -> serde_json::Value {
+    match e {
+        ClientError::Rpc(e) => e.data.clone().unwrap_or_default(),
+        other => panic!("expected a JSON-RPC error, got {other}"),
     }
 }
