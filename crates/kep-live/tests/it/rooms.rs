@@ -8,7 +8,7 @@ use kep_client::live::LiveClient;
 use kep_core::service::Service as _;
 use serde_json::{Value, json};
 
-use crate::common::{expect_event, expect_quiet, next, rpc_code, rpc_data, spawn};
+use crate::common::{eventually, expect_event, expect_quiet, next, rpc_code, rpc_data, spawn};
 
 #[tokio::test]
 async fn room_calls_need_a_live_token_of_their_own_service() {
@@ -77,7 +77,8 @@ async fn room_calls_need_a_live_token_of_their_own_service() {
         "p1 still there"
     );
 
-    // The token expires after its ttl (1 s here).
+    // The token expires after its ttl (1 s here). Deliberate: the ttl must have passed; the
+    // server compares the token's expiry with the clock at each call.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let e = client_a.list_rooms().await.unwrap_err();
     assert_eq!(rpc_code(&e), -11002);
@@ -279,13 +280,15 @@ async fn a_room_ends_with_its_last_participant() {
     assert_eq!(next(&mut b).await.unwrap_err().reason, "left");
     expect_event(&mut a, EventKind::ParticipantLeft).await;
     drop(a); // a dropped socket leaves at once (reconnect grace 0)
-    for _ in 0..50 {
-        if client.list_rooms().await.unwrap().is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the room outlived its last participant");
+    eventually(
+        Duration::from_secs(10),
+        "the room ends with its last participant",
+        async || match client.list_rooms().await.unwrap() {
+            rooms if rooms.is_empty() => Ok(()),
+            rooms => Err(format!("{rooms:?}")),
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -328,9 +331,11 @@ async fn a_dropped_participant_may_come_back_within_the_reconnect_grace() {
     let p = srv.join(&s, "room", "p").await;
     expect_event(&mut watcher, EventKind::ParticipantJoined).await;
     drop(p);
+    // Deliberate: a moment for the server to see the socket gone, well within the grace.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(count().await, 2, "still in the room during the grace");
     let _back = srv.join(&s, "room", "p").await;
+    // Deliberate: past the end of p's first grace, which must not remove the one who came back.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(count().await, 2, "the one who came back stays");
     expect_quiet(&mut watcher).await;
@@ -366,17 +371,22 @@ async fn an_empty_room_lingers_for_its_grace() {
             .is_empty()
     );
 
-    // A join within the grace keeps the room.
+    // A join within the grace keeps the room. Deliberate: b joins halfway through the grace,
+    // and the room is looked at past its end.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _b = srv.join(&s, "room", "b").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(client.list_rooms().await.unwrap(), ["room"]);
     drop(_b);
-    tokio::time::sleep(Duration::from_millis(1300)).await;
-    assert!(
-        client.list_rooms().await.unwrap().is_empty(),
-        "gone after the grace"
-    );
+    eventually(
+        Duration::from_secs(10),
+        "gone after the grace",
+        async || match client.list_rooms().await.unwrap() {
+            rooms if rooms.is_empty() => Ok(()),
+            rooms => Err(format!("{rooms:?}")),
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
