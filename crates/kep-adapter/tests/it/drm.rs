@@ -531,15 +531,19 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
     next_notice(&mut agent_srv).await;
     // The agent has the notice before the server has its 204: the last attempt is recorded
     // a moment later.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let statuses = loop {
-        let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
-        let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
-        if statuses.len() == 3 || std::time::Instant::now() > deadline {
-            break statuses;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let statuses = eventually(
+        Duration::from_secs(10),
+        "three attempts recorded",
+        async || {
+            let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
+            let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
+            match statuses.len() {
+                3 => Ok(statuses),
+                _ => Err(format!("{statuses:?}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(statuses, [Some(500), Some(500), Some(204)]);
 
     // An agent that is down: every attempt fails, each recorded with its error.
@@ -557,14 +561,18 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
         .await
         .unwrap()
         .session_id;
-    let mut attempts = Vec::new();
-    for _ in 0..100 {
-        attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
-        if attempts.len() == 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let attempts = eventually(
+        Duration::from_secs(10),
+        "four attempts recorded",
+        async || {
+            let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
+            match attempts.len() {
+                4 => Ok(attempts),
+                n => Err(format!("{n} attempts")),
+            }
+        },
+    )
+    .await;
     assert_eq!(attempts.len(), 4);
     assert!(
         attempts
@@ -599,6 +607,8 @@ async fn sessions_expire() {
     };
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
     next_notice(&mut agent_srv).await;
+    // Deliberate: the ttl (1 s) must have passed. A session past its expiry reads as expired
+    // at once, before the sweeper marks it.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(
         srv.admin.drm_session(&session).await.unwrap().status,

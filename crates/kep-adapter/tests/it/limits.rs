@@ -121,20 +121,22 @@ async fn an_org_may_have_only_so_many_calls_in_flight() {
         .unwrap();
     let (mut held, mut release) = held_upload(&srv, &a, &session);
     // Once the server streams it, another call of org a is refused.
-    let mut refused = None;
-    for _ in 0..600 {
-        // A call that came first took the one slot, and the upload was refused: hold another.
-        if held.is_finished() {
-            (held, release) = held_upload(&srv, &a, &session);
-        }
-        let answer = org_login_type(&srv, &a_id, &a.secret_key).await;
-        if answer.0 == 429 {
-            refused = Some(answer);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let refused = refused.expect("a second call in flight is refused");
+    let refused = eventually(
+        Duration::from_secs(30),
+        "a second call in flight is refused",
+        async || {
+            // A call that came first took the one slot, and the upload was refused: hold
+            // another.
+            if held.is_finished() {
+                (held, release) = held_upload(&srv, &a, &session);
+            }
+            match org_login_type(&srv, &a_id, &a.secret_key).await {
+                answer @ (429, ..) => Ok(answer),
+                (status, body, _) => Err(format!("{status} {body}")),
+            }
+        },
+    )
+    .await;
     assert_limited(&refused);
     assert!(
         refused.1["_message"]
@@ -170,13 +172,14 @@ async fn a_spent_rate_refills() {
         }
     }
     assert!(spent, "20 calls at once spend a burst of 3");
-    let mut refilled = false;
-    for _ in 0..600 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if org_login_type(&srv, &a_id, &a.secret_key).await.0 == 200 {
-            refilled = true;
-            break;
-        }
-    }
-    assert!(refilled, "the bucket refills");
+    // A refused call spends nothing, so asking often does not hold the refill back.
+    eventually(
+        Duration::from_secs(30),
+        "the bucket refills",
+        async || match org_login_type(&srv, &a_id, &a.secret_key).await {
+            (200, ..) => Ok(()),
+            (status, body, _) => Err(format!("{status} {body}")),
+        },
+    )
+    .await;
 }
