@@ -115,16 +115,20 @@ impl Server {
 
     /// The detail once the message left status 100.
     pub async fn settled(&self, token: &str, uid: &str) -> Value {
-        for _ in 0..200 {
-            let (_, v) = self
-                .get(token, &format!("/v2/info/message/search/detail/{uid}"))
-                .await;
-            if v["result"]["status_code"] != "API_100" {
-                return v["result"].clone();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("{uid} never settled");
+        let path = format!("/v2/info/message/search/detail/{uid}");
+        eventually(
+            Duration::from_secs(30),
+            &format!("{uid} settles"),
+            async || {
+                let (_, v) = self.get(token, &path).await;
+                if v["result"]["status_code"] == "API_100" {
+                    Err(v)
+                } else {
+                    Ok(v["result"].clone())
+                }
+            },
+        )
+        .await
     }
 }
 
@@ -138,4 +142,24 @@ pub fn rcs(cid: &str, phone: &str) -> Value {
         "ad_flag": "N", "sender_no": "0212345678", "fall_back_yn": false,
         "body": [{"title": "제목", "description": "본문", "button": [{"action": "open"}]}]
     })
+}
+
+/// Retries `check` every 20 ms until it is `Ok`, then returns what it gave; past `timeout`,
+/// panics with `what` and the last `Err`. For waiting until something has happened; a test
+/// that must see that nothing happens within a window sleeps through it instead.
+pub async fn eventually<T, E: std::fmt::Display>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }

@@ -115,20 +115,21 @@ async fn a_client_may_have_only_so_many_calls_in_flight() {
     let token = srv.token(&id, &secret).await;
     let (mut held, mut release) = held_send(&srv, &token);
     // Once the server has the held send, another call of the client is refused.
-    let mut refused = None;
-    for _ in 0..600 {
-        // A call that came first took the one slot, and the send was refused: hold another.
-        if held.is_finished() {
-            (held, release) = held_send(&srv, &token);
-        }
-        let answer = limited_get(&srv, &token, RESULTS).await;
-        if answer.0 == StatusCode::TOO_MANY_REQUESTS {
-            refused = Some(answer);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let refused = refused.expect("a second call in flight is refused");
+    let refused = eventually(
+        Duration::from_secs(30),
+        "a second call in flight is refused",
+        async || {
+            // A call that came first took the one slot, and the send was refused: hold another.
+            if held.is_finished() {
+                (held, release) = held_send(&srv, &token);
+            }
+            match limited_get(&srv, &token, RESULTS).await {
+                answer @ (StatusCode::TOO_MANY_REQUESTS, ..) => Ok(answer),
+                (status, _, body) => Err(format!("{status} {body}")),
+            }
+        },
+    )
+    .await;
     assert_limited(&refused);
     assert!(
         refused.2["result"]["detail_message"]
@@ -161,13 +162,14 @@ async fn a_clients_spent_rate_refills() {
         }
     }
     assert!(spent, "20 calls at once spend a burst of 2");
-    let mut refilled = false;
-    for _ in 0..600 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if limited_get(&srv, &token, RESULTS).await.0 == StatusCode::OK {
-            refilled = true;
-            break;
-        }
-    }
-    assert!(refilled, "the bucket refills");
+    // A refused call spends nothing, so asking often does not hold the refill back.
+    eventually(
+        Duration::from_secs(30),
+        "the bucket refills",
+        async || match limited_get(&srv, &token, RESULTS).await {
+            (StatusCode::OK, ..) => Ok(()),
+            (status, _, body) => Err(format!("{status} {body}")),
+        },
+    )
+    .await;
 }

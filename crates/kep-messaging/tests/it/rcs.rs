@@ -153,15 +153,20 @@ async fn rcs_falls_back_and_results_are_handed_out_in_groups() {
     for (body, status, rcs_status, fallback) in &cases {
         let (_, v) = srv.post(&token, "/v2/send/rcs", body).await;
         let uid = v["uid"].as_str().unwrap().to_owned();
-        let detail = loop {
-            let (_, d) = srv
-                .get(&token, &format!("/v2/info/rcs/search/detail/{uid}"))
-                .await;
-            if d["result"]["status"] != "API_100" {
-                break d["result"].clone();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let path = format!("/v2/info/rcs/search/detail/{uid}");
+        let detail = eventually(
+            Duration::from_secs(30),
+            &format!("{uid} settles"),
+            async || {
+                let (_, d) = srv.get(&token, &path).await;
+                if d["result"]["status"] == "API_100" {
+                    Err(d)
+                } else {
+                    Ok(d["result"].clone())
+                }
+            },
+        )
+        .await;
         assert_eq!(detail["status"], *status, "{body}");
         assert_eq!(detail["rcs_status"].as_str(), *rcs_status, "{body}");
         assert_eq!(detail["fallback_status"].as_str(), *fallback, "{body}");
@@ -182,7 +187,8 @@ async fn rcs_falls_back_and_results_are_handed_out_in_groups() {
     assert_eq!(none["results"], json!([]));
     assert!(none.get("report_group_id").is_none());
 
-    // Not completed within its lease: the results come back in a new group.
+    // Not completed within its lease: the results come back in a new group. Deliberate: the
+    // lease (1 s) must have passed, and asking before would hand out a group.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let (_, again) = srv.get(&token, "/v2/info/rcs/results").await;
     assert_eq!(again["results"].as_array().unwrap().len(), 4);

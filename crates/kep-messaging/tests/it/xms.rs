@@ -73,6 +73,7 @@ async fn an_xms_send_is_delivered_and_its_result_read_back() {
         (status, v["code"].as_str()),
         (StatusCode::BAD_REQUEST, Some("410"))
     );
+    // Deliberate: a moment in which a second hand-over would show; none may.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let outbox = srv.outbox().await;
     assert_eq!(outbox.as_array().unwrap().len(), 3, "nothing sent twice");
