@@ -2,12 +2,14 @@
 //! instance processes (`tests/instance.py`), real probes, restarts and proxying.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
 use kep_serving::Resources;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn a_custom_image_is_deployed_probed_and_called_with_its_key() {
@@ -233,14 +235,15 @@ async fn traffic_follows_the_weights_exactly_and_mirroring_answers_from_one() {
     let before = instance_calls(&s.http, blue_port).await;
     let seen = count(20).await;
     assert_eq!(seen.get("green"), Some(&20));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while instance_calls(&s.http, blue_port).await < before + 20 {
-        assert!(
-            Instant::now() < deadline,
-            "blue did not get every mirrored call"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "blue gets every mirrored call",
+        async || match instance_calls(&s.http, blue_port).await {
+            n if n >= before + 20 => Ok(()),
+            n => Err(format!("{} of 20", n - before)),
+        },
+    )
+    .await;
     let (status, v) = s.invoke("split", Some(&key), "/crash-if/blue").await;
     assert_eq!(
         (status, v["name"].as_str()),
@@ -267,18 +270,21 @@ async fn unready_instances_leave_rotation_and_dead_ones_restart() {
     let (a, b) = (&d["instances"][0], &d["instances"][1]);
     let (a_port, b_pid) = (a["port"].as_u64().unwrap(), b["pid"].as_u64().unwrap());
 
-    // Instance a stops being ready: calls keep flowing, all to b.
+    // Instance a stops being ready: calls keep flowing, all to b, until a is back.
+    let stop = CancellationToken::new();
     let flow = {
-        let (http, url, key) = (
+        let (http, url, key, stop) = (
             s.http.clone(),
             format!("{}/endpoints/pods/", s.gateway),
             key.clone(),
+            stop.clone(),
         );
         tokio::spawn(async move {
             let mut failures = 0;
-            for _ in 0..200 {
+            while !stop.is_cancelled() {
                 let res = http.get(&url).bearer_auth(&key).send().await.unwrap();
                 failures += usize::from(res.status() != StatusCode::OK);
+                // Deliberate: paced, so that the calls span the whole change.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             failures
@@ -309,6 +315,7 @@ async fn unready_instances_leave_rotation_and_dead_ones_restart() {
         .await
         .unwrap();
     s.available("pods", "app").await;
+    stop.cancel();
     assert_eq!(
         flow.await.unwrap(),
         0,
@@ -789,26 +796,41 @@ async fn an_edit_rolls_the_instances_over_without_failing_a_call() {
     s.image("echo").await;
     let key = s.endpoint("roll", 1).await;
     s.deploy("roll", custom("app", json!({"NAME": "v1"}))).await;
-    s.available("roll", "app").await;
+    let old = s.available("roll", "app").await["instances"][0]["pid"].clone();
+    // Calls flow until the roll-over is through, each answered by the name it reached.
+    let stop = CancellationToken::new();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let flow = {
-        let (http, url, key) = (
+        let (http, url, key, stop, seen) = (
             s.http.clone(),
             format!("{}/endpoints/roll/", s.gateway),
             key.clone(),
+            stop.clone(),
+            Arc::clone(&seen),
         );
         tokio::spawn(async move {
-            let mut seen = Vec::new();
-            for _ in 0..300 {
+            while !stop.is_cancelled() {
                 let res = http.get(&url).bearer_auth(&key).send().await.unwrap();
                 assert_eq!(res.status(), StatusCode::OK);
                 let v: Value = res.json().await.unwrap();
-                seen.push(v["name"].as_str().unwrap().to_owned());
+                seen.lock()
+                    .unwrap()
+                    .push(v["name"].as_str().unwrap().to_owned());
+                // Deliberate: paced, so that the calls span the whole roll-over.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            seen
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let calls = || seen.lock().unwrap().len();
+    eventually(
+        Duration::from_secs(30),
+        "a first call",
+        async || match calls() {
+            0 => Err("none yet"),
+            _ => Ok(()),
+        },
+    )
+    .await;
     let (status, v) = s
         .patch(
             "/endpoints/roll/deployments/app",
@@ -816,7 +838,25 @@ async fn an_edit_rolls_the_instances_over_without_failing_a_call() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{v}");
-    let seen = flow.await.unwrap();
+    // Once the old instance is gone, a call made after that reached the new one.
+    s.wait_for("roll", "app", "rolled over", |d| {
+        let instances = d["instances"].as_array().unwrap();
+        d["state"] == "Available" && instances.len() == 1 && instances[0]["pid"] != old
+    })
+    .await;
+    let before = calls();
+    eventually(
+        Duration::from_secs(30),
+        "a call since",
+        async || match calls() {
+            n if n > before + 1 => Ok(()),
+            n => Err(n),
+        },
+    )
+    .await;
+    stop.cancel();
+    flow.await.unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.first().map(String::as_str), Some("v1"));
     assert_eq!(seen.last().map(String::as_str), Some("v2"), "{seen:?}");
     let d = s.available("roll", "app").await;
@@ -858,7 +898,8 @@ async fn a_kept_alive_connection_the_instance_closed_is_replaced() {
     for _ in 0..3 {
         let (status, v) = s.invoke("idle", Some(&key), "/").await;
         assert_eq!(status, StatusCode::OK, "{v}");
-        // Long enough for the instance to close the connection kep keeps for the next call.
+        // Deliberate: long enough for the instance to close the connection kep keeps for the
+        // next call.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     s.service.stop().await;
