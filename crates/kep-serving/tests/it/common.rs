@@ -1,8 +1,6 @@
 //! What the serving tests share: a real server on port 0 (admin and gateway listeners) and
 //! calls to it as a client makes them.
-#![allow(dead_code, reason = "each test binary uses its own part")]
-
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kep_core::limits::Limits;
 use kep_core::platform::Platform;
@@ -18,7 +16,7 @@ pub struct Server {
     pub gateway: String,
     pub http: reqwest::Client,
     pub service: ServingService,
-    pub dir: tempfile::TempDir,
+    pub _dir: tempfile::TempDir,
 }
 
 pub fn instance_script() -> String {
@@ -52,7 +50,7 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
         gateway: running.url("gateway"),
         http: reqwest::Client::new(),
         service,
-        dir,
+        _dir: dir,
     }
 }
 
@@ -132,7 +130,7 @@ impl Server {
         v
     }
 
-    /// Polls the deployment until `done` holds, for up to 20 s.
+    /// Polls the deployment until `done` holds, for up to 30 s.
     pub async fn wait_for(
         &self,
         endpoint: &str,
@@ -140,17 +138,16 @@ impl Server {
         what: &str,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let d = self
-                .get(&format!("/endpoints/{endpoint}/deployments/{deployment}"))
-                .await;
-            if done(&d) {
-                return d;
-            }
-            assert!(Instant::now() < deadline, "{deployment} never {what}: {d}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let path = format!("/endpoints/{endpoint}/deployments/{deployment}");
+        eventually(
+            Duration::from_secs(30),
+            &format!("{deployment} {what}"),
+            async || {
+                let d = self.get(&path).await;
+                if done(&d) { Ok(d) } else { Err(d) }
+            },
+        )
+        .await
     }
 
     pub async fn available(&self, endpoint: &str, deployment: &str) -> Value {
@@ -215,4 +212,24 @@ pub fn made_models() -> tempfile::TempDir {
         String::from_utf8_lossy(&out.stderr)
     );
     dir
+}
+
+/// Retries `check` every 20 ms until it is `Ok`, then returns what it gave; past `timeout`,
+/// panics with `what` and the last `Err`. For waiting until something has happened; a test
+/// that must see that nothing happens within a window sleeps through it instead.
+pub async fn eventually<T, E: std::fmt::Display>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }

@@ -1,15 +1,15 @@
 //! Model serving end to end: a real server on port 0 (admin and gateway listeners), real
 //! instance processes (`tests/instance.py`), real probes, restarts and proxying.
 
-mod common;
-
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use kep_serving::Resources;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn a_custom_image_is_deployed_probed_and_called_with_its_key() {
@@ -235,14 +235,15 @@ async fn traffic_follows_the_weights_exactly_and_mirroring_answers_from_one() {
     let before = instance_calls(&s.http, blue_port).await;
     let seen = count(20).await;
     assert_eq!(seen.get("green"), Some(&20));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while instance_calls(&s.http, blue_port).await < before + 20 {
-        assert!(
-            Instant::now() < deadline,
-            "blue did not get every mirrored call"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        "blue gets every mirrored call",
+        async || match instance_calls(&s.http, blue_port).await {
+            n if n >= before + 20 => Ok(()),
+            n => Err(format!("{} of 20", n - before)),
+        },
+    )
+    .await;
     let (status, v) = s.invoke("split", Some(&key), "/crash-if/blue").await;
     assert_eq!(
         (status, v["name"].as_str()),
@@ -269,18 +270,21 @@ async fn unready_instances_leave_rotation_and_dead_ones_restart() {
     let (a, b) = (&d["instances"][0], &d["instances"][1]);
     let (a_port, b_pid) = (a["port"].as_u64().unwrap(), b["pid"].as_u64().unwrap());
 
-    // Instance a stops being ready: calls keep flowing, all to b.
+    // Instance a stops being ready: calls keep flowing, all to b, until a is back.
+    let stop = CancellationToken::new();
     let flow = {
-        let (http, url, key) = (
+        let (http, url, key, stop) = (
             s.http.clone(),
             format!("{}/endpoints/pods/", s.gateway),
             key.clone(),
+            stop.clone(),
         );
         tokio::spawn(async move {
             let mut failures = 0;
-            for _ in 0..200 {
+            while !stop.is_cancelled() {
                 let res = http.get(&url).bearer_auth(&key).send().await.unwrap();
                 failures += usize::from(res.status() != StatusCode::OK);
+                // Deliberate: paced, so that the calls span the whole change.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             failures
@@ -311,6 +315,7 @@ async fn unready_instances_leave_rotation_and_dead_ones_restart() {
         .await
         .unwrap();
     s.available("pods", "app").await;
+    stop.cancel();
     assert_eq!(
         flow.await.unwrap(),
         0,
@@ -791,26 +796,41 @@ async fn an_edit_rolls_the_instances_over_without_failing_a_call() {
     s.image("echo").await;
     let key = s.endpoint("roll", 1).await;
     s.deploy("roll", custom("app", json!({"NAME": "v1"}))).await;
-    s.available("roll", "app").await;
+    let old = s.available("roll", "app").await["instances"][0]["pid"].clone();
+    // Calls flow until the roll-over is through, each answered by the name it reached.
+    let stop = CancellationToken::new();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let flow = {
-        let (http, url, key) = (
+        let (http, url, key, stop, seen) = (
             s.http.clone(),
             format!("{}/endpoints/roll/", s.gateway),
             key.clone(),
+            stop.clone(),
+            Arc::clone(&seen),
         );
         tokio::spawn(async move {
-            let mut seen = Vec::new();
-            for _ in 0..300 {
+            while !stop.is_cancelled() {
                 let res = http.get(&url).bearer_auth(&key).send().await.unwrap();
                 assert_eq!(res.status(), StatusCode::OK);
                 let v: Value = res.json().await.unwrap();
-                seen.push(v["name"].as_str().unwrap().to_owned());
+                seen.lock()
+                    .unwrap()
+                    .push(v["name"].as_str().unwrap().to_owned());
+                // Deliberate: paced, so that the calls span the whole roll-over.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            seen
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let calls = || seen.lock().unwrap().len();
+    eventually(
+        Duration::from_secs(30),
+        "a first call",
+        async || match calls() {
+            0 => Err("none yet"),
+            _ => Ok(()),
+        },
+    )
+    .await;
     let (status, v) = s
         .patch(
             "/endpoints/roll/deployments/app",
@@ -818,7 +838,25 @@ async fn an_edit_rolls_the_instances_over_without_failing_a_call() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{v}");
-    let seen = flow.await.unwrap();
+    // Once the old instance is gone, a call made after that reached the new one.
+    s.wait_for("roll", "app", "rolled over", |d| {
+        let instances = d["instances"].as_array().unwrap();
+        d["state"] == "Available" && instances.len() == 1 && instances[0]["pid"] != old
+    })
+    .await;
+    let before = calls();
+    eventually(
+        Duration::from_secs(30),
+        "a call since",
+        async || match calls() {
+            n if n > before + 1 => Ok(()),
+            n => Err(n),
+        },
+    )
+    .await;
+    stop.cancel();
+    flow.await.unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.first().map(String::as_str), Some("v1"));
     assert_eq!(seen.last().map(String::as_str), Some("v2"), "{seen:?}");
     let d = s.available("roll", "app").await;
@@ -860,7 +898,8 @@ async fn a_kept_alive_connection_the_instance_closed_is_replaced() {
     for _ in 0..3 {
         let (status, v) = s.invoke("idle", Some(&key), "/").await;
         assert_eq!(status, StatusCode::OK, "{v}");
-        // Long enough for the instance to close the connection kep keeps for the next call.
+        // Deliberate: long enough for the instance to close the connection kep keeps for the
+        // next call.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     s.service.stop().await;
@@ -915,138 +954,4 @@ async fn a_management_query_that_does_not_parse_is_a_400_in_the_operator_shape()
         assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
         assert_eq!(v["error"]["code"], "invalid_query", "{path}: {v}");
     }
-}
-
-// ---- Limits ----
-
-/// `GET /endpoints/{endpoint}/` with `key`: (status, `Retry-After`, body).
-async fn limited(s: &Server, endpoint: &str, key: &str) -> (StatusCode, Option<u64>, Value) {
-    let res = s
-        .http
-        .get(format!("{}/endpoints/{endpoint}/", s.gateway))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    let retry_after = res
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().parse().unwrap());
-    (res.status(), retry_after, res.json().await.unwrap())
-}
-
-/// A 429 in the gateway's shape: `too_many_requests`, and `Retry-After`.
-fn assert_limited((status, retry_after, body): &(StatusCode, Option<u64>, Value)) {
-    assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "{body}");
-    assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
-    assert!(body["error"]["message"].is_string(), "{body}");
-    assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
-}
-
-#[tokio::test]
-async fn endpoint_calls_are_limited_per_endpoint_and_a_wrong_key_spends_only_its_peers_budget() {
-    // A burst of 3, then one call an hour: nothing refills while the test runs.
-    let s = spawn(|_, gateway| {
-        gateway.limits.rate_limit_per_s = 1.0 / 3600.0;
-        gateway.limits.rate_limit_burst = 3;
-    })
-    .await;
-    // No deployments: a call the limits let through is a 503.
-    let a = s.endpoint("ea", 1).await;
-    let b = s.endpoint("eb", 1).await;
-    // A wrong key counts against the caller's address: 3 refusals, then 429.
-    for _ in 0..3 {
-        assert_eq!(limited(&s, "ea", "wrong").await.0, StatusCode::UNAUTHORIZED);
-    }
-    assert_limited(&limited(&s, "ea", "wrong").await);
-    assert_limited(&limited(&s, "nope", "wrong").await);
-    // Endpoint ea's budget is whole: 3 calls pass, the fourth is refused; eb is untouched.
-    for _ in 0..3 {
-        let (status, _, body) = limited(&s, "ea", &a).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    }
-    assert_limited(&limited(&s, "ea", &a).await);
-    assert_eq!(
-        limited(&s, "eb", &b).await.0,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
-    s.service.stop().await;
-}
-
-/// A call of endpoint `held` whose body has not finished arriving, so it stays in flight
-/// until released.
-fn held_call(s: &Server, key: &str) -> kep_client::Held {
-    let call = s
-        .http
-        .post(format!("{}/endpoints/held/upload", s.gateway))
-        .bearer_auth(key);
-    kep_client::held(call, vec![1u8; 1000], vec![2u8; 1000])
-}
-
-#[tokio::test]
-async fn an_endpoint_may_have_only_so_many_calls_in_flight() {
-    let s = spawn(|_, gateway| gateway.limits.concurrency_limit = 1).await;
-    s.image("echo").await;
-    let key = s.endpoint("held", 1).await;
-    s.deploy("held", custom("app", json!({}))).await;
-    s.available("held", "app").await;
-    let (mut held, mut release) = held_call(&s, &key);
-    // Once the gateway has it, another call of the endpoint is refused.
-    let mut refused = None;
-    for _ in 0..600 {
-        // A call that came first took the one slot, and the held one was refused: hold another.
-        if held.is_finished() {
-            (held, release) = held_call(&s, &key);
-        }
-        let answer = limited(&s, "held", &key).await;
-        if answer.0 == StatusCode::TOO_MANY_REQUESTS {
-            refused = Some(answer);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let refused = refused.expect("a second call in flight is refused");
-    assert_limited(&refused);
-    assert!(
-        refused.2["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("in flight")
-    );
-    release.send(()).unwrap();
-    let res = held.await.unwrap().unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(res.json::<Value>().await.unwrap()["body_len"], 2000);
-    assert_eq!(limited(&s, "held", &key).await.0, StatusCode::OK);
-    s.service.stop().await;
-}
-
-#[tokio::test]
-async fn an_endpoints_spent_rate_refills() {
-    let s = spawn(|_, gateway| {
-        gateway.limits.rate_limit_per_s = 1.0;
-        gateway.limits.rate_limit_burst = 2;
-    })
-    .await;
-    let key = s.endpoint("ea", 1).await;
-    let mut spent = false;
-    for _ in 0..20 {
-        let answer = limited(&s, "ea", &key).await;
-        if answer.0 == StatusCode::TOO_MANY_REQUESTS {
-            assert_limited(&answer);
-            spent = true;
-            break;
-        }
-    }
-    assert!(spent, "20 calls at once spend a burst of 2");
-    let mut refilled = false;
-    for _ in 0..600 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if limited(&s, "ea", &key).await.0 == StatusCode::SERVICE_UNAVAILABLE {
-            refilled = true;
-            break;
-        }
-    }
-    assert!(refilled, "the bucket refills");
-    s.service.stop().await;
 }

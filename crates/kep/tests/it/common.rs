@@ -1,11 +1,6 @@
 //! What the tests of the real `kep` binary share: `kep serve` on port 0, the CLI and plain
 //! HTTP calls to it.
 
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
-
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -175,6 +170,82 @@ impl Drop for StopsGracefully {
         let deadline = Instant::now() + Duration::from_secs(15);
         while matches!(self.0.child.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A long-running CLI process (`kep live join`, `kep adapter agent`), read line by line.
+pub struct Joiner {
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Joiner {
+    pub fn start(srv: &Server, args: &[&str]) -> Self {
+        Self::command(srv, &[&["live", "join"], args].concat())
+    }
+
+    pub fn command(srv: &Server, args: &[&str]) -> Self {
+        let mut child = Command::new(KEP)
+            .args(args)
+            .env("KEP_DATA_DIR", &srv.data_dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Joiner { child, lines }
+    }
+
+    pub fn next(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line from the CLI within 30 s");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    pub fn exits(mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "kep live join did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Runs a CLI command expected to fail; its stderr.
+pub fn cli_fails(srv: &Server, args: &[&str]) -> String {
+    let out = Command::new(KEP)
+        .args(args)
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "kep {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Retries `check` every 20 ms until it is `Ok`, then returns what it gave; past `timeout`,
+/// panics with `what` and the last `Err`. For waiting until something has happened; a test
+/// that must see that nothing happens within a window sleeps through it instead.
+pub async fn eventually<T, E: std::fmt::Display>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
 }

@@ -1,0 +1,171 @@
+//! What the adapter tests share: a real server on port 0, a real agent (an HTTP server on
+//! port 0) that receives the notifications, and calls as the agent makes them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use kep_adapter::{AdapterService, AdapterSettings};
+use kep_api::adapter::{
+    AgentNotification, DataModel, LoginModel, OAuth2Login, OrgLoginTypeRequest, Synchronization,
+    UploadResult, UserModel,
+};
+use kep_client::{AdminClient, ClientError};
+use kep_core::limits::Limits;
+use kep_core::platform::Platform;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token";
+
+pub struct Server {
+    pub adapter_url: String,
+    pub admin: AdminClient,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
+    let mut settings = AdapterSettings {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        notify_backoff_ms: 50,
+        ..AdapterSettings::default()
+    };
+    configure(&mut settings);
+    let dir = tempfile::tempdir().unwrap();
+    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    platform.start::<AdapterService>(settings).await.unwrap();
+    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    Server {
+        adapter_url: running.url("adapter"),
+        admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
+        _dir: dir,
+    }
+}
+
+/// A test agent: records each notification; answers 500 to the first `failures` of them.
+pub struct Agent {
+    pub host: String,
+    pub notices: mpsc::UnboundedReceiver<(HeaderMap, AgentNotification)>,
+}
+
+pub async fn agent(failures: usize) -> Agent {
+    let (tx, notices) = mpsc::unbounded_channel();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/drm/notify",
+        axum::routing::post(
+            move |headers: HeaderMap, axum::Json(n): axum::Json<AgentNotification>| {
+                let tx = tx.clone();
+                let seen = seen.clone();
+                async move {
+                    if seen.fetch_add(1, Ordering::SeqCst) < failures {
+                        return StatusCode::INTERNAL_SERVER_ERROR;
+                    }
+                    tx.send((headers, n)).unwrap();
+                    StatusCode::NO_CONTENT
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Agent { host, notices }
+}
+
+pub fn oauth2_org(agent_host: &str) -> OrgLoginTypeRequest {
+    OrgLoginTypeRequest {
+        method: "OAUTH2".into(),
+        adapter_agent: agent_host.into(),
+        data_model: Some(DataModel {
+            user: Some(UserModel {
+                synchronization: Some(Synchronization {
+                    options: Some(vec!["name".into(), "email".into()]),
+                    active_options: None,
+                }),
+            }),
+            login: Some(LoginModel {
+                oauth2: Some(OAuth2Login {
+                    authorization_endpoint: "https://idp.example/authorize".into(),
+                    token_endpoint: "https://idp.example/token".into(),
+                    response_type: "code".into(),
+                    client_id: "kep".into(),
+                    client_secret: "s3cret".into(),
+                    scopes: vec!["openid".into(), "profile".into()],
+                }),
+                saml2: None,
+            }),
+        }),
+    }
+}
+
+pub fn api_status(e: &ClientError) -> (u16, Value) {
+    match e {
+        ClientError::Api { status, body } => {
+            (*status, serde_json::from_str(body).unwrap_or(Value::Null))
+        }
+        other => panic!("expected an HTTP error, got {other}"),
+    }
+}
+
+pub async fn next_notice(agent: &mut Agent) -> (HeaderMap, AgentNotification) {
+    tokio::time::timeout(Duration::from_secs(10), agent.notices.recv())
+        .await
+        .expect("a notification")
+        .unwrap()
+}
+
+pub fn result(result: &str) -> UploadResult {
+    UploadResult {
+        result: result.into(),
+        reason: "policy".into(),
+        extra: Some(json!({"client_ip": "10.0.0.1", "agent": "test"})),
+    }
+}
+
+/// Raw calls to check each header rule.
+pub async fn raw(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, Value, HeaderMap) {
+    let mut req = reqwest::Client::new().post(url);
+    if body.is_none() {
+        req = reqwest::Client::new().get(url);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_owned());
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    (status, res.json().await.unwrap_or(Value::Null), headers)
+}
+
+/// Retries `check` every 20 ms until it is `Ok`, then returns what it gave; past `timeout`,
+/// panics with `what` and the last `Err`. For waiting until something has happened; a test
+/// that must see that nothing happens within a window sleeps through it instead.
+pub async fn eventually<T, E: std::fmt::Display>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The live API end to end: JSON-RPC over HTTP and participants over real WebSockets.
+
+mod common;
+mod limits;
+mod operator;
+mod rooms;
+mod rpc;

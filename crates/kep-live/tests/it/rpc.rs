@@ -1,0 +1,344 @@
+//! Provision's two steps and the JSON-RPC envelope.
+
+use std::time::Duration;
+
+use axum::routing::post;
+use kep_api::live::{CreateServiceRequest, Scheme, provision_value};
+use kep_client::live::LiveClient;
+use serde_json::{Value, json};
+
+use crate::common::{rpc_code, rpc_data, spawn};
+
+#[tokio::test]
+async fn provision_issues_a_token_in_two_steps() {
+    let srv = spawn(|_| {}).await;
+    let secrets = srv.create_service("svc").await;
+    let client = LiveClient::new(&srv.live_url);
+
+    let (status, step1) = srv
+        .raw_rpc("application/json", None, r#"{"jsonrpc":"2.0","id":"1","method":"Provision","params":{"version":"2.0","serviceId":"svc","scheme":"internal"}}"#)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(step1["id"], "1");
+    assert_eq!(step1["error"]["code"], -11002);
+    assert_eq!(step1["error"]["message"], "Unauthorized");
+    let nonce = step1["error"]["data"]["nonce"].as_str().unwrap().to_owned();
+
+    // value = sha256hex(sha256hex("svc:<adminSecret>") + ":" + nonce); the helper is checked
+    // against sha256sum in its unit test.
+    let value = provision_value("svc", &secrets.admin_secret, &nonce);
+    let result = client
+        .provision_with("svc", Scheme::Internal, &nonce, &value)
+        .await
+        .unwrap();
+    assert_eq!(result.ttl, 3600);
+    assert_eq!(result.api, srv.live_url);
+    assert!(result.token.len() >= 22);
+    assert_eq!(result.uuid.len(), 36);
+
+    let rooms = LiveClient::new(&result.api)
+        .with_token(&result.token)
+        .list_rooms()
+        .await
+        .unwrap();
+    assert!(rooms.is_empty());
+
+    // The nonce was used up.
+    let again = client
+        .provision_with("svc", Scheme::Internal, &nonce, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&again), -11002);
+}
+
+#[tokio::test]
+async fn every_failed_step_2_answers_a_fresh_nonce() {
+    let srv = spawn(|_| {}).await;
+    let secrets = srv.create_service("svc").await;
+    srv.create_service("other").await;
+    let client = LiveClient::new(&srv.live_url);
+
+    let nonce = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    let wrong = client
+        .provision_with("svc", Scheme::Internal, &nonce, "0000")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&wrong), -11002);
+    let fresh = rpc_data(&wrong)["nonce"].as_str().unwrap().to_owned();
+    assert_ne!(fresh, nonce);
+
+    // The fresh nonce is good for a correct step 2.
+    let value = provision_value("svc", &secrets.admin_secret, &fresh);
+    client
+        .provision_with("svc", Scheme::Internal, &fresh, &value)
+        .await
+        .unwrap();
+
+    // Unknown nonce, unknown service, key that is not the serviceId, another service's nonce.
+    let value = provision_value("svc", &secrets.admin_secret, "made-up");
+    let e = client
+        .provision_with("svc", Scheme::Internal, "made-up", &value)
+        .await
+        .unwrap_err();
+    assert!(rpc_data(&e)["nonce"].is_string());
+    let n = client
+        .provision_nonce("nope", Scheme::Internal)
+        .await
+        .unwrap();
+    let e = client
+        .provision_with("nope", Scheme::Internal, &n, "x")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    assert!(rpc_data(&e)["nonce"].is_string());
+    let n = client
+        .provision_nonce("other", Scheme::Internal)
+        .await
+        .unwrap();
+    let value = provision_value("svc", &secrets.admin_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::Internal, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002, "a nonce issued for another service");
+
+    let n = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    let params = json!({"serviceId":"svc","scheme":"internal","auth":{"nonce":n,"key":"other","value":provision_value("svc", &secrets.admin_secret, &n)}});
+    let e = client
+        .call::<_, Value>(2, "Provision", params)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002, "auth.key must be the serviceId");
+
+    // The ordinary service secret is not the admin secret.
+    let n = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    let value = provision_value("svc", &secrets.service_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::Internal, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+
+    // `external` without a verifier configured.
+    let n = client
+        .provision_nonce("svc", Scheme::External)
+        .await
+        .unwrap();
+    let value = provision_value("svc", &secrets.admin_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::External, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+}
+
+#[tokio::test]
+async fn step_2_must_come_within_the_transaction_window() {
+    let srv = spawn(|s| s.provision_window_s = 1).await;
+    let secrets = srv.create_service("svc").await;
+    let client = LiveClient::new(&srv.live_url);
+    let n = client
+        .provision_nonce("svc", Scheme::Internal)
+        .await
+        .unwrap();
+    // Deliberate: the window (1 s) must have passed. A step 2 within it would succeed, so
+    // this cannot be polled for.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let value = provision_value("svc", &secrets.admin_secret, &n);
+    let e = client
+        .provision_with("svc", Scheme::Internal, &n, &value)
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    // Its fresh nonce opens a fresh window.
+    let fresh = rpc_data(&e)["nonce"].as_str().unwrap().to_owned();
+    let value = provision_value("svc", &secrets.admin_secret, &fresh);
+    client
+        .provision_with("svc", Scheme::Internal, &fresh, &value)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn provision_params_are_checked_first() {
+    let srv = spawn(|_| {}).await;
+    let client = LiveClient::new(&srv.live_url);
+    let cases = [
+        (json!({"scheme": "internal"}), "serviceId"),
+        (json!({"serviceId": "svc"}), "scheme"),
+        (json!({"serviceId": "svc", "scheme": "bogus"}), "scheme"),
+        (json!({"serviceId": 5, "scheme": "internal"}), "serviceId"),
+        (
+            json!({"serviceId": "svc", "scheme": "internal", "version": 2}),
+            "version",
+        ),
+        (
+            json!({"serviceId": "svc", "scheme": "internal", "auth": {"key": "svc", "value": "v"}}),
+            "auth.nonce",
+        ),
+        (json!({"serviceId": "", "scheme": "internal"}), "serviceId"),
+    ];
+    for (params, field) in cases {
+        let e = client
+            .call::<_, Value>(1, "Provision", params.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(rpc_code(&e), -32602, "{params}");
+        assert_eq!(rpc_data(&e)["field"], field, "{params}");
+    }
+}
+
+#[tokio::test]
+async fn external_scheme_asks_the_customers_verifier() {
+    let srv = spawn(|_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let verifier = axum::Router::new().route(
+        "/verify",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let tx = tx.clone();
+            async move {
+                let ok = body["value"] == "let-me-in";
+                tx.send(body).unwrap();
+                if ok {
+                    axum::http::StatusCode::NO_CONTENT
+                } else {
+                    axum::http::StatusCode::FORBIDDEN
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/verify", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, verifier).await });
+    srv.admin
+        .create_live_service(&CreateServiceRequest {
+            service_id: Some("ext".into()),
+            external_verifier_url: Some(url),
+        })
+        .await
+        .unwrap();
+
+    let client = LiveClient::new(&srv.live_url);
+    let n = client
+        .provision_nonce("ext", Scheme::External)
+        .await
+        .unwrap();
+    let e = client
+        .provision_with("ext", Scheme::External, &n, "wrong")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    assert_eq!(
+        rx.recv().await.unwrap(),
+        json!({"serviceId": "ext", "nonce": n, "value": "wrong"})
+    );
+
+    let n = rpc_data(&e)["nonce"].as_str().unwrap().to_owned();
+    let ok = client
+        .provision_with("ext", Scheme::External, &n, "let-me-in")
+        .await
+        .unwrap();
+    assert!(!ok.token.is_empty());
+
+    // Removing the verifier turns `external` off again.
+    srv.admin.set_live_verifier("ext", None).await.unwrap();
+    let n = client
+        .provision_nonce("ext", Scheme::External)
+        .await
+        .unwrap();
+    let e = client
+        .provision_with("ext", Scheme::External, &n, "let-me-in")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+}
+
+#[tokio::test]
+async fn envelope_errors_have_their_codes() {
+    let srv = spawn(|s| s.body_limit_bytes = 256).await;
+    let j = "application/json";
+    let cases: [(&str, i64); 8] = [
+        ("{not json", -32700),
+        (
+            r#"{"jsonrpc":"1.0","id":"1","method":"Room.ListRooms","params":{}}"#,
+            -32600,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"Room.ListRooms","params":{}}"#,
+            -32600,
+        ),
+        (r#"{"jsonrpc":"2.0","id":"1","params":{}}"#, -32600),
+        (
+            r#"[{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{}}]"#,
+            -32600,
+        ),
+        (r#""just a string""#, -32600),
+        (
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.Nope","params":{}}"#,
+            -32601,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListParticipants","params":[]}"#,
+            -32602,
+        ),
+    ];
+    for (body, code) in cases {
+        let (status, answer) = srv.raw_rpc(j, None, body).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+    }
+    // The id is echoed whatever its form.
+    let (_, answer) = srv
+        .raw_rpc(j, None, r#"{"jsonrpc":"2.0","id":7,"method":"Room.Nope"}"#)
+        .await;
+    assert_eq!(answer["id"], 7);
+
+    // Content-Type.
+    let (status, answer) = srv
+        .raw_rpc(
+            "text/plain",
+            None,
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms"}"#,
+        )
+        .await;
+    assert_eq!(status, 415);
+    assert_eq!(answer["error"]["code"], -32600);
+    let (status, _) = srv
+        .raw_rpc(
+            "application/json; charset=utf-8",
+            None,
+            r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms"}"#,
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    // The body limit: at it, and one over.
+    let base = r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{"version":""}}"#;
+    let pad = |n: usize| {
+        base.replace(
+            r#""version":"""#,
+            &format!(r#""version":"{}""#, "x".repeat(n)),
+        )
+    };
+    let at = pad(256 - base.len());
+    assert_eq!(at.len(), 256);
+    let (status, answer) = srv.raw_rpc(j, None, at).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_i64()),
+        (200, Some(-11002))
+    );
+    let over = pad(257 - base.len());
+    let (status, answer) = srv.raw_rpc(j, None, over).await;
+    assert_eq!(status, 413);
+    assert_eq!(answer["error"]["code"], -32600);
+}

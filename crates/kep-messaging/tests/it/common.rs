@@ -1,0 +1,165 @@
+//! What the messaging tests share: a real server on port 0 and calls to it as a client makes
+//! them.
+
+use std::time::Duration;
+
+use kep_core::limits::Limits;
+use kep_core::platform::Platform;
+use kep_messaging::{MessagingService, MessagingSettings};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token";
+
+pub struct Server {
+    pub url: String,
+    pub admin: String,
+    pub http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn spawn() -> Server {
+    spawn_with(|_| {}).await
+}
+
+pub async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
+    let mut settings = MessagingSettings {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        simulator_delay_ms: 20,
+        ..MessagingSettings::default()
+    };
+    configure(&mut settings);
+    let dir = tempfile::tempdir().unwrap();
+    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    platform.start::<MessagingService>(settings).await.unwrap();
+    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    Server {
+        url: running.url("messaging"),
+        admin: running.url("admin"),
+        http: reqwest::Client::new(),
+        _dir: dir,
+    }
+}
+
+impl Server {
+    pub async fn client(&self) -> (String, String) {
+        let res = self
+            .http
+            .post(format!("{}/admin/v1/messaging/clients", self.admin))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&json!({"name": "test"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::CREATED);
+        let v: Value = res.json().await.unwrap();
+        (
+            v["client_id"].as_str().unwrap().to_owned(),
+            v["client_secret"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub async fn token(&self, id: &str, secret: &str) -> String {
+        let res = self
+            .http
+            .post(format!("{}/v2/oauth/token", self.url))
+            .basic_auth(id, Some(secret))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.json::<Value>().await.unwrap()["access_token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    pub async fn post(&self, token: &str, path: &str, body: &Value) -> (StatusCode, Value) {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .header("accept", "*/*")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (res.status(), res.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        let res = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (res.status(), res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// What was handed to the carrier, newest first.
+    pub async fn outbox(&self) -> Value {
+        let res = self
+            .http
+            .get(format!("{}/admin/v1/messaging/outbox", self.admin))
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        res.json().await.unwrap()
+    }
+
+    /// The detail once the message left status 100.
+    pub async fn settled(&self, token: &str, uid: &str) -> Value {
+        let path = format!("/v2/info/message/search/detail/{uid}");
+        eventually(
+            Duration::from_secs(30),
+            &format!("{uid} settles"),
+            async || {
+                let (_, v) = self.get(token, &path).await;
+                if v["result"]["status_code"] == "API_100" {
+                    Err(v)
+                } else {
+                    Ok(v["result"].clone())
+                }
+            },
+        )
+        .await
+    }
+}
+
+pub fn sms(cid: &str, phone: &str) -> Value {
+    json!({"cid": cid, "message_type": "SM", "phone_number": phone, "message": "안녕하세요", "sender_no": "0212345678"})
+}
+
+pub fn rcs(cid: &str, phone: &str) -> Value {
+    json!({
+        "cid": cid, "message_type": "RCSLMS", "phone_number": phone, "template_code": "OO000000", "agency_id": "agency",
+        "ad_flag": "N", "sender_no": "0212345678", "fall_back_yn": false,
+        "body": [{"title": "제목", "description": "본문", "button": [{"action": "open"}]}]
+    })
+}
+
+/// Retries `check` every 20 ms until it is `Ok`, then returns what it gave; past `timeout`,
+/// panics with `what` and the last `Err`. For waiting until something has happened; a test
+/// that must see that nothing happens within a window sleeps through it instead.
+pub async fn eventually<T, E: std::fmt::Display>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(last) if std::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}

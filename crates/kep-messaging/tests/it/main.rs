@@ -1,0 +1,9 @@
+//! The messaging API end to end on a real server: tokens, XMS and RCS sends through the
+//! delivery pipeline, uploads, search and detail.
+
+mod common;
+mod limits;
+mod rcs;
+mod tokens;
+mod uploads;
+mod xms;

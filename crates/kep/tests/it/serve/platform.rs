@@ -1,0 +1,444 @@
+//! What spans every service: the logs, the operator API's limits, the listeners' timeouts
+//! and the documents.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{KEP, Server, http, port0, serve};
+
+/// Every kind of secret and token the services hand out or take, run through a server
+/// logging every request (`KEP_LOG=debug`): none of them may appear in what it wrote.
+#[test]
+fn secrets_and_tokens_never_reach_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("kep.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let operator = "operator-token-that-must-not-be-logged";
+    let mut child = Command::new(KEP)
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(port0())
+        .env("KEP_LOG", "debug")
+        .env("KEP_ADMIN_TOKEN", operator)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _stop = KillOnDrop(&mut child);
+    let addresses = dir.path().join("addresses.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !addresses.exists() {
+        assert!(Instant::now() < deadline, "kep serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let addrs: Value = serde_json::from_slice(&std::fs::read(&addresses).unwrap()).unwrap();
+    let url = |listener: &str| format!("http://{}", addrs[listener].as_str().unwrap());
+    let admin = |path: &str, body: &str| {
+        let (status, v) = http(
+            "POST",
+            &format!("{}{path}", url("admin")),
+            Some(operator),
+            Some(body),
+        );
+        assert!(status < 300, "{path}: {status} {v}");
+        v
+    };
+    let mut secrets = vec![operator.to_owned()];
+    let mut keep = |v: &Value, fields: &[&str]| {
+        for f in fields {
+            secrets.push(v[*f].as_str().unwrap().to_owned());
+        }
+    };
+
+    // Live: the service's secrets, then a provisioned room token used on a room call.
+    let svc = admin("/admin/v1/live/services", "{}");
+    keep(&svc, &["serviceSecret", "adminSecret"]);
+    let out = Command::new(KEP)
+        .args([
+            "live",
+            "provision",
+            "--service-id",
+            svc["serviceId"].as_str().unwrap(),
+            "--admin-secret",
+            svc["adminSecret"].as_str().unwrap(),
+        ])
+        .env("KEP_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    let provisioned: Value = serde_json::from_slice(&out.stdout).unwrap();
+    keep(&provisioned, &["token"]);
+    let rooms = reqwest::blocking::Client::new()
+        .post(format!("{}/api/rpc", url("live")))
+        .bearer_auth(provisioned["token"].as_str().unwrap())
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc": "2.0", "id": 1, "method": "Room.ListRooms", "params": {}}"#)
+        .send()
+        .unwrap();
+    let rooms: Value = rooms.json().unwrap();
+    assert_eq!(rooms["result"], serde_json::json!([]), "{rooms}");
+
+    // Adapter: an org's secret key on an agent call.
+    let org = admin(
+        "/admin/v1/adapter/org-login-types",
+        r#"{"method": "OAUTH2", "adapter_agent": "127.0.0.1:9"}"#,
+    );
+    keep(&org, &["secret_key"]);
+    let res = reqwest::blocking::Client::new()
+        .get(format!(
+            "{}/api/trust/login/v0/getOrgLoginType",
+            url("adapter")
+        ))
+        .header(
+            "Authorization",
+            format!("Secret {}", org["secret_key"].as_str().unwrap()),
+        )
+        .header("Kep-OrgLoginType", format!("ID {}", org["id"]))
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+
+    // Messaging: client credentials for a token, the token on a search.
+    let client = admin("/admin/v1/messaging/clients", "{}");
+    keep(&client, &["client_secret"]);
+    let token: Value = reqwest::blocking::Client::new()
+        .post(format!("{}/v2/oauth/token", url("messaging")))
+        .basic_auth(
+            client["client_id"].as_str().unwrap(),
+            client["client_secret"].as_str(),
+        )
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    keep(&token, &["access_token"]);
+    let res = reqwest::blocking::Client::new()
+        .post(format!("{}/v2/info/message/search", url("messaging")))
+        .bearer_auth(token["access_token"].as_str().unwrap())
+        .json(&serde_json::json!({}))
+        .send()
+        .unwrap();
+    assert_ne!(res.status(), 401);
+
+    // Serving: an endpoint's key on a call, and its reissue.
+    let endpoint = admin("/admin/v1/serving/endpoints", r#"{"name": "quiet"}"#);
+    keep(&endpoint, &["api_key"]);
+    let (status, _) = http(
+        "GET",
+        &format!("{}/v1/models/m", endpoint["url"].as_str().unwrap()),
+        endpoint["api_key"].as_str(),
+        None,
+    );
+    assert_eq!(status, 503, "no deployment yet");
+    let reissued = admin("/admin/v1/serving/endpoints/quiet/api-key", "{}");
+    keep(&reissued, &["api_key"]);
+
+    drop(_stop);
+    let written = std::fs::read_to_string(&log_path).unwrap();
+    // The requests were logged, so the check below has something to look at.
+    for path in [
+        "/admin/v1/live/services",
+        "/api/rpc",
+        "/v2/oauth/token",
+        "/endpoints/quiet",
+    ] {
+        assert!(
+            written.contains(path),
+            "{path} is not in the log:\n{written}"
+        );
+    }
+    for secret in &secrets {
+        assert!(
+            !written.contains(secret.as_str()),
+            "a secret reached the log: {secret}\n{written}"
+        );
+    }
+}
+
+/// An operator call with `token`: (status, `Retry-After`, body).
+fn operator_call(
+    srv: &Server,
+    token: &str,
+    body: reqwest::blocking::Body,
+) -> (u16, Option<u64>, Value) {
+    let res = reqwest::blocking::Client::new()
+        .post(format!("{}/admin/v1/live/services", srv.admin))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .unwrap();
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (
+        res.status().as_u16(),
+        retry_after,
+        res.json().unwrap_or(Value::Null),
+    )
+}
+
+/// A 429 in the operator shape, with `Retry-After`.
+fn assert_limited((status, retry_after, body): &(u16, Option<u64>, Value)) {
+    assert_eq!(*status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
+    assert!(body["error"]["message"].is_string(), "{body}");
+    assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
+}
+
+#[test]
+fn the_operator_api_is_limited_and_a_wrong_token_spends_only_its_peers_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // A burst of 3, then one call an hour: nothing refills while the test runs.
+    let srv = serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_ADMIN_TOKEN", "op"),
+            ("KEP_ADMIN_RATE_LIMIT_PER_S", "0.0003"),
+            ("KEP_ADMIN_RATE_LIMIT_BURST", "3"),
+        ],
+    );
+    // A wrong token counts against the caller's address: 3 refusals, then 429.
+    for _ in 0..3 {
+        assert_eq!(operator_call(&srv, "wrong", "{}".into()).0, 401);
+    }
+    assert_limited(&operator_call(&srv, "wrong", "{}".into()));
+    // The operator's budget is whole: 3 calls pass, the fourth is refused.
+    for _ in 0..3 {
+        let (status, _, body) = operator_call(&srv, "op", "{}".into());
+        assert_eq!(status, 201, "{body}");
+    }
+    assert_limited(&operator_call(&srv, "op", "{}".into()));
+    // What is not the operator API is not limited.
+    assert_eq!(
+        http("GET", &format!("{}/healthz", srv.admin), None, None).0,
+        200
+    );
+}
+
+/// An operator call whose body has not finished arriving, so it stays in flight until
+/// released.
+fn held_operator_call(srv: &Server) -> kep_client::Held {
+    let call = reqwest::Client::new()
+        .post(format!("{}/admin/v1/live/services", srv.admin))
+        .bearer_auth("op")
+        .header("content-type", "application/json");
+    kep_client::held(call, b"{".to_vec(), b"}".to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_may_have_only_so_many_calls_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_ADMIN_TOKEN", "op"),
+            ("KEP_ADMIN_CONCURRENCY_LIMIT", "1"),
+        ],
+    );
+    // The blocking client of the other tests, off the runtime's own threads.
+    let call = || tokio::task::block_in_place(|| operator_call(&srv, "op", "{}".into()));
+    let (mut held, mut release) = held_operator_call(&srv);
+    // Once the server has it, another call is refused.
+    let mut refused = None;
+    for _ in 0..600 {
+        // A call that came first took the one slot, and the held one was refused.
+        if held.is_finished() {
+            (held, release) = held_operator_call(&srv);
+        }
+        let answer = call();
+        if answer.0 == 429 {
+            refused = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = refused.expect("a second call in flight is refused");
+    assert_limited(&refused);
+    release.send(()).unwrap();
+    assert_eq!(held.await.unwrap().unwrap().status(), 201);
+    assert_eq!(call().0, 201);
+}
+
+#[test]
+fn every_listener_closes_a_connection_that_sends_no_request_in_time() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let listeners = ["admin", "live", "adapter", "messaging", "gateway"];
+    let env: Vec<(String, &str)> = listeners
+        .iter()
+        .map(|l| {
+            (
+                format!("KEP_{}_HEADER_READ_TIMEOUT_S", l.to_uppercase()),
+                "1",
+            )
+        })
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let srv = serve(dir.path(), &port0(), &env);
+    let addresses: Value =
+        serde_json::from_slice(&std::fs::read(srv.data_dir.join("addresses.json")).unwrap())
+            .unwrap();
+    for listener in listeners {
+        let addr = addresses[listener].as_str().unwrap();
+        // Half a request head, then nothing more (slowloris).
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .unwrap();
+        let mut rest = Vec::new();
+        // A reset also ends the connection; a read that times out fails the test.
+        if let Err(e) = tcp.read_to_end(&mut rest) {
+            assert_ne!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock,
+                "{listener}: still open"
+            );
+            assert_ne!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut,
+                "{listener}: still open"
+            );
+        }
+        // A complete request on a new connection is answered.
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 "), "{listener}: {answer}");
+    }
+}
+
+/// Kills a child process when dropped, so a failed test leaves nothing running.
+struct KillOnDrop<'a>(&'a mut Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What schema fuzzing (fuzz/schema.sh) met that the documents did not say: the operator
+/// API's 401 on every call and 400/413/415 on every JSON body, the message calls' 401 and
+/// their error bodies, the RCS results' POST, a JSON-RPC `id` of `null` and a Provision
+/// without a token, the adapter's header values.
+#[test]
+fn the_documents_describe_every_answer_the_schema_fuzzing_met() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[]);
+    let doc = |name: &str| {
+        let (status, doc) = http(
+            "GET",
+            &format!("{}/openapi/{name}.json", srv.admin),
+            None,
+            None,
+        );
+        assert_eq!(status, 200, "{name}");
+        doc
+    };
+    let operations = |doc: &Value| -> Vec<(String, String, Value)> {
+        let mut ops = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                ops.push((path.clone(), method.clone(), op.clone()));
+            }
+        }
+        ops
+    };
+
+    let admin = doc("admin");
+    let ops = operations(&admin);
+    assert!(ops.len() >= 40, "{} operator calls", ops.len());
+    for (path, method, op) in &ops {
+        let answers = &op["responses"];
+        assert!(answers["401"].is_object(), "{method} {path}: 401");
+        if op["requestBody"]["content"]["application/json"].is_object() {
+            for status in ["400", "413", "415"] {
+                assert!(answers[status].is_object(), "{method} {path}: {status}");
+            }
+        }
+        if op["parameters"].as_array().is_some_and(|p| !p.is_empty()) {
+            assert!(answers["400"].is_object(), "{method} {path}: 400");
+        }
+    }
+
+    let messaging = doc("messaging");
+    for (path, method, op) in operations(&messaging) {
+        if path == "/v2/oauth/token" {
+            continue;
+        }
+        let unauthorized = &op["responses"]["401"];
+        assert!(
+            unauthorized["content"]["application/json"]["schema"].is_object(),
+            "{method} {path}: 401 and its body"
+        );
+    }
+    assert!(messaging["paths"]["/v2/info/rcs/results"]["post"].is_object());
+
+    let live = doc("live");
+    let rpc = &live["paths"]["/api/rpc"]["post"];
+    assert!(
+        rpc["security"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!({})),
+        "Provision needs no token: {}",
+        rpc["security"]
+    );
+    let id_types = &live["components"]["schemas"]["RpcResponse"]["properties"]["id"]["type"];
+    assert!(
+        id_types
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("null")),
+        "{id_types}"
+    );
+
+    // Every call of every document may be over its listener's limits: 429, with
+    // `Retry-After` and the call's refusal shape.
+    for (name, doc) in [
+        ("admin", &admin),
+        ("live", &live),
+        ("messaging", &messaging),
+        ("adapter", &doc("adapter")),
+    ] {
+        for (path, method, op) in operations(doc) {
+            let limited = &op["responses"]["429"];
+            assert!(
+                limited["headers"]["Retry-After"].is_object(),
+                "{name}: {method} {path}: 429 and Retry-After"
+            );
+            assert!(
+                limited["content"]["application/json"]["schema"]["$ref"].is_string(),
+                "{name}: {method} {path}: 429's body"
+            );
+        }
+    }
+
+    let adapter = doc("adapter");
+    let upload = &adapter["paths"]["/api/trust/drm/v0/uploadResult"]["post"];
+    let file_type = upload["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "Kep-File-Type")
+        .unwrap();
+    assert_eq!(file_type["schema"]["$ref"], "#/components/schemas/FileType");
+    let decrypted = &adapter["paths"]["/api/trust/drm/v0/uploadDecrypted"]["post"];
+    assert_eq!(
+        decrypted["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"],
+        "#/components/schemas/ReleasedFileForm"
+    );
+    assert_eq!(
+        adapter["components"]["schemas"]["ReleasedFileForm"]["required"],
+        serde_json::json!(["file"])
+    );
+}
