@@ -114,6 +114,28 @@ async fn set_alerts(server: &Server, endpoint: &str, url: &str, on: &[(&str, Opt
     assert_eq!(s, StatusCode::OK, "{v}");
 }
 
+/// Waits until the monitor has taken `n` more samples of the endpoint.
+async fn samples(server: &Server, endpoint: &str, n: usize) {
+    let path = format!("/endpoints/{endpoint}/metrics");
+    let mut seen = vec![server.get(&path).await["at"].clone()];
+    eventually(
+        Duration::from_secs(30),
+        &format!("{n} samples"),
+        async || {
+            let at = server.get(&path).await["at"].clone();
+            if seen.last() != Some(&at) {
+                seen.push(at);
+            }
+            if seen.len() > n {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+}
+
 /// Polls the alert history until its newest alert satisfies `done`.
 async fn newest_alert(server: &Server, endpoint: &str, done: impl Fn(&Value) -> bool) -> Value {
     let path = format!("/endpoints/{endpoint}/alerts/history");
@@ -129,7 +151,12 @@ async fn newest_alert(server: &Server, endpoint: &str, done: impl Fn(&Value) -> 
 
 #[tokio::test]
 async fn calls_statuses_and_state_changes_each_alert_once() {
-    let server = spawn(|s, _| s.monitor_interval_ms = 200).await;
+    // One sample a second (the default): the rate a sample reads is its own second's calls,
+    // so a burst's rate falls through the threshold once. With shorter samples the rate is
+    // read over the last few, and their lengths vary on a loaded machine: on its way down it
+    // rose back over the threshold with no new call, a second QPS alert (4 runs in 6 with
+    // 200 ms samples, the serving tests running alongside).
+    let server = spawn(|s, _| s.monitor_interval_ms = 1000).await;
     let hook = Hook::start().await;
     server.image("echo").await;
     let key = server.endpoint("watched", 1).await;
@@ -176,19 +203,34 @@ async fn calls_statuses_and_state_changes_each_alert_once() {
         "[kep] endpoint watched: 1 4XX answer in the last sample"
     );
 
-    // A burst of 100 calls, ten at a time and back to back: the rate over the last second,
-    // the monitor's QPS, stays over 20 for several samples: one QPS alert, not one per
-    // sample. (Paced with pauses, a loaded machine's slower calls could dip the rate under
-    // the threshold mid-burst and cross it twice.)
-    for _ in 0..10 {
-        let calls = (0..10).map(|_| server.invoke("watched", Some(&key), "/"));
-        for (s, _) in futures_util::future::join_all(calls).await {
+    // A burst of 100 calls, ten callers each making ten back to back, over 20 calls/s for
+    // more than one sample: one QPS alert, not one per sample. (Rounds of ten with a pause
+    // between them kept the rate close to the threshold on a loaded machine.)
+    let caller = || async {
+        for _ in 0..10 {
+            let (s, _) = server.invoke("watched", Some(&key), "/").await;
             assert_eq!(s, StatusCode::OK);
         }
-    }
+    };
+    futures_util::future::join_all((0..10).map(|_| caller())).await;
     let qps = hook.wait_for("QPS").await;
     assert!(qps.starts_with("[kep] endpoint watched: QPS "), "{qps}");
     assert!(qps.ends_with("is at or above the threshold 20"), "{qps}");
+    // The burst's rate has gone before the kill: the kill's own call, made while the rate
+    // falls through the threshold, could lift it back over (a second QPS alert).
+    eventually(
+        Duration::from_secs(30),
+        "the burst out of the rate window",
+        async || {
+            let m = server.get("/endpoints/watched/metrics").await;
+            if m["calls"]["qps"].as_f64() == Some(0.0) {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        },
+    )
+    .await;
 
     // A killed instance: Available → Progressing, then back once it restarted.
     let (s, _) = server.invoke("watched", Some(&key), "/crash").await;
@@ -205,8 +247,8 @@ async fn calls_statuses_and_state_changes_each_alert_once() {
     )
     .await;
 
-    // Deliberate: a few samples more, in which no condition that holds may alert again.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // A few samples more, in which no condition that holds may alert again.
+    samples(&server, "watched", 3).await;
     assert_eq!(hook.count("QPS"), 1, "{:#?}", hook.texts());
     assert_eq!(
         hook.count("5XX"),

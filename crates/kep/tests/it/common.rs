@@ -46,19 +46,17 @@ pub fn serve(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addresses = loop {
+    let addresses = eventually_blocking(Duration::from_secs(30), "kep serve starts", || {
         if let Ok(b) = std::fs::read(data_dir.join("addresses.json")) {
-            break serde_json::from_slice::<Value>(&b).unwrap();
+            return Ok(serde_json::from_slice::<Value>(&b).unwrap());
         }
         if let Some(status) = child.try_wait().unwrap() {
             let mut err = String::new();
             std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
             panic!("kep serve exited with {status}: {err}");
         }
-        assert!(Instant::now() < deadline, "kep serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        Err("no addresses.json yet")
+    });
     // Whatever the server printed before it listened (the operator token line, if any).
     let stdout = child.stdout.take().unwrap();
     let printed = read_available(stdout);
@@ -167,6 +165,8 @@ impl Drop for StopsGracefully {
         let _ = Command::new("kill")
             .args(["-TERM", &self.0.child.id().to_string()])
             .status();
+        // Polls for the exit, for up to 15 s; no `eventually`, which panics (a drop may run
+        // while a failed test unwinds).
         let deadline = Instant::now() + Duration::from_secs(15);
         while matches!(self.0.child.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -211,11 +211,12 @@ impl Joiner {
     }
 
     pub fn exits(mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "kep live join did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually_blocking(Duration::from_secs(30), "the CLI exits", || {
+            match self.child.try_wait().unwrap() {
+                Some(_) => Ok(()),
+                None => Err("still running"),
+            }
+        });
     }
 }
 
@@ -230,22 +231,47 @@ pub fn cli_fails(srv: &Server, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// Retries `check` every 20 ms until it is `Ok`, then returns what it gave; past `timeout`,
-/// panics with `what` and the last `Err`. For waiting until something has happened; a test
-/// that must see that nothing happens within a window sleeps through it instead.
+/// Retries `check` until it is `Ok`, then returns what it gave; past `timeout`, panics with
+/// `what` and the last `Err`. Waits 10 ms between tries at first, twice as long each time
+/// up to 200 ms. For waiting until something has happened; a test that must see that
+/// nothing happens within a window sleeps through it instead.
 pub async fn eventually<T, E: std::fmt::Display>(
     timeout: Duration,
     what: &str,
     mut check: impl AsyncFnMut() -> Result<T, E>,
 ) -> T {
-    let deadline = std::time::Instant::now() + timeout;
+    let (deadline, mut pause) = (
+        std::time::Instant::now() + timeout,
+        Duration::from_millis(10),
+    );
     loop {
         match check().await {
             Ok(done) => return done,
             Err(last) if std::time::Instant::now() >= deadline => {
                 panic!("{what}: not within {timeout:?}; last seen: {last}")
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => tokio::time::sleep(pause).await,
         }
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// [`eventually`] for the tests that block: retries `check` until it is `Ok`, waiting as
+/// `eventually` does; past `timeout`, panics with `what` and the last `Err`.
+pub fn eventually_blocking<T, E: std::fmt::Display>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<T, E>,
+) -> T {
+    let (deadline, mut pause) = (Instant::now() + timeout, Duration::from_millis(10));
+    loop {
+        match check() {
+            Ok(done) => return done,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: not within {timeout:?}; last seen: {last}")
+            }
+            Err(_) => std::thread::sleep(pause),
+        }
+        pause = (pause * 2).min(Duration::from_millis(200));
     }
 }

@@ -1,12 +1,13 @@
 //! Message sending: two clients, B's uploads, messages and result groups, and every call
 //! that names one of them with A's token or secret.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::blocking::multipart::{Form, Part};
 use serde_json::{Value, json};
 
 use super::harness::*;
+use crate::common::eventually_blocking;
 
 pub const B_PHONE: &str = "821077771234";
 pub const A_PHONE: &str = "821066665678";
@@ -102,25 +103,15 @@ impl MsgTenant {
             "xms" => ("message", "/result/status_code"),
             _ => ("rcs", "/result/status"),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let detail = self
-                .call(
-                    ctx,
-                    "GET",
-                    &format!("/v2/info/{path}/search/detail/{uid}"),
-                    None,
-                )
-                .ok("a detail");
-            if detail.pointer(status) != Some(&json!("API_100")) {
-                return detail;
+        let url = format!("/v2/info/{path}/search/detail/{uid}");
+        eventually_blocking(Duration::from_secs(30), &format!("{uid} finishes"), || {
+            let detail = self.call(ctx, "GET", &url, None).ok("a detail");
+            if detail.pointer(status) == Some(&json!("API_100")) {
+                Err(detail)
+            } else {
+                Ok(detail)
             }
-            assert!(
-                Instant::now() < deadline,
-                "{uid} still in processing: {detail}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// Hands out the finished RCS results as a new group; its id.

@@ -1,11 +1,12 @@
 //! Model serving: A's and B's endpoints with running deployments, and every gateway call
 //! with A's key and other keys that must not open B's.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
-use crate::common::wait_available;
-
 use super::harness::*;
+use crate::common::eventually_blocking;
 
 pub const A_ENDPOINT: &str = "tenant-a-endpoint";
 pub const B_ENDPOINT: &str = "tenant-b-endpoint";
@@ -76,7 +77,15 @@ impl Serving {
             );
         }
         for (e, d) in deployments {
-            wait_available(ctx.srv, e, d);
+            let path = format!("/admin/v1/serving/endpoints/{e}/deployments/{d}");
+            eventually_blocking(Duration::from_secs(60), &format!("{d} Available"), || {
+                let shown = ctx.admin("GET", &path, None);
+                if shown["state"] == "Available" {
+                    Ok(())
+                } else {
+                    Err(shown)
+                }
+            });
         }
         let serving = Serving {
             b_instance: ctx.admin("GET", &Serving::b_deployment(), None)["instances"][0]["id"]

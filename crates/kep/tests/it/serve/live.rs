@@ -1,11 +1,11 @@
 //! The live API through `kep serve` and the CLI: rooms, participants, SIGTERM and a restart.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Joiner, KEP, cli, http, port0, serve};
+use crate::common::{Joiner, KEP, cli, eventually_blocking, http, port0, serve};
 
 #[test]
 fn serve_and_the_cli_run_the_live_api_end_to_end() {
@@ -163,17 +163,11 @@ fn sigterm_closes_participants_and_a_restart_keeps_services_and_tokens() {
         (Some(1001), Some("server shutting down"))
     );
     joiner.exits();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(s) = srv.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kep serve did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let exit = eventually_blocking(
+        Duration::from_secs(30),
+        "kep serve stops on SIGTERM",
+        || srv.child.try_wait().unwrap().ok_or("still running"),
+    );
     assert!(exit.success(), "{exit}");
     let mut logs = String::new();
     std::io::Read::read_to_string(srv.child.stderr.as_mut().unwrap(), &mut logs).unwrap();

@@ -1,11 +1,11 @@
 //! Messaging through `kep serve`: a real OAuth client, kill -9, the CLI's flow.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Server, cli, http, port0, serve};
+use crate::common::{Server, cli, eventually_blocking, http, port0, serve};
 
 /// Creates a messaging client through the operator API: (client_id, client_secret).
 fn messaging_client(srv: &Server) -> (String, String) {
@@ -95,32 +95,32 @@ fn accepted_messages_survive_kill_9() {
         ],
     );
     let url = srv.url("messaging");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let page: Value = client
-            .post(format!("{url}/v2/info/message/search"))
-            .bearer_auth(&token)
-            .json(&serde_json::json!({"size": 1000}))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        let results = page["results"].as_array().unwrap();
-        assert_eq!(results.len(), 20, "every accepted message is still there");
-        if results.iter().all(|r| r["status_code"] == "API_200") {
-            let got: Vec<_> = results
-                .iter()
-                .map(|r| r["uid"].as_str().unwrap().to_owned())
-                .collect();
-            assert_eq!(got, uids);
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not every message reached a final status: {page}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually_blocking(
+        Duration::from_secs(30),
+        "every message reaches a final status",
+        || {
+            let page: Value = client
+                .post(format!("{url}/v2/info/message/search"))
+                .bearer_auth(&token)
+                .json(&serde_json::json!({"size": 1000}))
+                .send()
+                .unwrap()
+                .json()
+                .unwrap();
+            let results = page["results"].as_array().unwrap();
+            assert_eq!(results.len(), 20, "every accepted message is still there");
+            if results.iter().all(|r| r["status_code"] == "API_200") {
+                let got: Vec<_> = results
+                    .iter()
+                    .map(|r| r["uid"].as_str().unwrap().to_owned())
+                    .collect();
+                assert_eq!(got, uids);
+                Ok(())
+            } else {
+                Err(page)
+            }
+        },
+    );
     // Each left for the carrier exactly once.
     let op = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
     let (_, outbox) = http(
@@ -237,16 +237,15 @@ fn the_messaging_flow_from_the_cli() {
     );
 
     // Wait until everything is delivered, then read it back.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually_blocking(Duration::from_secs(30), "both delivered", || {
         let page = cli(&srv, &["msg", "search"]);
         let results = page["results"].as_array().unwrap();
         if results.len() == 2 && results.iter().all(|r| r["status_code"] == "API_200") {
-            break;
+            Ok(())
+        } else {
+            Err(page)
         }
-        assert!(Instant::now() < deadline, "{page}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     assert_eq!(
         cli(&srv, &["msg", "show", &uid])["result"]["message"],
         "안녕"

@@ -2,11 +2,11 @@
 //! and the documents.
 
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{KEP, Server, http, port0, serve};
+use crate::common::{KEP, Server, eventually, eventually_blocking, http, port0, serve};
 
 /// Every kind of secret and token the services hand out or take, run through a server
 /// logging every request (`KEP_LOG=debug`): none of them may appear in what it wrote.
@@ -27,14 +27,11 @@ fn secrets_and_tokens_never_reach_the_logs() {
         .spawn()
         .unwrap();
     let _stop = KillOnDrop(&mut child);
+    // Written whole (by a rename) once every listener is bound.
     let addresses = dir.path().join("addresses.json");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !addresses.exists() {
-        assert!(Instant::now() < deadline, "kep serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    let addrs: Value = serde_json::from_slice(&std::fs::read(&addresses).unwrap()).unwrap();
+    let addrs: Value = eventually_blocking(Duration::from_secs(30), "kep serve starts", || {
+        std::fs::read(&addresses).map(|b| serde_json::from_slice(&b).unwrap())
+    });
     let url = |listener: &str| format!("http://{}", addrs[listener].as_str().unwrap());
     let admin = |path: &str, body: &str| {
         let (status, v) = http(
@@ -246,20 +243,21 @@ async fn the_operator_may_have_only_so_many_calls_in_flight() {
     let call = || tokio::task::block_in_place(|| operator_call(&srv, "op", "{}".into()));
     let (mut held, mut release) = held_operator_call(&srv);
     // Once the server has it, another call is refused.
-    let mut refused = None;
-    for _ in 0..600 {
-        // A call that came first took the one slot, and the held one was refused.
-        if held.is_finished() {
-            (held, release) = held_operator_call(&srv);
-        }
-        let answer = call();
-        if answer.0 == 429 {
-            refused = Some(answer);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let refused = refused.expect("a second call in flight is refused");
+    let refused = eventually(
+        Duration::from_secs(30),
+        "a second call in flight is refused",
+        async || {
+            // A call that came first took the one slot, and the held one was refused.
+            if held.is_finished() {
+                (held, release) = held_operator_call(&srv);
+            }
+            match call() {
+                answer @ (429, ..) => Ok(answer),
+                (status, _, body) => Err(format!("{status} {body}")),
+            }
+        },
+    )
+    .await;
     assert_limited(&refused);
     release.send(()).unwrap();
     assert_eq!(held.await.unwrap().unwrap().status(), 201);

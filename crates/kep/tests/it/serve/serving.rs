@@ -2,11 +2,13 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{KEP, StopsGracefully, cli, cli_fails, http, port0, serve};
+use crate::common::{
+    KEP, StopsGracefully, cli, cli_fails, eventually_blocking, http, port0, serve,
+};
 
 #[test]
 fn the_serving_flow_from_the_cli() {
@@ -124,18 +126,17 @@ fn the_serving_flow_from_the_cli() {
 
     // The calls so far, in Prometheus' format on the admin listener (no token), in the
     // metrics API and in the monitor's view, once the monitor has sampled them.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let scraped = loop {
+    let scraped = eventually_blocking(Duration::from_secs(30), "the instances scraped", || {
         let text = reqwest::blocking::get(format!("{}/metrics", srv.admin))
             .unwrap()
             .text()
             .unwrap();
         if text.contains("kep_serving_instance_memory_bytes{endpoint=\"demo\"") {
-            break text;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < deadline, "{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    });
     let ok_calls = scraped
         .lines()
         .find(|l| {
@@ -154,14 +155,14 @@ fn the_serving_flow_from_the_cli() {
         "the old key's 401: {scraped}"
     );
     // The monitor samples once a second: wait for the sample that has all three calls.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let metrics = loop {
+    let metrics = eventually_blocking(Duration::from_secs(30), "a sample of all three", || {
         let metrics = cli(srv, &["serving", "metrics", "demo"]);
-        if metrics["calls"]["requests"] == 3 || Instant::now() > deadline {
-            break metrics;
+        if metrics["calls"]["requests"] == 3 {
+            Ok(metrics)
+        } else {
+            Err(metrics)
         }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    });
     assert_eq!(metrics["calls"]["requests"], 3, "{metrics}");
     assert_eq!(metrics["deployments"][0]["instances"][0]["ready"], true);
     let out = Command::new(KEP)
