@@ -10,6 +10,7 @@ use axum::routing::get;
 use kep_adapter::AdapterService;
 use kep_core::listener;
 use kep_core::platform::{Platform, Running};
+use kep_core::service::Service as _;
 use kep_live::LiveService;
 use kep_messaging::MessagingService;
 use kep_serving::ServingService;
@@ -18,7 +19,12 @@ use tokio_util::sync::CancellationToken;
 use crate::serve::Settings;
 
 /// The services `--only` can name.
-const SERVICES: &[&str] = &["live", "adapter", "messaging", "serving"];
+const SERVICES: [&str; 4] = [
+    LiveService::NAME,
+    AdapterService::NAME,
+    MessagingService::NAME,
+    ServingService::NAME,
+];
 
 /// The platform, serving.
 pub struct Application {
@@ -41,10 +47,10 @@ impl Application {
         }
         let listeners = [
             Some(&settings.admin.limits),
-            wanted("live").then_some(&settings.live.limits),
-            wanted("adapter").then_some(&settings.adapter.limits),
-            wanted("messaging").then_some(&settings.messaging.limits),
-            wanted("serving").then_some(&settings.gateway.limits),
+            wanted(LiveService::NAME).then_some(&settings.live.limits),
+            wanted(AdapterService::NAME).then_some(&settings.adapter.limits),
+            wanted(MessagingService::NAME).then_some(&settings.messaging.limits),
+            wanted(ServingService::NAME).then_some(&settings.gateway.limits),
         ];
         raise_open_files(listeners.iter().flatten().map(|l| l.max_connections));
 
@@ -63,18 +69,18 @@ impl Application {
 
         let mut platform = Platform::new(&data_dir, settings.admin.addr).await?;
         let prometheus = install_prometheus(&platform.shutdown_token())?;
-        if wanted("live") {
+        if wanted(LiveService::NAME) {
             platform.start::<LiveService>(settings.live).await?;
         }
-        if wanted("adapter") {
+        if wanted(AdapterService::NAME) {
             platform.start::<AdapterService>(settings.adapter).await?;
         }
-        if wanted("messaging") {
+        if wanted(MessagingService::NAME) {
             platform
                 .start::<MessagingService>(settings.messaging)
                 .await?;
         }
-        if wanted("serving") {
+        if wanted(ServingService::NAME) {
             platform
                 .start::<ServingService>((settings.serving, settings.gateway))
                 .await?;

@@ -32,13 +32,19 @@ pub fn answer(bytes: &[u8], head_only: bool) -> Result<Option<(String, Vec<u8>)>
     Ok(Some((format!("{:?}", answer.framing), out)))
 }
 
+/// A body that is not a chunked one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotChunked;
+
 /// Where a chunked body fed in `pieces` ends: `Ok(Some(n))` after its first `n` bytes,
-/// `Ok(None)` when it goes on past them, `Err` when it is not a chunked body.
-pub fn chunked_end<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Result<Option<usize>, ()> {
+/// `Ok(None)` when it goes on past them.
+pub fn chunked_end<'a>(
+    pieces: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Option<usize>, NotChunked> {
     let mut chunks = Chunks::default();
     let mut seen = 0;
     for piece in pieces {
-        if let Some(n) = chunks.feed(piece)? {
+        if let Some(n) = chunks.feed(piece).map_err(|()| NotChunked)? {
             return Ok(Some(seen + n));
         }
         seen += piece.len();

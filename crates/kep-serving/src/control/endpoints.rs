@@ -4,9 +4,9 @@
 use super::traffic::traffic_view;
 use super::{Control, key, now_unix, rfc3339, validate};
 use crate::ServingError;
-use kep_gateway::RouteUpdate;
 use crate::store::{self, DeploymentRow, EndpointRow};
 use kep_api::serving::{Endpoint, EndpointRequest, Mirroring};
+use kep_gateway::RouteUpdate;
 
 impl Control {
     pub async fn create_endpoint(

@@ -18,10 +18,10 @@ use std::path::PathBuf;
 
 use tokio::sync::{Mutex, mpsc};
 
-use kep_gateway::RouteUpdate;
 use crate::runtime::{self, DeploymentKey, RuntimeHandle};
 use crate::store::{DeploymentRow, Store};
 use crate::{ServingError, ServingSettings};
+use kep_gateway::RouteUpdate;
 use launch::{DeploymentSpec, ModelServer};
 
 pub struct Control {

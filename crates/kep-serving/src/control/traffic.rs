@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::Control;
-use kep_gateway::{EndpointRoute, RouteUpdate};
 use crate::store::DeploymentRow;
 use crate::{ServingError, spec};
 use kep_api::serving::{Mirroring, Traffic, TrafficRequest};
+use kep_gateway::{EndpointRoute, RouteUpdate};
 
 impl Control {
     pub async fn set_traffic(
