@@ -136,14 +136,16 @@ async fn samples(server: &Server, endpoint: &str, n: usize) {
     .await;
 }
 
-/// Polls the alert history until its newest alert satisfies `done`.
+/// Polls the alert history until its newest alert satisfies `done`; failing, shows the
+/// endpoint's calls as the monitor last sampled them too.
 async fn newest_alert(server: &Server, endpoint: &str, done: impl Fn(&Value) -> bool) -> Value {
     let path = format!("/endpoints/{endpoint}/alerts/history");
+    let metrics = format!("/endpoints/{endpoint}/metrics");
     eventually(Duration::from_secs(30), "the history settles", async || {
         let h = server.get(&path).await;
         match h["alerts"].get(0) {
             Some(a) if done(a) => Ok(a.clone()),
-            _ => Err(h),
+            _ => Err(json!({"history": h, "calls": server.get(&metrics).await["calls"]})),
         }
     })
     .await
