@@ -126,9 +126,10 @@ async fn an_org_may_have_only_so_many_calls_in_flight() {
         "a second call in flight is refused",
         async || {
             // A call that came first took the one slot, and the upload was refused: hold
-            // another.
+            // another, and call once it has had the pause to reach the server.
             if held.is_finished() {
                 (held, release) = held_upload(&srv, &a, &session);
+                return Err("the held upload was refused; held another".to_owned());
             }
             match org_login_type(&srv, &a_id, &a.secret_key).await {
                 answer @ (429, ..) => Ok(answer),

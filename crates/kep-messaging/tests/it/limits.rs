@@ -119,9 +119,11 @@ async fn a_client_may_have_only_so_many_calls_in_flight() {
         Duration::from_secs(30),
         "a second call in flight is refused",
         async || {
-            // A call that came first took the one slot, and the send was refused: hold another.
+            // A call that came first took the one slot, and the send was refused: hold another,
+            // and call once it has had the pause to reach the server.
             if held.is_finished() {
                 (held, release) = held_send(&srv, &token);
+                return Err("the held send was refused; held another".to_owned());
             }
             match limited_get(&srv, &token, RESULTS).await {
                 answer @ (StatusCode::TOO_MANY_REQUESTS, ..) => Ok(answer),

@@ -85,9 +85,10 @@ async fn an_endpoint_may_have_only_so_many_calls_in_flight() {
         "a second call in flight is refused",
         async || {
             // A call that came first took the one slot, and the held one was refused: hold
-            // another.
+            // another, and call once it has had the pause to reach the server.
             if held.is_finished() {
                 (held, release) = held_call(&s, &key);
+                return Err("the held call was refused; held another".to_owned());
             }
             match limited(&s, "held", &key).await {
                 answer @ (StatusCode::TOO_MANY_REQUESTS, ..) => Ok(answer),

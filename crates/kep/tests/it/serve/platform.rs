@@ -247,9 +247,11 @@ async fn the_operator_may_have_only_so_many_calls_in_flight() {
         Duration::from_secs(30),
         "a second call in flight is refused",
         async || {
-            // A call that came first took the one slot, and the held one was refused.
+            // A call that came first took the one slot, and the held one was refused: hold
+            // another, and call once it has had the pause to reach the server.
             if held.is_finished() {
                 (held, release) = held_operator_call(&srv);
+                return Err("the held call was refused; held another".to_owned());
             }
             match call() {
                 answer @ (429, ..) => Ok(answer),
