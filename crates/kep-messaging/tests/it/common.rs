@@ -144,27 +144,4 @@ pub fn rcs(cid: &str, phone: &str) -> Value {
     })
 }
 
-/// Retries `check` until it is `Ok`, then returns what it gave; past `timeout`, panics with
-/// `what` and the last `Err`. Waits 10 ms between tries at first, twice as long each time
-/// up to 200 ms. For waiting until something has happened; a test that must see that
-/// nothing happens within a window sleeps through it instead.
-pub async fn eventually<T, E: std::fmt::Display>(
-    timeout: Duration,
-    what: &str,
-    mut check: impl AsyncFnMut() -> Result<T, E>,
-) -> T {
-    let (deadline, mut pause) = (
-        std::time::Instant::now() + timeout,
-        Duration::from_millis(10),
-    );
-    loop {
-        match check().await {
-            Ok(done) => return done,
-            Err(last) if std::time::Instant::now() >= deadline => {
-                panic!("{what}: not within {timeout:?}; last seen: {last}")
-            }
-            Err(_) => tokio::time::sleep(pause).await,
-        }
-        pause = (pause * 2).min(Duration::from_millis(200));
-    }
-}
+pub use kep_client::eventually;
