@@ -183,6 +183,21 @@ impl Monitor {
         let statuses: HashMap<DeploymentKey, DeploymentStatus> =
             s.runtime.statuses().await.into_iter().collect();
 
+        let pids: Vec<u32> = statuses
+            .values()
+            .flat_map(|st| st.instances.iter().filter_map(|i| i.pid))
+            .collect();
+        let mut sampler = s.sampler.take().unwrap_or_default();
+        let (sampler, usage) = tokio::task::spawn_blocking(move || {
+            let usage = sampler.sample(&pids);
+            (sampler, usage)
+        })
+        .await?;
+        s.sampler = Some(sampler);
+        let settings = self.store.alert_settings().await?;
+        // Nothing that can fail comes after the meters are read: their readings become
+        // the baseline of the next sample, so a sample that failed past this point would
+        // lose its calls, and the alerts they raise, for good.
         let mut calls: HashMap<MeterKey, (CallMetrics, [u64; LATENCY_BUCKETS], Reading)> =
             HashMap::new();
         let mut deltas: HashMap<String, Vec<StatusDelta>> = HashMap::new();
@@ -225,18 +240,6 @@ impl Monitor {
         }
         s.previous.retain(|k, _| calls.contains_key(k));
         s.windows.retain(|k, _| calls.contains_key(k));
-
-        let pids: Vec<u32> = statuses
-            .values()
-            .flat_map(|st| st.instances.iter().filter_map(|i| i.pid))
-            .collect();
-        let mut sampler = s.sampler.take().unwrap_or_default();
-        let (sampler, usage) = tokio::task::spawn_blocking(move || {
-            let usage = sampler.sample(&pids);
-            (sampler, usage)
-        })
-        .await?;
-        s.sampler = Some(sampler);
 
         let at = jiff::Timestamp::now().to_string();
         let mut latest = HashMap::new();
@@ -300,7 +303,6 @@ impl Monitor {
             );
         }
 
-        let settings = self.store.alert_settings().await?;
         for m in latest.values() {
             let Some(alert_settings) = active(&settings, &m.endpoint) else {
                 s.evaluator.reset(&m.endpoint);
