@@ -141,3 +141,15 @@ pub async fn eventually<T, E: std::fmt::Display>(
         pause = (pause * 2).min(std::time::Duration::from_millis(200));
     }
 }
+
+/// An answer read whole as a limit test reads it: its status, its `Retry-After` in
+/// seconds, and its JSON body.
+pub async fn limited_answer(
+    res: reqwest::Response,
+) -> (reqwest::StatusCode, Option<u64>, serde_json::Value) {
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (res.status(), retry_after, res.json().await.unwrap())
+}

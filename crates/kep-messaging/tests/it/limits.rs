@@ -16,11 +16,7 @@ async fn limited_get(srv: &Server, token: &str, path: &str) -> (StatusCode, Opti
         .send()
         .await
         .unwrap();
-    let retry_after = res
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().parse().unwrap());
-    (res.status(), retry_after, res.json().await.unwrap())
+    kep_client::limited_answer(res).await
 }
 
 /// A 429 in the message API's shape: code `429`, `result.detail_code` `API_429`, and

@@ -16,11 +16,7 @@ async fn limited(s: &Server, endpoint: &str, key: &str) -> (StatusCode, Option<u
         .send()
         .await
         .unwrap();
-    let retry_after = res
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().parse().unwrap());
-    (res.status(), retry_after, res.json().await.unwrap())
+    kep_client::limited_answer(res).await
 }
 
 /// A 429 in the gateway's shape: `too_many_requests`, and `Retry-After`.
