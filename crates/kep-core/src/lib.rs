@@ -2,7 +2,9 @@
 //! secret hashing, the operator API's error shape and auth, the per-client limits and the
 //! listener plumbing.
 
+pub mod clock;
 pub mod http;
+pub mod id;
 pub mod json;
 pub mod limits;
 pub mod listener;

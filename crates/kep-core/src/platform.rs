@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi;
 
+use crate::clock::Clock;
 use crate::limits::{Limiter, Limits};
 use crate::listener::{self, App, Bound};
 use crate::service::{Context, Service};
@@ -28,6 +29,7 @@ type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>
 /// A platform being assembled: listeners bound, services started, nothing served yet.
 pub struct Platform {
     data_dir: PathBuf,
+    clock: Clock,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     admin: Bound,
@@ -46,6 +48,7 @@ impl Platform {
         let admin = listener::bind("admin", admin_addr).await?;
         Ok(Platform {
             data_dir: data_dir.to_owned(),
+            clock: Clock::system(),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             addresses: BTreeMap::from([("admin", admin.addr)]),
@@ -56,6 +59,13 @@ impl Platform {
             listeners: Vec::new(),
             stops: Vec::new(),
         })
+    }
+
+    /// Starts the services that follow on `clock` instead of the system clock (tests move a
+    /// [`Clock::manual`] on).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Fires when the platform stops.
@@ -72,6 +82,7 @@ impl Platform {
             shutdown: self.shutdown.clone(),
             tasks: self.tasks.clone(),
             public_url: listener::public_url(listener_settings.public_url.as_deref(), bound.addr),
+            clock: self.clock.clone(),
         };
         let service = S::start(settings, &ctx).await?;
         self.operator_routes =

@@ -13,6 +13,7 @@ use sqlx::sqlite::SqlitePool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::clock::Clock;
 use crate::limits::Limits;
 use crate::listener::App;
 
@@ -28,6 +29,8 @@ pub struct Context {
     /// The base URL its own listener is reached at (its `public_url` setting, or the address
     /// it was bound to).
     pub public_url: String,
+    /// The wall clock it stores and answers dates by.
+    pub clock: Clock,
 }
 
 impl Context {

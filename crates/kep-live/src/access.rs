@@ -10,6 +10,9 @@ use std::sync::{Arc, RwLock};
 
 use kep_core::secret::{new_secret, new_uuid, sha256, sha256_hex};
 
+use kep_core::clock::Clock;
+
+use crate::ids::ServiceId;
 use crate::store::{ServiceRow, Store, TokenRow};
 use kep_api::live::ServiceSecrets;
 
@@ -34,18 +37,15 @@ pub enum CreateOutcome {
 }
 
 pub struct Access {
-    store: Store,
-    services: RwLock<HashMap<String, Service>>,
+    store: Arc<dyn Store>,
+    clock: Clock,
+    services: RwLock<HashMap<ServiceId, Service>>,
     /// By the SHA-256 digest of the token (raw bytes: no hex on the hot path).
     tokens: RwLock<HashMap<[u8; 32], Grant>>,
 }
 
-pub fn now_unix() -> i64 {
-    jiff::Timestamp::now().as_second()
-}
-
 impl Access {
-    pub async fn load(store: Store) -> sqlx::Result<Self> {
+    pub async fn load(store: Arc<dyn Store>, clock: Clock) -> sqlx::Result<Self> {
         let services = store
             .services()
             .await?
@@ -61,14 +61,14 @@ impl Access {
             })
             .collect();
         let tokens = store
-            .live_tokens(now_unix())
+            .live_tokens(clock.unix_s())
             .await?
             .into_iter()
             .filter_map(|t| {
                 let mut digest = [0u8; 32];
                 hex::decode_to_slice(&t.token_hash, &mut digest).ok()?;
                 let grant = Grant {
-                    service_id: t.service_id.into(),
+                    service_id: t.service_id.as_str().into(),
                     expires_at: t.expires_at,
                 };
                 Some((digest, grant))
@@ -76,6 +76,7 @@ impl Access {
             .collect();
         Ok(Access {
             store,
+            clock,
             services: RwLock::new(services),
             tokens: RwLock::new(tokens),
         })
@@ -89,9 +90,8 @@ impl Access {
             .cloned()
     }
 
-    /// Ids and verifier URLs, in creation order.
     /// Service ids, in creation order.
-    pub async fn list(&self) -> sqlx::Result<Vec<String>> {
+    pub async fn list(&self) -> sqlx::Result<Vec<ServiceId>> {
         Ok(self
             .store
             .services()
@@ -103,7 +103,7 @@ impl Access {
 
     pub async fn create(
         &self,
-        service_id: String,
+        service_id: ServiceId,
         external_verifier_url: Option<String>,
     ) -> sqlx::Result<CreateOutcome> {
         let (admin_secret, service_secret) = (new_secret(), new_secret());
@@ -114,7 +114,7 @@ impl Access {
             external_verifier_url,
             service_id,
         };
-        if !self.store.insert_service(&row, now_unix()).await? {
+        if !self.store.insert_service(&row, self.clock.unix_s()).await? {
             return Ok(CreateOutcome::Taken);
         }
         let svc = Service {
@@ -128,7 +128,7 @@ impl Access {
             .expect("services lock")
             .insert(row.service_id.clone(), svc);
         Ok(CreateOutcome::Created(ServiceSecrets {
-            service_id: row.service_id,
+            service_id: row.service_id.into_string(),
             admin_secret,
             service_secret,
         }))
@@ -136,7 +136,7 @@ impl Access {
 
     /// New admin and service secrets; `None` for an unknown service. Tokens already handed
     /// out stay valid until they expire.
-    pub async fn rotate(&self, service_id: &str) -> sqlx::Result<Option<ServiceSecrets>> {
+    pub async fn rotate(&self, service_id: &ServiceId) -> sqlx::Result<Option<ServiceSecrets>> {
         let (admin_secret, service_secret) = (new_secret(), new_secret());
         let ha = sha256_hex(&format!("{service_id}:{admin_secret}"));
         let hs = sha256_hex(&format!("{service_id}:{service_secret}"));
@@ -153,13 +153,17 @@ impl Access {
             svc.service_hs = hs;
         }
         Ok(Some(ServiceSecrets {
-            service_id: service_id.to_owned(),
+            service_id: service_id.to_string(),
             admin_secret,
             service_secret,
         }))
     }
 
-    pub async fn set_verifier(&self, service_id: &str, url: Option<String>) -> sqlx::Result<bool> {
+    pub async fn set_verifier(
+        &self,
+        service_id: &ServiceId,
+        url: Option<String>,
+    ) -> sqlx::Result<bool> {
         if !self
             .store
             .update_verifier(service_id, url.as_deref())
@@ -179,13 +183,13 @@ impl Access {
     }
 
     /// Issues an admin token for `service_id`, valid `ttl_s` seconds; stored hashed.
-    pub async fn issue_token(&self, service_id: &str, ttl_s: u64) -> sqlx::Result<String> {
+    pub async fn issue_token(&self, service_id: &ServiceId, ttl_s: u64) -> sqlx::Result<String> {
         let token = new_secret();
-        let now = now_unix();
+        let now = self.clock.unix_s();
         let digest = sha256(&token);
         let row = TokenRow {
             token_hash: hex::encode(digest),
-            service_id: service_id.to_owned(),
+            service_id: service_id.clone(),
             expires_at: now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX)),
         };
         self.store.insert_token(&row, now).await?;
@@ -194,7 +198,7 @@ impl Access {
         tokens.insert(
             digest,
             Grant {
-                service_id: row.service_id.into(),
+                service_id: row.service_id.as_str().into(),
                 expires_at: row.expires_at,
             },
         );
@@ -206,6 +210,6 @@ impl Access {
         let digest = sha256(token);
         let tokens = self.tokens.read().expect("tokens lock");
         let grant = tokens.get(&digest)?;
-        (grant.expires_at > now_unix()).then(|| grant.service_id.clone())
+        (grant.expires_at > self.clock.unix_s()).then(|| grant.service_id.clone())
     }
 }

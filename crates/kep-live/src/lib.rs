@@ -5,6 +5,7 @@
 mod access;
 pub mod api;
 mod error;
+pub mod ids;
 mod provision;
 mod rooms;
 mod store;
@@ -103,13 +104,13 @@ impl Service for LiveService {
     /// Opens `live.db` and loads the services and tokens. The listener's public URL is
     /// handed out as `api`; shutdown closes participant sockets.
     async fn start(settings: LiveSettings, ctx: &Context) -> anyhow::Result<Self> {
-        let pool = ctx.database("live", &store::MIGRATOR).await?;
-        let access = access::Access::load(store::Store::new(pool)).await?;
+        let access = access::Access::load(store::open(ctx).await?, ctx.clock.clone()).await?;
         let provisioner = provision::Provisioner::new(
             Duration::from_secs(settings.provision_window_s),
             settings.token_ttl_s,
             ctx.public_url.clone(),
             Duration::from_secs(settings.external_verifier_timeout_s),
+            ctx.clock.clone(),
         );
         let rooms = Arc::new(rooms::Rooms::new(Duration::from_secs(
             settings.empty_room_grace_s,

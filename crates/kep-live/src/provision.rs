@@ -2,31 +2,37 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kep_core::clock::Clock;
 
 use kep_core::secret::{constant_time_eq, random_token, sha256_hex};
 
 use crate::LiveError;
 use crate::access::Access;
+use crate::ids::ServiceId;
 use kep_api::live::{ProvisionAuth, ProvisionParams, ProvisionResult, Scheme};
 
 /// Nonces of step 1, each good for one step 2 within the transaction window.
 pub struct Nonces {
     window: Duration,
+    clock: Clock,
     inner: Mutex<NonceState>,
 }
 
 #[derive(Default)]
 struct NonceState {
-    live: HashMap<String, (String, Instant)>,
+    live: HashMap<String, (String, Timestamp)>,
     // Issue order, so expired nonces are swept from the front without a scan.
-    order: VecDeque<(Instant, String)>,
+    order: VecDeque<(Timestamp, String)>,
 }
 
 impl Nonces {
-    pub fn new(window: Duration) -> Self {
+    pub fn new(window: Duration, clock: Clock) -> Self {
         Nonces {
             window,
+            clock,
             inner: Mutex::new(NonceState::default()),
         }
     }
@@ -34,10 +40,10 @@ impl Nonces {
     /// A fresh nonce for `service_id`, with a fresh window.
     pub fn issue(&self, service_id: &str) -> String {
         let nonce = random_token(16);
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut st = self.inner.lock().expect("nonce lock");
         while let Some((issued, _)) = st.order.front() {
-            if now.duration_since(*issued) < self.window {
+            if self.within(*issued, now) {
                 break;
             }
             let (_, old) = st.order.pop_front().expect("front exists");
@@ -51,7 +57,12 @@ impl Nonces {
     /// Uses up `nonce`: true when it was issued for `service_id` within the window.
     pub fn take(&self, nonce: &str, service_id: &str) -> bool {
         let taken = self.inner.lock().expect("nonce lock").live.remove(nonce);
-        matches!(taken, Some((svc, issued)) if svc == service_id && issued.elapsed() < self.window)
+        let now = self.clock.now();
+        matches!(taken, Some((svc, issued)) if svc == service_id && self.within(issued, now))
+    }
+
+    fn within(&self, issued: Timestamp, now: Timestamp) -> bool {
+        now.duration_since(issued).unsigned_abs() < self.window
     }
 }
 
@@ -68,13 +79,14 @@ impl Provisioner {
         token_ttl_s: u64,
         api_url: String,
         verifier_timeout: Duration,
+        clock: Clock,
     ) -> Self {
         let http = reqwest::Client::builder()
             .timeout(verifier_timeout)
             .build()
             .expect("building the HTTP client");
         Provisioner {
-            nonces: Nonces::new(window),
+            nonces: Nonces::new(window, clock),
             token_ttl_s,
             api_url,
             http,
@@ -106,7 +118,9 @@ impl Provisioner {
         let svc = access
             .service(&service_id)
             .ok_or_else(|| self.unauthorized(&service_id))?;
-        let token = access.issue_token(&service_id, self.token_ttl_s).await?;
+        let token = access
+            .issue_token(&ServiceId::from(service_id.as_str()), self.token_ttl_s)
+            .await?;
         Ok(ProvisionResult {
             uuid: svc.admin_uuid,
             token,
@@ -158,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_nonce_is_single_use_and_bound_to_its_service() {
-        let nonces = Nonces::new(Duration::from_secs(5));
+        let nonces = Nonces::new(Duration::from_secs(5), Clock::system());
         let n = nonces.issue("a");
         assert!(!nonces.take(&n, "b"), "another service's nonce");
         let n = nonces.issue("a");
@@ -169,11 +183,17 @@ mod tests {
 
     #[test]
     fn a_nonce_expires_with_its_window() {
-        let nonces = Nonces::new(Duration::from_millis(30));
+        let clock = Clock::manual(Timestamp::UNIX_EPOCH);
+        let nonces = Nonces::new(Duration::from_millis(30), clock.clone());
         let n = nonces.issue("a");
-        std::thread::sleep(Duration::from_millis(40));
-        assert!(!nonces.take(&n, "a"));
+        clock.advance(Duration::from_millis(29));
+        assert!(nonces.take(&n, "a"), "within the window");
+        let n = nonces.issue("a");
+        clock.advance(Duration::from_millis(30));
+        assert!(!nonces.take(&n, "a"), "at its end");
         // Issuing sweeps what expired.
+        let _ = nonces.issue("a");
+        clock.advance(Duration::from_millis(30));
         let _ = nonces.issue("a");
         assert_eq!(nonces.inner.lock().unwrap().live.len(), 1);
     }

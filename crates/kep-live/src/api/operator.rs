@@ -9,6 +9,7 @@ use utoipa::OpenApi;
 
 use crate::LiveService;
 use crate::access::CreateOutcome;
+use crate::ids::ServiceId;
 use kep_api::live::{
     CreateServiceRequest, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
 };
@@ -84,7 +85,7 @@ pub(crate) async fn create_service(
     match live
         .0
         .access
-        .create(service_id, req.external_verifier_url)
+        .create(ServiceId::from(service_id), req.external_verifier_url)
         .await
         .map_err(ApiError::internal)?
     {
@@ -101,9 +102,8 @@ pub(crate) async fn create_service(
 pub(crate) async fn list_services(
     State(live): State<LiveService>,
 ) -> Result<Json<ServiceList>, ApiError> {
-    Ok(Json(
-        live.0.access.list().await.map_err(ApiError::internal)?,
-    ))
+    let ids = live.0.access.list().await.map_err(ApiError::internal)?;
+    Ok(Json(ids.into_iter().map(ServiceId::into_string).collect()))
 }
 
 /// `GET /admin/v1/live/services/{id}`
@@ -133,7 +133,7 @@ pub(crate) async fn get_service(
     security(("operator" = [])))]
 pub(crate) async fn update_service(
     State(live): State<LiveService>,
-    Path(id): Path<String>,
+    Path(id): Path<ServiceId>,
     AdminJson(req): AdminJson<UpdateServiceRequest>,
 ) -> Result<Json<ServiceSummary>, ApiError> {
     check_verifier_url(&req.external_verifier_url)?;
@@ -148,7 +148,7 @@ pub(crate) async fn update_service(
         return Err(ApiError::not_found("no such live service"));
     }
     Ok(Json(ServiceSummary {
-        service_id: id,
+        service_id: id.into_string(),
         external_verifier_url: url,
     }))
 }
@@ -160,7 +160,7 @@ pub(crate) async fn update_service(
     security(("operator" = [])))]
 pub(crate) async fn rotate_secrets(
     State(live): State<LiveService>,
-    Path(id): Path<String>,
+    Path(id): Path<ServiceId>,
 ) -> Result<Json<ServiceSecrets>, ApiError> {
     match live
         .0

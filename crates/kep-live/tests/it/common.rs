@@ -5,6 +5,7 @@ use std::time::Duration;
 use kep_api::live::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecrets};
 use kep_client::live::{Closed, LiveClient, Participant};
 use kep_client::{AdminClient, ClientError};
+use kep_core::clock::Clock;
 use kep_core::limits::Limits;
 use kep_core::platform::Platform;
 use kep_live::{LiveService, LiveSettings};
@@ -17,6 +18,8 @@ pub struct TestServer {
     pub admin: AdminClient,
     pub service: LiveService,
     pub shutdown: CancellationToken,
+    /// The service's wall clock: it stands still until a test moves it on.
+    pub clock: Clock,
     _dir: tempfile::TempDir,
 }
 
@@ -27,9 +30,13 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
+    // On a whole second, so a test knows where second-granular expiries fall.
+    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let clock = Clock::manual(start);
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
-        .unwrap();
+        .unwrap()
+        .with_clock(clock.clone());
     let shutdown = platform.shutdown_token();
     let service = platform.start::<LiveService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
@@ -38,6 +45,7 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
         admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
         service,
         shutdown,
+        clock,
         _dir: dir,
     }
 }

@@ -77,9 +77,11 @@ async fn room_calls_need_a_live_token_of_their_own_service() {
         "p1 still there"
     );
 
-    // The token expires after its ttl (1 s here). Deliberate: the ttl must have passed; the
-    // server compares the token's expiry with the clock at each call.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // The token expires after its ttl (1 s here): the server compares its expiry with the
+    // clock at each call.
+    srv.clock.advance(Duration::from_millis(999));
+    client_a.list_rooms().await.unwrap();
+    srv.clock.advance(Duration::from_millis(1));
     let e = client_a.list_rooms().await.unwrap_err();
     assert_eq!(rpc_code(&e), -11002);
 }

@@ -150,9 +150,8 @@ async fn step_2_must_come_within_the_transaction_window() {
         .provision_nonce("svc", Scheme::Internal)
         .await
         .unwrap();
-    // Deliberate: the window (1 s) must have passed. A step 2 within it would succeed, so
-    // this cannot be polled for.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The window (1 s) has passed.
+    srv.clock.advance(Duration::from_secs(1));
     let value = provision_value("svc", &secrets.admin_secret, &n);
     let e = client
         .provision_with("svc", Scheme::Internal, &n, &value)

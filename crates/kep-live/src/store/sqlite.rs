@@ -1,37 +1,26 @@
-//! Persistence of live services and admin tokens in `live.db`.
+//! The live store on SQLite (`live.db`).
 
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+use super::{ServiceRow, Store, TokenRow};
+use crate::ids::ServiceId;
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ServiceRow {
-    pub service_id: String,
-    pub admin_ha: String,
-    pub service_hs: String,
-    pub admin_uuid: String,
-    pub external_verifier_url: Option<String>,
-}
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct TokenRow {
-    pub token_hash: String,
-    pub service_id: String,
-    pub expires_at: i64,
-}
-
-#[derive(Clone)]
-pub struct Store {
+pub struct SqliteStore {
     pool: SqlitePool,
 }
 
-impl Store {
+impl SqliteStore {
     pub fn new(pool: SqlitePool) -> Self {
-        Store { pool }
+        SqliteStore { pool }
     }
+}
 
-    pub async fn services(&self) -> sqlx::Result<Vec<ServiceRow>> {
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn services(&self) -> sqlx::Result<Vec<ServiceRow>> {
         sqlx::query_as(
             "SELECT service_id, admin_ha, service_hs, admin_uuid, external_verifier_url
              FROM live_services ORDER BY created_at, service_id",
@@ -40,8 +29,7 @@ impl Store {
         .await
     }
 
-    /// Inserts a new service; `Ok(false)` when the id is taken.
-    pub async fn insert_service(&self, row: &ServiceRow, now: i64) -> sqlx::Result<bool> {
+    async fn insert_service(&self, row: &ServiceRow, now: i64) -> sqlx::Result<bool> {
         let done = sqlx::query(
             "INSERT INTO live_services
                (service_id, admin_ha, service_hs, admin_uuid, external_verifier_url, created_at)
@@ -58,7 +46,12 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn update_secrets(&self, service_id: &str, ha: &str, hs: &str) -> sqlx::Result<bool> {
+    async fn update_secrets(
+        &self,
+        service_id: &ServiceId,
+        ha: &str,
+        hs: &str,
+    ) -> sqlx::Result<bool> {
         let done = sqlx::query(
             "UPDATE live_services SET admin_ha = ?, service_hs = ? WHERE service_id = ?",
         )
@@ -70,7 +63,11 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn update_verifier(&self, service_id: &str, url: Option<&str>) -> sqlx::Result<bool> {
+    async fn update_verifier(
+        &self,
+        service_id: &ServiceId,
+        url: Option<&str>,
+    ) -> sqlx::Result<bool> {
         let done =
             sqlx::query("UPDATE live_services SET external_verifier_url = ? WHERE service_id = ?")
                 .bind(url)
@@ -80,7 +77,7 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn live_tokens(&self, now: i64) -> sqlx::Result<Vec<TokenRow>> {
+    async fn live_tokens(&self, now: i64) -> sqlx::Result<Vec<TokenRow>> {
         sqlx::query_as(
             "SELECT token_hash, service_id, expires_at FROM live_tokens WHERE expires_at > ?",
         )
@@ -89,8 +86,7 @@ impl Store {
         .await
     }
 
-    /// Stores a new token and drops the expired ones, in one transaction.
-    pub async fn insert_token(&self, row: &TokenRow, now: i64) -> sqlx::Result<()> {
+    async fn insert_token(&self, row: &TokenRow, now: i64) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM live_tokens WHERE expires_at <= ?")
             .bind(now)
