@@ -11,16 +11,16 @@ use kep_core::secret::random_token;
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt as _;
 
+use kep_core::clock::Clock;
+use kep_core::service::Context;
+
 use crate::AdapterError;
-use crate::store::{SessionRow, Store};
+use crate::ids::{OrgLoginTypeId, SessionId};
+use crate::store::{AgentResult, SessionRow, Store};
 use kep_api::adapter::{
     AgentNotification, DrmRequest, DrmSession, FileType, NotificationAttempt, ReleasedFile,
     SessionStatus, UploadResult,
 };
-
-pub fn now_unix() -> i64 {
-    jiff::Timestamp::now().as_second()
-}
 
 fn rfc3339(unix: i64) -> String {
     jiff::Timestamp::from_second(unix)
@@ -38,7 +38,9 @@ pub struct NotifyPolicy {
 }
 
 pub struct Drm {
-    store: Store,
+    store: Arc<dyn Store>,
+    /// Its clock, and the tracker its agent notifications run on.
+    ctx: Context,
     files: PathBuf,
     session_ttl_s: i64,
     max_file_bytes: u64,
@@ -49,13 +51,14 @@ pub struct Drm {
 /// A session as the agent's calls see it, after the org check.
 pub struct AgentView {
     pub row: SessionRow,
-    pub file_type: FileType,
+    /// The stored status, or `EXPIRED` past the expiry.
     pub status: SessionStatus,
 }
 
 impl Drm {
     pub fn new(
-        store: Store,
+        store: Arc<dyn Store>,
+        ctx: Context,
         files: PathBuf,
         session_ttl_s: u64,
         max_file_bytes: u64,
@@ -65,6 +68,7 @@ impl Drm {
         let http = reqwest::Client::builder().timeout(notify.timeout).build()?;
         Ok(Drm {
             store,
+            ctx,
             files,
             session_ttl_s: i64::try_from(session_ttl_s).unwrap_or(i64::MAX),
             max_file_bytes,
@@ -73,8 +77,16 @@ impl Drm {
         })
     }
 
-    fn file_path(&self, session_id: &str) -> PathBuf {
-        self.files.join(session_id)
+    fn file_path(&self, session_id: &SessionId) -> PathBuf {
+        self.files.join(session_id.as_str())
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.ctx.clock
+    }
+
+    fn now(&self) -> i64 {
+        self.clock().unix_s()
     }
 
     /// Creates a `PENDING` session and starts notifying the org's agent.
@@ -83,14 +95,14 @@ impl Drm {
         req: DrmRequest,
         adapter_agent: &str,
     ) -> Result<AgentNotification, AdapterError> {
-        let now = now_unix();
+        let now = self.now();
         let row = SessionRow {
-            session_id: random_token(16),
-            org_login_type_id: req.org_login_type_id,
+            session_id: SessionId::from(random_token(16)),
+            org_login_type_id: OrgLoginTypeId(req.org_login_type_id),
             file_id: req.file_id,
-            file_type: req.file_type.as_str().to_owned(),
+            file_type: req.file_type,
             user: req.user,
-            status: SessionStatus::Pending.as_str().to_owned(),
+            status: SessionStatus::Pending,
             result: None,
             reason: None,
             extra: None,
@@ -101,8 +113,8 @@ impl Drm {
         };
         self.store.insert_session(&row).await?;
         let notice = AgentNotification {
-            session_id: row.session_id,
-            org_login_type_id: row.org_login_type_id,
+            session_id: row.session_id.into_string(),
+            org_login_type_id: row.org_login_type_id.0,
             file_id: row.file_id,
             file_type: req.file_type,
             user: row.user,
@@ -113,13 +125,15 @@ impl Drm {
             crate::orgs::agent_base(adapter_agent),
             self.notify.path
         );
-        tokio::spawn(Arc::clone(self).deliver(notice.clone(), url));
+        self.ctx
+            .spawn(Arc::clone(self).deliver(notice.clone(), url));
         Ok(notice)
     }
 
     /// Notifies the agent, retrying with doubling back-off until it answers 2xx, the
     /// session is no longer `PENDING`, or the attempts run out. Every attempt is recorded.
     async fn deliver(self: Arc<Self>, notice: AgentNotification, url: String) {
+        let session_id = SessionId::from(notice.session_id.as_str());
         let mut waits = self.notify.backoff.waits();
         for attempt in 1..=i64::from(self.notify.attempts) {
             let sent = self
@@ -139,10 +153,10 @@ impl Drm {
                 Ok(res) => (Some(res.status().as_u16()), None),
                 Err(e) => (None, Some(e.to_string())),
             };
-            let at_ms = jiff::Timestamp::now().as_millisecond();
+            let at_ms = self.clock().unix_ms();
             if let Err(e) = self
                 .store
-                .record_notification(&notice.session_id, attempt, at_ms, status, error.as_deref())
+                .record_notification(&session_id, attempt, at_ms, status, error.as_deref())
                 .await
             {
                 tracing::warn!(error = %e, "recording a notification attempt");
@@ -159,8 +173,8 @@ impl Drm {
             );
             tokio::time::sleep(waits.next_wait()).await;
             let still_pending = matches!(
-                self.store.session(&notice.session_id).await,
-                Ok(Some(row)) if row.status == SessionStatus::Pending.as_str() && row.expires_at > now_unix()
+                self.store.session(&session_id).await,
+                Ok(Some(row)) if row.status == SessionStatus::Pending && row.expires_at > self.now()
             );
             if !still_pending {
                 return;
@@ -169,7 +183,7 @@ impl Drm {
     }
 
     /// The operator's view of a session, with its notification history.
-    pub async fn show(&self, session_id: &str) -> Result<Option<DrmSession>, AdapterError> {
+    pub async fn show(&self, session_id: &SessionId) -> Result<Option<DrmSession>, AdapterError> {
         let Some(row) = self.store.session(session_id).await? else {
             return Ok(None);
         };
@@ -187,7 +201,7 @@ impl Drm {
                 error: n.error,
             })
             .collect();
-        let status = effective_status(&row);
+        let status = self.effective_status(&row);
         Ok(Some(DrmSession {
             file: match (row.file_size, &row.file_sha256) {
                 (Some(size), Some(sha256)) => Some(ReleasedFile {
@@ -196,13 +210,10 @@ impl Drm {
                 }),
                 _ => None,
             },
-            extra: row
-                .extra
-                .as_deref()
-                .and_then(|e| serde_json::from_str(e).ok()),
-            file_type: FileType::parse(&row.file_type).unwrap_or(FileType::Drm),
-            session_id: row.session_id,
-            org_login_type_id: row.org_login_type_id,
+            extra: row.extra.map(|e| e.0),
+            file_type: row.file_type,
+            session_id: row.session_id.into_string(),
+            org_login_type_id: row.org_login_type_id.0,
             file_id: row.file_id,
             user: row.user,
             status,
@@ -217,8 +228,8 @@ impl Drm {
     /// The session an agent call names, if it belongs to `org_id` and is for `file_id`.
     pub async fn for_agent(
         &self,
-        org_id: i64,
-        session_id: &str,
+        org_id: OrgLoginTypeId,
+        session_id: &SessionId,
         file_id: &str,
     ) -> Result<AgentView, AdapterError> {
         let row = self
@@ -232,13 +243,8 @@ impl Drm {
                 "no such file in this session".into(),
             ));
         }
-        let file_type = FileType::parse(&row.file_type).unwrap_or(FileType::Drm);
-        let status = effective_status(&row);
-        Ok(AgentView {
-            row,
-            file_type,
-            status,
-        })
+        let status = self.effective_status(&row);
+        Ok(AgentView { row, status })
     }
 
     /// `uploadResult`: `SUCCESS` grants a `DRM` file, `FAILURE` denies; once per session.
@@ -248,14 +254,14 @@ impl Drm {
         claimed_type: FileType,
         body: UploadResult,
     ) -> Result<(), AdapterError> {
-        if claimed_type != view.file_type {
+        if claimed_type != view.row.file_type {
             return Err(AdapterError::BadRequest(format!(
                 "Kep-File-Type {} does not match the session's file ({})",
                 claimed_type.as_str(),
-                view.file_type.as_str()
+                view.row.file_type.as_str()
             )));
         }
-        let granted = match (view.file_type, body.result.as_str()) {
+        let granted = match (view.row.file_type, body.result.as_str()) {
             (FileType::Drm, "SUCCESS") => true,
             (_, "FAILURE") => false,
             (FileType::Plain, "SUCCESS") => {
@@ -280,17 +286,15 @@ impl Drm {
         } else {
             SessionStatus::Denied
         };
-        let extra = body.extra.as_ref().map(|e| e.to_string());
+        let result = AgentResult {
+            status,
+            result: &body.result,
+            reason: &body.reason,
+            extra: body.extra.as_ref(),
+        };
         let done = self
             .store
-            .record_result(
-                &view.row.session_id,
-                status.as_str(),
-                &body.result,
-                &body.reason,
-                extra.as_deref(),
-                now_unix(),
-            )
+            .record_result(&view.row.session_id, &result, self.now())
             .await?;
         if !done {
             // Another call or the expiry got there first.
@@ -303,7 +307,7 @@ impl Drm {
 
     /// Whether `uploadDecrypted` may come now.
     pub fn check_release(&self, view: &AgentView) -> Result<(), AdapterError> {
-        if view.file_type == FileType::Plain {
+        if view.row.file_type == FileType::Plain {
             return Err(AdapterError::Conflict(
                 "a PLAIN file needs no release".into(),
             ));
@@ -319,13 +323,14 @@ impl Drm {
 
     /// Streams the released file to storage (never whole in memory), with its size limit
     /// and SHA-256, then marks the session `RELEASED`.
-    pub async fn release<S, E>(
+    pub async fn release<S, B, E>(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         mut chunks: S,
     ) -> Result<ReleasedFile, AdapterError>
     where
-        S: Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+        S: Stream<Item = Result<B, E>> + Unpin,
+        B: AsRef<[u8]>,
         E: std::fmt::Display,
     {
         let final_path = self.file_path(session_id);
@@ -343,12 +348,13 @@ impl Drm {
             while let Some(chunk) = chunks.next().await {
                 let chunk = chunk
                     .map_err(|e| AdapterError::BadRequest(format!("reading the file part: {e}")))?;
+                let chunk = chunk.as_ref();
                 size += chunk.len() as u64;
                 if size > self.max_file_bytes {
                     return Err(AdapterError::PayloadTooLarge(self.max_file_bytes));
                 }
-                hasher.update(&chunk);
-                file.write_all(&chunk).await.map_err(internal)?;
+                hasher.update(chunk);
+                file.write_all(chunk).await.map_err(internal)?;
             }
             if size == 0 {
                 return Err(AdapterError::BadRequest("the file is empty".into()));
@@ -375,7 +381,7 @@ impl Drm {
         let size = i64::try_from(released.size).unwrap_or(i64::MAX);
         if !self
             .store
-            .record_release(session_id, size, &released.sha256, now_unix())
+            .record_release(session_id, size, &released.sha256, self.now())
             .await?
         {
             let _ = tokio::fs::remove_file(&final_path).await;
@@ -389,13 +395,13 @@ impl Drm {
     /// The released file of a session, if there is one.
     pub async fn released_file(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<Option<(PathBuf, ReleasedFile)>, AdapterError> {
         let Some(row) = self.store.session(session_id).await? else {
             return Ok(None);
         };
-        match (row.status.as_str(), row.file_size, row.file_sha256) {
-            ("RELEASED", Some(size), Some(sha256)) => Ok(Some((
+        match (row.status, row.file_size, row.file_sha256) {
+            (SessionStatus::Released, Some(size), Some(sha256)) => Ok(Some((
                 self.file_path(session_id),
                 ReleasedFile {
                     size: size.unsigned_abs(),
@@ -413,8 +419,8 @@ impl Drm {
         let mut entries = tokio::fs::read_dir(&self.files).await?;
         while let Some(entry) = entries.next_entry().await? {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let released = match self.store.session(&name).await? {
-                Some(row) => row.status == SessionStatus::Released.as_str(),
+            let released = match self.store.session(&SessionId::from(name)).await? {
+                Some(row) => row.status == SessionStatus::Released,
                 None => false,
             };
             if !released {
@@ -426,9 +432,20 @@ impl Drm {
     }
 
     /// Removes the files of deleted sessions.
-    pub async fn forget_files(&self, session_ids: &[String]) {
+    pub async fn forget_files(&self, session_ids: &[SessionId]) {
         for id in session_ids {
             let _ = tokio::fs::remove_file(self.file_path(id)).await;
+        }
+    }
+
+    /// The stored status, with an open session past its expiry shown as `EXPIRED` even
+    /// before the sweeper marks it.
+    fn effective_status(&self, row: &SessionRow) -> SessionStatus {
+        match row.status {
+            SessionStatus::Pending | SessionStatus::Granted if row.expires_at <= self.now() => {
+                SessionStatus::Expired
+            }
+            s => s,
         }
     }
 
@@ -437,24 +454,12 @@ impl Drm {
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
-            match self.store.expire(now_unix()).await {
+            match self.store.expire(self.now()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(sessions = n, "DRM sessions expired"),
                 Err(e) => tracing::warn!(error = %e, "expiring DRM sessions"),
             }
         }
-    }
-}
-
-/// The stored status, with an open session past its expiry shown as `EXPIRED` even before
-/// the sweeper marks it.
-fn effective_status(row: &SessionRow) -> SessionStatus {
-    let status = SessionStatus::parse(&row.status).unwrap_or(SessionStatus::Expired);
-    match status {
-        SessionStatus::Pending | SessionStatus::Granted if row.expires_at <= now_unix() => {
-            SessionStatus::Expired
-        }
-        s => s,
     }
 }
 

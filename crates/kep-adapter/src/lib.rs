@@ -5,6 +5,7 @@
 pub mod api;
 mod drm;
 mod error;
+pub mod ids;
 mod orgs;
 mod store;
 
@@ -64,7 +65,7 @@ impl Default for AdapterSettings {
 
 pub(crate) struct Adapter {
     settings: AdapterSettings,
-    store: store::Store,
+    orgs: orgs::Orgs,
     drm: Arc<drm::Drm>,
     limiter: Limiter,
 }
@@ -89,7 +90,7 @@ impl Service for AdapterService {
     /// Opens `adapter.db` and the file store under the data dir, and starts the expiry
     /// sweeper.
     async fn start(settings: AdapterSettings, ctx: &Context) -> anyhow::Result<Self> {
-        let store = store::Store::new(ctx.database("adapter", &store::MIGRATOR).await?);
+        let store = store::open(ctx).await?;
         let notify = drm::NotifyPolicy {
             path: settings.notify_path.clone(),
             attempts: settings.notify_attempts.max(1),
@@ -97,7 +98,8 @@ impl Service for AdapterService {
             timeout: Duration::from_secs(settings.notify_timeout_s),
         };
         let drm = Arc::new(drm::Drm::new(
-            store.clone(),
+            Arc::clone(&store),
+            ctx.clone(),
             ctx.data_dir.join("adapter-files"),
             settings.session_ttl_s,
             settings.max_file_bytes,
@@ -111,7 +113,7 @@ impl Service for AdapterService {
         Ok(AdapterService(Arc::new(Adapter {
             limiter: Limiter::new(&settings.limits),
             settings,
-            store,
+            orgs: orgs::Orgs::new(store, ctx.clock.clone()),
             drm,
         })))
     }

@@ -1,22 +1,110 @@
 //! Org login types: validation of the document's field tables, and the secret key.
 
-use kep_core::http::ApiError;
+use std::sync::Arc;
 
-use crate::store::OrgRow;
+use kep_core::clock::Clock;
+use kep_core::http::ApiError;
+use kep_core::secret::{constant_time_eq, new_secret, sha256_hex};
+
+use crate::ids::{OrgLoginTypeId, SessionId};
+use crate::store::{NewOrg, OrgRow, Store};
 use kep_api::adapter::{
-    DataModel, METHODS, MetadataFetchingType, OrgLoginType, OrgLoginTypeRequest,
+    DataModel, METHODS, MetadataFetchingType, OrgLoginType, OrgLoginTypeRequest, OrgLoginTypeSecret,
 };
+
+/// The org login types: registered by the operator, each with a secret key its agent
+/// presents (kept as a hash only).
+pub struct Orgs {
+    store: Arc<dyn Store>,
+    clock: Clock,
+}
+
+impl Orgs {
+    pub fn new(store: Arc<dyn Store>, clock: Clock) -> Self {
+        Orgs { store, clock }
+    }
+
+    /// Registers a validated request; its secret key is shown this once.
+    pub async fn create(&self, req: &OrgLoginTypeRequest) -> sqlx::Result<OrgLoginTypeSecret> {
+        let secret_key = new_secret();
+        let id = self
+            .store
+            .insert_org(&written(req), &sha256_hex(&secret_key), self.clock.unix_s())
+            .await?;
+        Ok(OrgLoginTypeSecret {
+            id: id.0,
+            secret_key,
+        })
+    }
+
+    pub async fn list(&self) -> sqlx::Result<Vec<OrgLoginType>> {
+        Ok(self.store.orgs().await?.into_iter().map(view).collect())
+    }
+
+    pub async fn show(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgLoginType>> {
+        Ok(self.store.org(id).await?.map(view))
+    }
+
+    /// Replaces method, agent and data model; `None` for an unknown org login type.
+    pub async fn update(
+        &self,
+        id: OrgLoginTypeId,
+        req: &OrgLoginTypeRequest,
+    ) -> sqlx::Result<Option<OrgLoginType>> {
+        if !self
+            .store
+            .update_org(id, &written(req), self.clock.unix_s())
+            .await?
+        {
+            return Ok(None);
+        }
+        self.show(id).await
+    }
+
+    /// Deletes the org with its sessions; their ids, so their files can go.
+    pub async fn delete(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<Vec<SessionId>>> {
+        self.store.delete_org(id).await
+    }
+
+    /// A new secret key, shown this once; the old one stops working.
+    pub async fn rotate_key(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgLoginTypeSecret>> {
+        let secret_key = new_secret();
+        let done = self
+            .store
+            .set_secret(id, &sha256_hex(&secret_key), self.clock.unix_s())
+            .await?;
+        Ok(done.then_some(OrgLoginTypeSecret {
+            id: id.0,
+            secret_key,
+        }))
+    }
+
+    /// The org whose secret key was presented; `None` for an unknown org or a wrong key.
+    pub async fn authenticate(
+        &self,
+        id: OrgLoginTypeId,
+        key: &str,
+    ) -> sqlx::Result<Option<OrgRow>> {
+        let org = self.store.org(id).await?;
+        Ok(org.filter(|org| constant_time_eq(&sha256_hex(key), &org.secret_hash)))
+    }
+}
+
+fn written(req: &OrgLoginTypeRequest) -> NewOrg<'_> {
+    NewOrg {
+        method: &req.method,
+        adapter_agent: req.adapter_agent.trim(),
+        data_model: req.data_model.as_ref(),
+    }
+}
 
 /// An org login type as it is shown, from its row.
 pub fn view(row: OrgRow) -> OrgLoginType {
     OrgLoginType {
-        id: row.id,
+        id: row.id.0,
         method: row.method,
         adapter_agent: row.adapter_agent,
-        data_model: row
-            .data_model
-            .as_deref()
-            .and_then(|d| serde_json::from_str(d).ok()),
+        data_model: row.data_model.map(|d| d.0),
     }
 }
 

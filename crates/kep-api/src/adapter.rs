@@ -34,6 +34,15 @@ impl FileType {
     }
 }
 
+/// Read back from where it is stored as text.
+impl TryFrom<String> for FileType {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        FileType::parse(&s).ok_or_else(|| format!("not a file type: {s}"))
+    }
+}
+
 /// A DRM session's state (CONTRACT §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "UPPERCASE")]
@@ -66,6 +75,15 @@ impl SessionStatus {
         ]
         .into_iter()
         .find(|v| v.as_str() == s)
+    }
+}
+
+/// Read back from where it is stored as text.
+impl TryFrom<String> for SessionStatus {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        SessionStatus::parse(&s).ok_or_else(|| format!("not a session status: {s}"))
     }
 }
 

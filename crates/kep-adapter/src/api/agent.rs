@@ -9,11 +9,11 @@ use axum::extract::{FromRequestParts, Multipart, State};
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use kep_core::limits::{Admission, Key, Peer};
-use kep_core::secret::{constant_time_eq, sha256_hex};
 
 use super::{header, worded};
+use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::store::OrgRow;
-use crate::{Adapter, AdapterError, AdapterService};
+use crate::{AdapterError, AdapterService};
 use kep_api::adapter::{FileType, OrgLoginTypeAnswer, Status, UploadResult};
 
 fn ok() -> Json<Status> {
@@ -43,12 +43,6 @@ pub fn credentials<'a>(
     Ok((id, key))
 }
 
-/// The org whose secret key was presented; `None` for an unknown org or a wrong key.
-async fn authenticate(a: &Adapter, (id, key): (i64, &str)) -> Result<Option<OrgRow>, AdapterError> {
-    let org = a.store.org(id).await?;
-    Ok(org.filter(|org| constant_time_eq(&sha256_hex(key), &org.secret_hash)))
-}
-
 /// The calling agent, known before the body is read so that the adapter's limits come
 /// first: the org whose secret key `Authorization` carries, or `None` (a 401 once the other
 /// headers are checked). A call without an org counts against its peer's address; a missing
@@ -76,7 +70,7 @@ impl FromRequestParts<AdapterService> for Agent {
         let a = &adapter.0;
         let creds = credentials(&parts.headers, &a.settings.auth_scheme);
         let org = match creds {
-            Ok(creds) => authenticate(a, creds).await?,
+            Ok((id, key)) => a.orgs.authenticate(OrgLoginTypeId(id), key).await?,
             Err(_) => None,
         };
         let key = match &org {
@@ -165,7 +159,8 @@ pub(crate) async fn upload_result(
     let org = agent.org()?;
     let body: UploadResult = serde_json::from_slice(&body?)
         .map_err(|e| AdapterError::BadRequest(format!("body: {e}")))?;
-    let view = a.drm.for_agent(org.id, call.session, call.file_id).await?;
+    let session = SessionId::from(call.session);
+    let view = a.drm.for_agent(org.id, &session, call.file_id).await?;
     a.drm.record_result(&view, file_type, body).await?;
     Ok(ok())
 }
@@ -209,7 +204,8 @@ pub(crate) async fn upload_decrypted(
     let a = &adapter.0;
     let call = drm_headers(&headers, &a.settings.auth_scheme)?;
     let org = agent.org()?;
-    let view = a.drm.for_agent(org.id, call.session, call.file_id).await?;
+    let session = SessionId::from(call.session);
+    let view = a.drm.for_agent(org.id, &session, call.file_id).await?;
     // Refused before a byte of the file is read.
     a.drm.check_release(&view)?;
     let mut multipart = multipart?;
@@ -220,7 +216,7 @@ pub(crate) async fn upload_decrypted(
             .map_err(|e| AdapterError::BadRequest(format!("multipart body: {e}")))?;
         match field {
             Some(field) if field.name() == Some("file") => {
-                a.drm.release(call.session, field).await?;
+                a.drm.release(&session, field).await?;
                 return Ok(ok());
             }
             Some(_) => continue,

@@ -8,11 +8,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, from_json};
-use kep_core::secret::{new_secret, sha256_hex};
 use serde_json::Value;
 use utoipa::OpenApi;
 
-use crate::drm::now_unix;
+use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::{AdapterError, AdapterService, orgs};
 use kep_api::adapter::{
     DrmRequest, DrmRequestCreated, DrmSession, OrgLoginType, OrgLoginTypeRequest,
@@ -84,12 +83,6 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(e)
 }
 
-fn data_model_json(req: &OrgLoginTypeRequest) -> Option<String> {
-    req.data_model
-        .as_ref()
-        .map(|d| serde_json::to_string(d).expect("data model serialises"))
-}
-
 /// `POST /admin/v1/adapter/org-login-types`: registers an org login type; its secret key
 /// is shown once.
 #[utoipa::path(post, path = "/admin/v1/adapter/org-login-types", request_body = OrgLoginTypeRequest,
@@ -99,24 +92,8 @@ pub(crate) async fn create_org(
     AdminJson(body): AdminJson<Value>,
 ) -> Result<(StatusCode, Json<OrgLoginTypeSecret>), ApiError> {
     let req = orgs::validate(from_json(body)?)?;
-    let secret_key = new_secret();
-    let now = now_unix();
-    let id = adapter
-        .0
-        .store
-        .insert_org(
-            &req.method,
-            req.adapter_agent.trim(),
-            data_model_json(&req).as_deref(),
-            &sha256_hex(&secret_key),
-            now,
-        )
-        .await
-        .map_err(internal)?;
-    Ok((
-        StatusCode::CREATED,
-        Json(OrgLoginTypeSecret { id, secret_key }),
-    ))
+    let created = adapter.0.orgs.create(&req).await.map_err(internal)?;
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 /// `GET /admin/v1/adapter/org-login-types`
@@ -125,8 +102,11 @@ pub(crate) async fn create_org(
 pub(crate) async fn list_orgs(
     State(adapter): State<AdapterService>,
 ) -> Result<Json<Vec<OrgLoginType>>, ApiError> {
-    let rows = adapter.0.store.orgs().await.map_err(internal)?;
-    Ok(Json(rows.into_iter().map(orgs::view).collect()))
+    Ok(Json(adapter.0.orgs.list().await.map_err(internal)?))
+}
+
+fn no_such_org() -> ApiError {
+    ApiError::not_found("no such org login type")
 }
 
 /// `GET /admin/v1/adapter/org-login-types/{id}`
@@ -134,16 +114,10 @@ pub(crate) async fn list_orgs(
     responses((status = 200, body = OrgLoginType), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn show_org(
     State(adapter): State<AdapterService>,
-    Path(id): Path<i64>,
+    Path(id): Path<OrgLoginTypeId>,
 ) -> Result<Json<OrgLoginType>, ApiError> {
-    let row = adapter
-        .0
-        .store
-        .org(id)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| ApiError::not_found("no such org login type"))?;
-    Ok(Json(orgs::view(row)))
+    let org = adapter.0.orgs.show(id).await.map_err(internal)?;
+    Ok(Json(org.ok_or_else(no_such_org)?))
 }
 
 /// `PUT /admin/v1/adapter/org-login-types/{id}`: replaces method, agent and data model.
@@ -152,25 +126,12 @@ pub(crate) async fn show_org(
     security(("operator" = [])))]
 pub(crate) async fn update_org(
     State(adapter): State<AdapterService>,
-    Path(id): Path<i64>,
+    Path(id): Path<OrgLoginTypeId>,
     AdminJson(body): AdminJson<Value>,
 ) -> Result<Json<OrgLoginType>, ApiError> {
     let req = orgs::validate(from_json(body)?)?;
-    let store = &adapter.0.store;
-    let done = store
-        .update_org(
-            id,
-            &req.method,
-            req.adapter_agent.trim(),
-            data_model_json(&req).as_deref(),
-            now_unix(),
-        )
-        .await
-        .map_err(internal)?;
-    if !done {
-        return Err(ApiError::not_found("no such org login type"));
-    }
-    show_org(State(adapter.clone()), Path(id)).await
+    let org = adapter.0.orgs.update(id, &req).await.map_err(internal)?;
+    Ok(Json(org.ok_or_else(no_such_org)?))
 }
 
 /// `DELETE /admin/v1/adapter/org-login-types/{id}`: the org, its sessions and their files.
@@ -178,16 +139,14 @@ pub(crate) async fn update_org(
     responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn delete_org(
     State(adapter): State<AdapterService>,
-    Path(id): Path<i64>,
+    Path(id): Path<OrgLoginTypeId>,
 ) -> Result<StatusCode, ApiError> {
-    let sessions = adapter
+    let sessions = adapter.0.orgs.delete(id).await.map_err(internal)?;
+    adapter
         .0
-        .store
-        .delete_org(id)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| ApiError::not_found("no such org login type"))?;
-    adapter.0.drm.forget_files(&sessions).await;
+        .drm
+        .forget_files(&sessions.ok_or_else(no_such_org)?)
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -197,19 +156,10 @@ pub(crate) async fn delete_org(
     responses((status = 200, body = OrgLoginTypeSecret), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn rotate_key(
     State(adapter): State<AdapterService>,
-    Path(id): Path<i64>,
+    Path(id): Path<OrgLoginTypeId>,
 ) -> Result<Json<OrgLoginTypeSecret>, ApiError> {
-    let secret_key = new_secret();
-    if !adapter
-        .0
-        .store
-        .set_secret(id, &sha256_hex(&secret_key), now_unix())
-        .await
-        .map_err(internal)?
-    {
-        return Err(ApiError::not_found("no such org login type"));
-    }
-    Ok(Json(OrgLoginTypeSecret { id, secret_key }))
+    let rotated = adapter.0.orgs.rotate_key(id).await.map_err(internal)?;
+    Ok(Json(rotated.ok_or_else(no_such_org)?))
 }
 
 /// `POST /admin/v1/adapter/drm-requests`: opens a `PENDING` session and notifies the org's
@@ -237,11 +187,11 @@ pub(crate) async fn create_drm_request(
     }
     let org = adapter
         .0
-        .store
-        .org(req.org_login_type_id)
+        .orgs
+        .show(OrgLoginTypeId(req.org_login_type_id))
         .await
         .map_err(internal)?
-        .ok_or_else(|| ApiError::not_found("no such org login type"))?;
+        .ok_or_else(no_such_org)?;
     let notice = adapter.0.drm.request(req, &org.adapter_agent).await?;
     Ok((
         StatusCode::CREATED,
@@ -258,7 +208,7 @@ pub(crate) async fn create_drm_request(
     responses((status = 200, body = DrmSession), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn show_drm_request(
     State(adapter): State<AdapterService>,
-    Path(session): Path<String>,
+    Path(session): Path<SessionId>,
 ) -> Result<Json<DrmSession>, ApiError> {
     let s = adapter
         .0
@@ -276,7 +226,7 @@ pub(crate) async fn show_drm_request(
     security(("operator" = [])))]
 pub(crate) async fn released_file(
     State(adapter): State<AdapterService>,
-    Path(session): Path<String>,
+    Path(session): Path<SessionId>,
 ) -> Result<Response, ApiError> {
     let drm = &adapter.0.drm;
     let Some((path, file)) = drm.released_file(&session).await? else {

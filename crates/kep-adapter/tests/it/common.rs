@@ -12,6 +12,7 @@ use kep_api::adapter::{
     UploadResult, UserModel,
 };
 use kep_client::{AdminClient, ClientError};
+use kep_core::clock::Clock;
 use kep_core::limits::Limits;
 use kep_core::platform::Platform;
 use serde_json::{Value, json};
@@ -22,6 +23,8 @@ pub const OPERATOR_TOKEN: &str = "test-operator-token";
 pub struct Server {
     pub adapter_url: String,
     pub admin: AdminClient,
+    /// The service's wall clock: it stands still until a test moves it on.
+    pub clock: Clock,
     _dir: tempfile::TempDir,
 }
 
@@ -33,14 +36,19 @@ pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
+    // On a whole second, so a test knows where second-granular expiries fall.
+    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let clock = Clock::manual(start);
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
-        .unwrap();
+        .unwrap()
+        .with_clock(clock.clone());
     platform.start::<AdapterService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {
         adapter_url: running.url("adapter"),
         admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
+        clock,
         _dir: dir,
     }
 }

@@ -607,9 +607,14 @@ async fn sessions_expire() {
     };
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
     next_notice(&mut agent_srv).await;
-    // Deliberate: the ttl (1 s) must have passed. A session past its expiry reads as expired
-    // at once, before the sweeper marks it.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    srv.clock.advance(Duration::from_millis(999));
+    assert_eq!(
+        srv.admin.drm_session(&session).await.unwrap().status,
+        SessionStatus::Pending
+    );
+    // The ttl (1 s) has passed: a session past its expiry reads as expired at once, before
+    // the sweeper marks it.
+    srv.clock.advance(Duration::from_millis(1));
     assert_eq!(
         srv.admin.drm_session(&session).await.unwrap().status,
         SessionStatus::Expired

@@ -1,0 +1,131 @@
+//! The adapter's storage seam: org login types, DRM sessions and notification attempts
+//! behind one [`Store`] interface, so a second backend slots in beside [`sqlite`] without
+//! touching the domain code. [`open`] is the one place that picks the backend.
+
+use std::sync::Arc;
+
+use kep_api::adapter::{DataModel, FileType, SessionStatus};
+use kep_core::service::Context;
+use sqlx::types::Json;
+
+use crate::ids::{OrgLoginTypeId, SessionId};
+
+mod sqlite;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OrgRow {
+    pub id: OrgLoginTypeId,
+    pub method: String,
+    pub adapter_agent: String,
+    pub data_model: Option<Json<DataModel>>,
+    pub secret_hash: String,
+}
+
+/// What an org login type is made of, as it is written.
+pub struct NewOrg<'a> {
+    pub method: &'a str,
+    pub adapter_agent: &'a str,
+    pub data_model: Option<&'a DataModel>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionRow {
+    pub session_id: SessionId,
+    pub org_login_type_id: OrgLoginTypeId,
+    pub file_id: String,
+    #[sqlx(try_from = "String")]
+    pub file_type: FileType,
+    pub user: Option<String>,
+    #[sqlx(try_from = "String")]
+    pub status: SessionStatus,
+    pub result: Option<String>,
+    pub reason: Option<String>,
+    pub extra: Option<Json<serde_json::Value>>,
+    pub file_size: Option<i64>,
+    pub file_sha256: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// The agent's `uploadResult`, as it is recorded.
+pub struct AgentResult<'a> {
+    pub status: SessionStatus,
+    pub result: &'a str,
+    pub reason: &'a str,
+    pub extra: Option<&'a serde_json::Value>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct NotificationRow {
+    pub attempt: i64,
+    pub at: i64,
+    pub status: Option<i64>,
+    pub error: Option<String>,
+}
+
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    async fn insert_org(
+        &self,
+        org: &NewOrg<'_>,
+        secret_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<OrgLoginTypeId>;
+    async fn org(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgRow>>;
+    /// Every org login type, by id.
+    async fn orgs(&self) -> sqlx::Result<Vec<OrgRow>>;
+    /// `Ok(false)` for an unknown org login type.
+    async fn update_org(
+        &self,
+        id: OrgLoginTypeId,
+        org: &NewOrg<'_>,
+        now: i64,
+    ) -> sqlx::Result<bool>;
+    /// `Ok(false)` for an unknown org login type.
+    async fn set_secret(
+        &self,
+        id: OrgLoginTypeId,
+        secret_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<bool>;
+    /// Deletes the org and its sessions at once; the ids of those sessions, so their files
+    /// can go. `None` for an unknown org login type.
+    async fn delete_org(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<Vec<SessionId>>>;
+
+    async fn insert_session(&self, s: &SessionRow) -> sqlx::Result<()>;
+    async fn session(&self, session_id: &SessionId) -> sqlx::Result<Option<SessionRow>>;
+    /// Records the agent's result if the session is still `PENDING` and unexpired.
+    async fn record_result(
+        &self,
+        session_id: &SessionId,
+        result: &AgentResult<'_>,
+        now: i64,
+    ) -> sqlx::Result<bool>;
+    /// Marks the file released if the session is still `GRANTED` and unexpired.
+    async fn record_release(
+        &self,
+        session_id: &SessionId,
+        size: i64,
+        sha256: &str,
+        now: i64,
+    ) -> sqlx::Result<bool>;
+    /// Sessions still open past their expiry become `EXPIRED`; how many did.
+    async fn expire(&self, now: i64) -> sqlx::Result<u64>;
+
+    async fn record_notification(
+        &self,
+        session_id: &SessionId,
+        attempt: i64,
+        at_ms: i64,
+        status: Option<u16>,
+        error: Option<&str>,
+    ) -> sqlx::Result<()>;
+    /// A session's notification attempts, in order.
+    async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>>;
+}
+
+/// Opens the adapter's store (`adapter.db` under the data dir), migrated.
+pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
+    let pool = ctx.database("adapter", &sqlite::MIGRATOR).await?;
+    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+}
