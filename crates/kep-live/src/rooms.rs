@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::ws::Utf8Bytes;
+use bytes::Bytes;
 use dashmap::DashMap;
 use indexmap::IndexMap;
 use tokio::sync::mpsc;
@@ -24,8 +23,8 @@ use kep_api::live::{
 /// What a participant's socket task is told to do.
 #[derive(Debug, Clone)]
 pub enum Outbound {
-    /// A text frame, serialised once and shared by all its receivers.
-    Text(Utf8Bytes),
+    /// A text frame (JSON, so UTF-8), serialised once and shared by all its receivers.
+    Text(Bytes),
     /// A close frame; the socket task ends after it.
     Close { code: u16, reason: &'static str },
 }
@@ -91,7 +90,7 @@ fn event(
     room_id: &str,
     participant_id: Option<&str>,
     stream_id: Option<i64>,
-) -> Utf8Bytes {
+) -> Bytes {
     let at = jiff::Timestamp::now()
         .round(jiff::Unit::Millisecond)
         .unwrap_or_else(|_| jiff::Timestamp::now());
@@ -102,7 +101,7 @@ fn event(
         stream_id,
         at: format!("{at:.3}"),
     });
-    Utf8Bytes::from(serde_json::to_string(&msg).expect("events serialise"))
+    Bytes::from(serde_json::to_vec(&msg).expect("events serialise"))
 }
 
 impl RoomState {
@@ -111,7 +110,7 @@ impl RoomState {
     }
 
     /// Queues `text` to everyone in the room but `except`.
-    fn broadcast(&self, text: &Utf8Bytes, except: Option<&str>) {
+    fn broadcast(&self, text: &Bytes, except: Option<&str>) {
         for (pid, p) in &self.participants {
             if Some(pid.as_str()) != except {
                 let _ = p.outbox.send(Outbound::Text(text.clone()));

@@ -229,7 +229,10 @@ async fn deliver(
     let write = async {
         while let Some(out) = next.take() {
             match out {
-                Outbound::Text(text) => socket.feed(Message::Text(text)).await?,
+                Outbound::Text(text) => {
+                    let text = Utf8Bytes::try_from(text).expect("events are JSON: UTF-8");
+                    socket.feed(Message::Text(text)).await?
+                }
                 Outbound::Close { code, reason } => {
                     let frame = CloseFrame {
                         code,
