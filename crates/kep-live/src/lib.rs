@@ -112,9 +112,11 @@ impl Service for LiveService {
             Duration::from_secs(settings.external_verifier_timeout_s),
             ctx.clock.clone(),
         );
-        let rooms = Arc::new(rooms::Rooms::new(Duration::from_secs(
-            settings.empty_room_grace_s,
-        )));
+        let rooms = Arc::new(rooms::Rooms::new(
+            Duration::from_secs(settings.empty_room_grace_s),
+            ctx.tasks.clone(),
+            ctx.shutdown.clone(),
+        ));
         Ok(LiveService(Arc::new(Live {
             limiter: Limiter::new(&settings.limits),
             settings,

@@ -14,6 +14,8 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use indexmap::IndexMap;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::LiveError;
 use kep_api::live::{
@@ -78,6 +80,9 @@ pub struct Rooms {
     /// its own rooms.
     services: DashMap<Arc<str>, Arc<ServiceRooms>>,
     empty_room_grace: Duration,
+    /// Where the grace timers run: tracked, and cut short when the platform stops.
+    timers: TaskTracker,
+    shutdown: CancellationToken,
 }
 
 /// A participant's view right after joining.
@@ -251,10 +256,16 @@ impl Room {
 }
 
 impl Rooms {
-    pub fn new(empty_room_grace: Duration) -> Self {
+    pub fn new(
+        empty_room_grace: Duration,
+        timers: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
         Rooms {
             services: DashMap::new(),
             empty_room_grace,
+            timers,
+            shutdown,
         }
     }
 
@@ -338,9 +349,12 @@ impl Rooms {
             return;
         }
         let rooms = Arc::clone(self);
-        tokio::spawn(async move {
-            tokio::time::sleep(rooms.empty_room_grace).await;
-            rooms.remove_if_empty(&key);
+        let shutdown = self.shutdown.clone();
+        self.timers.spawn(async move {
+            let grace = tokio::time::sleep(rooms.empty_room_grace);
+            if shutdown.run_until_cancelled(grace).await.is_some() {
+                rooms.remove_if_empty(&key);
+            }
         });
     }
 
@@ -534,7 +548,7 @@ mod tests {
         let mut out = vec![];
         while let Ok(m) = rx.try_recv() {
             match m {
-                Outbound::Text(t) => out.push(serde_json::from_str(t.as_str()).unwrap()),
+                Outbound::Text(t) => out.push(serde_json::from_slice(&t).unwrap()),
                 Outbound::Close { reason, .. } => out.push(serde_json::json!({ "close": reason })),
             }
         }
@@ -543,7 +557,11 @@ mod tests {
 
     #[tokio::test]
     async fn kick_is_all_or_nothing() {
-        let rooms = Arc::new(Rooms::new(Duration::ZERO));
+        let rooms = Arc::new(Rooms::new(
+            Duration::ZERO,
+            TaskTracker::new(),
+            CancellationToken::new(),
+        ));
         let svc: Arc<str> = "svc".into();
         let (_, mut a) = participant(&rooms, &svc, "r", "a");
         let (_, mut b) = participant(&rooms, &svc, "r", "b");
@@ -577,7 +595,11 @@ mod tests {
 
     #[tokio::test]
     async fn the_last_leave_ends_the_room_and_a_stale_socket_never_removes_its_replacement() {
-        let rooms = Arc::new(Rooms::new(Duration::ZERO));
+        let rooms = Arc::new(Rooms::new(
+            Duration::ZERO,
+            TaskTracker::new(),
+            CancellationToken::new(),
+        ));
         let svc: Arc<str> = "svc".into();
         let (old, mut old_rx) = participant(&rooms, &svc, "r", "a");
         let (new, _new_rx) = participant(&rooms, &svc, "r", "a");
@@ -590,7 +612,11 @@ mod tests {
 
     #[tokio::test]
     async fn the_listing_is_rebuilt_after_a_change() {
-        let rooms = Arc::new(Rooms::new(Duration::ZERO));
+        let rooms = Arc::new(Rooms::new(
+            Duration::ZERO,
+            TaskTracker::new(),
+            CancellationToken::new(),
+        ));
         let svc: Arc<str> = "svc".into();
         let (conn, _rx) = participant(&rooms, &svc, "r", "a");
         let before = rooms.list_participants(&svc, "r").unwrap();
