@@ -306,3 +306,17 @@ pub struct Status {
     pub _code: u16,
     pub _message: String,
 }
+
+/// The paths of the adapter routes, as the server routes them (`{name}` marks a path
+/// parameter) and the client fills them.
+pub mod paths {
+    pub const ORG_LOGIN_TYPES: &str = "/admin/v1/adapter/org-login-types";
+    pub const ORG_LOGIN_TYPE: &str = "/admin/v1/adapter/org-login-types/{id}";
+    pub const ORG_LOGIN_TYPE_SECRET_KEY: &str = "/admin/v1/adapter/org-login-types/{id}/secret-key";
+    pub const DRM_REQUESTS: &str = "/admin/v1/adapter/drm-requests";
+    pub const DRM_REQUEST: &str = "/admin/v1/adapter/drm-requests/{session}";
+    pub const DRM_REQUEST_FILE: &str = "/admin/v1/adapter/drm-requests/{session}/file";
+    pub const GET_ORG_LOGIN_TYPE: &str = "/api/trust/login/v0/getOrgLoginType";
+    pub const UPLOAD_RESULT: &str = "/api/trust/drm/v0/uploadResult";
+    pub const UPLOAD_DECRYPTED: &str = "/api/trust/drm/v0/uploadDecrypted";
+}

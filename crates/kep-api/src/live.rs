@@ -319,3 +319,13 @@ mod tests {
         );
     }
 }
+
+/// The paths of the live routes, as the server routes them (`{name}` marks a path
+/// parameter) and the client fills them.
+pub mod paths {
+    pub const SERVICES: &str = "/admin/v1/live/services";
+    pub const SERVICE: &str = "/admin/v1/live/services/{id}";
+    pub const SERVICE_SECRETS: &str = "/admin/v1/live/services/{id}/secrets";
+    pub const RPC: &str = "/api/rpc";
+    pub const WS: &str = "/api/ws";
+}

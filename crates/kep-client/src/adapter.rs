@@ -8,7 +8,8 @@ use kep_api::adapter::{
 };
 use reqwest::multipart::{Form, Part};
 
-use crate::{AdminClient, ClientError, seg};
+use crate::{AdminClient, ClientError, path};
+use kep_api::adapter::paths;
 
 impl AdminClient {
     /// `POST /admin/v1/adapter/org-login-types`
@@ -16,19 +17,15 @@ impl AdminClient {
         &self,
         req: &OrgLoginTypeRequest,
     ) -> Result<OrgLoginTypeSecret, ClientError> {
-        self.send(
-            self.http
-                .post(self.url("/admin/v1/adapter/org-login-types"))
-                .json(req),
-        )
-        .await
+        self.send(self.http.post(self.url(paths::ORG_LOGIN_TYPES)).json(req))
+            .await
     }
 
     /// `GET /admin/v1/adapter/org-login-types/{id}`
     pub async fn org(&self, id: i64) -> Result<OrgLoginType, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("/admin/v1/adapter/org-login-types/{id}"))),
+                .get(self.url(&path(paths::ORG_LOGIN_TYPE, &[&id.to_string()]))),
         )
         .await
     }
@@ -41,7 +38,7 @@ impl AdminClient {
     ) -> Result<OrgLoginType, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("/admin/v1/adapter/org-login-types/{id}")))
+                .put(self.url(&path(paths::ORG_LOGIN_TYPE, &[&id.to_string()])))
                 .json(req),
         )
         .await
@@ -51,44 +48,41 @@ impl AdminClient {
     pub async fn delete_org(&self, id: i64) -> Result<(), ClientError> {
         self.send_empty(
             self.http
-                .delete(self.url(&format!("/admin/v1/adapter/org-login-types/{id}"))),
+                .delete(self.url(&path(paths::ORG_LOGIN_TYPE, &[&id.to_string()]))),
         )
         .await
     }
 
     /// `POST /admin/v1/adapter/org-login-types/{id}/secret-key`
     pub async fn rotate_org_key(&self, id: i64) -> Result<OrgLoginTypeSecret, ClientError> {
-        self.send(self.http.post(self.url(&format!(
-            "/admin/v1/adapter/org-login-types/{id}/secret-key"
-        ))))
+        self.send(
+            self.http
+                .post(self.url(&path(paths::ORG_LOGIN_TYPE_SECRET_KEY, &[&id.to_string()]))),
+        )
         .await
     }
 
     /// `POST /admin/v1/adapter/drm-requests`
     pub async fn drm_request(&self, req: &DrmRequest) -> Result<DrmRequestCreated, ClientError> {
-        self.send(
-            self.http
-                .post(self.url("/admin/v1/adapter/drm-requests"))
-                .json(req),
-        )
-        .await
+        self.send(self.http.post(self.url(paths::DRM_REQUESTS)).json(req))
+            .await
     }
 
     /// `GET /admin/v1/adapter/drm-requests/{session}`
     pub async fn drm_session(&self, session: &str) -> Result<DrmSession, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("/admin/v1/adapter/drm-requests/{}", seg(session)))),
+                .get(self.url(&path(paths::DRM_REQUEST, &[session]))),
         )
         .await
     }
 
     /// `GET /admin/v1/adapter/drm-requests/{session}/file`, streamed.
     pub async fn drm_file(&self, session: &str) -> Result<reqwest::Response, ClientError> {
-        self.send_raw(self.http.get(self.url(&format!(
-            "/admin/v1/adapter/drm-requests/{}/file",
-            seg(session)
-        ))))
+        self.send_raw(
+            self.http
+                .get(self.url(&path(paths::DRM_REQUEST_FILE, &[session]))),
+        )
         .await
     }
 }
@@ -128,8 +122,7 @@ impl AgentClient {
 
     /// `GET /api/trust/login/v0/getOrgLoginType`
     pub async fn get_org_login_type(&self) -> Result<OrgLoginTypeAnswer, ClientError> {
-        Self::answer(self.request(reqwest::Method::GET, "/api/trust/login/v0/getOrgLoginType"))
-            .await
+        Self::answer(self.request(reqwest::Method::GET, paths::GET_ORG_LOGIN_TYPE)).await
     }
 
     /// `POST /api/trust/drm/v0/uploadResult`
@@ -141,7 +134,7 @@ impl AgentClient {
         body: &UploadResult,
     ) -> Result<Status, ClientError> {
         let req = self
-            .request(reqwest::Method::POST, "/api/trust/drm/v0/uploadResult")
+            .request(reqwest::Method::POST, paths::UPLOAD_RESULT)
             .header("Kep-AgentSession", format!("DSID {session}"))
             .header("Kep-File-Id", file_id)
             .header("Kep-File-Type", file_type.as_str())
@@ -157,7 +150,7 @@ impl AgentClient {
         part: Part,
     ) -> Result<Status, ClientError> {
         let req = self
-            .request(reqwest::Method::POST, "/api/trust/drm/v0/uploadDecrypted")
+            .request(reqwest::Method::POST, paths::UPLOAD_DECRYPTED)
             .header("Kep-AgentSession", format!("DSID {session}"))
             .header("Kep-File-Id", file_id)
             .multipart(Form::new().part("file", part));

@@ -82,6 +82,24 @@ pub(crate) fn seg(s: &str) -> percent_encoding::PercentEncode<'_> {
     percent_encoding::utf8_percent_encode(s, SEGMENT)
 }
 
+/// A route path of `kep_api`'s `paths` with its `{name}` parameters filled in order, each
+/// percent-encoded as one segment.
+pub(crate) fn path(template: &str, args: &[&str]) -> String {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut args = args.iter();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let close = open + rest[open..].find('}').expect("a path parameter is closed");
+        out.push_str(&rest[..open]);
+        let arg = args.next().expect("an argument for each path parameter");
+        out.extend(seg(arg));
+        rest = &rest[close + 1..];
+    }
+    assert!(args.next().is_none(), "more arguments than path parameters");
+    out.push_str(rest);
+    out
+}
+
 /// The answer if it is a 2xx, else `ClientError::Api` with its status and body.
 pub(crate) async fn checked(res: reqwest::Response) -> Result<reqwest::Response, ClientError> {
     let status = res.status();
@@ -152,4 +170,16 @@ pub async fn limited_answer(
         .get("retry-after")
         .map(|v| v.to_str().unwrap().parse().unwrap());
     (res.status(), retry_after, res.json().await.unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path;
+
+    #[test]
+    fn a_path_is_filled_in_order_one_encoded_segment_each() {
+        assert_eq!(path("/a/{id}/b/{n}", &["x y/z", "7"]), "/a/x%20y%2Fz/b/7");
+        assert_eq!(path("/plain", &[]), "/plain");
+        assert_eq!(path("/{id}", &["~a-b_c.d"]), "/~a-b_c.d");
+    }
 }

@@ -14,7 +14,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::{AdminClient, ClientError, seg};
+use crate::{AdminClient, ClientError, path};
+use kep_api::live::paths;
 
 impl AdminClient {
     /// `POST /admin/v1/live/services`
@@ -22,27 +23,19 @@ impl AdminClient {
         &self,
         req: &CreateServiceRequest,
     ) -> Result<ServiceSecrets, ClientError> {
-        self.send(
-            self.http
-                .post(self.url("/admin/v1/live/services"))
-                .json(req),
-        )
-        .await
+        self.send(self.http.post(self.url(paths::SERVICES)).json(req))
+            .await
     }
 
     /// `GET /admin/v1/live/services`
     pub async fn list_live_services(&self) -> Result<ServiceList, ClientError> {
-        self.send(self.http.get(self.url("/admin/v1/live/services")))
-            .await
+        self.send(self.http.get(self.url(paths::SERVICES))).await
     }
 
     /// `GET /admin/v1/live/services/{id}`
     pub async fn live_service(&self, id: &str) -> Result<ServiceSummary, ClientError> {
-        self.send(
-            self.http
-                .get(self.url(&format!("/admin/v1/live/services/{}", seg(id)))),
-        )
-        .await
+        self.send(self.http.get(self.url(&path(paths::SERVICE, &[id]))))
+            .await
     }
 
     /// `PATCH /admin/v1/live/services/{id}`
@@ -56,7 +49,7 @@ impl AdminClient {
         };
         self.send(
             self.http
-                .patch(self.url(&format!("/admin/v1/live/services/{}", seg(id))))
+                .patch(self.url(&path(paths::SERVICE, &[id])))
                 .json(&req),
         )
         .await
@@ -66,7 +59,7 @@ impl AdminClient {
     pub async fn rotate_live_secrets(&self, id: &str) -> Result<ServiceSecrets, ClientError> {
         self.send(
             self.http
-                .post(self.url(&format!("/admin/v1/live/services/{}/secrets", seg(id)))),
+                .post(self.url(&path(paths::SERVICE_SECRETS, &[id]))),
         )
         .await
     }
@@ -85,7 +78,7 @@ impl LiveClient {
     pub fn new(base: &str) -> Self {
         LiveClient {
             http: reqwest::Client::new(),
-            url: format!("{}/api/rpc", base.trim_end_matches('/')),
+            url: format!("{}{}", base.trim_end_matches('/'), paths::RPC),
             token: None,
         }
     }

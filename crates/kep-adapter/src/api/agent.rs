@@ -14,6 +14,7 @@ use super::{header, worded};
 use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::store::OrgRow;
 use crate::{AdapterError, AdapterService};
+use kep_api::adapter::paths;
 use kep_api::adapter::{FileType, OrgLoginTypeAnswer, Status, UploadResult};
 
 fn ok() -> Json<Status> {
@@ -124,7 +125,7 @@ pub fn file_type(headers: &HeaderMap) -> Result<FileType, AdapterError> {
 }
 
 /// `GET /api/trust/login/v0/getOrgLoginType`
-#[utoipa::path(get, path = "/api/trust/login/v0/getOrgLoginType",
+#[utoipa::path(get, path = paths::GET_ORG_LOGIN_TYPE,
     params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
            ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$")),
     responses((status = 200, body = OrgLoginTypeAnswer), (status = 400, body = Status), (status = 401, body = Status)))]
@@ -139,7 +140,7 @@ pub(crate) async fn get_org_login_type(
 }
 
 /// `POST /api/trust/drm/v0/uploadResult`
-#[utoipa::path(post, path = "/api/trust/drm/v0/uploadResult", request_body = UploadResult,
+#[utoipa::path(post, path = paths::UPLOAD_RESULT, request_body = UploadResult,
     params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
            ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$"),
            ("Kep-AgentSession" = String, Header, description = "`DSID <session id>`", pattern = "^DSID +[!-~]"),
@@ -187,7 +188,7 @@ impl utoipa::ToSchema for ReleasedFileForm {}
 
 /// `POST /api/trust/drm/v0/uploadDecrypted`: the released file as the multipart part
 /// `file`, streamed to storage.
-#[utoipa::path(post, path = "/api/trust/drm/v0/uploadDecrypted",
+#[utoipa::path(post, path = paths::UPLOAD_DECRYPTED,
     request_body(content = ReleasedFileForm, content_type = "multipart/form-data", description = "part `file`: the released file"),
     params(("Authorization" = String, Header, description = "`Secret <secret key>`"),
            ("Kep-OrgLoginType" = String, Header, description = "`ID <org login type id>`", pattern = "^ID +[0-9]{1,18} *$"),

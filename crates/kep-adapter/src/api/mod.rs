@@ -17,17 +17,15 @@ use utoipa::OpenApi;
 
 use crate::AdapterService;
 use crate::error::status_body;
+use kep_api::adapter::paths;
 
 pub(crate) fn router(adapter: AdapterService) -> Router {
     Router::new()
-        .route(
-            "/api/trust/login/v0/getOrgLoginType",
-            get(agent::get_org_login_type),
-        )
-        .route("/api/trust/drm/v0/uploadResult", post(agent::upload_result))
+        .route(paths::GET_ORG_LOGIN_TYPE, get(agent::get_org_login_type))
+        .route(paths::UPLOAD_RESULT, post(agent::upload_result))
         // The file is streamed to disk under its own limit, not buffered under axum's.
         .route(
-            "/api/trust/drm/v0/uploadDecrypted",
+            paths::UPLOAD_DECRYPTED,
             post(agent::upload_decrypted).layer(DefaultBodyLimit::disable()),
         )
         .fallback(|| async { status_body(StatusCode::NOT_FOUND, "no such API") })

@@ -13,6 +13,7 @@ use utoipa::OpenApi;
 
 use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::{AdapterError, AdapterService, orgs};
+use kep_api::adapter::paths;
 use kep_api::adapter::{
     DrmRequest, DrmRequestCreated, DrmSession, OrgLoginType, OrgLoginTypeRequest,
     OrgLoginTypeSecret, SessionStatus,
@@ -20,27 +21,15 @@ use kep_api::adapter::{
 
 pub(crate) fn router(adapter: AdapterService) -> Router {
     Router::new()
+        .route(paths::ORG_LOGIN_TYPES, post(create_org).get(list_orgs))
         .route(
-            "/admin/v1/adapter/org-login-types",
-            post(create_org).get(list_orgs),
-        )
-        .route(
-            "/admin/v1/adapter/org-login-types/{id}",
+            paths::ORG_LOGIN_TYPE,
             get(show_org).put(update_org).delete(delete_org),
         )
-        .route(
-            "/admin/v1/adapter/org-login-types/{id}/secret-key",
-            post(rotate_key),
-        )
-        .route("/admin/v1/adapter/drm-requests", post(create_drm_request))
-        .route(
-            "/admin/v1/adapter/drm-requests/{session}",
-            get(show_drm_request),
-        )
-        .route(
-            "/admin/v1/adapter/drm-requests/{session}/file",
-            get(released_file),
-        )
+        .route(paths::ORG_LOGIN_TYPE_SECRET_KEY, post(rotate_key))
+        .route(paths::DRM_REQUESTS, post(create_drm_request))
+        .route(paths::DRM_REQUEST, get(show_drm_request))
+        .route(paths::DRM_REQUEST_FILE, get(released_file))
         .with_state(adapter)
 }
 
@@ -85,7 +74,7 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 
 /// `POST /admin/v1/adapter/org-login-types`: registers an org login type; its secret key
 /// is shown once.
-#[utoipa::path(post, path = "/admin/v1/adapter/org-login-types", request_body = OrgLoginTypeRequest,
+#[utoipa::path(post, path = paths::ORG_LOGIN_TYPES, request_body = OrgLoginTypeRequest,
     responses((status = 201, body = OrgLoginTypeSecret), (status = 400, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn create_org(
     State(adapter): State<AdapterService>,
@@ -97,7 +86,7 @@ pub(crate) async fn create_org(
 }
 
 /// `GET /admin/v1/adapter/org-login-types`
-#[utoipa::path(get, path = "/admin/v1/adapter/org-login-types", responses((status = 200, body = Vec<OrgLoginType>)),
+#[utoipa::path(get, path = paths::ORG_LOGIN_TYPES, responses((status = 200, body = Vec<OrgLoginType>)),
     security(("operator" = [])))]
 pub(crate) async fn list_orgs(
     State(adapter): State<AdapterService>,
@@ -110,7 +99,7 @@ fn no_such_org() -> ApiError {
 }
 
 /// `GET /admin/v1/adapter/org-login-types/{id}`
-#[utoipa::path(get, path = "/admin/v1/adapter/org-login-types/{id}", params(("id" = i64, Path)),
+#[utoipa::path(get, path = paths::ORG_LOGIN_TYPE, params(("id" = i64, Path)),
     responses((status = 200, body = OrgLoginType), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn show_org(
     State(adapter): State<AdapterService>,
@@ -121,7 +110,7 @@ pub(crate) async fn show_org(
 }
 
 /// `PUT /admin/v1/adapter/org-login-types/{id}`: replaces method, agent and data model.
-#[utoipa::path(put, path = "/admin/v1/adapter/org-login-types/{id}", params(("id" = i64, Path)), request_body = OrgLoginTypeRequest,
+#[utoipa::path(put, path = paths::ORG_LOGIN_TYPE, params(("id" = i64, Path)), request_body = OrgLoginTypeRequest,
     responses((status = 200, body = OrgLoginType), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("operator" = [])))]
 pub(crate) async fn update_org(
@@ -135,7 +124,7 @@ pub(crate) async fn update_org(
 }
 
 /// `DELETE /admin/v1/adapter/org-login-types/{id}`: the org, its sessions and their files.
-#[utoipa::path(delete, path = "/admin/v1/adapter/org-login-types/{id}", params(("id" = i64, Path)),
+#[utoipa::path(delete, path = paths::ORG_LOGIN_TYPE, params(("id" = i64, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn delete_org(
     State(adapter): State<AdapterService>,
@@ -152,7 +141,7 @@ pub(crate) async fn delete_org(
 
 /// `POST /admin/v1/adapter/org-login-types/{id}/secret-key`: a new secret key, shown once;
 /// the old one stops working.
-#[utoipa::path(post, path = "/admin/v1/adapter/org-login-types/{id}/secret-key", params(("id" = i64, Path)),
+#[utoipa::path(post, path = paths::ORG_LOGIN_TYPE_SECRET_KEY, params(("id" = i64, Path)),
     responses((status = 200, body = OrgLoginTypeSecret), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn rotate_key(
     State(adapter): State<AdapterService>,
@@ -164,7 +153,7 @@ pub(crate) async fn rotate_key(
 
 /// `POST /admin/v1/adapter/drm-requests`: opens a `PENDING` session and notifies the org's
 /// agent.
-#[utoipa::path(post, path = "/admin/v1/adapter/drm-requests", request_body = DrmRequest,
+#[utoipa::path(post, path = paths::DRM_REQUESTS, request_body = DrmRequest,
     responses((status = 201, body = DrmRequestCreated), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("operator" = [])))]
 pub(crate) async fn create_drm_request(
@@ -204,7 +193,7 @@ pub(crate) async fn create_drm_request(
 
 /// `GET /admin/v1/adapter/drm-requests/{session}`: status, result and the agent
 /// notification history.
-#[utoipa::path(get, path = "/admin/v1/adapter/drm-requests/{session}", params(("session" = String, Path)),
+#[utoipa::path(get, path = paths::DRM_REQUEST, params(("session" = String, Path)),
     responses((status = 200, body = DrmSession), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn show_drm_request(
     State(adapter): State<AdapterService>,
@@ -220,7 +209,7 @@ pub(crate) async fn show_drm_request(
 }
 
 /// `GET /admin/v1/adapter/drm-requests/{session}/file`: the released file, streamed.
-#[utoipa::path(get, path = "/admin/v1/adapter/drm-requests/{session}/file", params(("session" = String, Path)),
+#[utoipa::path(get, path = paths::DRM_REQUEST_FILE, params(("session" = String, Path)),
     responses((status = 200, content_type = "application/octet-stream"), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody)),
     security(("operator" = [])))]

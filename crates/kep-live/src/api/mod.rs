@@ -13,11 +13,12 @@ use serde::de::DeserializeOwned;
 use utoipa::OpenApi;
 
 use crate::{LiveError, LiveService};
+use kep_api::live::paths;
 
 pub(crate) fn router(live: LiveService) -> Router {
     Router::new()
-        .route("/api/rpc", post(rpc::rpc))
-        .route("/api/ws", get(ws::participant_socket))
+        .route(paths::RPC, post(rpc::rpc))
+        .route(paths::WS, get(ws::participant_socket))
         .with_state(live)
 }
 

@@ -10,21 +10,16 @@ use utoipa::OpenApi;
 use crate::LiveService;
 use crate::access::CreateOutcome;
 use crate::ids::ServiceId;
+use kep_api::live::paths;
 use kep_api::live::{
     CreateServiceRequest, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
 };
 
 pub(crate) fn router(live: LiveService) -> Router {
     Router::new()
-        .route(
-            "/admin/v1/live/services",
-            post(create_service).get(list_services),
-        )
-        .route(
-            "/admin/v1/live/services/{id}",
-            get(get_service).patch(update_service),
-        )
-        .route("/admin/v1/live/services/{id}/secrets", post(rotate_secrets))
+        .route(paths::SERVICES, post(create_service).get(list_services))
+        .route(paths::SERVICE, get(get_service).patch(update_service))
+        .route(paths::SERVICE_SECRETS, post(rotate_secrets))
         .with_state(live)
 }
 
@@ -64,7 +59,7 @@ fn check_verifier_url(url: &Option<String>) -> Result<(), ApiError> {
 }
 
 /// `POST /admin/v1/live/services`: creates a live service and shows its secrets once.
-#[utoipa::path(post, path = "/admin/v1/live/services", request_body = CreateServiceRequest,
+#[utoipa::path(post, path = paths::SERVICES, request_body = CreateServiceRequest,
     responses((status = 201, body = ServiceSecrets), (status = 400, body = kep_core::http::ErrorBody),
               (status = 409, body = kep_core::http::ErrorBody)),
     security(("operator" = [])))]
@@ -97,7 +92,7 @@ pub(crate) async fn create_service(
 }
 
 /// `GET /admin/v1/live/services`: the service ids, in creation order.
-#[utoipa::path(get, path = "/admin/v1/live/services", responses((status = 200, body = Vec<String>)),
+#[utoipa::path(get, path = paths::SERVICES, responses((status = 200, body = Vec<String>)),
     security(("operator" = [])))]
 pub(crate) async fn list_services(
     State(live): State<LiveService>,
@@ -107,7 +102,7 @@ pub(crate) async fn list_services(
 }
 
 /// `GET /admin/v1/live/services/{id}`
-#[utoipa::path(get, path = "/admin/v1/live/services/{id}",
+#[utoipa::path(get, path = paths::SERVICE,
     params(("id" = String, Path, description = "serviceId")),
     responses((status = 200, body = ServiceSummary), (status = 404, body = kep_core::http::ErrorBody)),
     security(("operator" = [])))]
@@ -127,7 +122,7 @@ pub(crate) async fn get_service(
 }
 
 /// `PATCH /admin/v1/live/services/{id}`: sets or removes the external verifier.
-#[utoipa::path(patch, path = "/admin/v1/live/services/{id}", request_body = UpdateServiceRequest,
+#[utoipa::path(patch, path = paths::SERVICE, request_body = UpdateServiceRequest,
     params(("id" = String, Path, description = "serviceId")),
     responses((status = 200, body = ServiceSummary), (status = 404, body = kep_core::http::ErrorBody)),
     security(("operator" = [])))]
@@ -154,7 +149,7 @@ pub(crate) async fn update_service(
 }
 
 /// `POST /admin/v1/live/services/{id}/secrets`: new admin and service secrets, shown once.
-#[utoipa::path(post, path = "/admin/v1/live/services/{id}/secrets",
+#[utoipa::path(post, path = paths::SERVICE_SECRETS,
     params(("id" = String, Path, description = "serviceId")),
     responses((status = 200, body = ServiceSecrets), (status = 404, body = kep_core::http::ErrorBody)),
     security(("operator" = [])))]

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 
 use super::{check_id, parse_params};
 use crate::{LiveError, LiveService};
+use kep_api::live::paths;
 use kep_api::live::{
     DestroyRoomResult, ParticipantTarget, ProvisionParams, RoomParams, StreamTarget, TargetsParams,
     VersionParams,
@@ -124,7 +125,7 @@ struct Envelope<'a> {
 /// `POST /api/rpc`: Provision and every Room method.
 #[utoipa::path(
     post,
-    path = "/api/rpc",
+    path = paths::RPC,
     request_body(content = RpcCall, description = "A JSON-RPC 2.0 request: `Provision`, `Room.ListRooms`, `Room.ListParticipants`, `Room.DestroyRoom`, `Room.KickParticipant`, `Room.InactiveStream` (also `Room.InactivateStream`)"),
     responses(
         (status = 200, description = "A JSON-RPC answer, `result` or `error`", body = kep_api::live::RpcResponse),
