@@ -6,4 +6,5 @@
 pub mod adapter;
 pub mod live;
 pub mod messaging;
+pub mod operator;
 pub mod serving;

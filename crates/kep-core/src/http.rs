@@ -7,27 +7,11 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
+
+pub use kep_api::operator::{ErrorBody, ErrorDetail};
 
 use crate::limits::{Key, Limiter, Peer, Refusal};
 use crate::secret::constant_time_eq;
-
-/// The operator API's error body.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// A stable machine-readable code such as `invalid_field` or `not_found`.
-    pub code: &'static str,
-    pub message: String,
-    /// The request field at fault, where there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-}
 
 /// An operator API failure; every handler's error converts into this once.
 #[derive(Debug)]
@@ -43,7 +27,7 @@ impl ApiError {
         ApiError {
             status,
             detail: ErrorDetail {
-                code,
+                code: code.into(),
                 message: message.into(),
                 field: None,
             },
