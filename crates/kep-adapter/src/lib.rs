@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
+use kep_core::outbox::Policy;
 use kep_core::retry::Backoff;
 use kep_core::service::{Context, ListenerSettings, Service};
 use serde::{Deserialize, Serialize};
@@ -93,18 +94,24 @@ impl Service for AdapterService {
         let store = store::open(ctx).await?;
         let notify = drm::NotifyPolicy {
             path: settings.notify_path.clone(),
-            attempts: settings.notify_attempts.max(1),
-            backoff: Backoff::from_first(Duration::from_millis(settings.notify_backoff_ms)),
+            outbox: Policy {
+                attempts: settings.notify_attempts,
+                retry: Backoff::from_first(Duration::from_millis(settings.notify_backoff_ms)),
+                queue: 1,
+            },
             timeout: Duration::from_secs(settings.notify_timeout_s),
         };
-        let drm = Arc::new(drm::Drm::new(
-            Arc::clone(&store),
-            ctx.clone(),
-            ctx.data_dir.join("adapter-files"),
-            settings.session_ttl_s,
-            settings.max_file_bytes,
-            notify,
-        )?);
+        let drm = Arc::new(
+            drm::Drm::start(
+                Arc::clone(&store),
+                ctx,
+                ctx.data_dir.join("adapter-files"),
+                settings.session_ttl_s,
+                settings.max_file_bytes,
+                &notify,
+            )
+            .await?,
+        );
         let removed = drm.remove_unreleased_files().await?;
         if removed > 0 {
             tracing::info!(files = removed, "removed files of releases a stop cut off");

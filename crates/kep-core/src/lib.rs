@@ -8,6 +8,7 @@ pub mod id;
 pub mod json;
 pub mod limits;
 pub mod listener;
+pub mod outbox;
 pub mod platform;
 pub mod retry;
 pub mod secret;

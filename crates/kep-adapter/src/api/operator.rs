@@ -174,14 +174,14 @@ pub(crate) async fn create_drm_request(
             "1 to 1024 visible ASCII characters, spaces only between them",
         ));
     }
-    let org = adapter
+    adapter
         .0
         .orgs
         .show(OrgLoginTypeId(req.org_login_type_id))
         .await
         .map_err(internal)?
         .ok_or_else(no_such_org)?;
-    let notice = adapter.0.drm.request(req, &org.adapter_agent).await?;
+    let notice = adapter.0.drm.request(req).await?;
     Ok((
         StatusCode::CREATED,
         Json(DrmRequestCreated {

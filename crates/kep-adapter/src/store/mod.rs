@@ -120,6 +120,8 @@ pub trait Store: Send + Sync {
         status: Option<u16>,
         error: Option<&str>,
     ) -> sqlx::Result<()>;
+    /// Sessions still `PENDING` at `now` whose agent has not answered 2xx, oldest first.
+    async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>>;
     /// A session's notification attempts, in order.
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>>;
 }

@@ -218,4 +218,18 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await
     }
+
+    async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>> {
+        let rows: Vec<(SessionId,)> = sqlx::query_as(
+            "SELECT session_id FROM drm_sessions s
+             WHERE status = 'PENDING' AND expires_at > ?
+               AND NOT EXISTS (SELECT 1 FROM drm_notifications n
+                               WHERE n.session_id = s.session_id AND n.status BETWEEN 200 AND 299)
+             ORDER BY created_at, session_id",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|r| r.0).collect())
+    }
 }

@@ -14,7 +14,7 @@ use kep_api::adapter::{
 use kep_client::{AdminClient, ClientError};
 use kep_core::clock::Clock;
 use kep_core::limits::Limits;
-use kep_core::platform::Platform;
+use kep_core::platform::{Platform, Running};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -25,20 +25,32 @@ pub struct Server {
     pub admin: AdminClient,
     /// The service's wall clock: it stands still until a test moves it on.
     pub clock: Clock,
-    _dir: tempfile::TempDir,
+    running: Running,
+    dir: tempfile::TempDir,
 }
 
 pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
+    // On a whole second, so a test knows where second-granular expiries fall.
+    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    start_in(
+        tempfile::tempdir().unwrap(),
+        Clock::manual(start),
+        configure,
+    )
+    .await
+}
+
+async fn start_in(
+    dir: tempfile::TempDir,
+    clock: Clock,
+    configure: impl FnOnce(&mut AdapterSettings),
+) -> Server {
     let mut settings = AdapterSettings {
         addr: "127.0.0.1:0".parse().unwrap(),
         notify_backoff_ms: 50,
         ..AdapterSettings::default()
     };
     configure(&mut settings);
-    let dir = tempfile::tempdir().unwrap();
-    // On a whole second, so a test knows where second-granular expiries fall.
-    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
-    let clock = Clock::manual(start);
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
@@ -49,7 +61,16 @@ pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         adapter_url: running.url("adapter"),
         admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
         clock,
-        _dir: dir,
+        running,
+        dir,
+    }
+}
+
+impl Server {
+    /// Stops the platform and starts it again on the same data dir and clock.
+    pub async fn restart(self, configure: impl FnOnce(&mut AdapterSettings)) -> Server {
+        self.running.stop(Duration::from_secs(5)).await;
+        start_in(self.dir, self.clock, configure).await
     }
 }
 

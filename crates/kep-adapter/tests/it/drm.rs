@@ -631,3 +631,66 @@ async fn sessions_expire() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_notification_a_stop_cut_off_is_sent_after_the_restart() {
+    // The first attempt fails, and the next would come only after a minute.
+    let slow_retry = |s: &mut kep_adapter::AdapterSettings| {
+        s.notify_attempts = 5;
+        s.notify_backoff_ms = 60_000;
+    };
+    let srv = spawn(slow_retry).await;
+    let mut agent_srv = agent(1).await;
+    let org = srv
+        .admin
+        .create_org(&oauth2_org(&agent_srv.host))
+        .await
+        .unwrap();
+    let ask = DrmRequest {
+        org_login_type_id: org.id,
+        file_id: "f".into(),
+        file_type: FileType::Drm,
+        user: None,
+    };
+    let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
+    eventually(
+        Duration::from_secs(10),
+        "the first attempt recorded",
+        async || match srv
+            .admin
+            .drm_session(&session)
+            .await
+            .unwrap()
+            .notifications
+            .len()
+        {
+            1 => Ok(()),
+            n => Err(format!("{n} attempts")),
+        },
+    )
+    .await;
+
+    let srv = srv.restart(|s| s.notify_attempts = 5).await;
+    let (_, notice) = next_notice(&mut agent_srv).await;
+    assert_eq!(notice.session_id, session);
+    let statuses = eventually(
+        Duration::from_secs(10),
+        "the second attempt recorded",
+        async || {
+            let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
+            match attempts.len() {
+                2 => Ok(attempts
+                    .iter()
+                    .map(|a| (a.attempt, a.status))
+                    .collect::<Vec<_>>()),
+                n => Err(format!("{n} attempts")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        statuses,
+        [(1, Some(500)), (2, Some(204))],
+        "counted on from before the stop"
+    );
+}

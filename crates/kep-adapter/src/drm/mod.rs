@@ -6,13 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt as _};
-use kep_core::retry::Backoff;
 use kep_core::secret::random_token;
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt as _;
 
 use kep_core::clock::Clock;
+use kep_core::outbox::Dispatcher;
 use kep_core::service::Context;
+
+mod notify;
+
+use notify::Notifications;
+pub use notify::NotifyPolicy;
 
 use crate::AdapterError;
 use crate::ids::{OrgLoginTypeId, SessionId};
@@ -22,30 +27,19 @@ use kep_api::adapter::{
     SessionStatus, UploadResult,
 };
 
-fn rfc3339(unix: i64) -> String {
+pub(crate) fn rfc3339(unix: i64) -> String {
     jiff::Timestamp::from_second(unix)
         .map(|t| t.to_string())
         .unwrap_or_default()
 }
 
-/// How the agent is told of a new session.
-#[derive(Debug, Clone)]
-pub struct NotifyPolicy {
-    pub path: String,
-    pub attempts: u32,
-    pub backoff: Backoff,
-    pub timeout: Duration,
-}
-
 pub struct Drm {
     store: Arc<dyn Store>,
-    /// Its clock, and the tracker its agent notifications run on.
-    ctx: Context,
+    clock: Clock,
     files: PathBuf,
     session_ttl_s: i64,
     max_file_bytes: u64,
-    notify: NotifyPolicy,
-    http: reqwest::Client,
+    notifications: Dispatcher<Notifications>,
 }
 
 /// A session as the agent's calls see it, after the org check.
@@ -56,24 +50,32 @@ pub struct AgentView {
 }
 
 impl Drm {
-    pub fn new(
+    /// Resumes the notifications a previous run left undelivered.
+    pub async fn start(
         store: Arc<dyn Store>,
-        ctx: Context,
+        ctx: &Context,
         files: PathBuf,
         session_ttl_s: u64,
         max_file_bytes: u64,
-        notify: NotifyPolicy,
+        notify: &NotifyPolicy,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&files)?;
-        let http = reqwest::Client::builder().timeout(notify.timeout).build()?;
+        let notifications = Dispatcher::new(
+            Notifications::new(Arc::clone(&store), ctx.clock.clone(), notify)?,
+            notify.outbox,
+            ctx,
+        );
+        let resumed = notifications.resume().await?;
+        if resumed > 0 {
+            tracing::info!(sessions = resumed, "resumed agent notifications");
+        }
         Ok(Drm {
             store,
-            ctx,
+            clock: ctx.clock.clone(),
             files,
             session_ttl_s: i64::try_from(session_ttl_s).unwrap_or(i64::MAX),
             max_file_bytes,
-            notify,
-            http,
+            notifications,
         })
     }
 
@@ -81,20 +83,12 @@ impl Drm {
         self.files.join(session_id.as_str())
     }
 
-    fn clock(&self) -> &Clock {
-        &self.ctx.clock
-    }
-
     fn now(&self) -> i64 {
-        self.clock().unix_s()
+        self.clock.unix_s()
     }
 
     /// Creates a `PENDING` session and starts notifying the org's agent.
-    pub async fn request(
-        self: &Arc<Self>,
-        req: DrmRequest,
-        adapter_agent: &str,
-    ) -> Result<AgentNotification, AdapterError> {
+    pub async fn request(&self, req: DrmRequest) -> Result<AgentNotification, AdapterError> {
         let now = self.now();
         let row = SessionRow {
             session_id: SessionId::from(random_token(16)),
@@ -112,74 +106,11 @@ impl Drm {
             expires_at: now.saturating_add(self.session_ttl_s),
         };
         self.store.insert_session(&row).await?;
-        let notice = AgentNotification {
-            session_id: row.session_id.into_string(),
-            org_login_type_id: row.org_login_type_id.0,
-            file_id: row.file_id,
-            file_type: req.file_type,
-            user: row.user,
-            expires_at: rfc3339(row.expires_at),
-        };
-        let url = format!(
-            "{}{}",
-            crate::orgs::agent_base(adapter_agent),
-            self.notify.path
-        );
-        self.ctx
-            .spawn(Arc::clone(self).deliver(notice.clone(), url));
+        let notice = notify::notice(&row);
+        self.notifications
+            .queue(row.session_id.clone(), row.session_id)
+            .await;
         Ok(notice)
-    }
-
-    /// Notifies the agent, retrying with doubling back-off until it answers 2xx, the
-    /// session is no longer `PENDING`, or the attempts run out. Every attempt is recorded.
-    async fn deliver(self: Arc<Self>, notice: AgentNotification, url: String) {
-        let session_id = SessionId::from(notice.session_id.as_str());
-        let mut waits = self.notify.backoff.waits();
-        for attempt in 1..=i64::from(self.notify.attempts) {
-            let sent = self
-                .http
-                .post(&url)
-                .header("Kep-AgentSession", format!("DSID {}", notice.session_id))
-                .header(
-                    "Kep-OrgLoginType",
-                    format!("ID {}", notice.org_login_type_id),
-                )
-                .header("Kep-File-Id", &notice.file_id)
-                .header("Kep-File-Type", notice.file_type.as_str())
-                .json(&notice)
-                .send()
-                .await;
-            let (status, error) = match &sent {
-                Ok(res) => (Some(res.status().as_u16()), None),
-                Err(e) => (None, Some(e.to_string())),
-            };
-            let at_ms = self.clock().unix_ms();
-            if let Err(e) = self
-                .store
-                .record_notification(&session_id, attempt, at_ms, status, error.as_deref())
-                .await
-            {
-                tracing::warn!(error = %e, "recording a notification attempt");
-            }
-            if status.is_some_and(|s| (200..300).contains(&s)) {
-                return;
-            }
-            tracing::info!(
-                session = notice.session_id,
-                attempt,
-                ?status,
-                ?error,
-                "agent notification failed"
-            );
-            tokio::time::sleep(waits.next_wait()).await;
-            let still_pending = matches!(
-                self.store.session(&session_id).await,
-                Ok(Some(row)) if row.status == SessionStatus::Pending && row.expires_at > self.now()
-            );
-            if !still_pending {
-                return;
-            }
-        }
     }
 
     /// The operator's view of a session, with its notification history.
