@@ -91,7 +91,7 @@ impl Default for MessagingSettings {
 
 pub(crate) struct Messaging {
     settings: MessagingSettings,
-    store: store::Store,
+    store: Arc<dyn store::Store>,
     zone: time::ServiceZone,
     dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
     writer: writer::Writer,
@@ -120,7 +120,7 @@ impl Service for MessagingService {
     /// Opens `messaging.db` and starts the dispatcher, which first resumes every accepted
     /// message that did not reach a final status.
     async fn start(settings: MessagingSettings, ctx: &Context) -> anyhow::Result<Self> {
-        let store = store::Store::new(ctx.database("messaging", &store::MIGRATOR).await?);
+        let store = store::open(ctx).await?;
         let zone = time::ServiceZone::new(&settings.time_zone)?;
         let carrier = pipeline::Simulator {
             delay: Duration::from_millis(settings.simulator_delay_ms),

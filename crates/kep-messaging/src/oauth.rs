@@ -4,8 +4,8 @@ use axum::http::{HeaderMap, header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use std::collections::HashMap;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
@@ -84,7 +84,7 @@ pub struct Issued {
 /// Access tokens: stored hashed in the database, and cached in memory by their digest, so
 /// the check on every message call reads no disk.
 pub struct Tokens {
-    store: Store,
+    store: Arc<dyn Store>,
     cache: RwLock<HashMap<[u8; 32], (String, i64)>>,
     /// Bumped by every revocation: a lookup that read the database before one must not
     /// put a revoked token back into the cache.
@@ -92,7 +92,7 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Arc<dyn Store>) -> Self {
         Tokens {
             store,
             cache: RwLock::default(),

@@ -11,9 +11,9 @@ use std::time::Duration;
 use kep_core::retry::Backoff;
 use tokio::sync::{Notify, Semaphore};
 
-use crate::store::{MessageRow, Store};
+use crate::store::{Handover, MessageRow, Store};
 use crate::time::now_ms;
-use crate::writer::{Handover, Writer};
+use crate::writer::Writer;
 
 /// What the carrier made of one hand-over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub struct DispatchPolicy {
 }
 
 pub struct Dispatcher<C> {
-    store: Store,
+    store: Arc<dyn Store>,
     writer: Writer,
     carrier: C,
     policy: DispatchPolicy,
@@ -83,7 +83,12 @@ pub struct Dispatcher<C> {
 }
 
 impl<C: Carrier> Dispatcher<C> {
-    pub fn new(store: Store, writer: Writer, carrier: C, policy: DispatchPolicy) -> Arc<Self> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        writer: Writer,
+        carrier: C,
+        policy: DispatchPolicy,
+    ) -> Arc<Self> {
         Arc::new(Dispatcher {
             store,
             writer,
@@ -280,10 +285,14 @@ mod tests {
 
     async fn deliver_with(failures: usize, max_attempts: i64) -> (MessageRow, usize) {
         let dir = tempfile::tempdir().unwrap();
-        let pool = kep_core::storage::open(dir.path(), "messaging", &crate::store::MIGRATOR)
-            .await
-            .unwrap();
-        let store = Store::new(pool);
+        let ctx = kep_core::service::Context {
+            data_dir: dir.path().to_owned(),
+            shutdown: Default::default(),
+            tasks: Default::default(),
+            public_url: String::new(),
+            clock: kep_core::clock::Clock::system(),
+        };
+        let store = crate::store::open(&ctx).await.unwrap();
         store.insert_client("c", None, "h", 0).await.unwrap();
         let writer = Writer::start(store.clone());
         let calls = Arc::new(AtomicUsize::new(0));

@@ -2,6 +2,7 @@
 //! data dir until they expire.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::extract::Multipart;
 use kep_core::secret::random_token;
@@ -26,7 +27,7 @@ fn is_png(bytes: &[u8]) -> bool {
 }
 
 pub struct Uploads {
-    pub store: Store,
+    pub store: Arc<dyn Store>,
     pub dir: PathBuf,
     pub ttl_ms: i64,
 }

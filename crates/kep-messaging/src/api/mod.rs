@@ -270,7 +270,7 @@ pub(crate) trait Sendable: DeserializeOwned {
     /// `(cid, message_type, phone_number)`, once validated.
     fn head(&self) -> (String, String, String);
     /// The uploads the send names must be the caller's and unexpired (a file error).
-    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError>;
+    async fn check_files(&self, store: &dyn Store, caller: &str) -> Result<(), MessagingError>;
 }
 
 impl Sendable for xms::XmsSend {
@@ -285,7 +285,7 @@ impl Sendable for xms::XmsSend {
         (f(&self.cid), f(&self.message_type), f(&self.phone_number))
     }
 
-    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError> {
+    async fn check_files(&self, store: &dyn Store, caller: &str) -> Result<(), MessagingError> {
         if let Some(group) = &self.content_group_id
             && !store.mms_group_usable(caller, group, now_ms()).await?
         {
@@ -314,7 +314,7 @@ pub(crate) async fn send<T: Sendable>(
     oauth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
     send.validate(&client_id)?;
-    send.check_files(&m.0.store, &client_id).await?;
+    send.check_files(&*m.0.store, &client_id).await?;
     let (cid, message_type, phone) = send.head();
     let uid = accept(&m, client_id, T::CHANNEL, &cid, message_type, phone, &raw).await?;
     Ok(Json(SendAnswer {

@@ -47,7 +47,7 @@ impl super::Sendable for rcs::RcsSend {
         (f(&self.cid), f(&self.message_type), f(&self.phone_number))
     }
 
-    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError> {
+    async fn check_files(&self, store: &dyn Store, caller: &str) -> Result<(), MessagingError> {
         for (i, body) in self.body.iter().flatten().enumerate() {
             let Some(file_id) = body
                 .media

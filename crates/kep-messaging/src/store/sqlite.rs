@@ -1,235 +1,34 @@
-//! Persistence in `messaging.db`: clients, tokens, messages (the durable queue) and the
-//! outbox of what the carrier was handed.
+//! The messaging store on SQLite (`messaging.db`).
+
+use std::collections::HashSet;
 
 use sqlx::migrate::Migrator;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+use super::{
+    GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchQuery, Store, UploadRow,
+};
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct MessageRow {
-    pub uid: String,
-    pub client_id: String,
-    pub cid: String,
-    pub channel: String,
-    pub message_type: String,
-    pub phone_number: String,
-    pub request: String,
-    pub request_hash: String,
-    pub status: String,
-    pub rcs_status: Option<String>,
-    pub fallback_status: Option<String>,
-    pub sms_status_code: Option<String>,
-    pub error_message: Option<String>,
-    pub attempts: i64,
-    pub reg_date: i64,
-    pub req_date: Option<i64>,
-    pub sent_date: Option<i64>,
-    pub res_date: Option<i64>,
-}
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 const MESSAGE_COLUMNS: &str = "uid, client_id, cid, channel, message_type, phone_number, request, request_hash, \
     status, rcs_status, fallback_status, sms_status_code, error_message, attempts, reg_date, req_date, sent_date, res_date";
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxRow {
-    pub id: i64,
-    pub uid: String,
-    pub route: String,
-    pub phone_number: String,
-    pub payload: String,
-    pub outcome: String,
-    pub at: i64,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct UploadRow {
-    pub file_id: String,
-    pub client_id: String,
-    pub kind: String,
-    pub content_group_id: Option<String>,
-    pub description: Option<String>,
-    pub size: i64,
-    pub created_at: i64,
-    pub expires_at: i64,
-}
-
-/// What a search asks for; all within one client's messages.
-pub struct SearchQuery<'a> {
-    pub client_id: &'a str,
-    pub channel: &'a str,
-    /// uid bounds: `(after, before)`, exclusive.
-    pub after: String,
-    pub before: String,
-    pub limit: i64,
-    /// `(column, value)` equality filters on the stored request or status.
-    pub filters: Vec<(&'static str, String)>,
-}
-
-#[derive(Clone)]
-pub struct Store {
+pub struct SqliteStore {
     pool: SqlitePool,
 }
 
-pub enum GroupCompletion {
-    Done,
-    Unknown,
-    AlreadyCompleted,
-    /// Its lease ran out: its results went back to the pool.
-    Expired,
-}
-
-pub enum Inserted {
-    New,
-    /// The client already has a message with that cid.
-    Existing(Box<MessageRow>),
-}
-
-impl Store {
+impl SqliteStore {
     pub fn new(pool: SqlitePool) -> Self {
-        Store { pool }
-    }
-
-    pub async fn insert_client(
-        &self,
-        client_id: &str,
-        name: Option<&str>,
-        secret_hash: &str,
-        now: i64,
-    ) -> sqlx::Result<()> {
-        sqlx::query(
-            "INSERT INTO clients (client_id, name, secret_hash, created_at) VALUES (?, ?, ?, ?)",
-        )
-        .bind(client_id)
-        .bind(name)
-        .bind(secret_hash)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    /// `(client_id, name)` of every client.
-    pub async fn clients(&self) -> sqlx::Result<Vec<(String, Option<String>)>> {
-        sqlx::query_as("SELECT client_id, name FROM clients ORDER BY created_at, client_id")
-            .fetch_all(&self.pool)
-            .await
-    }
-
-    pub async fn client_secret_hash(&self, client_id: &str) -> sqlx::Result<Option<String>> {
-        let row: Option<(String,)> =
-            sqlx::query_as("SELECT secret_hash FROM clients WHERE client_id = ?")
-                .bind(client_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.map(|r| r.0))
-    }
-
-    pub async fn set_client_secret(
-        &self,
-        client_id: &str,
-        secret_hash: &str,
-    ) -> sqlx::Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        let done = sqlx::query("UPDATE clients SET secret_hash = ? WHERE client_id = ?")
-            .bind(secret_hash)
-            .bind(client_id)
-            .execute(&mut *tx)
-            .await?;
-        // A new secret ends the tokens the old one got.
-        sqlx::query("DELETE FROM tokens WHERE client_id = ?")
-            .bind(client_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub async fn delete_client(&self, client_id: &str) -> sqlx::Result<bool> {
-        let done = sqlx::query("DELETE FROM clients WHERE client_id = ?")
-            .bind(client_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    pub async fn insert_token(
-        &self,
-        token_hash: &str,
-        client_id: &str,
-        expires_at: i64,
-        now: i64,
-    ) -> sqlx::Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM tokens WHERE expires_at <= ?")
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("INSERT INTO tokens (token_hash, client_id, expires_at) VALUES (?, ?, ?)")
-            .bind(token_hash)
-            .bind(client_id)
-            .bind(expires_at)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await
-    }
-
-    /// The client of an unexpired token.
-    /// The client of an unexpired token, and when it expires.
-    pub async fn token_client(
-        &self,
-        token_hash: &str,
-        now: i64,
-    ) -> sqlx::Result<Option<(String, i64)>> {
-        sqlx::query_as(
-            "SELECT client_id, expires_at FROM tokens WHERE token_hash = ? AND expires_at > ?",
-        )
-        .bind(token_hash)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-    }
-
-    pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
-        self.pool.begin().await
-    }
-
-    /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.
-    pub async fn claim_due(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        limit: i64,
-    ) -> sqlx::Result<Vec<MessageRow>> {
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE messages SET next_attempt_at = ?, attempts = attempts + 1
-             WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= ?
-                           ORDER BY next_attempt_at LIMIT ?)
-             RETURNING {MESSAGE_COLUMNS}"
-        )))
-        .bind(now_ms + lease_ms)
-        .bind(now_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-    }
-
-    /// A transient failure: try again at `at_ms`.
-    pub async fn retry_at(&self, uid: &str, at_ms: i64) -> sqlx::Result<()> {
-        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = '100'")
-            .bind(at_ms)
-            .bind(uid)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        SqliteStore { pool }
     }
 
     /// Stores many accepted messages in one statement; the uids that went in (the others'
     /// cids were taken).
-    pub async fn insert_messages(
-        tx: &mut sqlx::SqliteConnection,
+    async fn insert_messages(
+        tx: &mut SqliteConnection,
         rows: &[&MessageRow],
-    ) -> sqlx::Result<std::collections::HashSet<String>> {
+    ) -> sqlx::Result<HashSet<String>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
                status, rcs_status, next_attempt_at, reg_date, req_date) ",
@@ -255,8 +54,8 @@ impl Store {
     }
 
     /// The message a client's cid names.
-    pub async fn message_by_cid(
-        tx: &mut sqlx::SqliteConnection,
+    async fn message_by_cid(
+        tx: &mut SqliteConnection,
         client_id: &str,
         cid: &str,
     ) -> sqlx::Result<MessageRow> {
@@ -271,9 +70,9 @@ impl Store {
 
     /// The final states of many messages, and what the carrier was handed: two statements
     /// for the whole batch (`UPDATE … FROM (VALUES …)` and a multi-row insert).
-    pub async fn finish_all(
-        tx: &mut sqlx::SqliteConnection,
-        done: &[(&MessageRow, &[crate::writer::Handover])],
+    async fn finish_all(
+        tx: &mut SqliteConnection,
+        done: &[(&MessageRow, &[Handover])],
     ) -> sqlx::Result<()> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
             "WITH v(uid, status, rcs_status, fallback_status, sms_status_code, error_message, sent_date, res_date) AS (",
@@ -294,7 +93,7 @@ impl Store {
                res_date = v.res_date FROM v WHERE messages.uid = v.uid",
         );
         b.build().execute(&mut *tx).await?;
-        let handovers: Vec<(&MessageRow, &crate::writer::Handover)> = done
+        let handovers: Vec<(&MessageRow, &Handover)> = done
             .iter()
             .flat_map(|(m, hs)| hs.iter().map(move |h| (*m, h)))
             .collect();
@@ -315,8 +114,164 @@ impl Store {
         }
         Ok(())
     }
+}
 
-    pub async fn message(
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn insert_client(
+        &self,
+        client_id: &str,
+        name: Option<&str>,
+        secret_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<()> {
+        sqlx::query(
+            "INSERT INTO clients (client_id, name, secret_hash, created_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(client_id)
+        .bind(name)
+        .bind(secret_hash)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn clients(&self) -> sqlx::Result<Vec<(String, Option<String>)>> {
+        sqlx::query_as("SELECT client_id, name FROM clients ORDER BY created_at, client_id")
+            .fetch_all(&self.pool)
+            .await
+    }
+
+    async fn client_secret_hash(&self, client_id: &str) -> sqlx::Result<Option<String>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT secret_hash FROM clients WHERE client_id = ?")
+                .bind(client_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| r.0))
+    }
+
+    async fn set_client_secret(&self, client_id: &str, secret_hash: &str) -> sqlx::Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query("UPDATE clients SET secret_hash = ? WHERE client_id = ?")
+            .bind(secret_hash)
+            .bind(client_id)
+            .execute(&mut *tx)
+            .await?;
+        // A new secret ends the tokens the old one got.
+        sqlx::query("DELETE FROM tokens WHERE client_id = ?")
+            .bind(client_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn delete_client(&self, client_id: &str) -> sqlx::Result<bool> {
+        let done = sqlx::query("DELETE FROM clients WHERE client_id = ?")
+            .bind(client_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn insert_token(
+        &self,
+        token_hash: &str,
+        client_id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM tokens WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO tokens (token_hash, client_id, expires_at) VALUES (?, ?, ?)")
+            .bind(token_hash)
+            .bind(client_id)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    async fn token_client(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<Option<(String, i64)>> {
+        sqlx::query_as(
+            "SELECT client_id, expires_at FROM tokens WHERE token_hash = ? AND expires_at > ?",
+        )
+        .bind(token_hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    async fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE messages SET next_attempt_at = ?, attempts = attempts + 1
+             WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= ?
+                           ORDER BY next_attempt_at LIMIT ?)
+             RETURNING {MESSAGE_COLUMNS}"
+        )))
+        .bind(now_ms + lease_ms)
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    async fn retry_at(&self, uid: &str, at_ms: i64) -> sqlx::Result<()> {
+        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = '100'")
+            .bind(at_ms)
+            .bind(uid)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn commit(
+        &self,
+        accepted: &[&MessageRow],
+        finished: &[(&MessageRow, &[Handover])],
+    ) -> sqlx::Result<Vec<Inserted>> {
+        let mut tx = self.pool.begin().await?;
+        // All the accepted messages in one statement (SQLite takes up to 32,766 values: 13
+        // columns × the writer's batch fits), then all the finishes in two.
+        let inserted = if accepted.is_empty() {
+            HashSet::new()
+        } else {
+            Self::insert_messages(&mut tx, accepted).await?
+        };
+        let mut answers = Vec::with_capacity(accepted.len());
+        for row in accepted {
+            answers.push(if inserted.contains(&row.uid) {
+                Inserted::New
+            } else {
+                // Its cid was taken, by an earlier message or one earlier in this batch.
+                Inserted::Existing(Box::new(
+                    Self::message_by_cid(&mut tx, &row.client_id, &row.cid).await?,
+                ))
+            });
+        }
+        // 8 values a row: the writer's batch fits one statement.
+        if !finished.is_empty() {
+            Self::finish_all(&mut tx, finished).await?;
+        }
+        tx.commit().await?;
+        Ok(answers)
+    }
+
+    async fn message(
         &self,
         client_id: &str,
         channel: &str,
@@ -332,8 +287,7 @@ impl Store {
         .await
     }
 
-    /// One page of a client's messages in uid order.
-    pub async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
+    async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = "
         ));
@@ -348,17 +302,14 @@ impl Store {
         b.build_query_as().fetch_all(&self.pool).await
     }
 
-    /// One page of a client's XMS search, built as JSON by SQLite itself: (the results
-    /// array, rows found — `limit + 1` means more follow —, the last uid on the page).
-    ///
-    /// A page is up to 1000 rows; decoding them one by one through the driver cost more than
-    /// the query (a thread hand-off per row), so SQLite hands back one row. Times are
-    /// formatted with `utc_offset` (`+09:00`), the service zone's offset at the page's start.
-    pub async fn xms_page(
+    async fn xms_page(
         &self,
         q: &SearchQuery<'_>,
         utc_offset: &str,
     ) -> sqlx::Result<(String, i64, Option<String>)> {
+        // A page is up to 1000 rows; decoding them one by one through the driver cost more
+        // than the query (a thread hand-off per row), so SQLite builds the JSON and hands
+        // back one row.
         let size = q.limit - 1;
         let mut b: QueryBuilder<Sqlite> =
             QueryBuilder::new("SELECT COALESCE(json_group_array(json(obj)) FILTER (WHERE rn <= ");
@@ -394,9 +345,7 @@ impl Store {
         b.build_query_as().fetch_one(&self.pool).await
     }
 
-    /// Hands out up to `limit` finished RCS results that no open group holds, as the new
-    /// group `group_id`; groups whose lease ran out first give theirs back.
-    pub async fn hand_out_results(
+    async fn hand_out_results(
         &self,
         client_id: &str,
         group_id: &str,
@@ -443,8 +392,7 @@ impl Store {
         Ok(rows)
     }
 
-    /// Retires a group's results for good.
-    pub async fn complete_group(
+    async fn complete_group(
         &self,
         client_id: &str,
         group_id: &str,
@@ -484,7 +432,7 @@ impl Store {
         })
     }
 
-    pub async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()> {
+    async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         for r in rows {
             sqlx::query(
@@ -505,8 +453,7 @@ impl Store {
         tx.commit().await
     }
 
-    /// Whether the client has an unexpired RCS file `file_id`.
-    pub async fn rcs_file_usable(
+    async fn rcs_file_usable(
         &self,
         client_id: &str,
         file_id: &str,
@@ -523,8 +470,7 @@ impl Store {
         Ok(row.is_some())
     }
 
-    /// Whether the client has an MMS content group whose files are all unexpired.
-    pub async fn mms_group_usable(
+    async fn mms_group_usable(
         &self,
         client_id: &str,
         group: &str,
@@ -542,8 +488,7 @@ impl Store {
         Ok(total > 0 && total == live)
     }
 
-    /// Deletes expired uploads; their file ids.
-    pub async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<String>> {
+    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<String>> {
         let rows: Vec<(String,)> =
             sqlx::query_as("DELETE FROM uploads WHERE expires_at <= ? RETURNING file_id")
                 .bind(now_ms)
@@ -552,8 +497,7 @@ impl Store {
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 
-    /// The newest `limit` outbox rows, newest first.
-    pub async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
+    async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
         sqlx::query_as("SELECT id, uid, route, phone_number, payload, outcome, at FROM outbox ORDER BY id DESC LIMIT ?")
             .bind(limit)
             .fetch_all(&self.pool)
