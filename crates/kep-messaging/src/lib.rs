@@ -4,6 +4,7 @@
 
 pub mod api;
 mod error;
+mod ids;
 mod oauth;
 mod pipeline;
 mod rcs;

@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
 use crate::error::{MessagingError, OAuthError};
+use crate::ids::ClientId;
 use crate::store::Store;
 use crate::time::now_s;
 
@@ -85,7 +86,7 @@ pub struct Issued {
 /// the check on every message call reads no disk.
 pub struct Tokens {
     store: Arc<dyn Store>,
-    cache: RwLock<HashMap<[u8; 32], (String, i64)>>,
+    cache: RwLock<HashMap<[u8; 32], (ClientId, i64)>>,
     /// Bumped by every revocation: a lookup that read the database before one must not
     /// put a revoked token back into the cache.
     revocations: AtomicU64,
@@ -106,11 +107,12 @@ impl Tokens {
         &self,
         headers: &HeaderMap,
         form: &[(String, String)],
-    ) -> Result<String, OAuthError> {
+    ) -> Result<ClientId, OAuthError> {
         if grant_type(form).is_none() {
             return Err(OAuthError::InvalidRequest("grant_type is required"));
         }
         let (client_id, secret) = client_credentials(headers, form)?;
+        let client_id = ClientId::from(client_id);
         let known = self.store.client_secret_hash(&client_id).await?;
         if !known.is_some_and(|h| constant_time_eq(&h, &sha256_hex(&secret))) {
             return Err(OAuthError::InvalidClient);
@@ -121,7 +123,7 @@ impl Tokens {
     /// `POST /v2/oauth/token`, second half: a token for the authenticated client.
     pub async fn issue(
         &self,
-        client_id: String,
+        client_id: ClientId,
         ttl_s: u64,
         form: &[(String, String)],
     ) -> Result<Issued, OAuthError> {
@@ -150,7 +152,7 @@ impl Tokens {
         &self,
         headers: &HeaderMap,
         bare_ok: bool,
-    ) -> Result<String, MessagingError> {
+    ) -> Result<ClientId, MessagingError> {
         let value = headers
             .get(header::AUTHORIZATION)
             .ok_or(MessagingError::Unauthorized("Authorization is required"))?
@@ -189,7 +191,7 @@ impl Tokens {
     }
 
     /// The client's secret changed or it is gone: its tokens stop working.
-    pub fn forget_client(&self, client_id: &str) {
+    pub fn forget_client(&self, client_id: &ClientId) {
         let mut cache = self.cache.write().expect("token cache lock");
         self.revocations.fetch_add(1, Ordering::SeqCst);
         cache.retain(|_, (c, _)| c != client_id);

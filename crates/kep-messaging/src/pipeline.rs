@@ -11,6 +11,7 @@ use std::time::Duration;
 use kep_core::retry::Backoff;
 use tokio::sync::{Notify, Semaphore};
 
+use crate::ids::MessageUid;
 use crate::store::{Handover, MessageRow, Store};
 use crate::time::now_ms;
 use crate::writer::Writer;
@@ -79,7 +80,7 @@ pub struct Dispatcher<C> {
     wake: Notify,
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
-    in_flight: Mutex<HashSet<String>>,
+    in_flight: Mutex<HashSet<MessageUid>>,
 }
 
 impl<C: Carrier> Dispatcher<C> {
@@ -174,7 +175,7 @@ impl<C: Carrier> Dispatcher<C> {
                     .backoff
                     .wait_after(u32::try_from(m.attempts).unwrap_or(u32::MAX));
                 tracing::info!(
-                    uid = m.uid,
+                    uid = %m.uid,
                     attempt = m.attempts,
                     why,
                     "carrier unreachable; retrying"
@@ -264,6 +265,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::ids::ClientId;
     use crate::writer::Writer;
 
     /// A connector that cannot reach the carrier the first `failures` times.
@@ -293,7 +295,10 @@ mod tests {
             clock: kep_core::clock::Clock::system(),
         };
         let store = crate::store::open(&ctx).await.unwrap();
-        store.insert_client("c", None, "h", 0).await.unwrap();
+        store
+            .insert_client(&ClientId::from("c"), None, "h", 0)
+            .await
+            .unwrap();
         let writer = Writer::start(store.clone());
         let calls = Arc::new(AtomicUsize::new(0));
         let policy = DispatchPolicy {
@@ -337,7 +342,11 @@ mod tests {
         writer.insert(row).await.unwrap();
         dispatcher.wake();
         for _ in 0..300 {
-            let m = store.message("c", "XMS", &uid).await.unwrap().unwrap();
+            let m = store
+                .message(&ClientId::from("c"), "XMS", &uid)
+                .await
+                .unwrap()
+                .unwrap();
             if m.status != "100" {
                 return (m, calls.load(Ordering::SeqCst));
             }

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use jiff::tz::TimeZone;
 
+use crate::ids::MessageUid;
+
 pub fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }
@@ -18,20 +20,20 @@ pub const UIDS_PER_MS: i64 = 1_000_000;
 
 /// A new message key: twenty digits that sort in issue order (the millisecond, then a
 /// counter), so searches page by uid.
-pub fn new_uid() -> String {
+pub fn new_uid() -> MessageUid {
     let floor = now_ms() * UIDS_PER_MS;
     let prev = LAST_UID
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
             Some((last + 1).max(floor))
         })
         .expect("the closure always returns Some");
-    format!("{:020}", (prev + 1).max(floor))
+    MessageUid::from(format!("{:020}", (prev + 1).max(floor)))
 }
 
 /// The bound of uids issued before `ms`.
-pub fn uid_at(ms: i64) -> String {
+pub fn uid_at(ms: i64) -> MessageUid {
     // Past the year 2262 no uid fits in twenty digits: the bound stays at the largest.
-    format!("{:020}", ms.max(0).saturating_mul(UIDS_PER_MS))
+    MessageUid::from(format!("{:020}", ms.max(0).saturating_mul(UIDS_PER_MS)))
 }
 
 /// The service time zone (IANA name), for dates in bodies and times in answers.
@@ -100,7 +102,7 @@ mod tests {
         let a = new_uid();
         let b = new_uid();
         assert!(a < b);
-        assert_eq!(a.len(), 20);
+        assert_eq!(a.as_str().len(), 20);
         assert!(uid_at(now_ms() + 1000) > b);
     }
 

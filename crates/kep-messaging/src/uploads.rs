@@ -8,6 +8,7 @@ use axum::extract::Multipart;
 use kep_core::secret::random_token;
 
 use crate::MessagingError;
+use crate::ids::{ClientId, ContentGroupId, FileId};
 use crate::store::{Store, UploadRow};
 use crate::time::now_ms;
 
@@ -63,18 +64,18 @@ fn multipart_error(e: axum::extract::multipart::MultipartError) -> MessagingErro
 impl Uploads {
     async fn keep(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         kind: &str,
-        group: Option<&str>,
+        group: Option<&ContentGroupId>,
         description: Option<&str>,
         bytes: &[u8],
     ) -> Result<UploadRow, MessagingError> {
         let now = now_ms();
         let row = UploadRow {
-            file_id: random_token(12).replace(['-', '_'], "0"),
-            client_id: client_id.to_owned(),
+            file_id: FileId::from(random_token(12).replace(['-', '_'], "0")),
+            client_id: client_id.clone(),
             kind: kind.to_owned(),
-            content_group_id: group.map(str::to_owned),
+            content_group_id: group.cloned(),
             description: description.map(str::to_owned),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
             created_at: now,
@@ -83,7 +84,7 @@ impl Uploads {
         tokio::fs::create_dir_all(&self.dir)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
-        tokio::fs::write(self.dir.join(&row.file_id), bytes)
+        tokio::fs::write(self.dir.join(row.file_id.as_str()), bytes)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
         Ok(row)
@@ -92,7 +93,7 @@ impl Uploads {
     /// `POST /v2/upload/rcs`: part `image` (JPEG or PNG, at most 1 MB) and `description`.
     pub async fn rcs(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         mut form: Multipart,
     ) -> Result<UploadRow, MessagingError> {
         let (mut image, mut description) = (None, None);
@@ -136,9 +137,9 @@ impl Uploads {
     /// 200 KB together; one content group.
     pub async fn mms(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         mut form: Multipart,
-    ) -> Result<String, MessagingError> {
+    ) -> Result<ContentGroupId, MessagingError> {
         let mut files = Vec::new();
         let mut total = 0usize;
         while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
@@ -178,7 +179,7 @@ impl Uploads {
         if files.is_empty() {
             return Err(MessagingError::file("files", "required"));
         }
-        let group = random_token(12).replace(['-', '_'], "0");
+        let group = ContentGroupId::from(random_token(12).replace(['-', '_'], "0"));
         let mut rows = Vec::new();
         for bytes in &files {
             rows.push(
@@ -198,7 +199,7 @@ impl Uploads {
             match self.store.take_expired_uploads(now_ms()).await {
                 Ok(ids) => {
                     for id in ids {
-                        let _ = tokio::fs::remove_file(self.dir.join(&id)).await;
+                        let _ = tokio::fs::remove_file(self.dir.join(id.as_str())).await;
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "sweeping expired uploads"),

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::OpenApi;
 
+use crate::ids::{ClientId, ContentGroupId, MessageUid};
 use crate::store::{Inserted, MessageRow, SearchQuery, Store};
 use crate::time::{new_uid, now_ms, uid_at};
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
@@ -239,7 +240,7 @@ pub(crate) async fn send_xms(
 /// peer's address, then is refused (401). `BARE_OK` also takes the token without the word
 /// `Bearer` (the seed's MMS upload example sends it so).
 pub(crate) struct Caller<const BARE_OK: bool = false> {
-    pub client_id: String,
+    pub client_id: ClientId,
     _in_flight: Admission,
 }
 
@@ -266,18 +267,19 @@ impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK>
 /// A kind of send: its channel, its rules, and the uploads it may name.
 pub(crate) trait Sendable: DeserializeOwned {
     const CHANNEL: &'static str;
-    fn validate(&self, caller: &str) -> Result<(), MessagingError>;
+    fn validate(&self, caller: &ClientId) -> Result<(), MessagingError>;
     /// `(cid, message_type, phone_number)`, once validated.
     fn head(&self) -> (String, String, String);
     /// The uploads the send names must be the caller's and unexpired (a file error).
-    async fn check_files(&self, store: &dyn Store, caller: &str) -> Result<(), MessagingError>;
+    async fn check_files(&self, store: &dyn Store, caller: &ClientId)
+    -> Result<(), MessagingError>;
 }
 
 impl Sendable for xms::XmsSend {
     const CHANNEL: &'static str = "XMS";
 
-    fn validate(&self, caller: &str) -> Result<(), MessagingError> {
-        xms::validate(self, caller)
+    fn validate(&self, caller: &ClientId) -> Result<(), MessagingError> {
+        xms::validate(self, caller.as_str())
     }
 
     fn head(&self) -> (String, String, String) {
@@ -285,9 +287,15 @@ impl Sendable for xms::XmsSend {
         (f(&self.cid), f(&self.message_type), f(&self.phone_number))
     }
 
-    async fn check_files(&self, store: &dyn Store, caller: &str) -> Result<(), MessagingError> {
+    async fn check_files(
+        &self,
+        store: &dyn Store,
+        caller: &ClientId,
+    ) -> Result<(), MessagingError> {
         if let Some(group) = &self.content_group_id
-            && !store.mms_group_usable(caller, group, now_ms()).await?
+            && !store
+                .mms_group_usable(caller, &ContentGroupId::from(group.as_str()), now_ms())
+                .await?
         {
             return Err(MessagingError::file(
                 "content_group_id",
@@ -319,7 +327,7 @@ pub(crate) async fn send<T: Sendable>(
     let uid = accept(&m, client_id, T::CHANNEL, &cid, message_type, phone, &raw).await?;
     Ok(Json(SendAnswer {
         code: "200".into(),
-        uid,
+        uid: uid.into_string(),
         cid,
         result: Detail::ok("accepted"),
     }))
@@ -329,13 +337,13 @@ pub(crate) async fn send<T: Sendable>(
 /// with the same body answers the first uid and sends nothing; another body is a 410.
 pub(crate) async fn accept(
     m: &MessagingService,
-    client_id: String,
+    client_id: ClientId,
     channel: &str,
     cid: &str,
     message_type: String,
     phone_number: String,
     raw: &Value,
-) -> Result<String, MessagingError> {
+) -> Result<MessageUid, MessagingError> {
     let request = serde_json::to_string(raw).expect("JSON serialises");
     let request_hash = sha256_hex(&request);
     let now = now_ms();
@@ -392,7 +400,7 @@ pub(crate) struct Page<'a> {
 /// is the start of the date range, in unix milliseconds.
 pub(crate) fn page_query<'a>(
     m: &MessagingService,
-    caller: &'a str,
+    caller: &'a ClientId,
     channel: &'static str,
     p: Page<'_>,
     filters: Vec<(&'static str, String)>,
@@ -439,13 +447,13 @@ pub(crate) fn page_query<'a>(
         }
         after = after.max(last.to_owned());
     }
-    if p.client_id.is_some_and(|c| c != caller) {
+    if p.client_id.is_some_and(|c| c != caller.as_str()) {
         return Ok(None);
     }
     let query = SearchQuery {
         client_id: caller,
         channel,
-        after,
+        after: MessageUid::from(after),
         before: uid_at(to),
         limit: size + 1,
         filters,
@@ -541,7 +549,7 @@ struct XmsPage {
     count: i64,
     next: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    last_uid: Option<String>,
+    last_uid: Option<MessageUid>,
     code_detail: Detail,
     results: Box<serde_json::value::RawValue>,
 }
@@ -578,7 +586,7 @@ pub(crate) async fn xms_detail(
     oauth::check_accept(&headers)?;
     let r =
         m.0.store
-            .message(client_id, "XMS", &uid)
+            .message(client_id, "XMS", &MessageUid::from(uid.as_str()))
             .await?
             .ok_or_else(|| MessagingError::NotFound(format!("no message {uid}")))?;
     let zone = &m.0.zone;
@@ -589,7 +597,7 @@ pub(crate) async fn xms_detail(
             result.insert(k.to_owned(), Value::String(v));
         }
     };
-    put("uid", Some(r.uid.clone()));
+    put("uid", Some(r.uid.to_string()));
     put("cid", Some(r.cid.clone()));
     put("reg_date", Some(zone.format(r.reg_date)));
     put("message_type", Some(r.message_type.clone()));

@@ -10,6 +10,7 @@ use kep_core::secret::{new_secret, random_token, sha256_hex};
 use utoipa::OpenApi;
 
 use crate::MessagingService;
+use crate::ids::ClientId;
 use crate::time::now_s;
 use kep_api::messaging::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
 
@@ -47,7 +48,7 @@ pub(crate) async fn create_client(
         return Err(ApiError::invalid_field("name", "at most 100 characters"));
     }
     // Letters and digits only: the id travels inside `Basic <id> <secret>` and `id:secret`.
-    let client_id = random_token(12).replace(['-', '_'], "x");
+    let client_id = ClientId::from(random_token(12).replace(['-', '_'], "x"));
     let client_secret = new_secret();
     m.0.store
         .insert_client(
@@ -61,7 +62,7 @@ pub(crate) async fn create_client(
     Ok((
         StatusCode::CREATED,
         Json(ClientSecret {
-            client_id,
+            client_id: client_id.into_string(),
             client_secret,
         }),
     ))
@@ -77,7 +78,10 @@ pub(crate) async fn list_clients(
     Ok(Json(
         clients
             .into_iter()
-            .map(|(client_id, name)| ClientSummary { client_id, name })
+            .map(|c| ClientSummary {
+                client_id: c.client_id.into_string(),
+                name: c.name,
+            })
             .collect(),
     ))
 }
@@ -89,6 +93,7 @@ pub(crate) async fn delete_client(
     State(m): State<MessagingService>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    let id = ClientId::from(id);
     if !m
         .0
         .store
@@ -110,6 +115,7 @@ pub(crate) async fn rotate_secret(
     State(m): State<MessagingService>,
     Path(id): Path<String>,
 ) -> Result<Json<ClientSecret>, ApiError> {
+    let id = ClientId::from(id);
     let client_secret = new_secret();
     if !m
         .0
@@ -122,7 +128,7 @@ pub(crate) async fn rotate_secret(
     }
     m.0.tokens.forget_client(&id);
     Ok(Json(ClientSecret {
-        client_id: id,
+        client_id: id.into_string(),
         client_secret,
     }))
 }
@@ -148,7 +154,7 @@ pub(crate) async fn outbox(
         rows.into_iter()
             .map(|r| OutboxEntry {
                 id: r.id,
-                uid: r.uid,
+                uid: r.uid.into_string(),
                 route: r.route,
                 phone_number: r.phone_number,
                 payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),

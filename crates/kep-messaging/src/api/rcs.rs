@@ -10,6 +10,7 @@ use kep_core::secret::random_token;
 use serde_json::{Value, json};
 
 use super::{Caller, Page, json_body, page, page_query, request_field};
+use crate::ids::{ClientId, FileId, MessageUid, ReportGroupId};
 use crate::store::{GroupCompletion, Store};
 use crate::time::now_ms;
 use crate::{MessagingError, MessagingService, oauth, rcs};
@@ -38,8 +39,8 @@ pub(crate) async fn send_rcs(
 impl super::Sendable for rcs::RcsSend {
     const CHANNEL: &'static str = "RCS";
 
-    fn validate(&self, caller: &str) -> Result<(), MessagingError> {
-        rcs::validate(self, caller)
+    fn validate(&self, caller: &ClientId) -> Result<(), MessagingError> {
+        rcs::validate(self, caller.as_str())
     }
 
     fn head(&self) -> (String, String, String) {
@@ -47,7 +48,11 @@ impl super::Sendable for rcs::RcsSend {
         (f(&self.cid), f(&self.message_type), f(&self.phone_number))
     }
 
-    async fn check_files(&self, store: &dyn Store, caller: &str) -> Result<(), MessagingError> {
+    async fn check_files(
+        &self,
+        store: &dyn Store,
+        caller: &ClientId,
+    ) -> Result<(), MessagingError> {
         for (i, body) in self.body.iter().flatten().enumerate() {
             let Some(file_id) = body
                 .media
@@ -56,7 +61,10 @@ impl super::Sendable for rcs::RcsSend {
             else {
                 continue;
             };
-            if !store.rcs_file_usable(caller, file_id, now_ms()).await? {
+            if !store
+                .rcs_file_usable(caller, &FileId::from(file_id), now_ms())
+                .await?
+            {
                 return Err(MessagingError::file(
                     format!("body[{i}].media"),
                     "no such RCS upload, or it expired",
@@ -77,7 +85,7 @@ pub(crate) async fn results(
 ) -> Result<Json<RcsResultsAnswer>, MessagingError> {
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
-    let group = random_token(12);
+    let group = ReportGroupId::from(random_token(12));
     let lease_ms = i64::try_from(m.0.settings.results_lease_s)
         .unwrap_or(i64::MAX / 2)
         .saturating_mul(1000);
@@ -89,8 +97,8 @@ pub(crate) async fn results(
     let results = rows
         .into_iter()
         .map(|r| RcsResult {
-            uid: r.uid,
-            client_id: r.client_id,
+            uid: r.uid.into_string(),
+            client_id: r.client_id.into_string(),
             cid: r.cid,
             status: format!("API_{}", r.status),
             rcs_status: r.rcs_status,
@@ -100,7 +108,7 @@ pub(crate) async fn results(
     Ok(Json(RcsResultsAnswer {
         code: "200".into(),
         code_detail: Detail::ok("ok"),
-        report_group_id,
+        report_group_id: report_group_id.map(ReportGroupId::into_string),
         results,
     }))
 }
@@ -121,7 +129,7 @@ pub(crate) async fn complete(
     match m
         .0
         .store
-        .complete_group(client_id, &group, now_ms())
+        .complete_group(client_id, &ReportGroupId::from(group), now_ms())
         .await?
     {
         GroupCompletion::Done => Ok(Json(CodeAnswer {
@@ -189,7 +197,7 @@ async fn search(
                 error_message: r.error_message,
                 tax_cd1: shown.tax_cd1,
                 tax_cd2: shown.tax_cd2,
-                uid: r.uid,
+                uid: r.uid.into_string(),
                 cid: r.cid,
             }
         })
@@ -284,6 +292,7 @@ pub(crate) async fn detail(
             return res;
         }
     };
+    let uid = MessageUid::from(uid);
     let r = match m.0.store.message(&caller.client_id, "RCS", &uid).await {
         Ok(Some(r)) => r,
         Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),

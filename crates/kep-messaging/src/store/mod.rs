@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use kep_core::service::Context;
 
+use crate::ids::{ClientId, ContentGroupId, FileId, MessageUid, ReportGroupId};
+
 mod sqlite;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MessageRow {
-    pub uid: String,
-    pub client_id: String,
+    pub uid: MessageUid,
+    pub client_id: ClientId,
     pub cid: String,
     pub channel: String,
     pub message_type: String,
@@ -36,7 +38,7 @@ pub struct MessageRow {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: i64,
-    pub uid: String,
+    pub uid: MessageUid,
     pub route: String,
     pub phone_number: String,
     pub payload: String,
@@ -46,10 +48,10 @@ pub struct OutboxRow {
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UploadRow {
-    pub file_id: String,
-    pub client_id: String,
+    pub file_id: FileId,
+    pub client_id: ClientId,
     pub kind: String,
-    pub content_group_id: Option<String>,
+    pub content_group_id: Option<ContentGroupId>,
     pub description: Option<String>,
     pub size: i64,
     pub created_at: i64,
@@ -66,14 +68,20 @@ pub struct Handover {
 
 /// What a search asks for; all within one client's messages.
 pub struct SearchQuery<'a> {
-    pub client_id: &'a str,
+    pub client_id: &'a ClientId,
     pub channel: &'a str,
     /// uid bounds: `(after, before)`, exclusive.
-    pub after: String,
-    pub before: String,
+    pub after: MessageUid,
+    pub before: MessageUid,
     pub limit: i64,
     /// `(column, value)` equality filters on the stored request or status.
     pub filters: Vec<(&'static str, String)>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClientRow {
+    pub client_id: ClientId,
+    pub name: Option<String>,
 }
 
 pub enum GroupCompletion {
@@ -94,30 +102,36 @@ pub enum Inserted {
 pub trait Store: Send + Sync {
     async fn insert_client(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         name: Option<&str>,
         secret_hash: &str,
         now: i64,
     ) -> sqlx::Result<()>;
-    /// `(client_id, name)` of every client.
-    async fn clients(&self) -> sqlx::Result<Vec<(String, Option<String>)>>;
-    async fn client_secret_hash(&self, client_id: &str) -> sqlx::Result<Option<String>>;
+    async fn clients(&self) -> sqlx::Result<Vec<ClientRow>>;
+    async fn client_secret_hash(&self, client_id: &ClientId) -> sqlx::Result<Option<String>>;
     /// A new secret ends the tokens the old one got; `Ok(false)` for an unknown client.
-    async fn set_client_secret(&self, client_id: &str, secret_hash: &str) -> sqlx::Result<bool>;
+    async fn set_client_secret(
+        &self,
+        client_id: &ClientId,
+        secret_hash: &str,
+    ) -> sqlx::Result<bool>;
     /// The client, its tokens and its messages; `Ok(false)` for an unknown client.
-    async fn delete_client(&self, client_id: &str) -> sqlx::Result<bool>;
+    async fn delete_client(&self, client_id: &ClientId) -> sqlx::Result<bool>;
 
     /// Stores a new token and drops the expired ones, at once.
     async fn insert_token(
         &self,
         token_hash: &str,
-        client_id: &str,
+        client_id: &ClientId,
         expires_at: i64,
         now: i64,
     ) -> sqlx::Result<()>;
     /// The client of an unexpired token, and when it expires.
-    async fn token_client(&self, token_hash: &str, now: i64)
-    -> sqlx::Result<Option<(String, i64)>>;
+    async fn token_client(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<Option<(ClientId, i64)>>;
 
     /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.
     async fn claim_due(
@@ -127,7 +141,7 @@ pub trait Store: Send + Sync {
         limit: i64,
     ) -> sqlx::Result<Vec<MessageRow>>;
     /// A transient failure: try again at `at_ms`.
-    async fn retry_at(&self, uid: &str, at_ms: i64) -> sqlx::Result<()>;
+    async fn retry_at(&self, uid: &MessageUid, at_ms: i64) -> sqlx::Result<()>;
     /// One group commit, in one transaction: stores the accepted messages — one answer
     /// each, in order; a message whose cid its client already used (earlier, or earlier in
     /// the batch) is answered with the message that has it — and records the final states
@@ -140,9 +154,9 @@ pub trait Store: Send + Sync {
 
     async fn message(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         channel: &str,
-        uid: &str,
+        uid: &MessageUid,
     ) -> sqlx::Result<Option<MessageRow>>;
     /// One page of a client's messages in uid order.
     async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>>;
@@ -154,14 +168,14 @@ pub trait Store: Send + Sync {
         &self,
         q: &SearchQuery<'_>,
         utc_offset: &str,
-    ) -> sqlx::Result<(String, i64, Option<String>)>;
+    ) -> sqlx::Result<(String, i64, Option<MessageUid>)>;
 
     /// Hands out up to `limit` finished RCS results that no open group holds, as the new
     /// group `group_id`; groups whose lease ran out first give theirs back.
     async fn hand_out_results(
         &self,
-        client_id: &str,
-        group_id: &str,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
         now_ms: i64,
         lease_ms: i64,
         limit: i64,
@@ -169,8 +183,8 @@ pub trait Store: Send + Sync {
     /// Retires a group's results for good.
     async fn complete_group(
         &self,
-        client_id: &str,
-        group_id: &str,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
         now_ms: i64,
     ) -> sqlx::Result<GroupCompletion>;
 
@@ -178,19 +192,19 @@ pub trait Store: Send + Sync {
     /// Whether the client has an unexpired RCS file `file_id`.
     async fn rcs_file_usable(
         &self,
-        client_id: &str,
-        file_id: &str,
+        client_id: &ClientId,
+        file_id: &FileId,
         now_ms: i64,
     ) -> sqlx::Result<bool>;
     /// Whether the client has an MMS content group whose files are all unexpired.
     async fn mms_group_usable(
         &self,
-        client_id: &str,
-        group: &str,
+        client_id: &ClientId,
+        group: &ContentGroupId,
         now_ms: i64,
     ) -> sqlx::Result<bool>;
     /// Deletes expired uploads; their file ids.
-    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<String>>;
+    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<FileId>>;
 
     /// The newest `limit` outbox rows, newest first.
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>>;

@@ -2,11 +2,13 @@
 
 use std::collections::HashSet;
 
+use crate::ids::{ClientId, ContentGroupId, FileId, MessageUid, ReportGroupId};
 use sqlx::migrate::Migrator;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 
 use super::{
-    GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchQuery, Store, UploadRow,
+    ClientRow, GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchQuery, Store,
+    UploadRow,
 };
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -28,7 +30,7 @@ impl SqliteStore {
     async fn insert_messages(
         tx: &mut SqliteConnection,
         rows: &[&MessageRow],
-    ) -> sqlx::Result<HashSet<String>> {
+    ) -> sqlx::Result<HashSet<MessageUid>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
                status, rcs_status, next_attempt_at, reg_date, req_date) ",
@@ -49,14 +51,14 @@ impl SqliteStore {
                 .push_bind(m.req_date);
         });
         b.push(" ON CONFLICT (client_id, cid) DO NOTHING RETURNING uid");
-        let inserted: Vec<(String,)> = b.build_query_as().fetch_all(&mut *tx).await?;
+        let inserted: Vec<(MessageUid,)> = b.build_query_as().fetch_all(&mut *tx).await?;
         Ok(inserted.into_iter().map(|r| r.0).collect())
     }
 
     /// The message a client's cid names.
     async fn message_by_cid(
         tx: &mut SqliteConnection,
-        client_id: &str,
+        client_id: &ClientId,
         cid: &str,
     ) -> sqlx::Result<MessageRow> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -120,7 +122,7 @@ impl SqliteStore {
 impl Store for SqliteStore {
     async fn insert_client(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         name: Option<&str>,
         secret_hash: &str,
         now: i64,
@@ -137,13 +139,13 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn clients(&self) -> sqlx::Result<Vec<(String, Option<String>)>> {
+    async fn clients(&self) -> sqlx::Result<Vec<ClientRow>> {
         sqlx::query_as("SELECT client_id, name FROM clients ORDER BY created_at, client_id")
             .fetch_all(&self.pool)
             .await
     }
 
-    async fn client_secret_hash(&self, client_id: &str) -> sqlx::Result<Option<String>> {
+    async fn client_secret_hash(&self, client_id: &ClientId) -> sqlx::Result<Option<String>> {
         let row: Option<(String,)> =
             sqlx::query_as("SELECT secret_hash FROM clients WHERE client_id = ?")
                 .bind(client_id)
@@ -152,7 +154,11 @@ impl Store for SqliteStore {
         Ok(row.map(|r| r.0))
     }
 
-    async fn set_client_secret(&self, client_id: &str, secret_hash: &str) -> sqlx::Result<bool> {
+    async fn set_client_secret(
+        &self,
+        client_id: &ClientId,
+        secret_hash: &str,
+    ) -> sqlx::Result<bool> {
         let mut tx = self.pool.begin().await?;
         let done = sqlx::query("UPDATE clients SET secret_hash = ? WHERE client_id = ?")
             .bind(secret_hash)
@@ -168,7 +174,7 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn delete_client(&self, client_id: &str) -> sqlx::Result<bool> {
+    async fn delete_client(&self, client_id: &ClientId) -> sqlx::Result<bool> {
         let done = sqlx::query("DELETE FROM clients WHERE client_id = ?")
             .bind(client_id)
             .execute(&self.pool)
@@ -179,7 +185,7 @@ impl Store for SqliteStore {
     async fn insert_token(
         &self,
         token_hash: &str,
-        client_id: &str,
+        client_id: &ClientId,
         expires_at: i64,
         now: i64,
     ) -> sqlx::Result<()> {
@@ -201,7 +207,7 @@ impl Store for SqliteStore {
         &self,
         token_hash: &str,
         now: i64,
-    ) -> sqlx::Result<Option<(String, i64)>> {
+    ) -> sqlx::Result<Option<(ClientId, i64)>> {
         sqlx::query_as(
             "SELECT client_id, expires_at FROM tokens WHERE token_hash = ? AND expires_at > ?",
         )
@@ -230,7 +236,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn retry_at(&self, uid: &str, at_ms: i64) -> sqlx::Result<()> {
+    async fn retry_at(&self, uid: &MessageUid, at_ms: i64) -> sqlx::Result<()> {
         sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = '100'")
             .bind(at_ms)
             .bind(uid)
@@ -273,9 +279,9 @@ impl Store for SqliteStore {
 
     async fn message(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         channel: &str,
-        uid: &str,
+        uid: &MessageUid,
     ) -> sqlx::Result<Option<MessageRow>> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid = ? AND client_id = ? AND channel = ?"
@@ -306,7 +312,7 @@ impl Store for SqliteStore {
         &self,
         q: &SearchQuery<'_>,
         utc_offset: &str,
-    ) -> sqlx::Result<(String, i64, Option<String>)> {
+    ) -> sqlx::Result<(String, i64, Option<MessageUid>)> {
         // A page is up to 1000 rows; decoding them one by one through the driver cost more
         // than the query (a thread hand-off per row), so SQLite builds the JSON and hands
         // back one row.
@@ -347,8 +353,8 @@ impl Store for SqliteStore {
 
     async fn hand_out_results(
         &self,
-        client_id: &str,
-        group_id: &str,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
         now_ms: i64,
         lease_ms: i64,
         limit: i64,
@@ -394,8 +400,8 @@ impl Store for SqliteStore {
 
     async fn complete_group(
         &self,
-        client_id: &str,
-        group_id: &str,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
         now_ms: i64,
     ) -> sqlx::Result<GroupCompletion> {
         let mut tx = self.pool.begin().await?;
@@ -455,8 +461,8 @@ impl Store for SqliteStore {
 
     async fn rcs_file_usable(
         &self,
-        client_id: &str,
-        file_id: &str,
+        client_id: &ClientId,
+        file_id: &FileId,
         now_ms: i64,
     ) -> sqlx::Result<bool> {
         let row: Option<(i64,)> = sqlx::query_as(
@@ -472,8 +478,8 @@ impl Store for SqliteStore {
 
     async fn mms_group_usable(
         &self,
-        client_id: &str,
-        group: &str,
+        client_id: &ClientId,
+        group: &ContentGroupId,
         now_ms: i64,
     ) -> sqlx::Result<bool> {
         let (total, live): (i64, i64) = sqlx::query_as(
@@ -488,8 +494,8 @@ impl Store for SqliteStore {
         Ok(total > 0 && total == live)
     }
 
-    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<String>> {
-        let rows: Vec<(String,)> =
+    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<FileId>> {
+        let rows: Vec<(FileId,)> =
             sqlx::query_as("DELETE FROM uploads WHERE expires_at <= ? RETURNING file_id")
                 .bind(now_ms)
                 .fetch_all(&self.pool)
