@@ -5,6 +5,7 @@
 pub mod api;
 mod error;
 mod ids;
+mod model;
 mod oauth;
 mod pipeline;
 mod rcs;

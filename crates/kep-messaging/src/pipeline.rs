@@ -12,6 +12,7 @@ use kep_core::retry::Backoff;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::ids::MessageUid;
+use crate::model::{CarrierCode, Channel, FallbackStatus, RcsStatus, Route, Status};
 use crate::store::{Handover, MessageRow, Store};
 use crate::time::now_ms;
 use crate::writer::Writer;
@@ -28,12 +29,22 @@ pub enum CarrierOutcome {
     NoRcs,
 }
 
+impl CarrierOutcome {
+    fn code(self) -> CarrierCode {
+        match self {
+            CarrierOutcome::Delivered => CarrierCode::Delivered,
+            CarrierOutcome::Failed | CarrierOutcome::NoRcs => CarrierCode::Failed,
+            CarrierOutcome::Resendable => CarrierCode::Resendable,
+        }
+    }
+}
+
 /// A connector that delivers to the mobile carriers. `Err` is a transient failure (the
 /// connector could not reach the carrier): the message is tried again later.
 pub trait Carrier: Send + Sync + 'static {
     fn deliver(
         &self,
-        route: &str,
+        route: Route,
         phone_number: &str,
         payload: &str,
     ) -> impl Future<Output = Result<CarrierOutcome, String>> + Send;
@@ -47,7 +58,7 @@ pub struct Simulator {
 impl Carrier for Simulator {
     async fn deliver(
         &self,
-        route: &str,
+        route: Route,
         phone_number: &str,
         _payload: &str,
     ) -> Result<CarrierOutcome, String> {
@@ -56,7 +67,7 @@ impl Carrier for Simulator {
         Ok(match last4 {
             "0000" => CarrierOutcome::Failed,
             "0001" => CarrierOutcome::Resendable,
-            "0002" if route == "RCS" => CarrierOutcome::NoRcs,
+            "0002" if route == Route::Rcs => CarrierOutcome::NoRcs,
             _ => CarrierOutcome::Delivered,
         })
     }
@@ -159,7 +170,7 @@ impl<C: Carrier> Dispatcher<C> {
     async fn hand_over(
         &self,
         m: &mut MessageRow,
-        route: &str,
+        route: Route,
         handovers: &mut Vec<Handover>,
     ) -> Option<CarrierOutcome> {
         let outcome = self
@@ -193,50 +204,51 @@ impl<C: Carrier> Dispatcher<C> {
         };
         m.sent_date.get_or_insert(now);
         handovers.push(Handover {
-            route: route.to_owned(),
-            outcome: format!("API_{}", status_of(outcome)),
+            route,
+            outcome: outcome.code(),
             at: now,
         });
         Some(outcome)
     }
 
     async fn process(&self, mut m: MessageRow) {
-        let first_route = m.channel.clone();
+        let first_route = m.channel.route();
         let mut handovers = Vec::new();
-        let Some(outcome) = self.hand_over(&mut m, &first_route, &mut handovers).await else {
+        let Some(outcome) = self.hand_over(&mut m, first_route, &mut handovers).await else {
             return;
         };
         let mut last = outcome;
-        if m.channel == "RCS" {
+        if m.channel == Channel::Rcs {
             let delivered = outcome == CarrierOutcome::Delivered;
-            m.rcs_status = Some(if delivered { "success" } else { "fail" }.to_owned());
+            m.rcs_status = Some(if delivered {
+                RcsStatus::Success
+            } else {
+                RcsStatus::Fail
+            });
             let request: serde_json::Value = serde_json::from_str(&m.request).unwrap_or_default();
             let fall_back = request["fall_back_yn"].as_bool().unwrap_or(false);
             if !delivered && fall_back {
                 let route = match request["fall_back_message_type"].as_str() {
-                    Some("LM") => "FALLBACK_LM",
-                    _ => "FALLBACK_SM",
+                    Some("LM") => Route::FallbackLm,
+                    _ => Route::FallbackSm,
                 };
                 let Some(fallback) = self.hand_over(&mut m, route, &mut handovers).await else {
                     return;
                 };
-                m.fallback_status = Some(
-                    if fallback == CarrierOutcome::Delivered {
-                        "success"
-                    } else {
-                        "fail"
-                    }
-                    .to_owned(),
-                );
-                m.sms_status_code = Some(format!("API_{}", status_of(fallback)));
+                m.fallback_status = Some(if fallback == CarrierOutcome::Delivered {
+                    FallbackStatus::Success
+                } else {
+                    FallbackStatus::Fail
+                });
+                m.sms_status_code = Some(fallback.code());
                 last = fallback;
             }
         } else {
-            m.sms_status_code = Some(format!("API_{}", status_of(outcome)));
+            m.sms_status_code = Some(outcome.code());
         }
         // The message's status is the outcome of its last attempt.
-        let status = status_of(last);
-        if status != "200" && m.error_message.is_none() {
+        let status = last.code().status();
+        if status != Status::Delivered && m.error_message.is_none() {
             m.error_message = Some(
                 match last {
                     CarrierOutcome::Resendable => "failed; may be resent",
@@ -246,17 +258,9 @@ impl<C: Carrier> Dispatcher<C> {
                 .to_owned(),
             );
         }
-        m.status = status.to_owned();
+        m.status = status;
         m.res_date = Some(now_ms());
         self.writer.finish(m, handovers);
-    }
-}
-
-fn status_of(outcome: CarrierOutcome) -> &'static str {
-    match outcome {
-        CarrierOutcome::Delivered => "200",
-        CarrierOutcome::Failed | CarrierOutcome::NoRcs => "510",
-        CarrierOutcome::Resendable => "520",
     }
 }
 
@@ -275,7 +279,7 @@ mod tests {
     }
 
     impl Carrier for Flaky {
-        async fn deliver(&self, _: &str, _: &str, _: &str) -> Result<CarrierOutcome, String> {
+        async fn deliver(&self, _: Route, _: &str, _: &str) -> Result<CarrierOutcome, String> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if n < self.failures {
                 Err("connection refused".into())
@@ -322,12 +326,12 @@ mod tests {
             uid: crate::time::new_uid(),
             client_id: "c".into(),
             cid: "x".into(),
-            channel: "XMS".into(),
-            message_type: "SM".into(),
+            channel: Channel::Xms,
+            message_type: crate::model::MessageType::Sm,
             phone_number: "821012345678".into(),
             request: "{}".into(),
             request_hash: "h".into(),
-            status: "100".into(),
+            status: Status::Accepted,
             rcs_status: None,
             fallback_status: None,
             sms_status_code: None,
@@ -343,11 +347,11 @@ mod tests {
         dispatcher.wake();
         for _ in 0..300 {
             let m = store
-                .message(&ClientId::from("c"), "XMS", &uid)
+                .message(&ClientId::from("c"), Channel::Xms, &uid)
                 .await
                 .unwrap()
                 .unwrap();
-            if m.status != "100" {
+            if m.status != Status::Accepted {
                 return (m, calls.load(Ordering::SeqCst));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -9,6 +9,7 @@ use kep_core::secret::random_token;
 
 use crate::MessagingError;
 use crate::ids::{ClientId, ContentGroupId, FileId};
+use crate::model::UploadKind;
 use crate::store::{Store, UploadRow};
 use crate::time::now_ms;
 
@@ -65,7 +66,7 @@ impl Uploads {
     async fn keep(
         &self,
         client_id: &ClientId,
-        kind: &str,
+        kind: UploadKind,
         group: Option<&ContentGroupId>,
         description: Option<&str>,
         bytes: &[u8],
@@ -74,7 +75,7 @@ impl Uploads {
         let row = UploadRow {
             file_id: FileId::from(random_token(12).replace(['-', '_'], "0")),
             client_id: client_id.clone(),
-            kind: kind.to_owned(),
+            kind,
             content_group_id: group.cloned(),
             description: description.map(str::to_owned),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
@@ -125,7 +126,7 @@ impl Uploads {
             .filter(|d| !d.trim().is_empty())
             .ok_or_else(|| MessagingError::invalid("description", "required"))?;
         let row = self
-            .keep(client_id, "RCS", None, Some(&description), &image)
+            .keep(client_id, UploadKind::Rcs, None, Some(&description), &image)
             .await?;
         self.store
             .insert_uploads(std::slice::from_ref(&row))
@@ -183,7 +184,7 @@ impl Uploads {
         let mut rows = Vec::new();
         for bytes in &files {
             rows.push(
-                self.keep(client_id, "MMS", Some(&group), None, bytes)
+                self.keep(client_id, UploadKind::Mms, Some(&group), None, bytes)
                     .await?,
             );
         }

@@ -20,7 +20,8 @@ use serde_json::Value;
 use utoipa::OpenApi;
 
 use crate::ids::{ClientId, ContentGroupId, MessageUid};
-use crate::store::{Inserted, MessageRow, SearchQuery, Store};
+use crate::model::{Channel, MessageType, RcsStatus, Status};
+use crate::store::{Inserted, MessageRow, SearchFilter, SearchQuery, Store};
 use crate::time::{new_uid, now_ms, uid_at};
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
 use kep_api::messaging::{
@@ -264,27 +265,39 @@ impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK>
     }
 }
 
+/// What identifies a valid send.
+pub(crate) struct Head {
+    pub cid: String,
+    pub message_type: MessageType,
+    pub phone_number: String,
+}
+
+impl Head {
+    pub fn new(cid: &Option<String>, message_type: MessageType, phone: &Option<String>) -> Self {
+        Head {
+            cid: cid.clone().unwrap_or_default(),
+            message_type,
+            phone_number: phone.clone().unwrap_or_default(),
+        }
+    }
+}
+
 /// A kind of send: its channel, its rules, and the uploads it may name.
 pub(crate) trait Sendable: DeserializeOwned {
-    const CHANNEL: &'static str;
-    fn validate(&self, caller: &ClientId) -> Result<(), MessagingError>;
-    /// `(cid, message_type, phone_number)`, once validated.
-    fn head(&self) -> (String, String, String);
+    const CHANNEL: Channel;
+    /// Checks the send's rules for `caller`.
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError>;
     /// The uploads the send names must be the caller's and unexpired (a file error).
     async fn check_files(&self, store: &dyn Store, caller: &ClientId)
     -> Result<(), MessagingError>;
 }
 
 impl Sendable for xms::XmsSend {
-    const CHANNEL: &'static str = "XMS";
+    const CHANNEL: Channel = Channel::Xms;
 
-    fn validate(&self, caller: &ClientId) -> Result<(), MessagingError> {
-        xms::validate(self, caller.as_str())
-    }
-
-    fn head(&self) -> (String, String, String) {
-        let f = |v: &Option<String>| v.clone().unwrap_or_default();
-        (f(&self.cid), f(&self.message_type), f(&self.phone_number))
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
+        let message_type = xms::validate(self, caller.as_str())?;
+        Ok(Head::new(&self.cid, message_type, &self.phone_number))
     }
 
     async fn check_files(
@@ -321,10 +334,10 @@ pub(crate) async fn send<T: Sendable>(
     } = caller;
     oauth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
-    send.validate(&client_id)?;
+    let head = send.validate(&client_id)?;
     send.check_files(&*m.0.store, &client_id).await?;
-    let (cid, message_type, phone) = send.head();
-    let uid = accept(&m, client_id, T::CHANNEL, &cid, message_type, phone, &raw).await?;
+    let cid = head.cid.clone();
+    let uid = accept(&m, client_id, T::CHANNEL, head, &raw).await?;
     Ok(Json(SendAnswer {
         code: "200".into(),
         uid: uid.into_string(),
@@ -338,10 +351,8 @@ pub(crate) async fn send<T: Sendable>(
 pub(crate) async fn accept(
     m: &MessagingService,
     client_id: ClientId,
-    channel: &str,
-    cid: &str,
-    message_type: String,
-    phone_number: String,
+    channel: Channel,
+    head: Head,
     raw: &Value,
 ) -> Result<MessageUid, MessagingError> {
     let request = serde_json::to_string(raw).expect("JSON serialises");
@@ -351,13 +362,13 @@ pub(crate) async fn accept(
         request_hash: request_hash.clone(),
         uid: new_uid(),
         client_id,
-        cid: cid.to_owned(),
-        channel: channel.to_owned(),
-        message_type,
-        phone_number,
+        cid: head.cid,
+        channel,
+        message_type: head.message_type,
+        phone_number: head.phone_number,
         request,
-        status: "100".into(),
-        rcs_status: (channel == "RCS").then(|| "processing".to_owned()),
+        status: Status::Accepted,
+        rcs_status: (channel == Channel::Rcs).then_some(RcsStatus::Processing),
         fallback_status: None,
         sms_status_code: None,
         error_message: None,
@@ -396,14 +407,15 @@ pub(crate) struct Page<'a> {
 
 /// The query for one page of the caller's messages of `channel`, oldest first, asking for
 /// one row more than the page so the answer knows whether more follow; `None` when the
-/// request names another client (a client sees only its own messages). The second value
+/// request names another client (a client sees only its own messages) or `filters` is
+/// `None`, a filter no message can match. The second value
 /// is the start of the date range, in unix milliseconds.
 pub(crate) fn page_query<'a>(
     m: &MessagingService,
     caller: &'a ClientId,
-    channel: &'static str,
+    channel: Channel,
     p: Page<'_>,
-    filters: Vec<(&'static str, String)>,
+    filters: Option<Vec<SearchFilter>>,
 ) -> Result<Option<(SearchQuery<'a>, i64)>, MessagingError> {
     let zone = &m.0.zone;
     let (start, end) = match (p.start_date, p.end_date) {
@@ -450,6 +462,9 @@ pub(crate) fn page_query<'a>(
     if p.client_id.is_some_and(|c| c != caller.as_str()) {
         return Ok(None);
     }
+    let Some(filters) = filters else {
+        return Ok(None);
+    };
     let query = SearchQuery {
         client_id: caller,
         channel,
@@ -476,6 +491,13 @@ pub(crate) async fn page(
     Ok((rows, next))
 }
 
+/// A search by status, which it names as the answers do (`API_200`) or by its code; `None`
+/// for a status no message has.
+pub(crate) fn status_filter(status: &str) -> Option<SearchFilter> {
+    let code = status.strip_prefix("API_").unwrap_or(status);
+    Status::parse(code).map(SearchFilter::Status)
+}
+
 /// Parses `yyyy-mm-dd`.
 fn date(field: &str, s: &str) -> Result<jiff::civil::Date, MessagingError> {
     let valid_form = s.len() == 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-';
@@ -498,16 +520,12 @@ pub(crate) async fn search_xms(
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
-    let mut filters = Vec::new();
-    if let Some(s) = &q.status_code {
-        filters.push(("status", s.strip_prefix("API_").unwrap_or(s).to_owned()));
-    }
-    if let Some(v) = &q.etc1 {
-        filters.push(("json_extract(request, '$.etc1')", v.clone()));
-    }
-    if let Some(v) = &q.etc2 {
-        filters.push(("json_extract(request, '$.etc2')", v.clone()));
-    }
+    let filters = [
+        q.status_code.as_deref().map(status_filter),
+        q.etc1.clone().map(|v| Some(SearchFilter::Etc1(v))),
+        q.etc2.clone().map(|v| Some(SearchFilter::Etc2(v))),
+    ];
+    let filters = filters.into_iter().flatten().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),
         end_date: q.end_date.as_deref(),
@@ -515,7 +533,7 @@ pub(crate) async fn search_xms(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (results, found, last_uid) = match page_query(&m, client_id, "XMS", p, filters)? {
+    let (results, found, last_uid) = match page_query(&m, client_id, Channel::Xms, p, filters)? {
         None => ("[]".to_owned(), 0, None),
         Some((query, from)) => {
             let size = query.limit - 1;
@@ -586,7 +604,7 @@ pub(crate) async fn xms_detail(
     oauth::check_accept(&headers)?;
     let r =
         m.0.store
-            .message(client_id, "XMS", &MessageUid::from(uid.as_str()))
+            .message(client_id, Channel::Xms, &MessageUid::from(uid.as_str()))
             .await?
             .ok_or_else(|| MessagingError::NotFound(format!("no message {uid}")))?;
     let zone = &m.0.zone;
@@ -600,14 +618,14 @@ pub(crate) async fn xms_detail(
     put("uid", Some(r.uid.to_string()));
     put("cid", Some(r.cid.clone()));
     put("reg_date", Some(zone.format(r.reg_date)));
-    put("message_type", Some(r.message_type.clone()));
+    put("message_type", Some(r.message_type.to_string()));
     put("status_code", Some(format!("API_{}", r.status)));
     put("phone_number", Some(r.phone_number.clone()));
     put("req_date", r.req_date.map(|t| zone.format(t)));
     put("sent_date", r.sent_date.map(|t| zone.format(t)));
     put("res_date", r.res_date.map(|t| zone.format(t)));
     put("error_message", r.error_message.clone());
-    put("sms_status_code", r.sms_status_code.clone());
+    put("sms_status_code", r.sms_status_code.map(|c| c.to_string()));
     for key in [
         "sender_no",
         "message",

@@ -155,10 +155,10 @@ pub(crate) async fn outbox(
             .map(|r| OutboxEntry {
                 id: r.id,
                 uid: r.uid.into_string(),
-                route: r.route,
+                route: r.route.to_string(),
                 phone_number: r.phone_number,
                 payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),
-                outcome: r.outcome,
+                outcome: r.outcome.to_string(),
                 at: m.0.zone.format(r.at),
             })
             .collect(),

@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use kep_core::secret::random_token;
 use serde_json::{Value, json};
 
-use super::{Caller, Page, json_body, page, page_query, request_field};
+use super::{Caller, Head, Page, json_body, page, page_query, request_field, status_filter};
 use crate::ids::{ClientId, FileId, MessageUid, ReportGroupId};
-use crate::store::{GroupCompletion, Store};
+use crate::model::{Channel, MessageType};
+use crate::store::{GroupCompletion, SearchFilter, Store};
 use crate::time::now_ms;
 use crate::{MessagingError, MessagingService, oauth, rcs};
 use kep_api::messaging::{
@@ -37,15 +38,11 @@ pub(crate) async fn send_rcs(
 }
 
 impl super::Sendable for rcs::RcsSend {
-    const CHANNEL: &'static str = "RCS";
+    const CHANNEL: Channel = Channel::Rcs;
 
-    fn validate(&self, caller: &ClientId) -> Result<(), MessagingError> {
-        rcs::validate(self, caller.as_str())
-    }
-
-    fn head(&self) -> (String, String, String) {
-        let f = |v: &Option<String>| v.clone().unwrap_or_default();
-        (f(&self.cid), f(&self.message_type), f(&self.phone_number))
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
+        let message_type = rcs::validate(self, caller.as_str())?;
+        Ok(Head::new(&self.cid, message_type, &self.phone_number))
     }
 
     async fn check_files(
@@ -101,8 +98,8 @@ pub(crate) async fn results(
             client_id: r.client_id.into_string(),
             cid: r.cid,
             status: format!("API_{}", r.status),
-            rcs_status: r.rcs_status,
-            fallback_status: r.fallback_status,
+            rcs_status: r.rcs_status.map(|s| s.to_string()),
+            fallback_status: r.fallback_status.map(|s| s.to_string()),
         })
         .collect();
     Ok(Json(RcsResultsAnswer {
@@ -161,16 +158,15 @@ async fn search(
     oauth::check_accept(&headers)?;
     let mut filters = Vec::new();
     if let Some(s) = &q.status {
-        filters.push(("status", s.strip_prefix("API_").unwrap_or(s).to_owned()));
+        filters.push(status_filter(s));
     }
     if let Some(t) = &q.service_type {
-        if !rcs::RCS_TYPES.contains(&t.as_str()) {
-            return Err(MessagingError::invalid(
-                "service_type",
-                format!("one of {}", rcs::RCS_TYPES.join(", ")),
-            ));
-        }
-        filters.push(("message_type", t.clone()));
+        let t = MessageType::parse(t)
+            .filter(|t| rcs::RCS_TYPES.contains(t))
+            .ok_or_else(|| {
+                MessagingError::invalid("service_type", crate::text::one_of(&rcs::RCS_TYPES))
+            })?;
+        filters.push(Some(SearchFilter::MessageType(t)));
     }
     let p = Page {
         start_date: q.start_date.as_deref(),
@@ -181,7 +177,14 @@ async fn search(
     };
     let (rows, next) = page(
         &m,
-        page_query(&m, client_id, "RCS", p, filters)?.map(|(q, _)| q),
+        page_query(
+            &m,
+            client_id,
+            Channel::Rcs,
+            p,
+            filters.into_iter().collect(),
+        )?
+        .map(|(q, _)| q),
     )
     .await?;
     let zone = &m.0.zone;
@@ -192,8 +195,8 @@ async fn search(
             RcsSearchRow {
                 reg_date: zone.format(r.reg_date),
                 status: format!("API_{}", r.status),
-                rcs_status: r.rcs_status,
-                fallback_status: r.fallback_status,
+                rcs_status: r.rcs_status.map(|s| s.to_string()),
+                fallback_status: r.fallback_status.map(|s| s.to_string()),
                 error_message: r.error_message,
                 tax_cd1: shown.tax_cd1,
                 tax_cd2: shown.tax_cd2,
@@ -293,7 +296,12 @@ pub(crate) async fn detail(
         }
     };
     let uid = MessageUid::from(uid);
-    let r = match m.0.store.message(&caller.client_id, "RCS", &uid).await {
+    let r = match m
+        .0
+        .store
+        .message(&caller.client_id, Channel::Rcs, &uid)
+        .await
+    {
         Ok(Some(r)) => r,
         Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
         Err(e) => return MessagingError::from(e).into_response(),
@@ -312,14 +320,15 @@ pub(crate) async fn detail(
         "uid": r.uid, "client_id": r.client_id, "cid": r.cid, "reg_date": zone.format(r.reg_date),
         "phone_number": r.phone_number, "callback": request_field(&request, "sender_no"),
         "message_base_id": request_field(&request, "template_code"), "message_group_id": r.uid,
-        "service_type": r.message_type, "body": request.get("body").map(|b| b.to_string()),
+        "service_type": r.message_type.as_str(), "body": request.get("body").map(|b| b.to_string()),
         "fallback_type": request_field(&request, "fall_back_message_type"),
         "fallback_calback": request_field(&request, "sender_no"),
         "fallback_subject": request_field(&request, "fall_back_title"),
         "fallback_message": request_field(&request, "fall_back_message"),
         "req_date": date(r.req_date), "res_date": date(r.res_date), "sent_date": date(r.sent_date),
         "time_stamp": date(r.res_date),
-        "status": format!("API_{}", r.status), "rcs_status": r.rcs_status, "fallback_status": r.fallback_status,
+        "status": format!("API_{}", r.status), "rcs_status": r.rcs_status.map(|s| s.as_str()),
+        "fallback_status": r.fallback_status.map(|s| s.as_str()),
         "error_message": r.error_message, "mno_info": mno_info(&r.phone_number),
         "buttons": buttons, "fallback_yn": request["fall_back_yn"].as_bool().unwrap_or(false),
     });

@@ -8,6 +8,9 @@ use std::sync::Arc;
 use kep_core::service::Context;
 
 use crate::ids::{ClientId, ContentGroupId, FileId, MessageUid, ReportGroupId};
+use crate::model::{
+    CarrierCode, Channel, FallbackStatus, MessageType, RcsStatus, Route, Status, UploadKind,
+};
 
 mod sqlite;
 
@@ -16,17 +19,17 @@ pub struct MessageRow {
     pub uid: MessageUid,
     pub client_id: ClientId,
     pub cid: String,
-    pub channel: String,
-    pub message_type: String,
+    pub channel: Channel,
+    pub message_type: MessageType,
     pub phone_number: String,
     /// The accepted body, as stored: its bytes are what `request_hash` hashes, so it stays
     /// text rather than parsed JSON.
     pub request: String,
     pub request_hash: String,
-    pub status: String,
-    pub rcs_status: Option<String>,
-    pub fallback_status: Option<String>,
-    pub sms_status_code: Option<String>,
+    pub status: Status,
+    pub rcs_status: Option<RcsStatus>,
+    pub fallback_status: Option<FallbackStatus>,
+    pub sms_status_code: Option<CarrierCode>,
     pub error_message: Option<String>,
     pub attempts: i64,
     pub reg_date: i64,
@@ -39,10 +42,11 @@ pub struct MessageRow {
 pub struct OutboxRow {
     pub id: i64,
     pub uid: MessageUid,
-    pub route: String,
+    pub route: Route,
     pub phone_number: String,
+    /// The message's request as it was handed over: a copy of its bytes.
     pub payload: String,
-    pub outcome: String,
+    pub outcome: CarrierCode,
     pub at: i64,
 }
 
@@ -50,7 +54,7 @@ pub struct OutboxRow {
 pub struct UploadRow {
     pub file_id: FileId,
     pub client_id: ClientId,
-    pub kind: String,
+    pub kind: UploadKind,
     pub content_group_id: Option<ContentGroupId>,
     pub description: Option<String>,
     pub size: i64,
@@ -61,21 +65,30 @@ pub struct UploadRow {
 /// One hand-over to the carrier, recorded in the outbox with the message's outcome.
 #[derive(Debug, Clone)]
 pub struct Handover {
-    pub route: String,
-    pub outcome: String,
+    pub route: Route,
+    pub outcome: CarrierCode,
     pub at: i64,
 }
 
 /// What a search asks for; all within one client's messages.
 pub struct SearchQuery<'a> {
     pub client_id: &'a ClientId,
-    pub channel: &'a str,
+    pub channel: Channel,
     /// uid bounds: `(after, before)`, exclusive.
     pub after: MessageUid,
     pub before: MessageUid,
     pub limit: i64,
-    /// `(column, value)` equality filters on the stored request or status.
-    pub filters: Vec<(&'static str, String)>,
+    pub filters: Vec<SearchFilter>,
+}
+
+/// A field a search may ask to equal a value.
+pub enum SearchFilter {
+    Status(Status),
+    MessageType(MessageType),
+    /// The request's `etc1`.
+    Etc1(String),
+    /// The request's `etc2`.
+    Etc2(String),
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -155,7 +168,7 @@ pub trait Store: Send + Sync {
     async fn message(
         &self,
         client_id: &ClientId,
-        channel: &str,
+        channel: Channel,
         uid: &MessageUid,
     ) -> sqlx::Result<Option<MessageRow>>;
     /// One page of a client's messages in uid order.

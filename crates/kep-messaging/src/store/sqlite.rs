@@ -7,9 +7,10 @@ use sqlx::migrate::Migrator;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 
 use super::{
-    ClientRow, GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchQuery, Store,
-    UploadRow,
+    ClientRow, GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchFilter,
+    SearchQuery, Store, UploadRow,
 };
+use crate::model::{Channel, Status, UploadKind};
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -39,13 +40,13 @@ impl SqliteStore {
             v.push_bind(&m.uid)
                 .push_bind(&m.client_id)
                 .push_bind(&m.cid)
-                .push_bind(&m.channel)
-                .push_bind(&m.message_type)
+                .push_bind(m.channel)
+                .push_bind(m.message_type)
                 .push_bind(&m.phone_number)
                 .push_bind(&m.request)
                 .push_bind(&m.request_hash)
-                .push_bind(&m.status)
-                .push_bind(&m.rcs_status)
+                .push_bind(m.status)
+                .push_bind(m.rcs_status)
                 .push_bind(m.reg_date)
                 .push_bind(m.reg_date)
                 .push_bind(m.req_date);
@@ -81,10 +82,10 @@ impl SqliteStore {
         );
         b.push_values(done, |mut v, (m, _)| {
             v.push_bind(&m.uid)
-                .push_bind(&m.status)
-                .push_bind(&m.rcs_status)
-                .push_bind(&m.fallback_status)
-                .push_bind(&m.sms_status_code)
+                .push_bind(m.status)
+                .push_bind(m.rcs_status)
+                .push_bind(m.fallback_status)
+                .push_bind(m.sms_status_code)
                 .push_bind(&m.error_message)
                 .push_bind(m.sent_date)
                 .push_bind(m.res_date);
@@ -106,15 +107,35 @@ impl SqliteStore {
             );
             b.push_values(chunk, |mut v, (m, h)| {
                 v.push_bind(&m.uid)
-                    .push_bind(&h.route)
+                    .push_bind(h.route)
                     .push_bind(&m.phone_number)
                     .push_bind(&m.request)
-                    .push_bind(&h.outcome)
+                    .push_bind(h.outcome)
                     .push_bind(h.at);
             });
             b.build().execute(&mut *tx).await?;
         }
         Ok(())
+    }
+}
+
+/// The rest of a search's `WHERE`, after `client_id = ?`: its channel, uid bounds and
+/// filters.
+fn push_filters(b: &mut QueryBuilder<Sqlite>, q: &SearchQuery<'_>) {
+    b.push(" AND channel = ").push_bind(q.channel);
+    b.push(" AND uid > ").push_bind(&q.after);
+    b.push(" AND uid < ").push_bind(&q.before);
+    for filter in &q.filters {
+        match filter {
+            SearchFilter::Status(s) => b.push(" AND status = ").push_bind(*s),
+            SearchFilter::MessageType(t) => b.push(" AND message_type = ").push_bind(*t),
+            SearchFilter::Etc1(v) => b
+                .push(" AND json_extract(request, '$.etc1') = ")
+                .push_bind(v),
+            SearchFilter::Etc2(v) => b
+                .push(" AND json_extract(request, '$.etc2') = ")
+                .push_bind(v),
+        };
     }
 }
 
@@ -223,6 +244,8 @@ impl Store for SqliteStore {
         lease_ms: i64,
         limit: i64,
     ) -> sqlx::Result<Vec<MessageRow>> {
+        // `status = '100'` (Accepted) is written out as the partial index `messages_due` has
+        // it, so the planner uses the index.
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE messages SET next_attempt_at = ?, attempts = attempts + 1
              WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= ?
@@ -237,9 +260,10 @@ impl Store for SqliteStore {
     }
 
     async fn retry_at(&self, uid: &MessageUid, at_ms: i64) -> sqlx::Result<()> {
-        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = '100'")
+        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = ?")
             .bind(at_ms)
             .bind(uid)
+            .bind(Status::Accepted)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -280,7 +304,7 @@ impl Store for SqliteStore {
     async fn message(
         &self,
         client_id: &ClientId,
-        channel: &str,
+        channel: Channel,
         uid: &MessageUid,
     ) -> sqlx::Result<Option<MessageRow>> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -298,12 +322,7 @@ impl Store for SqliteStore {
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = "
         ));
         b.push_bind(q.client_id);
-        b.push(" AND channel = ").push_bind(q.channel);
-        b.push(" AND uid > ").push_bind(&q.after);
-        b.push(" AND uid < ").push_bind(&q.before);
-        for (column, value) in &q.filters {
-            b.push(format!(" AND {column} = ")).push_bind(value);
-        }
+        push_filters(&mut b, q);
         b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
         b.build_query_as().fetch_all(&self.pool).await
     }
@@ -340,12 +359,7 @@ impl Store for SqliteStore {
              FROM messages WHERE client_id = ",
         );
         b.push_bind(q.client_id);
-        b.push(" AND channel = ").push_bind(q.channel);
-        b.push(" AND uid > ").push_bind(&q.after);
-        b.push(" AND uid < ").push_bind(&q.before);
-        for (column, value) in &q.filters {
-            b.push(format!(" AND {column} = ")).push_bind(value);
-        }
+        push_filters(&mut b, q);
         b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
         b.push(")");
         b.build_query_as().fetch_one(&self.pool).await
@@ -373,6 +387,8 @@ impl Store for SqliteStore {
             .bind(now_ms)
             .execute(&mut *tx)
             .await?;
+        // The RCS results not yet reported, in the words of the partial index
+        // `messages_unreported`, so the planner uses it.
         let mut rows: Vec<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE messages SET report_group_id = ? WHERE uid IN
                (SELECT uid FROM messages WHERE client_id = ? AND channel = 'RCS' AND reported = 0 AND status <> '100'
@@ -447,7 +463,7 @@ impl Store for SqliteStore {
             )
             .bind(&r.file_id)
             .bind(&r.client_id)
-            .bind(&r.kind)
+            .bind(r.kind)
             .bind(&r.content_group_id)
             .bind(&r.description)
             .bind(r.size)
@@ -466,10 +482,11 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> sqlx::Result<bool> {
         let row: Option<(i64,)> = sqlx::query_as(
-            "SELECT 1 FROM uploads WHERE file_id = ? AND client_id = ? AND kind = 'RCS' AND expires_at > ?",
+            "SELECT 1 FROM uploads WHERE file_id = ? AND client_id = ? AND kind = ? AND expires_at > ?",
         )
         .bind(file_id)
         .bind(client_id)
+        .bind(UploadKind::Rcs)
         .bind(now_ms)
         .fetch_optional(&self.pool)
         .await?;
@@ -484,11 +501,12 @@ impl Store for SqliteStore {
     ) -> sqlx::Result<bool> {
         let (total, live): (i64, i64) = sqlx::query_as(
             "SELECT COUNT(*), COALESCE(SUM(expires_at > ?), 0) FROM uploads
-             WHERE content_group_id = ? AND client_id = ? AND kind = 'MMS'",
+             WHERE content_group_id = ? AND client_id = ? AND kind = ?",
         )
         .bind(now_ms)
         .bind(group)
         .bind(client_id)
+        .bind(UploadKind::Mms)
         .fetch_one(&self.pool)
         .await?;
         Ok(total > 0 && total == live)
