@@ -3,12 +3,16 @@
 //! operator's clients and outbox read-back on the admin listener.
 
 pub mod api;
+mod clients;
 mod error;
 mod ids;
 mod model;
 mod oauth;
 mod pipeline;
 mod rcs;
+mod results;
+mod search;
+mod send;
 mod store;
 mod text;
 mod time;

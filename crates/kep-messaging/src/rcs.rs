@@ -4,8 +4,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::MessagingError;
-use crate::model::MessageType;
+use crate::ids::{ClientId, FileId};
+use crate::model::{Channel, MessageType};
+use crate::send::{Head, Sendable};
 use crate::text::{check_digits, check_head, check_text, require_text};
+use crate::uploads::Uploads;
 
 /// An RCS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +235,41 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
         }
     }
     Ok(message_type)
+}
+
+impl Sendable for RcsSend {
+    const CHANNEL: Channel = Channel::Rcs;
+
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
+        let message_type = validate(self, caller.as_str())?;
+        Ok(Head::new(&self.cid, message_type, &self.phone_number))
+    }
+
+    async fn check_files(
+        &self,
+        uploads: &Uploads,
+        caller: &ClientId,
+    ) -> Result<(), MessagingError> {
+        for (i, body) in self.body.iter().flatten().enumerate() {
+            let Some(file_id) = body
+                .media
+                .as_deref()
+                .and_then(|u| u.strip_prefix("maapfile://"))
+            else {
+                continue;
+            };
+            if !uploads
+                .rcs_file_usable(caller, &FileId::from(file_id))
+                .await?
+            {
+                return Err(MessagingError::file(
+                    format!("body[{i}].media"),
+                    "no such RCS upload, or it expired",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -192,6 +192,28 @@ impl Uploads {
         Ok(group)
     }
 
+    /// Whether the client has an unexpired RCS file `file_id`.
+    pub async fn rcs_file_usable(
+        &self,
+        client_id: &ClientId,
+        file_id: &FileId,
+    ) -> sqlx::Result<bool> {
+        self.store
+            .rcs_file_usable(client_id, file_id, now_ms())
+            .await
+    }
+
+    /// Whether the client has an MMS content group whose files are all unexpired.
+    pub async fn mms_group_usable(
+        &self,
+        client_id: &ClientId,
+        group: &ContentGroupId,
+    ) -> sqlx::Result<bool> {
+        self.store
+            .mms_group_usable(client_id, group, now_ms())
+            .await
+    }
+
     /// Removes expired uploads and their files, every `every`.
     pub async fn sweep(self: std::sync::Arc<Self>, every: std::time::Duration) {
         let mut tick = tokio::time::interval(every);

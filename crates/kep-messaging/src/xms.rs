@@ -3,8 +3,11 @@
 use serde::Deserialize;
 
 use crate::MessagingError;
-use crate::model::MessageType;
+use crate::ids::{ClientId, ContentGroupId};
+use crate::model::{Channel, MessageType};
+use crate::send::{Head, Sendable};
 use crate::text::{check_digits, check_head, check_text, require_text};
+use crate::uploads::Uploads;
 
 /// An XMS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -132,6 +135,33 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<MessageType, MessagingEr
         }
     }
     Ok(message_type)
+}
+
+impl Sendable for XmsSend {
+    const CHANNEL: Channel = Channel::Xms;
+
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
+        let message_type = validate(self, caller.as_str())?;
+        Ok(Head::new(&self.cid, message_type, &self.phone_number))
+    }
+
+    async fn check_files(
+        &self,
+        uploads: &Uploads,
+        caller: &ClientId,
+    ) -> Result<(), MessagingError> {
+        if let Some(group) = &self.content_group_id
+            && !uploads
+                .mms_group_usable(caller, &ContentGroupId::from(group.as_str()))
+                .await?
+        {
+            return Err(MessagingError::file(
+                "content_group_id",
+                "no such MMS upload, or it expired",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -14,15 +14,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use kep_core::limits::{Admission, Key, Peer};
-use kep_core::secret::sha256_hex;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::OpenApi;
 
-use crate::ids::{ClientId, ContentGroupId, MessageUid};
-use crate::model::{Channel, MessageType, RcsStatus, Status};
-use crate::store::{Inserted, MessageRow, SearchFilter, SearchQuery, Store};
-use crate::time::{new_uid, now_ms, uid_at};
+use crate::ids::{ClientId, MessageUid};
+use crate::model::Channel;
+use crate::search::{Page, status_filter};
+use crate::send::Sendable;
+use crate::store::SearchFilter;
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
 use kep_api::messaging::{
     Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
@@ -265,60 +265,6 @@ impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK>
     }
 }
 
-/// What identifies a valid send.
-pub(crate) struct Head {
-    pub cid: String,
-    pub message_type: MessageType,
-    pub phone_number: String,
-}
-
-impl Head {
-    pub fn new(cid: &Option<String>, message_type: MessageType, phone: &Option<String>) -> Self {
-        Head {
-            cid: cid.clone().unwrap_or_default(),
-            message_type,
-            phone_number: phone.clone().unwrap_or_default(),
-        }
-    }
-}
-
-/// A kind of send: its channel, its rules, and the uploads it may name.
-pub(crate) trait Sendable: DeserializeOwned {
-    const CHANNEL: Channel;
-    /// Checks the send's rules for `caller`.
-    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError>;
-    /// The uploads the send names must be the caller's and unexpired (a file error).
-    async fn check_files(&self, store: &dyn Store, caller: &ClientId)
-    -> Result<(), MessagingError>;
-}
-
-impl Sendable for xms::XmsSend {
-    const CHANNEL: Channel = Channel::Xms;
-
-    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
-        let message_type = xms::validate(self, caller.as_str())?;
-        Ok(Head::new(&self.cid, message_type, &self.phone_number))
-    }
-
-    async fn check_files(
-        &self,
-        store: &dyn Store,
-        caller: &ClientId,
-    ) -> Result<(), MessagingError> {
-        if let Some(group) = &self.content_group_id
-            && !store
-                .mms_group_usable(caller, &ContentGroupId::from(group.as_str()), now_ms())
-                .await?
-        {
-            return Err(MessagingError::file(
-                "content_group_id",
-                "no such MMS upload, or it expired",
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// Every send of the caller: `accept`, the body, its rules and files, then the durable
 /// store.
 pub(crate) async fn send<T: Sendable>(
@@ -334,177 +280,13 @@ pub(crate) async fn send<T: Sendable>(
     } = caller;
     oauth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
-    let head = send.validate(&client_id)?;
-    send.check_files(&*m.0.store, &client_id).await?;
-    let cid = head.cid.clone();
-    let uid = accept(&m, client_id, T::CHANNEL, head, &raw).await?;
+    let (uid, cid) = m.0.send(client_id, &send, &raw).await?;
     Ok(Json(SendAnswer {
         code: "200".into(),
         uid: uid.into_string(),
         cid,
         result: Detail::ok("accepted"),
     }))
-}
-
-/// Stores an accepted message durably and wakes the dispatcher; its uid. The same cid
-/// with the same body answers the first uid and sends nothing; another body is a 410.
-pub(crate) async fn accept(
-    m: &MessagingService,
-    client_id: ClientId,
-    channel: Channel,
-    head: Head,
-    raw: &Value,
-) -> Result<MessageUid, MessagingError> {
-    let request = serde_json::to_string(raw).expect("JSON serialises");
-    let request_hash = sha256_hex(&request);
-    let now = now_ms();
-    let row = MessageRow {
-        request_hash: request_hash.clone(),
-        uid: new_uid(),
-        client_id,
-        cid: head.cid,
-        channel,
-        message_type: head.message_type,
-        phone_number: head.phone_number,
-        request,
-        status: Status::Accepted,
-        rcs_status: (channel == Channel::Rcs).then_some(RcsStatus::Processing),
-        fallback_status: None,
-        sms_status_code: None,
-        error_message: None,
-        attempts: 0,
-        reg_date: now,
-        req_date: Some(now),
-        sent_date: None,
-        res_date: None,
-    };
-    let uid = row.uid.clone();
-    match m.0.writer.insert(row).await? {
-        Inserted::New => {
-            m.0.dispatcher.wake();
-            Ok(uid)
-        }
-        Inserted::Existing(first)
-            if first.request_hash == request_hash && first.channel == channel =>
-        {
-            Ok(first.uid)
-        }
-        Inserted::Existing(_) => Err(MessagingError::invalid(
-            "cid",
-            "already used with a different message",
-        )),
-    }
-}
-
-/// The paging fields both searches share.
-pub(crate) struct Page<'a> {
-    pub start_date: Option<&'a str>,
-    pub end_date: Option<&'a str>,
-    pub client_id: Option<&'a str>,
-    pub size: Option<i64>,
-    pub last_uid: Option<&'a str>,
-}
-
-/// The query for one page of the caller's messages of `channel`, oldest first, asking for
-/// one row more than the page so the answer knows whether more follow; `None` when the
-/// request names another client (a client sees only its own messages) or `filters` is
-/// `None`, a filter no message can match. The second value
-/// is the start of the date range, in unix milliseconds.
-pub(crate) fn page_query<'a>(
-    m: &MessagingService,
-    caller: &'a ClientId,
-    channel: Channel,
-    p: Page<'_>,
-    filters: Option<Vec<SearchFilter>>,
-) -> Result<Option<(SearchQuery<'a>, i64)>, MessagingError> {
-    let zone = &m.0.zone;
-    let (start, end) = match (p.start_date, p.end_date) {
-        (None, None) => (zone.today(), zone.today()),
-        (Some(s), Some(e)) => (date("start_date", s)?, date("end_date", e)?),
-        (Some(_), None) => {
-            return Err(MessagingError::invalid(
-                "end_date",
-                "start_date and end_date go together",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(MessagingError::invalid(
-                "start_date",
-                "start_date and end_date go together",
-            ));
-        }
-    };
-    if start > end {
-        return Err(MessagingError::invalid("start_date", "after end_date"));
-    }
-    let size = p.size.unwrap_or(100);
-    if !(1..=1000).contains(&size) {
-        return Err(MessagingError::invalid("size", "1 to 1000"));
-    }
-    let (from, to) = zone
-        .day_range(start, end)
-        .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
-    let mut after = format!(
-        "{:020}",
-        from.saturating_mul(crate::time::UIDS_PER_MS)
-            .saturating_sub(1)
-            .max(0)
-    );
-    if let Some(last) = p.last_uid {
-        if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(MessagingError::invalid(
-                "last_uid",
-                "a uid from a previous page",
-            ));
-        }
-        after = after.max(last.to_owned());
-    }
-    if p.client_id.is_some_and(|c| c != caller.as_str()) {
-        return Ok(None);
-    }
-    let Some(filters) = filters else {
-        return Ok(None);
-    };
-    let query = SearchQuery {
-        client_id: caller,
-        channel,
-        after: MessageUid::from(after),
-        before: uid_at(to),
-        limit: size + 1,
-        filters,
-    };
-    Ok(Some((query, from)))
-}
-
-/// One page of rows, and whether more follow.
-pub(crate) async fn page(
-    m: &MessagingService,
-    query: Option<SearchQuery<'_>>,
-) -> Result<(Vec<MessageRow>, bool), MessagingError> {
-    let Some(query) = query else {
-        return Ok((Vec::new(), false));
-    };
-    let mut rows = m.0.store.search(&query).await?;
-    let size = usize::try_from(query.limit - 1).unwrap_or(0);
-    let next = rows.len() > size;
-    rows.truncate(size);
-    Ok((rows, next))
-}
-
-/// A search by status, which it names as the answers do (`API_200`) or by its code; `None`
-/// for a status no message has.
-pub(crate) fn status_filter(status: &str) -> Option<SearchFilter> {
-    let code = status.strip_prefix("API_").unwrap_or(status);
-    Status::parse(code).map(SearchFilter::Status)
-}
-
-/// Parses `yyyy-mm-dd`.
-fn date(field: &str, s: &str) -> Result<jiff::civil::Date, MessagingError> {
-    let valid_form = s.len() == 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-';
-    s.parse::<jiff::civil::Date>()
-        .ok()
-        .filter(|_| valid_form)
-        .ok_or_else(|| MessagingError::invalid(field, "a date as yyyy-mm-dd"))
 }
 
 /// `POST /v2/info/message/search`: one page of the caller's XMS messages, oldest first.
@@ -525,6 +307,7 @@ pub(crate) async fn search_xms(
         q.etc1.clone().map(|v| Some(SearchFilter::Etc1(v))),
         q.etc2.clone().map(|v| Some(SearchFilter::Etc2(v))),
     ];
+    // `None` when one names a status no message has: an empty page.
     let filters = filters.into_iter().flatten().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),
@@ -533,17 +316,7 @@ pub(crate) async fn search_xms(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (results, found, last_uid) = match page_query(&m, client_id, Channel::Xms, p, filters)? {
-        None => ("[]".to_owned(), 0, None),
-        Some((query, from)) => {
-            let size = query.limit - 1;
-            let (json, found, last) =
-                m.0.store
-                    .xms_page(&query, &m.0.zone.offset_modifier(from))
-                    .await?;
-            (json, found.min(size + 1), last.filter(|_| found > 0))
-        }
-    };
+    let (results, found, last_uid) = m.0.xms_page(client_id, p, filters).await?;
     let size = q.size.unwrap_or(100);
     let results = serde_json::value::RawValue::from_string(results)
         .map_err(|e| MessagingError::Internal(e.into()))?;

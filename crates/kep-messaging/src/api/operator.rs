@@ -6,12 +6,10 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
-use kep_core::secret::{new_secret, random_token, sha256_hex};
 use utoipa::OpenApi;
 
 use crate::MessagingService;
 use crate::ids::ClientId;
-use crate::time::now_s;
 use kep_api::messaging::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
 
 pub(crate) fn router(m: MessagingService) -> Router {
@@ -47,18 +45,10 @@ pub(crate) async fn create_client(
     if req.name.as_ref().is_some_and(|n| n.chars().count() > 100) {
         return Err(ApiError::invalid_field("name", "at most 100 characters"));
     }
-    // Letters and digits only: the id travels inside `Basic <id> <secret>` and `id:secret`.
-    let client_id = ClientId::from(random_token(12).replace(['-', '_'], "x"));
-    let client_secret = new_secret();
-    m.0.store
-        .insert_client(
-            &client_id,
-            req.name.as_deref(),
-            &sha256_hex(&client_secret),
-            now_s(),
-        )
-        .await
-        .map_err(ApiError::internal)?;
+    let (client_id, client_secret) =
+        m.0.create_client(req.name.as_deref())
+            .await
+            .map_err(ApiError::internal)?;
     Ok((
         StatusCode::CREATED,
         Json(ClientSecret {
@@ -94,16 +84,9 @@ pub(crate) async fn delete_client(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = ClientId::from(id);
-    if !m
-        .0
-        .store
-        .delete_client(&id)
-        .await
-        .map_err(ApiError::internal)?
-    {
+    if !m.0.delete_client(&id).await.map_err(ApiError::internal)? {
         return Err(ApiError::not_found("no such client"));
     }
-    m.0.tokens.forget_client(&id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -116,17 +99,13 @@ pub(crate) async fn rotate_secret(
     Path(id): Path<String>,
 ) -> Result<Json<ClientSecret>, ApiError> {
     let id = ClientId::from(id);
-    let client_secret = new_secret();
-    if !m
-        .0
-        .store
-        .set_client_secret(&id, &sha256_hex(&client_secret))
-        .await
-        .map_err(ApiError::internal)?
-    {
+    let Some(client_secret) =
+        m.0.new_client_secret(&id)
+            .await
+            .map_err(ApiError::internal)?
+    else {
         return Err(ApiError::not_found("no such client"));
-    }
-    m.0.tokens.forget_client(&id);
+    };
     Ok(Json(ClientSecret {
         client_id: id.into_string(),
         client_secret,

@@ -6,22 +6,18 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kep_core::secret::random_token;
 use serde_json::{Value, json};
 
-use super::{Caller, Head, Page, json_body, page, page_query, request_field, status_filter};
-use crate::ids::{ClientId, FileId, MessageUid, ReportGroupId};
-use crate::model::{Channel, MessageType};
-use crate::store::{GroupCompletion, SearchFilter, Store};
-use crate::time::now_ms;
+use super::{Caller, json_body, request_field};
+use crate::ids::{MessageUid, ReportGroupId};
+use crate::model::Channel;
+use crate::search::{Page, service_type_filter, status_filter};
+use crate::store::GroupCompletion;
 use crate::{MessagingError, MessagingService, oauth, rcs};
 use kep_api::messaging::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
     SendAnswer,
 };
-
-/// Results per group (CONTRACT §4).
-const GROUP_SIZE: i64 = 1000;
 
 /// `POST /v2/send/rcs`
 #[utoipa::path(post, path = "/v2/send/rcs", request_body(content = Object, description = "the document's RCS fields"),
@@ -37,41 +33,6 @@ pub(crate) async fn send_rcs(
     super::send::<rcs::RcsSend>(m, caller, headers, body).await
 }
 
-impl super::Sendable for rcs::RcsSend {
-    const CHANNEL: Channel = Channel::Rcs;
-
-    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
-        let message_type = rcs::validate(self, caller.as_str())?;
-        Ok(Head::new(&self.cid, message_type, &self.phone_number))
-    }
-
-    async fn check_files(
-        &self,
-        store: &dyn Store,
-        caller: &ClientId,
-    ) -> Result<(), MessagingError> {
-        for (i, body) in self.body.iter().flatten().enumerate() {
-            let Some(file_id) = body
-                .media
-                .as_deref()
-                .and_then(|u| u.strip_prefix("maapfile://"))
-            else {
-                continue;
-            };
-            if !store
-                .rcs_file_usable(caller, &FileId::from(file_id), now_ms())
-                .await?
-            {
-                return Err(MessagingError::file(
-                    format!("body[{i}].media"),
-                    "no such RCS upload, or it expired",
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
 /// new group to complete.
 #[utoipa::path(method(get, post), path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
@@ -82,15 +43,7 @@ pub(crate) async fn results(
 ) -> Result<Json<RcsResultsAnswer>, MessagingError> {
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
-    let group = ReportGroupId::from(random_token(12));
-    let lease_ms = i64::try_from(m.0.settings.results_lease_s)
-        .unwrap_or(i64::MAX / 2)
-        .saturating_mul(1000);
-    let rows =
-        m.0.store
-            .hand_out_results(client_id, &group, now_ms(), lease_ms, GROUP_SIZE)
-            .await?;
-    let report_group_id = (!rows.is_empty()).then_some(group);
+    let (report_group_id, rows) = m.0.hand_out_results(client_id).await?;
     let results = rows
         .into_iter()
         .map(|r| RcsResult {
@@ -123,12 +76,8 @@ pub(crate) async fn complete(
 ) -> Result<Json<CodeAnswer>, MessagingError> {
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
-    match m
-        .0
-        .store
-        .complete_group(client_id, &ReportGroupId::from(group), now_ms())
-        .await?
-    {
+    let group = ReportGroupId::from(group);
+    match m.0.complete_results(client_id, &group).await? {
         GroupCompletion::Done => Ok(Json(CodeAnswer {
             code: "200".into(),
             code_detail: Detail::ok("completed"),
@@ -161,13 +110,10 @@ async fn search(
         filters.push(status_filter(s));
     }
     if let Some(t) = &q.service_type {
-        let t = MessageType::parse(t)
-            .filter(|t| rcs::RCS_TYPES.contains(t))
-            .ok_or_else(|| {
-                MessagingError::invalid("service_type", crate::text::one_of(&rcs::RCS_TYPES))
-            })?;
-        filters.push(Some(SearchFilter::MessageType(t)));
+        filters.push(Some(service_type_filter(t)?));
     }
+    // `None` when one names a status no message has: an empty page.
+    let filters = filters.into_iter().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),
         end_date: q.end_date.as_deref(),
@@ -175,18 +121,7 @@ async fn search(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (rows, next) = page(
-        &m,
-        page_query(
-            &m,
-            client_id,
-            Channel::Rcs,
-            p,
-            filters.into_iter().collect(),
-        )?
-        .map(|(q, _)| q),
-    )
-    .await?;
+    let (rows, next) = m.0.search(client_id, Channel::Rcs, p, filters).await?;
     let zone = &m.0.zone;
     let results: Vec<RcsSearchRow> = rows
         .into_iter()
