@@ -5,7 +5,6 @@ use kep_core::secret::{new_secret, random_token, sha256_hex};
 
 use crate::Messaging;
 use crate::ids::ClientId;
-use crate::time::now_s;
 
 impl Messaging {
     /// A new client: its id and secret.
@@ -15,7 +14,7 @@ impl Messaging {
         let client_id = ClientId::from(random_token(12).replace(['-', '_'], "x"));
         let secret = new_secret();
         self.store
-            .insert_client(&client_id, name, &sha256_hex(&secret), now_s())
+            .insert_client(&client_id, name, &sha256_hex(&secret), self.clock.unix_s())
             .await?;
         Ok((client_id, secret))
     }

@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
 use kep_core::platform::with_bearer;
@@ -99,6 +100,9 @@ pub(crate) struct Messaging {
     settings: MessagingSettings,
     store: Arc<dyn store::Store>,
     zone: time::ServiceZone,
+    /// The wall clock of every stored and answered date (the platform's).
+    clock: Clock,
+    uids: time::Uids,
     dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
     writer: writer::Writer,
     uploads: Arc<uploads::Uploads>,
@@ -138,10 +142,18 @@ impl Service for MessagingService {
             backoff: Backoff::from_first(Duration::from_millis(settings.dispatch_backoff_ms)),
         };
         let writer = writer::Writer::start(store.clone());
-        let dispatcher = pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy);
+        let clock = ctx.clock.clone();
+        let dispatcher = pipeline::Dispatcher::new(
+            store.clone(),
+            writer.clone(),
+            carrier,
+            policy,
+            clock.clone(),
+        );
         ctx.spawn(Arc::clone(&dispatcher).run());
         let uploads = Arc::new(uploads::Uploads {
             store: store.clone(),
+            clock: clock.clone(),
             dir: ctx.data_dir.join("messaging-files"),
             ttl_ms: i64::try_from(settings.upload_ttl_s)
                 .unwrap_or(i64::MAX / 2)
@@ -149,12 +161,14 @@ impl Service for MessagingService {
         });
         let sweep_every = Duration::from_secs(settings.upload_sweep_interval_s.max(1));
         ctx.spawn(Arc::clone(&uploads).sweep(sweep_every));
-        let tokens = oauth::Tokens::new(store.clone());
+        let tokens = oauth::Tokens::new(store.clone(), clock.clone());
         Ok(MessagingService(Arc::new(Messaging {
             limiter: Limiter::new(&settings.limits),
             settings,
             store,
             zone,
+            uids: time::Uids::new(clock.clone()),
+            clock,
             dispatcher,
             writer,
             uploads,

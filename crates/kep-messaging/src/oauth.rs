@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use kep_core::clock::Clock;
 use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
 use crate::error::{MessagingError, OAuthError};
 use crate::ids::ClientId;
 use crate::store::Store;
-use crate::time::now_s;
 
 /// How the client authenticated; RFC 6749 §2.3 allows one method per request.
 fn client_credentials(
@@ -86,6 +86,7 @@ pub struct Issued {
 /// the check on every message call reads no disk.
 pub struct Tokens {
     store: Arc<dyn Store>,
+    clock: Clock,
     cache: RwLock<HashMap<[u8; 32], (ClientId, i64)>>,
     /// Bumped by every revocation: a lookup that read the database before one must not
     /// put a revoked token back into the cache.
@@ -93,9 +94,10 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn Store>, clock: Clock) -> Self {
         Tokens {
             store,
+            clock,
             cache: RwLock::default(),
             revocations: AtomicU64::new(0),
         }
@@ -131,7 +133,7 @@ impl Tokens {
             return Err(OAuthError::UnsupportedGrantType);
         }
         let access_token = new_secret();
-        let now = now_s();
+        let now = self.clock.unix_s();
         let expires_at = now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX));
         let digest = sha256(&access_token);
         self.store
@@ -168,7 +170,7 @@ impl Tokens {
             }
         };
         let digest = sha256(token);
-        let now = now_s();
+        let now = self.clock.unix_s();
         if let Some((client, exp)) = self.cache.read().expect("token cache lock").get(&digest)
             && *exp > now
         {

@@ -8,13 +8,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::ids::MessageUid;
 use crate::model::{CarrierCode, Channel, FallbackStatus, RcsStatus, Route, Status};
 use crate::store::{Handover, MessageRow, Store};
-use crate::time::now_ms;
 use crate::writer::Writer;
 
 /// What the carrier made of one hand-over.
@@ -88,6 +88,7 @@ pub struct Dispatcher<C> {
     writer: Writer,
     carrier: C,
     policy: DispatchPolicy,
+    clock: Clock,
     wake: Notify,
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
@@ -100,12 +101,14 @@ impl<C: Carrier> Dispatcher<C> {
         writer: Writer,
         carrier: C,
         policy: DispatchPolicy,
+        clock: Clock,
     ) -> Arc<Self> {
         Arc::new(Dispatcher {
             store,
             writer,
             carrier,
             policy,
+            clock,
             wake: Notify::new(),
             in_flight: Mutex::default(),
         })
@@ -125,7 +128,11 @@ impl<C: Carrier> Dispatcher<C> {
             let due = if free == 0 {
                 Vec::new()
             } else {
-                match self.store.claim_due(now_ms(), lease_ms, free).await {
+                match self
+                    .store
+                    .claim_due(self.clock.unix_ms(), lease_ms, free)
+                    .await
+                {
                     Ok(due) => due,
                     Err(e) => {
                         tracing::warn!(error = %e, "claiming due messages");
@@ -177,7 +184,7 @@ impl<C: Carrier> Dispatcher<C> {
             .carrier
             .deliver(route, &m.phone_number, &m.request)
             .await;
-        let now = now_ms();
+        let now = self.clock.unix_ms();
         let outcome = match outcome {
             Ok(o) => o,
             Err(why) if m.attempts < self.policy.max_attempts => {
@@ -259,7 +266,7 @@ impl<C: Carrier> Dispatcher<C> {
             );
         }
         m.status = status;
-        m.res_date = Some(now_ms());
+        m.res_date = Some(self.clock.unix_ms());
         self.writer.finish(m, handovers);
     }
 }
@@ -296,7 +303,7 @@ mod tests {
             shutdown: Default::default(),
             tasks: Default::default(),
             public_url: String::new(),
-            clock: kep_core::clock::Clock::system(),
+            clock: Clock::system(),
         };
         let store = crate::store::open(&ctx).await.unwrap();
         store
@@ -319,11 +326,12 @@ mod tests {
                 calls: calls.clone(),
             },
             policy,
+            ctx.clock.clone(),
         );
         tokio::spawn(Arc::clone(&dispatcher).run());
-        let now = now_ms();
+        let now = ctx.clock.unix_ms();
         let row = MessageRow {
-            uid: crate::time::new_uid(),
+            uid: crate::time::Uids::new(ctx.clock.clone()).next(),
             client_id: "c".into(),
             cid: "x".into(),
             channel: Channel::Xms,

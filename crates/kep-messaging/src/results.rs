@@ -7,7 +7,6 @@ use kep_core::secret::random_token;
 use crate::Messaging;
 use crate::ids::{ClientId, ReportGroupId};
 use crate::store::{GroupCompletion, MessageRow};
-use crate::time::now_ms;
 
 /// Results per group (CONTRACT §4).
 const GROUP_SIZE: i64 = 1000;
@@ -24,7 +23,7 @@ impl Messaging {
             .saturating_mul(1000);
         let rows = self
             .store
-            .hand_out_results(caller, &group, now_ms(), lease_ms, GROUP_SIZE)
+            .hand_out_results(caller, &group, self.clock.unix_ms(), lease_ms, GROUP_SIZE)
             .await?;
         Ok(((!rows.is_empty()).then_some(group), rows))
     }
@@ -35,6 +34,8 @@ impl Messaging {
         caller: &ClientId,
         group: &ReportGroupId,
     ) -> sqlx::Result<GroupCompletion> {
-        self.store.complete_group(caller, group, now_ms()).await
+        self.store
+            .complete_group(caller, group, self.clock.unix_ms())
+            .await
     }
 }

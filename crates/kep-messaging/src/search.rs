@@ -84,7 +84,10 @@ impl Messaging {
     ) -> Result<Option<(SearchQuery<'a>, i64)>, MessagingError> {
         let zone = &self.zone;
         let (start, end) = match (p.start_date, p.end_date) {
-            (None, None) => (zone.today(), zone.today()),
+            (None, None) => {
+                let today = zone.day_of(self.clock.now());
+                (today, today)
+            }
             (Some(s), Some(e)) => (date("start_date", s)?, date("end_date", e)?),
             (Some(_), None) => {
                 return Err(MessagingError::invalid(

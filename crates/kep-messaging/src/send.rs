@@ -8,7 +8,6 @@ use serde_json::Value;
 use crate::ids::{ClientId, MessageUid};
 use crate::model::{Channel, MessageType, RcsStatus, Status};
 use crate::store::{Inserted, MessageRow};
-use crate::time::{new_uid, now_ms};
 use crate::uploads::Uploads;
 use crate::{Messaging, MessagingError};
 
@@ -55,10 +54,10 @@ impl Messaging {
         let cid = head.cid.clone();
         let request = serde_json::to_string(raw).expect("JSON serialises");
         let request_hash = sha256_hex(&request);
-        let now = now_ms();
+        let now = self.clock.unix_ms();
         let row = MessageRow {
             request_hash: request_hash.clone(),
-            uid: new_uid(),
+            uid: self.uids.next(),
             client_id: caller,
             cid: head.cid,
             channel: T::CHANNEL,

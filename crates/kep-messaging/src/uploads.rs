@@ -11,7 +11,7 @@ use crate::MessagingError;
 use crate::ids::{ClientId, ContentGroupId, FileId};
 use crate::model::UploadKind;
 use crate::store::{Store, UploadRow};
-use crate::time::now_ms;
+use kep_core::clock::Clock;
 
 pub const RCS_MAX_BYTES: usize = 1024 * 1024;
 pub const MMS_MAX_FILES: usize = 3;
@@ -30,6 +30,7 @@ fn is_png(bytes: &[u8]) -> bool {
 
 pub struct Uploads {
     pub store: Arc<dyn Store>,
+    pub clock: Clock,
     pub dir: PathBuf,
     pub ttl_ms: i64,
 }
@@ -71,7 +72,7 @@ impl Uploads {
         description: Option<&str>,
         bytes: &[u8],
     ) -> Result<UploadRow, MessagingError> {
-        let now = now_ms();
+        let now = self.clock.unix_ms();
         let row = UploadRow {
             file_id: FileId::from(random_token(12).replace(['-', '_'], "0")),
             client_id: client_id.clone(),
@@ -199,7 +200,7 @@ impl Uploads {
         file_id: &FileId,
     ) -> sqlx::Result<bool> {
         self.store
-            .rcs_file_usable(client_id, file_id, now_ms())
+            .rcs_file_usable(client_id, file_id, self.clock.unix_ms())
             .await
     }
 
@@ -210,7 +211,7 @@ impl Uploads {
         group: &ContentGroupId,
     ) -> sqlx::Result<bool> {
         self.store
-            .mms_group_usable(client_id, group, now_ms())
+            .mms_group_usable(client_id, group, self.clock.unix_ms())
             .await
     }
 
@@ -219,7 +220,7 @@ impl Uploads {
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
-            match self.store.take_expired_uploads(now_ms()).await {
+            match self.store.take_expired_uploads(self.clock.unix_ms()).await {
                 Ok(ids) => {
                     for id in ids {
                         let _ = tokio::fs::remove_file(self.dir.join(id.as_str())).await;
