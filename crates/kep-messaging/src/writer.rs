@@ -23,7 +23,8 @@ pub struct Writer {
     tx: mpsc::UnboundedSender<Write>,
 }
 
-/// Most writes in one transaction.
+/// Most writes in one transaction; the SQLite store writes a batch's messages in single
+/// statements, which this keeps under SQLite's 32,766 values (13 a message).
 const MAX_BATCH: usize = 1024;
 
 impl Writer {
