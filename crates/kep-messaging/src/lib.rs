@@ -3,10 +3,16 @@
 //! operator's clients and outbox read-back on the admin listener.
 
 pub mod api;
+mod clients;
 mod error;
+mod ids;
+mod model;
 mod oauth;
 mod pipeline;
 mod rcs;
+mod results;
+mod search;
+mod send;
 mod store;
 mod text;
 mod time;
@@ -18,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
 use kep_core::platform::with_bearer;
@@ -91,8 +98,11 @@ impl Default for MessagingSettings {
 
 pub(crate) struct Messaging {
     settings: MessagingSettings,
-    store: store::Store,
+    store: Arc<dyn store::Store>,
     zone: time::ServiceZone,
+    /// The wall clock of every stored and answered date (the platform's).
+    clock: Clock,
+    uids: time::Uids,
     dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
     writer: writer::Writer,
     uploads: Arc<uploads::Uploads>,
@@ -120,7 +130,7 @@ impl Service for MessagingService {
     /// Opens `messaging.db` and starts the dispatcher, which first resumes every accepted
     /// message that did not reach a final status.
     async fn start(settings: MessagingSettings, ctx: &Context) -> anyhow::Result<Self> {
-        let store = store::Store::new(ctx.database("messaging", &store::MIGRATOR).await?);
+        let store = store::open(ctx).await?;
         let zone = time::ServiceZone::new(&settings.time_zone)?;
         let carrier = pipeline::Simulator {
             delay: Duration::from_millis(settings.simulator_delay_ms),
@@ -132,10 +142,18 @@ impl Service for MessagingService {
             backoff: Backoff::from_first(Duration::from_millis(settings.dispatch_backoff_ms)),
         };
         let writer = writer::Writer::start(store.clone());
-        let dispatcher = pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy);
+        let clock = ctx.clock.clone();
+        let dispatcher = pipeline::Dispatcher::new(
+            store.clone(),
+            writer.clone(),
+            carrier,
+            policy,
+            clock.clone(),
+        );
         ctx.spawn(Arc::clone(&dispatcher).run());
         let uploads = Arc::new(uploads::Uploads {
             store: store.clone(),
+            clock: clock.clone(),
             dir: ctx.data_dir.join("messaging-files"),
             ttl_ms: i64::try_from(settings.upload_ttl_s)
                 .unwrap_or(i64::MAX / 2)
@@ -143,12 +161,14 @@ impl Service for MessagingService {
         });
         let sweep_every = Duration::from_secs(settings.upload_sweep_interval_s.max(1));
         ctx.spawn(Arc::clone(&uploads).sweep(sweep_every));
-        let tokens = oauth::Tokens::new(store.clone());
+        let tokens = oauth::Tokens::new(store.clone(), clock.clone());
         Ok(MessagingService(Arc::new(Messaging {
             limiter: Limiter::new(&settings.limits),
             settings,
             store,
             zone,
+            uids: time::Uids::new(clock.clone()),
+            clock,
             dispatcher,
             writer,
             uploads,

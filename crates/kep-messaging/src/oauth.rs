@@ -4,14 +4,15 @@ use axum::http::{HeaderMap, header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use std::collections::HashMap;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
+use kep_core::clock::Clock;
 use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
 use crate::error::{MessagingError, OAuthError};
+use crate::ids::ClientId;
 use crate::store::Store;
-use crate::time::now_s;
 
 /// How the client authenticated; RFC 6749 §2.3 allows one method per request.
 fn client_credentials(
@@ -84,17 +85,19 @@ pub struct Issued {
 /// Access tokens: stored hashed in the database, and cached in memory by their digest, so
 /// the check on every message call reads no disk.
 pub struct Tokens {
-    store: Store,
-    cache: RwLock<HashMap<[u8; 32], (String, i64)>>,
+    store: Arc<dyn Store>,
+    clock: Clock,
+    cache: RwLock<HashMap<[u8; 32], (ClientId, i64)>>,
     /// Bumped by every revocation: a lookup that read the database before one must not
     /// put a revoked token back into the cache.
     revocations: AtomicU64,
 }
 
 impl Tokens {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Arc<dyn Store>, clock: Clock) -> Self {
         Tokens {
             store,
+            clock,
             cache: RwLock::default(),
             revocations: AtomicU64::new(0),
         }
@@ -106,11 +109,12 @@ impl Tokens {
         &self,
         headers: &HeaderMap,
         form: &[(String, String)],
-    ) -> Result<String, OAuthError> {
+    ) -> Result<ClientId, OAuthError> {
         if grant_type(form).is_none() {
             return Err(OAuthError::InvalidRequest("grant_type is required"));
         }
         let (client_id, secret) = client_credentials(headers, form)?;
+        let client_id = ClientId::from(client_id);
         let known = self.store.client_secret_hash(&client_id).await?;
         if !known.is_some_and(|h| constant_time_eq(&h, &sha256_hex(&secret))) {
             return Err(OAuthError::InvalidClient);
@@ -121,7 +125,7 @@ impl Tokens {
     /// `POST /v2/oauth/token`, second half: a token for the authenticated client.
     pub async fn issue(
         &self,
-        client_id: String,
+        client_id: ClientId,
         ttl_s: u64,
         form: &[(String, String)],
     ) -> Result<Issued, OAuthError> {
@@ -129,7 +133,7 @@ impl Tokens {
             return Err(OAuthError::UnsupportedGrantType);
         }
         let access_token = new_secret();
-        let now = now_s();
+        let now = self.clock.unix_s();
         let expires_at = now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX));
         let digest = sha256(&access_token);
         self.store
@@ -150,7 +154,7 @@ impl Tokens {
         &self,
         headers: &HeaderMap,
         bare_ok: bool,
-    ) -> Result<String, MessagingError> {
+    ) -> Result<ClientId, MessagingError> {
         let value = headers
             .get(header::AUTHORIZATION)
             .ok_or(MessagingError::Unauthorized("Authorization is required"))?
@@ -166,7 +170,7 @@ impl Tokens {
             }
         };
         let digest = sha256(token);
-        let now = now_s();
+        let now = self.clock.unix_s();
         if let Some((client, exp)) = self.cache.read().expect("token cache lock").get(&digest)
             && *exp > now
         {
@@ -189,7 +193,7 @@ impl Tokens {
     }
 
     /// The client's secret changed or it is gone: its tokens stop working.
-    pub fn forget_client(&self, client_id: &str) {
+    pub fn forget_client(&self, client_id: &ClientId) {
         let mut cache = self.cache.write().expect("token cache lock");
         self.revocations.fetch_add(1, Ordering::SeqCst);
         cache.retain(|_, (c, _)| c != client_id);

@@ -8,12 +8,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use tokio::sync::{Notify, Semaphore};
 
-use crate::store::{MessageRow, Store};
-use crate::time::now_ms;
-use crate::writer::{Handover, Writer};
+use crate::ids::MessageUid;
+use crate::model::{CarrierCode, Channel, FallbackStatus, RcsStatus, Route, Status};
+use crate::store::{Handover, MessageRow, Store};
+use crate::writer::Writer;
 
 /// What the carrier made of one hand-over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +29,22 @@ pub enum CarrierOutcome {
     NoRcs,
 }
 
+impl CarrierOutcome {
+    fn code(self) -> CarrierCode {
+        match self {
+            CarrierOutcome::Delivered => CarrierCode::Delivered,
+            CarrierOutcome::Failed | CarrierOutcome::NoRcs => CarrierCode::Failed,
+            CarrierOutcome::Resendable => CarrierCode::Resendable,
+        }
+    }
+}
+
 /// A connector that delivers to the mobile carriers. `Err` is a transient failure (the
 /// connector could not reach the carrier): the message is tried again later.
 pub trait Carrier: Send + Sync + 'static {
     fn deliver(
         &self,
-        route: &str,
+        route: Route,
         phone_number: &str,
         payload: &str,
     ) -> impl Future<Output = Result<CarrierOutcome, String>> + Send;
@@ -46,7 +58,7 @@ pub struct Simulator {
 impl Carrier for Simulator {
     async fn deliver(
         &self,
-        route: &str,
+        route: Route,
         phone_number: &str,
         _payload: &str,
     ) -> Result<CarrierOutcome, String> {
@@ -55,7 +67,7 @@ impl Carrier for Simulator {
         Ok(match last4 {
             "0000" => CarrierOutcome::Failed,
             "0001" => CarrierOutcome::Resendable,
-            "0002" if route == "RCS" => CarrierOutcome::NoRcs,
+            "0002" if route == Route::Rcs => CarrierOutcome::NoRcs,
             _ => CarrierOutcome::Delivered,
         })
     }
@@ -72,23 +84,31 @@ pub struct DispatchPolicy {
 }
 
 pub struct Dispatcher<C> {
-    store: Store,
+    store: Arc<dyn Store>,
     writer: Writer,
     carrier: C,
     policy: DispatchPolicy,
+    clock: Clock,
     wake: Notify,
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
-    in_flight: Mutex<HashSet<String>>,
+    in_flight: Mutex<HashSet<MessageUid>>,
 }
 
 impl<C: Carrier> Dispatcher<C> {
-    pub fn new(store: Store, writer: Writer, carrier: C, policy: DispatchPolicy) -> Arc<Self> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        writer: Writer,
+        carrier: C,
+        policy: DispatchPolicy,
+        clock: Clock,
+    ) -> Arc<Self> {
         Arc::new(Dispatcher {
             store,
             writer,
             carrier,
             policy,
+            clock,
             wake: Notify::new(),
             in_flight: Mutex::default(),
         })
@@ -108,7 +128,11 @@ impl<C: Carrier> Dispatcher<C> {
             let due = if free == 0 {
                 Vec::new()
             } else {
-                match self.store.claim_due(now_ms(), lease_ms, free).await {
+                match self
+                    .store
+                    .claim_due(self.clock.unix_ms(), lease_ms, free)
+                    .await
+                {
                     Ok(due) => due,
                     Err(e) => {
                         tracing::warn!(error = %e, "claiming due messages");
@@ -153,14 +177,14 @@ impl<C: Carrier> Dispatcher<C> {
     async fn hand_over(
         &self,
         m: &mut MessageRow,
-        route: &str,
+        route: Route,
         handovers: &mut Vec<Handover>,
     ) -> Option<CarrierOutcome> {
         let outcome = self
             .carrier
             .deliver(route, &m.phone_number, &m.request)
             .await;
-        let now = now_ms();
+        let now = self.clock.unix_ms();
         let outcome = match outcome {
             Ok(o) => o,
             Err(why) if m.attempts < self.policy.max_attempts => {
@@ -169,7 +193,7 @@ impl<C: Carrier> Dispatcher<C> {
                     .backoff
                     .wait_after(u32::try_from(m.attempts).unwrap_or(u32::MAX));
                 tracing::info!(
-                    uid = m.uid,
+                    uid = %m.uid,
                     attempt = m.attempts,
                     why,
                     "carrier unreachable; retrying"
@@ -187,50 +211,51 @@ impl<C: Carrier> Dispatcher<C> {
         };
         m.sent_date.get_or_insert(now);
         handovers.push(Handover {
-            route: route.to_owned(),
-            outcome: format!("API_{}", status_of(outcome)),
+            route,
+            outcome: outcome.code(),
             at: now,
         });
         Some(outcome)
     }
 
     async fn process(&self, mut m: MessageRow) {
-        let first_route = m.channel.clone();
+        let first_route = m.channel.route();
         let mut handovers = Vec::new();
-        let Some(outcome) = self.hand_over(&mut m, &first_route, &mut handovers).await else {
+        let Some(outcome) = self.hand_over(&mut m, first_route, &mut handovers).await else {
             return;
         };
         let mut last = outcome;
-        if m.channel == "RCS" {
+        if m.channel == Channel::Rcs {
             let delivered = outcome == CarrierOutcome::Delivered;
-            m.rcs_status = Some(if delivered { "success" } else { "fail" }.to_owned());
+            m.rcs_status = Some(if delivered {
+                RcsStatus::Success
+            } else {
+                RcsStatus::Fail
+            });
             let request: serde_json::Value = serde_json::from_str(&m.request).unwrap_or_default();
             let fall_back = request["fall_back_yn"].as_bool().unwrap_or(false);
             if !delivered && fall_back {
                 let route = match request["fall_back_message_type"].as_str() {
-                    Some("LM") => "FALLBACK_LM",
-                    _ => "FALLBACK_SM",
+                    Some("LM") => Route::FallbackLm,
+                    _ => Route::FallbackSm,
                 };
                 let Some(fallback) = self.hand_over(&mut m, route, &mut handovers).await else {
                     return;
                 };
-                m.fallback_status = Some(
-                    if fallback == CarrierOutcome::Delivered {
-                        "success"
-                    } else {
-                        "fail"
-                    }
-                    .to_owned(),
-                );
-                m.sms_status_code = Some(format!("API_{}", status_of(fallback)));
+                m.fallback_status = Some(if fallback == CarrierOutcome::Delivered {
+                    FallbackStatus::Success
+                } else {
+                    FallbackStatus::Fail
+                });
+                m.sms_status_code = Some(fallback.code());
                 last = fallback;
             }
         } else {
-            m.sms_status_code = Some(format!("API_{}", status_of(outcome)));
+            m.sms_status_code = Some(outcome.code());
         }
         // The message's status is the outcome of its last attempt.
-        let status = status_of(last);
-        if status != "200" && m.error_message.is_none() {
+        let status = last.code().status();
+        if status != Status::Delivered && m.error_message.is_none() {
             m.error_message = Some(
                 match last {
                     CarrierOutcome::Resendable => "failed; may be resent",
@@ -240,17 +265,9 @@ impl<C: Carrier> Dispatcher<C> {
                 .to_owned(),
             );
         }
-        m.status = status.to_owned();
-        m.res_date = Some(now_ms());
+        m.status = status;
+        m.res_date = Some(self.clock.unix_ms());
         self.writer.finish(m, handovers);
-    }
-}
-
-fn status_of(outcome: CarrierOutcome) -> &'static str {
-    match outcome {
-        CarrierOutcome::Delivered => "200",
-        CarrierOutcome::Failed | CarrierOutcome::NoRcs => "510",
-        CarrierOutcome::Resendable => "520",
     }
 }
 
@@ -259,6 +276,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::ids::ClientId;
     use crate::writer::Writer;
 
     /// A connector that cannot reach the carrier the first `failures` times.
@@ -268,7 +286,7 @@ mod tests {
     }
 
     impl Carrier for Flaky {
-        async fn deliver(&self, _: &str, _: &str, _: &str) -> Result<CarrierOutcome, String> {
+        async fn deliver(&self, _: Route, _: &str, _: &str) -> Result<CarrierOutcome, String> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if n < self.failures {
                 Err("connection refused".into())
@@ -280,11 +298,18 @@ mod tests {
 
     async fn deliver_with(failures: usize, max_attempts: i64) -> (MessageRow, usize) {
         let dir = tempfile::tempdir().unwrap();
-        let pool = kep_core::storage::open(dir.path(), "messaging", &crate::store::MIGRATOR)
+        let ctx = kep_core::service::Context {
+            data_dir: dir.path().to_owned(),
+            shutdown: Default::default(),
+            tasks: Default::default(),
+            public_url: String::new(),
+            clock: Clock::system(),
+        };
+        let store = crate::store::open(&ctx).await.unwrap();
+        store
+            .insert_client(&ClientId::from("c"), None, "h", 0)
             .await
             .unwrap();
-        let store = Store::new(pool);
-        store.insert_client("c", None, "h", 0).await.unwrap();
         let writer = Writer::start(store.clone());
         let calls = Arc::new(AtomicUsize::new(0));
         let policy = DispatchPolicy {
@@ -301,19 +326,20 @@ mod tests {
                 calls: calls.clone(),
             },
             policy,
+            ctx.clock.clone(),
         );
         tokio::spawn(Arc::clone(&dispatcher).run());
-        let now = now_ms();
+        let now = ctx.clock.unix_ms();
         let row = MessageRow {
-            uid: crate::time::new_uid(),
+            uid: crate::time::Uids::new(ctx.clock.clone()).next(),
             client_id: "c".into(),
             cid: "x".into(),
-            channel: "XMS".into(),
-            message_type: "SM".into(),
+            channel: Channel::Xms,
+            message_type: crate::model::MessageType::Sm,
             phone_number: "821012345678".into(),
             request: "{}".into(),
             request_hash: "h".into(),
-            status: "100".into(),
+            status: Status::Accepted,
             rcs_status: None,
             fallback_status: None,
             sms_status_code: None,
@@ -328,8 +354,12 @@ mod tests {
         writer.insert(row).await.unwrap();
         dispatcher.wake();
         for _ in 0..300 {
-            let m = store.message("c", "XMS", &uid).await.unwrap().unwrap();
-            if m.status != "100" {
+            let m = store
+                .message(&ClientId::from("c"), Channel::Xms, &uid)
+                .await
+                .unwrap()
+                .unwrap();
+            if m.status != Status::Accepted {
                 return (m, calls.load(Ordering::SeqCst));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

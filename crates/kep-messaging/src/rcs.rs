@@ -4,7 +4,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::MessagingError;
+use crate::ids::{ClientId, FileId};
+use crate::model::{Channel, MessageType};
+use crate::send::{Head, Sendable};
 use crate::text::{check_digits, check_head, check_text, require_text};
+use crate::uploads::Uploads;
 
 /// An RCS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize)]
@@ -43,14 +47,19 @@ pub struct RcsBody {
     pub button: Option<Vec<Value>>,
 }
 
-pub const RCS_TYPES: [&str; 4] = ["RCSSMS", "RCSLMS", "RCSMMS", "RCSTMPL"];
+pub const RCS_TYPES: [MessageType; 4] = [
+    MessageType::RcsSms,
+    MessageType::RcsLms,
+    MessageType::RcsMms,
+    MessageType::RcsTmpl,
+];
 
 /// (bodies, buttons per body, description bytes) for a type with bodies.
-fn body_limits(message_type: &str) -> Option<(usize, usize, usize)> {
+fn body_limits(message_type: MessageType) -> Option<(usize, usize, usize)> {
     match message_type {
-        "RCSSMS" => Some((1, 1, 100)),
-        "RCSLMS" => Some((1, 3, 1300)),
-        "RCSMMS" => Some((6, 2, 1300)),
+        MessageType::RcsSms => Some((1, 1, 100)),
+        MessageType::RcsLms => Some((1, 3, 1300)),
+        MessageType::RcsMms => Some((6, 2, 1300)),
         _ => None,
     }
 }
@@ -79,7 +88,8 @@ fn check_rcs_text(field: &str, text: &str, max: usize) -> Result<(), MessagingEr
     Ok(())
 }
 
-pub fn validate(send: &RcsSend, caller: &str) -> Result<(), MessagingError> {
+/// Checks `send` for `client_id` (the caller); on success its type.
+pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingError> {
     let (message_type, phone) = check_head(
         send.client_id.as_deref(),
         caller,
@@ -146,7 +156,7 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<(), MessagingError> {
                     ));
                 }
                 if let Some(media) = &b.media {
-                    if message_type != "RCSMMS" {
+                    if message_type != MessageType::RcsMms {
                         return Err(MessagingError::invalid(
                             format!("body[{i}].media"),
                             "only RCSMMS carries media",
@@ -224,7 +234,42 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<(), MessagingError> {
             check_text(field, v, 50)?;
         }
     }
-    Ok(())
+    Ok(message_type)
+}
+
+impl Sendable for RcsSend {
+    const CHANNEL: Channel = Channel::Rcs;
+
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
+        let message_type = validate(self, caller.as_str())?;
+        Ok(Head::new(&self.cid, message_type, &self.phone_number))
+    }
+
+    async fn check_files(
+        &self,
+        uploads: &Uploads,
+        caller: &ClientId,
+    ) -> Result<(), MessagingError> {
+        for (i, body) in self.body.iter().flatten().enumerate() {
+            let Some(file_id) = body
+                .media
+                .as_deref()
+                .and_then(|u| u.strip_prefix("maapfile://"))
+            else {
+                continue;
+            };
+            if !uploads
+                .rcs_file_usable(caller, &FileId::from(file_id))
+                .await?
+            {
+                return Err(MessagingError::file(
+                    format!("body[{i}].media"),
+                    "no such RCS upload, or it expired",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use encoding_rs::EUC_KR;
 
 use crate::MessagingError;
+use crate::model::MessageType;
 
 /// CP949 length of `text`: one byte for ASCII, two for Hangul and other double-byte
 /// characters; `Err(c)` names the first character CP949 cannot carry (an emoji).
@@ -64,10 +65,10 @@ pub fn check_head<'a>(
     client_id: Option<&str>,
     caller: &str,
     cid: Option<&str>,
-    message_type: Option<&'a str>,
-    types: &[&str],
+    message_type: Option<&str>,
+    types: &[MessageType],
     phone_number: Option<&'a str>,
-) -> Result<(&'a str, &'a str), MessagingError> {
+) -> Result<(MessageType, &'a str), MessagingError> {
     if client_id.is_some_and(|id| id != caller) {
         return Err(MessagingError::invalid(
             "client_id",
@@ -77,15 +78,18 @@ pub fn check_head<'a>(
     require_text("cid", cid, 100)?;
     let message_type =
         message_type.ok_or_else(|| MessagingError::invalid("message_type", "required"))?;
-    if !types.contains(&message_type) {
-        return Err(MessagingError::invalid(
-            "message_type",
-            format!("one of {}", types.join(", ")),
-        ));
-    }
+    let message_type = MessageType::parse(message_type)
+        .filter(|t| types.contains(t))
+        .ok_or_else(|| MessagingError::invalid("message_type", one_of(types)))?;
     let phone = phone_number.ok_or_else(|| MessagingError::invalid("phone_number", "required"))?;
     check_digits("phone_number", phone, 16)?;
     Ok((message_type, phone))
+}
+
+/// `one of A, B, C`: the types a field takes.
+pub fn one_of(types: &[MessageType]) -> String {
+    let words: Vec<&str> = types.iter().map(|t| t.as_str()).collect();
+    format!("one of {}", words.join(", "))
 }
 
 #[cfg(test)]

@@ -1,37 +1,46 @@
-//! Clocks and the service time zone.
+//! Message uids and the service time zone.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use jiff::tz::TimeZone;
+use kep_core::clock::Clock;
 
-pub fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
+use crate::ids::MessageUid;
 
-pub fn now_s() -> i64 {
-    jiff::Timestamp::now().as_second()
-}
-
-static LAST_UID: AtomicI64 = AtomicI64::new(0);
 /// uids per millisecond: a uid is `ms * UIDS_PER_MS + n`, twenty digits.
 pub const UIDS_PER_MS: i64 = 1_000_000;
 
-/// A new message key: twenty digits that sort in issue order (the millisecond, then a
-/// counter), so searches page by uid.
-pub fn new_uid() -> String {
-    let floor = now_ms() * UIDS_PER_MS;
-    let prev = LAST_UID
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
-            Some((last + 1).max(floor))
-        })
-        .expect("the closure always returns Some");
-    format!("{:020}", (prev + 1).max(floor))
+/// Issues message keys: twenty digits that sort in issue order (the millisecond of the
+/// service's clock, then a counter), so searches page by uid.
+pub struct Uids {
+    clock: Clock,
+    last: AtomicI64,
+}
+
+impl Uids {
+    pub fn new(clock: Clock) -> Self {
+        Uids {
+            clock,
+            last: AtomicI64::new(0),
+        }
+    }
+
+    pub fn next(&self) -> MessageUid {
+        let floor = self.clock.unix_ms() * UIDS_PER_MS;
+        let prev = self
+            .last
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+                Some((last + 1).max(floor))
+            })
+            .expect("the closure always returns Some");
+        MessageUid::from(format!("{:020}", (prev + 1).max(floor)))
+    }
 }
 
 /// The bound of uids issued before `ms`.
-pub fn uid_at(ms: i64) -> String {
+pub fn uid_at(ms: i64) -> MessageUid {
     // Past the year 2262 no uid fits in twenty digits: the bound stays at the largest.
-    format!("{:020}", ms.max(0).saturating_mul(UIDS_PER_MS))
+    MessageUid::from(format!("{:020}", ms.max(0).saturating_mul(UIDS_PER_MS)))
 }
 
 /// The service time zone (IANA name), for dates in bodies and times in answers.
@@ -86,8 +95,9 @@ impl ServiceZone {
         format!("{sign}{:02}:{:02}", secs / 3600, secs % 3600 / 60)
     }
 
-    pub fn today(&self) -> jiff::civil::Date {
-        jiff::Timestamp::now().to_zoned(self.0.clone()).date()
+    /// The day `now` falls on.
+    pub fn day_of(&self, now: jiff::Timestamp) -> jiff::civil::Date {
+        now.to_zoned(self.0.clone()).date()
     }
 }
 
@@ -97,11 +107,16 @@ mod tests {
 
     #[test]
     fn uids_sort_in_issue_order() {
-        let a = new_uid();
-        let b = new_uid();
+        let clock = Clock::manual(jiff::Timestamp::from_second(1_700_000_000).unwrap());
+        let uids = Uids::new(clock.clone());
+        let a = uids.next();
+        let b = uids.next();
         assert!(a < b);
-        assert_eq!(a.len(), 20);
-        assert!(uid_at(now_ms() + 1000) > b);
+        assert_eq!(a.as_str().len(), 20);
+        assert!(uid_at(clock.unix_ms() + 1000) > b);
+        // A new millisecond of the clock starts its own run.
+        clock.advance(std::time::Duration::from_millis(1));
+        assert_eq!(uids.next(), uid_at(clock.unix_ms()));
     }
 
     #[test]

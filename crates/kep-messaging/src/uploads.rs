@@ -2,13 +2,16 @@
 //! data dir until they expire.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::extract::Multipart;
 use kep_core::secret::random_token;
 
 use crate::MessagingError;
+use crate::ids::{ClientId, ContentGroupId, FileId};
+use crate::model::UploadKind;
 use crate::store::{Store, UploadRow};
-use crate::time::now_ms;
+use kep_core::clock::Clock;
 
 pub const RCS_MAX_BYTES: usize = 1024 * 1024;
 pub const MMS_MAX_FILES: usize = 3;
@@ -26,7 +29,8 @@ fn is_png(bytes: &[u8]) -> bool {
 }
 
 pub struct Uploads {
-    pub store: Store,
+    pub store: Arc<dyn Store>,
+    pub clock: Clock,
     pub dir: PathBuf,
     pub ttl_ms: i64,
 }
@@ -62,18 +66,18 @@ fn multipart_error(e: axum::extract::multipart::MultipartError) -> MessagingErro
 impl Uploads {
     async fn keep(
         &self,
-        client_id: &str,
-        kind: &str,
-        group: Option<&str>,
+        client_id: &ClientId,
+        kind: UploadKind,
+        group: Option<&ContentGroupId>,
         description: Option<&str>,
         bytes: &[u8],
     ) -> Result<UploadRow, MessagingError> {
-        let now = now_ms();
+        let now = self.clock.unix_ms();
         let row = UploadRow {
-            file_id: random_token(12).replace(['-', '_'], "0"),
-            client_id: client_id.to_owned(),
-            kind: kind.to_owned(),
-            content_group_id: group.map(str::to_owned),
+            file_id: FileId::from(random_token(12).replace(['-', '_'], "0")),
+            client_id: client_id.clone(),
+            kind,
+            content_group_id: group.cloned(),
             description: description.map(str::to_owned),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
             created_at: now,
@@ -82,7 +86,7 @@ impl Uploads {
         tokio::fs::create_dir_all(&self.dir)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
-        tokio::fs::write(self.dir.join(&row.file_id), bytes)
+        tokio::fs::write(self.dir.join(row.file_id.as_str()), bytes)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
         Ok(row)
@@ -91,7 +95,7 @@ impl Uploads {
     /// `POST /v2/upload/rcs`: part `image` (JPEG or PNG, at most 1 MB) and `description`.
     pub async fn rcs(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         mut form: Multipart,
     ) -> Result<UploadRow, MessagingError> {
         let (mut image, mut description) = (None, None);
@@ -123,7 +127,7 @@ impl Uploads {
             .filter(|d| !d.trim().is_empty())
             .ok_or_else(|| MessagingError::invalid("description", "required"))?;
         let row = self
-            .keep(client_id, "RCS", None, Some(&description), &image)
+            .keep(client_id, UploadKind::Rcs, None, Some(&description), &image)
             .await?;
         self.store
             .insert_uploads(std::slice::from_ref(&row))
@@ -135,9 +139,9 @@ impl Uploads {
     /// 200 KB together; one content group.
     pub async fn mms(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         mut form: Multipart,
-    ) -> Result<String, MessagingError> {
+    ) -> Result<ContentGroupId, MessagingError> {
         let mut files = Vec::new();
         let mut total = 0usize;
         while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
@@ -177,11 +181,11 @@ impl Uploads {
         if files.is_empty() {
             return Err(MessagingError::file("files", "required"));
         }
-        let group = random_token(12).replace(['-', '_'], "0");
+        let group = ContentGroupId::from(random_token(12).replace(['-', '_'], "0"));
         let mut rows = Vec::new();
         for bytes in &files {
             rows.push(
-                self.keep(client_id, "MMS", Some(&group), None, bytes)
+                self.keep(client_id, UploadKind::Mms, Some(&group), None, bytes)
                     .await?,
             );
         }
@@ -189,15 +193,37 @@ impl Uploads {
         Ok(group)
     }
 
+    /// Whether the client has an unexpired RCS file `file_id`.
+    pub async fn rcs_file_usable(
+        &self,
+        client_id: &ClientId,
+        file_id: &FileId,
+    ) -> sqlx::Result<bool> {
+        self.store
+            .rcs_file_usable(client_id, file_id, self.clock.unix_ms())
+            .await
+    }
+
+    /// Whether the client has an MMS content group whose files are all unexpired.
+    pub async fn mms_group_usable(
+        &self,
+        client_id: &ClientId,
+        group: &ContentGroupId,
+    ) -> sqlx::Result<bool> {
+        self.store
+            .mms_group_usable(client_id, group, self.clock.unix_ms())
+            .await
+    }
+
     /// Removes expired uploads and their files, every `every`.
     pub async fn sweep(self: std::sync::Arc<Self>, every: std::time::Duration) {
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
-            match self.store.take_expired_uploads(now_ms()).await {
+            match self.store.take_expired_uploads(self.clock.unix_ms()).await {
                 Ok(ids) => {
                     for id in ids {
-                        let _ = tokio::fs::remove_file(self.dir.join(&id)).await;
+                        let _ = tokio::fs::remove_file(self.dir.join(id.as_str())).await;
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "sweeping expired uploads"),

@@ -6,17 +6,11 @@
 //! a transaction of one does, so under load this turns per-request commits into a few
 //! commits per millisecond.
 
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Inserted, MessageRow, Store};
-
-/// One hand-over to the carrier, to be recorded with the message's outcome.
-#[derive(Debug, Clone)]
-pub struct Handover {
-    pub route: String,
-    pub outcome: String,
-    pub at: i64,
-}
+use crate::store::{Handover, Inserted, MessageRow, Store};
 
 enum Write {
     Insert(Box<MessageRow>, oneshot::Sender<sqlx::Result<Inserted>>),
@@ -29,11 +23,12 @@ pub struct Writer {
     tx: mpsc::UnboundedSender<Write>,
 }
 
-/// Most writes in one transaction.
+/// Most writes in one transaction; the SQLite store writes a batch's messages in single
+/// statements, which this keeps under SQLite's 32,766 values (13 a message).
 const MAX_BATCH: usize = 1024;
 
 impl Writer {
-    pub fn start(store: Store) -> Self {
+    pub fn start(store: Arc<dyn Store>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(store, rx));
         Writer { tx }
@@ -56,7 +51,7 @@ impl Writer {
     }
 }
 
-async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
+async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -66,59 +61,34 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Write>) {
                 Err(_) => break,
             }
         }
-        commit(&store, &mut batch).await;
+        commit(&*store, &mut batch).await;
     }
 }
 
-async fn commit(store: &Store, batch: &mut Vec<Write>) {
-    let result = async {
-        let mut tx = store.begin().await?;
-        // All the accepted messages in one statement (SQLite takes up to 32,766 values: 13
-        // columns × MAX_BATCH fits), then all the finishes in two.
-        let new: Vec<&MessageRow> = batch
-            .iter()
-            .filter_map(|w| match w {
-                Write::Insert(row, _) => Some(&**row),
-                Write::Finish(..) => None,
-            })
-            .collect();
-        let inserted = if new.is_empty() {
-            Default::default()
-        } else {
-            Store::insert_messages(&mut tx, &new).await?
-        };
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for w in batch.iter() {
-            outcomes.push(match w {
-                Write::Insert(row, _) if inserted.contains(&row.uid) => Some(Inserted::New),
-                // Its cid was taken, by an earlier message or one earlier in this batch.
-                Write::Insert(row, _) => Some(Inserted::Existing(Box::new(
-                    Store::message_by_cid(&mut tx, &row.client_id, &row.cid).await?,
-                ))),
+async fn commit(store: &dyn Store, batch: &mut Vec<Write>) {
+    let accepted: Vec<&MessageRow> = batch
+        .iter()
+        .filter_map(|w| match w {
+            Write::Insert(row, _) => Some(&**row),
+            Write::Finish(..) => None,
+        })
+        .collect();
+    let finished: Vec<(&MessageRow, &[Handover])> = batch
+        .iter()
+        .filter_map(|w| match w {
+            Write::Finish(row, handovers) => Some((&**row, handovers.as_slice())),
+            Write::Insert(..) => None,
+        })
+        .collect();
+    let result = store.commit(&accepted, &finished).await;
+    match result {
+        Ok(answers) => {
+            let waiting = batch.drain(..).filter_map(|w| match w {
+                Write::Insert(_, done) => Some(done),
                 Write::Finish(..) => None,
             });
-        }
-        let finished: Vec<(&MessageRow, &[Handover])> = batch
-            .iter()
-            .filter_map(|w| match w {
-                Write::Finish(row, handovers) => Some((&**row, handovers.as_slice())),
-                Write::Insert(..) => None,
-            })
-            .collect();
-        // 8 values a row: MAX_BATCH rows fit one statement.
-        if !finished.is_empty() {
-            Store::finish_all(&mut tx, &finished).await?;
-        }
-        tx.commit().await?;
-        Ok::<_, sqlx::Error>(outcomes)
-    }
-    .await;
-    match result {
-        Ok(outcomes) => {
-            for (w, outcome) in batch.drain(..).zip(outcomes) {
-                if let (Write::Insert(_, done), Some(o)) = (w, outcome) {
-                    let _ = done.send(Ok(o));
-                }
+            for (done, answer) in waiting.zip(answers) {
+                let _ = done.send(Ok(answer));
             }
         }
         Err(e) => {

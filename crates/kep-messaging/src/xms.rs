@@ -3,7 +3,11 @@
 use serde::Deserialize;
 
 use crate::MessagingError;
+use crate::ids::{ClientId, ContentGroupId};
+use crate::model::{Channel, MessageType};
+use crate::send::{Head, Sendable};
 use crate::text::{check_digits, check_head, check_text, require_text};
+use crate::uploads::Uploads;
 
 /// An XMS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -33,18 +37,24 @@ pub struct XmsSend {
 }
 
 /// The XMS message types.
-pub const XMS_TYPES: [&str; 5] = ["SM", "LM", "MM", "ISM", "ILM"];
+pub const XMS_TYPES: [MessageType; 5] = [
+    MessageType::Sm,
+    MessageType::Lm,
+    MessageType::Mm,
+    MessageType::Ism,
+    MessageType::Ilm,
+];
 
 /// The longest `message` of a type, in CP949 bytes.
-pub fn message_limit(message_type: &str) -> usize {
+pub fn message_limit(message_type: MessageType) -> usize {
     match message_type {
-        "SM" | "ISM" => 90,
+        MessageType::Sm | MessageType::Ism => 90,
         _ => 2000,
     }
 }
 
-/// Checks `send` for `client_id` (the caller); on success the fields that identify it.
-pub fn validate(send: &XmsSend, caller: &str) -> Result<(), MessagingError> {
+/// Checks `send` for `client_id` (the caller); on success its type.
+pub fn validate(send: &XmsSend, caller: &str) -> Result<MessageType, MessagingError> {
     let (message_type, phone) = check_head(
         send.client_id.as_deref(),
         caller,
@@ -53,7 +63,7 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<(), MessagingError> {
         &XMS_TYPES,
         send.phone_number.as_deref(),
     )?;
-    let international = matches!(message_type, "ISM" | "ILM");
+    let international = matches!(message_type, MessageType::Ism | MessageType::Ilm);
     if international {
         let nat = send
             .nat_cd
@@ -88,7 +98,7 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<(), MessagingError> {
         .ok_or_else(|| MessagingError::invalid("sender_no", "required"))?;
     check_digits("sender_no", sender, 16)?;
     if let Some(title) = &send.title {
-        if matches!(message_type, "SM" | "ISM") {
+        if matches!(message_type, MessageType::Sm | MessageType::Ism) {
             return Err(MessagingError::invalid(
                 "title",
                 "only LM, MM and ILM messages have a title",
@@ -96,7 +106,7 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<(), MessagingError> {
         }
         check_text("title", title, 60)?;
     }
-    if send.content_group_id.is_some() && message_type != "MM" {
+    if send.content_group_id.is_some() && message_type != MessageType::Mm {
         return Err(MessagingError::invalid(
             "content_group_id",
             "only MM messages carry files",
@@ -124,7 +134,34 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<(), MessagingError> {
             check_text(field, v, 50)?;
         }
     }
-    Ok(())
+    Ok(message_type)
+}
+
+impl Sendable for XmsSend {
+    const CHANNEL: Channel = Channel::Xms;
+
+    fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
+        let message_type = validate(self, caller.as_str())?;
+        Ok(Head::new(&self.cid, message_type, &self.phone_number))
+    }
+
+    async fn check_files(
+        &self,
+        uploads: &Uploads,
+        caller: &ClientId,
+    ) -> Result<(), MessagingError> {
+        if let Some(group) = &self.content_group_id
+            && !uploads
+                .mms_group_usable(caller, &ContentGroupId::from(group.as_str()))
+                .await?
+        {
+            return Err(MessagingError::file(
+                "content_group_id",
+                "no such MMS upload, or it expired",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -138,7 +175,7 @@ mod tests {
         .unwrap()
     }
 
-    fn field(r: Result<(), MessagingError>) -> String {
+    fn field(r: Result<MessageType, MessagingError>) -> String {
         match r {
             Err(MessagingError::Invalid { field, .. }) => field,
             other => panic!("expected a 410, got {other:?}"),

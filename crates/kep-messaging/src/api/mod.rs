@@ -14,13 +14,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use kep_core::limits::{Admission, Key, Peer};
-use kep_core::secret::sha256_hex;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::OpenApi;
 
-use crate::store::{Inserted, MessageRow, SearchQuery, Store};
-use crate::time::{new_uid, now_ms, uid_at};
+use crate::ids::{ClientId, MessageUid};
+use crate::model::Channel;
+use crate::search::{Page, status_filter};
+use crate::send::Sendable;
+use crate::store::SearchFilter;
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
 use kep_api::messaging::{
     Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
@@ -239,7 +241,7 @@ pub(crate) async fn send_xms(
 /// peer's address, then is refused (401). `BARE_OK` also takes the token without the word
 /// `Bearer` (the seed's MMS upload example sends it so).
 pub(crate) struct Caller<const BARE_OK: bool = false> {
-    pub client_id: String,
+    pub client_id: ClientId,
     _in_flight: Admission,
 }
 
@@ -263,41 +265,6 @@ impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK>
     }
 }
 
-/// A kind of send: its channel, its rules, and the uploads it may name.
-pub(crate) trait Sendable: DeserializeOwned {
-    const CHANNEL: &'static str;
-    fn validate(&self, caller: &str) -> Result<(), MessagingError>;
-    /// `(cid, message_type, phone_number)`, once validated.
-    fn head(&self) -> (String, String, String);
-    /// The uploads the send names must be the caller's and unexpired (a file error).
-    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError>;
-}
-
-impl Sendable for xms::XmsSend {
-    const CHANNEL: &'static str = "XMS";
-
-    fn validate(&self, caller: &str) -> Result<(), MessagingError> {
-        xms::validate(self, caller)
-    }
-
-    fn head(&self) -> (String, String, String) {
-        let f = |v: &Option<String>| v.clone().unwrap_or_default();
-        (f(&self.cid), f(&self.message_type), f(&self.phone_number))
-    }
-
-    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError> {
-        if let Some(group) = &self.content_group_id
-            && !store.mms_group_usable(caller, group, now_ms()).await?
-        {
-            return Err(MessagingError::file(
-                "content_group_id",
-                "no such MMS upload, or it expired",
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// Every send of the caller: `accept`, the body, its rules and files, then the durable
 /// store.
 pub(crate) async fn send<T: Sendable>(
@@ -313,168 +280,13 @@ pub(crate) async fn send<T: Sendable>(
     } = caller;
     oauth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
-    send.validate(&client_id)?;
-    send.check_files(&m.0.store, &client_id).await?;
-    let (cid, message_type, phone) = send.head();
-    let uid = accept(&m, client_id, T::CHANNEL, &cid, message_type, phone, &raw).await?;
+    let (uid, cid) = m.0.send(client_id, &send, &raw).await?;
     Ok(Json(SendAnswer {
         code: "200".into(),
-        uid,
+        uid: uid.into_string(),
         cid,
         result: Detail::ok("accepted"),
     }))
-}
-
-/// Stores an accepted message durably and wakes the dispatcher; its uid. The same cid
-/// with the same body answers the first uid and sends nothing; another body is a 410.
-pub(crate) async fn accept(
-    m: &MessagingService,
-    client_id: String,
-    channel: &str,
-    cid: &str,
-    message_type: String,
-    phone_number: String,
-    raw: &Value,
-) -> Result<String, MessagingError> {
-    let request = serde_json::to_string(raw).expect("JSON serialises");
-    let request_hash = sha256_hex(&request);
-    let now = now_ms();
-    let row = MessageRow {
-        request_hash: request_hash.clone(),
-        uid: new_uid(),
-        client_id,
-        cid: cid.to_owned(),
-        channel: channel.to_owned(),
-        message_type,
-        phone_number,
-        request,
-        status: "100".into(),
-        rcs_status: (channel == "RCS").then(|| "processing".to_owned()),
-        fallback_status: None,
-        sms_status_code: None,
-        error_message: None,
-        attempts: 0,
-        reg_date: now,
-        req_date: Some(now),
-        sent_date: None,
-        res_date: None,
-    };
-    let uid = row.uid.clone();
-    match m.0.writer.insert(row).await? {
-        Inserted::New => {
-            m.0.dispatcher.wake();
-            Ok(uid)
-        }
-        Inserted::Existing(first)
-            if first.request_hash == request_hash && first.channel == channel =>
-        {
-            Ok(first.uid)
-        }
-        Inserted::Existing(_) => Err(MessagingError::invalid(
-            "cid",
-            "already used with a different message",
-        )),
-    }
-}
-
-/// The paging fields both searches share.
-pub(crate) struct Page<'a> {
-    pub start_date: Option<&'a str>,
-    pub end_date: Option<&'a str>,
-    pub client_id: Option<&'a str>,
-    pub size: Option<i64>,
-    pub last_uid: Option<&'a str>,
-}
-
-/// The query for one page of the caller's messages of `channel`, oldest first, asking for
-/// one row more than the page so the answer knows whether more follow; `None` when the
-/// request names another client (a client sees only its own messages). The second value
-/// is the start of the date range, in unix milliseconds.
-pub(crate) fn page_query<'a>(
-    m: &MessagingService,
-    caller: &'a str,
-    channel: &'static str,
-    p: Page<'_>,
-    filters: Vec<(&'static str, String)>,
-) -> Result<Option<(SearchQuery<'a>, i64)>, MessagingError> {
-    let zone = &m.0.zone;
-    let (start, end) = match (p.start_date, p.end_date) {
-        (None, None) => (zone.today(), zone.today()),
-        (Some(s), Some(e)) => (date("start_date", s)?, date("end_date", e)?),
-        (Some(_), None) => {
-            return Err(MessagingError::invalid(
-                "end_date",
-                "start_date and end_date go together",
-            ));
-        }
-        (None, Some(_)) => {
-            return Err(MessagingError::invalid(
-                "start_date",
-                "start_date and end_date go together",
-            ));
-        }
-    };
-    if start > end {
-        return Err(MessagingError::invalid("start_date", "after end_date"));
-    }
-    let size = p.size.unwrap_or(100);
-    if !(1..=1000).contains(&size) {
-        return Err(MessagingError::invalid("size", "1 to 1000"));
-    }
-    let (from, to) = zone
-        .day_range(start, end)
-        .map_err(|e| MessagingError::invalid("start_date", e.to_string()))?;
-    let mut after = format!(
-        "{:020}",
-        from.saturating_mul(crate::time::UIDS_PER_MS)
-            .saturating_sub(1)
-            .max(0)
-    );
-    if let Some(last) = p.last_uid {
-        if last.len() != 20 || !last.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(MessagingError::invalid(
-                "last_uid",
-                "a uid from a previous page",
-            ));
-        }
-        after = after.max(last.to_owned());
-    }
-    if p.client_id.is_some_and(|c| c != caller) {
-        return Ok(None);
-    }
-    let query = SearchQuery {
-        client_id: caller,
-        channel,
-        after,
-        before: uid_at(to),
-        limit: size + 1,
-        filters,
-    };
-    Ok(Some((query, from)))
-}
-
-/// One page of rows, and whether more follow.
-pub(crate) async fn page(
-    m: &MessagingService,
-    query: Option<SearchQuery<'_>>,
-) -> Result<(Vec<MessageRow>, bool), MessagingError> {
-    let Some(query) = query else {
-        return Ok((Vec::new(), false));
-    };
-    let mut rows = m.0.store.search(&query).await?;
-    let size = usize::try_from(query.limit - 1).unwrap_or(0);
-    let next = rows.len() > size;
-    rows.truncate(size);
-    Ok((rows, next))
-}
-
-/// Parses `yyyy-mm-dd`.
-fn date(field: &str, s: &str) -> Result<jiff::civil::Date, MessagingError> {
-    let valid_form = s.len() == 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-';
-    s.parse::<jiff::civil::Date>()
-        .ok()
-        .filter(|_| valid_form)
-        .ok_or_else(|| MessagingError::invalid(field, "a date as yyyy-mm-dd"))
 }
 
 /// `POST /v2/info/message/search`: one page of the caller's XMS messages, oldest first.
@@ -490,16 +302,13 @@ pub(crate) async fn search_xms(
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
-    let mut filters = Vec::new();
-    if let Some(s) = &q.status_code {
-        filters.push(("status", s.strip_prefix("API_").unwrap_or(s).to_owned()));
-    }
-    if let Some(v) = &q.etc1 {
-        filters.push(("json_extract(request, '$.etc1')", v.clone()));
-    }
-    if let Some(v) = &q.etc2 {
-        filters.push(("json_extract(request, '$.etc2')", v.clone()));
-    }
+    let filters = [
+        q.status_code.as_deref().map(status_filter),
+        q.etc1.clone().map(|v| Some(SearchFilter::Etc1(v))),
+        q.etc2.clone().map(|v| Some(SearchFilter::Etc2(v))),
+    ];
+    // `None` when one names a status no message has: an empty page.
+    let filters = filters.into_iter().flatten().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),
         end_date: q.end_date.as_deref(),
@@ -507,17 +316,7 @@ pub(crate) async fn search_xms(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (results, found, last_uid) = match page_query(&m, client_id, "XMS", p, filters)? {
-        None => ("[]".to_owned(), 0, None),
-        Some((query, from)) => {
-            let size = query.limit - 1;
-            let (json, found, last) =
-                m.0.store
-                    .xms_page(&query, &m.0.zone.offset_modifier(from))
-                    .await?;
-            (json, found.min(size + 1), last.filter(|_| found > 0))
-        }
-    };
+    let (results, found, last_uid) = m.0.xms_page(client_id, p, filters).await?;
     let size = q.size.unwrap_or(100);
     let results = serde_json::value::RawValue::from_string(results)
         .map_err(|e| MessagingError::Internal(e.into()))?;
@@ -541,7 +340,7 @@ struct XmsPage {
     count: i64,
     next: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    last_uid: Option<String>,
+    last_uid: Option<MessageUid>,
     code_detail: Detail,
     results: Box<serde_json::value::RawValue>,
 }
@@ -578,7 +377,7 @@ pub(crate) async fn xms_detail(
     oauth::check_accept(&headers)?;
     let r =
         m.0.store
-            .message(client_id, "XMS", &uid)
+            .message(client_id, Channel::Xms, &MessageUid::from(uid.as_str()))
             .await?
             .ok_or_else(|| MessagingError::NotFound(format!("no message {uid}")))?;
     let zone = &m.0.zone;
@@ -589,17 +388,17 @@ pub(crate) async fn xms_detail(
             result.insert(k.to_owned(), Value::String(v));
         }
     };
-    put("uid", Some(r.uid.clone()));
+    put("uid", Some(r.uid.to_string()));
     put("cid", Some(r.cid.clone()));
     put("reg_date", Some(zone.format(r.reg_date)));
-    put("message_type", Some(r.message_type.clone()));
+    put("message_type", Some(r.message_type.to_string()));
     put("status_code", Some(format!("API_{}", r.status)));
     put("phone_number", Some(r.phone_number.clone()));
     put("req_date", r.req_date.map(|t| zone.format(t)));
     put("sent_date", r.sent_date.map(|t| zone.format(t)));
     put("res_date", r.res_date.map(|t| zone.format(t)));
     put("error_message", r.error_message.clone());
-    put("sms_status_code", r.sms_status_code.clone());
+    put("sms_status_code", r.sms_status_code.map(|c| c.to_string()));
     for key in [
         "sender_no",
         "message",

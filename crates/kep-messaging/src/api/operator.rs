@@ -6,11 +6,10 @@ use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
-use kep_core::secret::{new_secret, random_token, sha256_hex};
 use utoipa::OpenApi;
 
 use crate::MessagingService;
-use crate::time::now_s;
+use crate::ids::ClientId;
 use kep_api::messaging::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
 
 pub(crate) fn router(m: MessagingService) -> Router {
@@ -46,22 +45,14 @@ pub(crate) async fn create_client(
     if req.name.as_ref().is_some_and(|n| n.chars().count() > 100) {
         return Err(ApiError::invalid_field("name", "at most 100 characters"));
     }
-    // Letters and digits only: the id travels inside `Basic <id> <secret>` and `id:secret`.
-    let client_id = random_token(12).replace(['-', '_'], "x");
-    let client_secret = new_secret();
-    m.0.store
-        .insert_client(
-            &client_id,
-            req.name.as_deref(),
-            &sha256_hex(&client_secret),
-            now_s(),
-        )
-        .await
-        .map_err(ApiError::internal)?;
+    let (client_id, client_secret) =
+        m.0.create_client(req.name.as_deref())
+            .await
+            .map_err(ApiError::internal)?;
     Ok((
         StatusCode::CREATED,
         Json(ClientSecret {
-            client_id,
+            client_id: client_id.into_string(),
             client_secret,
         }),
     ))
@@ -77,7 +68,10 @@ pub(crate) async fn list_clients(
     Ok(Json(
         clients
             .into_iter()
-            .map(|(client_id, name)| ClientSummary { client_id, name })
+            .map(|c| ClientSummary {
+                client_id: c.client_id.into_string(),
+                name: c.name,
+            })
             .collect(),
     ))
 }
@@ -89,16 +83,10 @@ pub(crate) async fn delete_client(
     State(m): State<MessagingService>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if !m
-        .0
-        .store
-        .delete_client(&id)
-        .await
-        .map_err(ApiError::internal)?
-    {
+    let id = ClientId::from(id);
+    if !m.0.delete_client(&id).await.map_err(ApiError::internal)? {
         return Err(ApiError::not_found("no such client"));
     }
-    m.0.tokens.forget_client(&id);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -110,19 +98,16 @@ pub(crate) async fn rotate_secret(
     State(m): State<MessagingService>,
     Path(id): Path<String>,
 ) -> Result<Json<ClientSecret>, ApiError> {
-    let client_secret = new_secret();
-    if !m
-        .0
-        .store
-        .set_client_secret(&id, &sha256_hex(&client_secret))
-        .await
-        .map_err(ApiError::internal)?
-    {
+    let id = ClientId::from(id);
+    let Some(client_secret) =
+        m.0.new_client_secret(&id)
+            .await
+            .map_err(ApiError::internal)?
+    else {
         return Err(ApiError::not_found("no such client"));
-    }
-    m.0.tokens.forget_client(&id);
+    };
     Ok(Json(ClientSecret {
-        client_id: id,
+        client_id: id.into_string(),
         client_secret,
     }))
 }
@@ -148,11 +133,11 @@ pub(crate) async fn outbox(
         rows.into_iter()
             .map(|r| OutboxEntry {
                 id: r.id,
-                uid: r.uid,
-                route: r.route,
+                uid: r.uid.into_string(),
+                route: r.route.to_string(),
                 phone_number: r.phone_number,
                 payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),
-                outcome: r.outcome,
+                outcome: r.outcome.to_string(),
                 at: m.0.zone.format(r.at),
             })
             .collect(),

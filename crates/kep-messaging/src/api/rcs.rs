@@ -6,20 +6,18 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use kep_core::secret::random_token;
 use serde_json::{Value, json};
 
-use super::{Caller, Page, json_body, page, page_query, request_field};
-use crate::store::{GroupCompletion, Store};
-use crate::time::now_ms;
+use super::{Caller, json_body, request_field};
+use crate::ids::{MessageUid, ReportGroupId};
+use crate::model::Channel;
+use crate::search::{Page, service_type_filter, status_filter};
+use crate::store::GroupCompletion;
 use crate::{MessagingError, MessagingService, oauth, rcs};
 use kep_api::messaging::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
     SendAnswer,
 };
-
-/// Results per group (CONTRACT §4).
-const GROUP_SIZE: i64 = 1000;
 
 /// `POST /v2/send/rcs`
 #[utoipa::path(post, path = "/v2/send/rcs", request_body(content = Object, description = "the document's RCS fields"),
@@ -35,38 +33,6 @@ pub(crate) async fn send_rcs(
     super::send::<rcs::RcsSend>(m, caller, headers, body).await
 }
 
-impl super::Sendable for rcs::RcsSend {
-    const CHANNEL: &'static str = "RCS";
-
-    fn validate(&self, caller: &str) -> Result<(), MessagingError> {
-        rcs::validate(self, caller)
-    }
-
-    fn head(&self) -> (String, String, String) {
-        let f = |v: &Option<String>| v.clone().unwrap_or_default();
-        (f(&self.cid), f(&self.message_type), f(&self.phone_number))
-    }
-
-    async fn check_files(&self, store: &Store, caller: &str) -> Result<(), MessagingError> {
-        for (i, body) in self.body.iter().flatten().enumerate() {
-            let Some(file_id) = body
-                .media
-                .as_deref()
-                .and_then(|u| u.strip_prefix("maapfile://"))
-            else {
-                continue;
-            };
-            if !store.rcs_file_usable(caller, file_id, now_ms()).await? {
-                return Err(MessagingError::file(
-                    format!("body[{i}].media"),
-                    "no such RCS upload, or it expired",
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
 /// new group to complete.
 #[utoipa::path(method(get, post), path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
@@ -77,30 +43,22 @@ pub(crate) async fn results(
 ) -> Result<Json<RcsResultsAnswer>, MessagingError> {
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
-    let group = random_token(12);
-    let lease_ms = i64::try_from(m.0.settings.results_lease_s)
-        .unwrap_or(i64::MAX / 2)
-        .saturating_mul(1000);
-    let rows =
-        m.0.store
-            .hand_out_results(client_id, &group, now_ms(), lease_ms, GROUP_SIZE)
-            .await?;
-    let report_group_id = (!rows.is_empty()).then_some(group);
+    let (report_group_id, rows) = m.0.hand_out_results(client_id).await?;
     let results = rows
         .into_iter()
         .map(|r| RcsResult {
-            uid: r.uid,
-            client_id: r.client_id,
+            uid: r.uid.into_string(),
+            client_id: r.client_id.into_string(),
             cid: r.cid,
             status: format!("API_{}", r.status),
-            rcs_status: r.rcs_status,
-            fallback_status: r.fallback_status,
+            rcs_status: r.rcs_status.map(|s| s.to_string()),
+            fallback_status: r.fallback_status.map(|s| s.to_string()),
         })
         .collect();
     Ok(Json(RcsResultsAnswer {
         code: "200".into(),
         code_detail: Detail::ok("ok"),
-        report_group_id,
+        report_group_id: report_group_id.map(ReportGroupId::into_string),
         results,
     }))
 }
@@ -118,12 +76,8 @@ pub(crate) async fn complete(
 ) -> Result<Json<CodeAnswer>, MessagingError> {
     let client_id = &caller.client_id;
     oauth::check_accept(&headers)?;
-    match m
-        .0
-        .store
-        .complete_group(client_id, &group, now_ms())
-        .await?
-    {
+    let group = ReportGroupId::from(group);
+    match m.0.complete_results(client_id, &group).await? {
         GroupCompletion::Done => Ok(Json(CodeAnswer {
             code: "200".into(),
             code_detail: Detail::ok("completed"),
@@ -153,17 +107,13 @@ async fn search(
     oauth::check_accept(&headers)?;
     let mut filters = Vec::new();
     if let Some(s) = &q.status {
-        filters.push(("status", s.strip_prefix("API_").unwrap_or(s).to_owned()));
+        filters.push(status_filter(s));
     }
     if let Some(t) = &q.service_type {
-        if !rcs::RCS_TYPES.contains(&t.as_str()) {
-            return Err(MessagingError::invalid(
-                "service_type",
-                format!("one of {}", rcs::RCS_TYPES.join(", ")),
-            ));
-        }
-        filters.push(("message_type", t.clone()));
+        filters.push(Some(service_type_filter(t)?));
     }
+    // `None` when one names a status no message has: an empty page.
+    let filters = filters.into_iter().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),
         end_date: q.end_date.as_deref(),
@@ -171,11 +121,7 @@ async fn search(
         size: q.size,
         last_uid: q.last_uid.as_deref(),
     };
-    let (rows, next) = page(
-        &m,
-        page_query(&m, client_id, "RCS", p, filters)?.map(|(q, _)| q),
-    )
-    .await?;
+    let (rows, next) = m.0.search(client_id, Channel::Rcs, p, filters).await?;
     let zone = &m.0.zone;
     let results: Vec<RcsSearchRow> = rows
         .into_iter()
@@ -184,12 +130,12 @@ async fn search(
             RcsSearchRow {
                 reg_date: zone.format(r.reg_date),
                 status: format!("API_{}", r.status),
-                rcs_status: r.rcs_status,
-                fallback_status: r.fallback_status,
+                rcs_status: r.rcs_status.map(|s| s.to_string()),
+                fallback_status: r.fallback_status.map(|s| s.to_string()),
                 error_message: r.error_message,
                 tax_cd1: shown.tax_cd1,
                 tax_cd2: shown.tax_cd2,
-                uid: r.uid,
+                uid: r.uid.into_string(),
                 cid: r.cid,
             }
         })
@@ -284,7 +230,13 @@ pub(crate) async fn detail(
             return res;
         }
     };
-    let r = match m.0.store.message(&caller.client_id, "RCS", &uid).await {
+    let uid = MessageUid::from(uid);
+    let r = match m
+        .0
+        .store
+        .message(&caller.client_id, Channel::Rcs, &uid)
+        .await
+    {
         Ok(Some(r)) => r,
         Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
         Err(e) => return MessagingError::from(e).into_response(),
@@ -303,14 +255,15 @@ pub(crate) async fn detail(
         "uid": r.uid, "client_id": r.client_id, "cid": r.cid, "reg_date": zone.format(r.reg_date),
         "phone_number": r.phone_number, "callback": request_field(&request, "sender_no"),
         "message_base_id": request_field(&request, "template_code"), "message_group_id": r.uid,
-        "service_type": r.message_type, "body": request.get("body").map(|b| b.to_string()),
+        "service_type": r.message_type.as_str(), "body": request.get("body").map(|b| b.to_string()),
         "fallback_type": request_field(&request, "fall_back_message_type"),
         "fallback_calback": request_field(&request, "sender_no"),
         "fallback_subject": request_field(&request, "fall_back_title"),
         "fallback_message": request_field(&request, "fall_back_message"),
         "req_date": date(r.req_date), "res_date": date(r.res_date), "sent_date": date(r.sent_date),
         "time_stamp": date(r.res_date),
-        "status": format!("API_{}", r.status), "rcs_status": r.rcs_status, "fallback_status": r.fallback_status,
+        "status": format!("API_{}", r.status), "rcs_status": r.rcs_status.map(|s| s.as_str()),
+        "fallback_status": r.fallback_status.map(|s| s.as_str()),
         "error_message": r.error_message, "mno_info": mno_info(&r.phone_number),
         "buttons": buttons, "fallback_yn": request["fall_back_yn"].as_bool().unwrap_or(false),
     });

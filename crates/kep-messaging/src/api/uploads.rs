@@ -32,7 +32,7 @@ pub(crate) async fn upload_rcs(
         result: Detail::ok("uploaded"),
         url: format!("maapfile://{}", row.file_id),
         expiry_date: m.0.zone.format(row.expires_at),
-        file_id: row.file_id,
+        file_id: row.file_id.into_string(),
     }))
 }
 
@@ -52,6 +52,6 @@ pub(crate) async fn upload_mms(
     Ok(Json(MmsUploadAnswer {
         code: "200".into(),
         result: Detail::ok("uploaded"),
-        content_group_id,
+        content_group_id: content_group_id.into_string(),
     }))
 }

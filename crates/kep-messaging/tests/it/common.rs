@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::limits::Limits;
 use kep_core::platform::Platform;
 use kep_messaging::{MessagingService, MessagingSettings};
@@ -15,6 +16,8 @@ pub struct Server {
     pub url: String,
     pub admin: String,
     pub http: reqwest::Client,
+    /// The service's wall clock: it stands still until a test moves it on.
+    pub clock: Clock,
     _dir: tempfile::TempDir,
 }
 
@@ -30,15 +33,20 @@ pub async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Serve
     };
     configure(&mut settings);
     let dir = tempfile::tempdir().unwrap();
+    // On a whole second, so a test knows where second-granular expiries fall.
+    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+    let clock = Clock::manual(start);
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
-        .unwrap();
+        .unwrap()
+        .with_clock(clock.clone());
     platform.start::<MessagingService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {
         url: running.url("messaging"),
         admin: running.url("admin"),
         http: reqwest::Client::new(),
+        clock,
         _dir: dir,
     }
 }

@@ -187,9 +187,12 @@ async fn rcs_falls_back_and_results_are_handed_out_in_groups() {
     assert_eq!(none["results"], json!([]));
     assert!(none.get("report_group_id").is_none());
 
-    // Not completed within its lease: the results come back in a new group. Deliberate: the
-    // lease (1 s) must have passed, and asking before would hand out a group.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Not completed within its lease (1 s): the results come back in a new group. The
+    // server compares the lease with the clock at each call.
+    srv.clock.advance(Duration::from_millis(999));
+    let (_, held) = srv.get(&token, "/v2/info/rcs/results").await;
+    assert_eq!(held["results"], json!([]), "the lease still holds them");
+    srv.clock.advance(Duration::from_millis(1));
     let (_, again) = srv.get(&token, "/v2/info/rcs/results").await;
     assert_eq!(again["results"].as_array().unwrap().len(), 4);
     let old = group["report_group_id"].as_str().unwrap();

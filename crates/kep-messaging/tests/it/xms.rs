@@ -238,7 +238,9 @@ async fn search_pages_by_uid_within_the_callers_messages() {
     assert_eq!(odd["results"][0]["etc1"], "odd");
 
     // Today by explicit dates finds them; yesterday finds none.
-    let today = jiff::Timestamp::now()
+    let today = srv
+        .clock
+        .now()
         .to_zoned(jiff::tz::TimeZone::get("Asia/Seoul").unwrap())
         .date();
     let (_, v) = srv
@@ -321,10 +323,27 @@ async fn a_carrier_slower_than_the_lease_still_gets_each_message_once() {
     let (_, v) = srv
         .post(&token, "/v2/send/xms", &sms("slow", "821012345678"))
         .await;
-    assert_eq!(
-        srv.settled(&token, v["uid"].as_str().unwrap()).await["status_code"],
-        "API_200"
+    // While the carrier works (2.5 s), the clock moves past the lease (1 s) again and
+    // again, so the dispatcher claims the message anew; it must not hand it over again.
+    let path = format!(
+        "/v2/info/message/search/detail/{}",
+        v["uid"].as_str().unwrap()
     );
+    let settled = eventually(
+        Duration::from_secs(30),
+        "the slow send settles",
+        async || {
+            srv.clock.advance(Duration::from_secs(1));
+            let (_, v) = srv.get(&token, &path).await;
+            if v["result"]["status_code"] == "API_100" {
+                Err(v)
+            } else {
+                Ok(v["result"].clone())
+            }
+        },
+    )
+    .await;
+    assert_eq!(settled["status_code"], "API_200");
     let outbox = srv.outbox().await;
     assert_eq!(outbox.as_array().unwrap().len(), 1);
 }

@@ -1,98 +1,149 @@
-//! Persistence in `messaging.db`: clients, tokens, messages (the durable queue) and the
-//! outbox of what the carrier was handed.
+//! The messaging store on SQLite (`messaging.db`).
 
+use std::collections::HashSet;
+
+use crate::ids::{ClientId, ContentGroupId, FileId, MessageUid, ReportGroupId};
 use sqlx::migrate::Migrator;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+use super::{
+    ClientRow, GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchFilter,
+    SearchQuery, Store, UploadRow,
+};
+use crate::model::{Channel, Status, UploadKind};
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct MessageRow {
-    pub uid: String,
-    pub client_id: String,
-    pub cid: String,
-    pub channel: String,
-    pub message_type: String,
-    pub phone_number: String,
-    pub request: String,
-    pub request_hash: String,
-    pub status: String,
-    pub rcs_status: Option<String>,
-    pub fallback_status: Option<String>,
-    pub sms_status_code: Option<String>,
-    pub error_message: Option<String>,
-    pub attempts: i64,
-    pub reg_date: i64,
-    pub req_date: Option<i64>,
-    pub sent_date: Option<i64>,
-    pub res_date: Option<i64>,
-}
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 const MESSAGE_COLUMNS: &str = "uid, client_id, cid, channel, message_type, phone_number, request, request_hash, \
     status, rcs_status, fallback_status, sms_status_code, error_message, attempts, reg_date, req_date, sent_date, res_date";
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxRow {
-    pub id: i64,
-    pub uid: String,
-    pub route: String,
-    pub phone_number: String,
-    pub payload: String,
-    pub outcome: String,
-    pub at: i64,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct UploadRow {
-    pub file_id: String,
-    pub client_id: String,
-    pub kind: String,
-    pub content_group_id: Option<String>,
-    pub description: Option<String>,
-    pub size: i64,
-    pub created_at: i64,
-    pub expires_at: i64,
-}
-
-/// What a search asks for; all within one client's messages.
-pub struct SearchQuery<'a> {
-    pub client_id: &'a str,
-    pub channel: &'a str,
-    /// uid bounds: `(after, before)`, exclusive.
-    pub after: String,
-    pub before: String,
-    pub limit: i64,
-    /// `(column, value)` equality filters on the stored request or status.
-    pub filters: Vec<(&'static str, String)>,
-}
-
-#[derive(Clone)]
-pub struct Store {
+pub struct SqliteStore {
     pool: SqlitePool,
 }
 
-pub enum GroupCompletion {
-    Done,
-    Unknown,
-    AlreadyCompleted,
-    /// Its lease ran out: its results went back to the pool.
-    Expired,
-}
-
-pub enum Inserted {
-    New,
-    /// The client already has a message with that cid.
-    Existing(Box<MessageRow>),
-}
-
-impl Store {
+impl SqliteStore {
     pub fn new(pool: SqlitePool) -> Self {
-        Store { pool }
+        SqliteStore { pool }
     }
 
-    pub async fn insert_client(
+    /// Stores many accepted messages in one statement; the uids that went in (the others'
+    /// cids were taken).
+    async fn insert_messages(
+        tx: &mut SqliteConnection,
+        rows: &[&MessageRow],
+    ) -> sqlx::Result<HashSet<MessageUid>> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
+               status, rcs_status, next_attempt_at, reg_date, req_date) ",
+        );
+        b.push_values(rows, |mut v, m| {
+            v.push_bind(&m.uid)
+                .push_bind(&m.client_id)
+                .push_bind(&m.cid)
+                .push_bind(m.channel)
+                .push_bind(m.message_type)
+                .push_bind(&m.phone_number)
+                .push_bind(&m.request)
+                .push_bind(&m.request_hash)
+                .push_bind(m.status)
+                .push_bind(m.rcs_status)
+                .push_bind(m.reg_date)
+                .push_bind(m.reg_date)
+                .push_bind(m.req_date);
+        });
+        b.push(" ON CONFLICT (client_id, cid) DO NOTHING RETURNING uid");
+        let inserted: Vec<(MessageUid,)> = b.build_query_as().fetch_all(&mut *tx).await?;
+        Ok(inserted.into_iter().map(|r| r.0).collect())
+    }
+
+    /// The message a client's cid names.
+    async fn message_by_cid(
+        tx: &mut SqliteConnection,
+        client_id: &ClientId,
+        cid: &str,
+    ) -> sqlx::Result<MessageRow> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
+        )))
+        .bind(client_id)
+        .bind(cid)
+        .fetch_one(&mut *tx)
+        .await
+    }
+
+    /// The final states of many messages, and what the carrier was handed: two statements
+    /// for the whole batch (`UPDATE … FROM (VALUES …)` and a multi-row insert).
+    async fn finish_all(
+        tx: &mut SqliteConnection,
+        done: &[(&MessageRow, &[Handover])],
+    ) -> sqlx::Result<()> {
+        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "WITH v(uid, status, rcs_status, fallback_status, sms_status_code, error_message, sent_date, res_date) AS (",
+        );
+        b.push_values(done, |mut v, (m, _)| {
+            v.push_bind(&m.uid)
+                .push_bind(m.status)
+                .push_bind(m.rcs_status)
+                .push_bind(m.fallback_status)
+                .push_bind(m.sms_status_code)
+                .push_bind(&m.error_message)
+                .push_bind(m.sent_date)
+                .push_bind(m.res_date);
+        });
+        b.push(
+            ") UPDATE messages SET status = v.status, rcs_status = v.rcs_status, fallback_status = v.fallback_status,
+               sms_status_code = v.sms_status_code, error_message = v.error_message, sent_date = v.sent_date,
+               res_date = v.res_date FROM v WHERE messages.uid = v.uid",
+        );
+        b.build().execute(&mut *tx).await?;
+        let handovers: Vec<(&MessageRow, &Handover)> = done
+            .iter()
+            .flat_map(|(m, hs)| hs.iter().map(move |h| (*m, h)))
+            .collect();
+        // 6 values a row: well under SQLite's 32,766 per statement.
+        for chunk in handovers.chunks(4096) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) ",
+            );
+            b.push_values(chunk, |mut v, (m, h)| {
+                v.push_bind(&m.uid)
+                    .push_bind(h.route)
+                    .push_bind(&m.phone_number)
+                    .push_bind(&m.request)
+                    .push_bind(h.outcome)
+                    .push_bind(h.at);
+            });
+            b.build().execute(&mut *tx).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The rest of a search's `WHERE`, after `client_id = ?`: its channel, uid bounds and
+/// filters.
+fn push_filters(b: &mut QueryBuilder<Sqlite>, q: &SearchQuery<'_>) {
+    b.push(" AND channel = ").push_bind(q.channel);
+    b.push(" AND uid > ").push_bind(&q.after);
+    b.push(" AND uid < ").push_bind(&q.before);
+    for filter in &q.filters {
+        match filter {
+            SearchFilter::Status(s) => b.push(" AND status = ").push_bind(*s),
+            SearchFilter::MessageType(t) => b.push(" AND message_type = ").push_bind(*t),
+            SearchFilter::Etc1(v) => b
+                .push(" AND json_extract(request, '$.etc1') = ")
+                .push_bind(v),
+            SearchFilter::Etc2(v) => b
+                .push(" AND json_extract(request, '$.etc2') = ")
+                .push_bind(v),
+        };
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn insert_client(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         name: Option<&str>,
         secret_hash: &str,
         now: i64,
@@ -109,14 +160,13 @@ impl Store {
         Ok(())
     }
 
-    /// `(client_id, name)` of every client.
-    pub async fn clients(&self) -> sqlx::Result<Vec<(String, Option<String>)>> {
+    async fn clients(&self) -> sqlx::Result<Vec<ClientRow>> {
         sqlx::query_as("SELECT client_id, name FROM clients ORDER BY created_at, client_id")
             .fetch_all(&self.pool)
             .await
     }
 
-    pub async fn client_secret_hash(&self, client_id: &str) -> sqlx::Result<Option<String>> {
+    async fn client_secret_hash(&self, client_id: &ClientId) -> sqlx::Result<Option<String>> {
         let row: Option<(String,)> =
             sqlx::query_as("SELECT secret_hash FROM clients WHERE client_id = ?")
                 .bind(client_id)
@@ -125,9 +175,9 @@ impl Store {
         Ok(row.map(|r| r.0))
     }
 
-    pub async fn set_client_secret(
+    async fn set_client_secret(
         &self,
-        client_id: &str,
+        client_id: &ClientId,
         secret_hash: &str,
     ) -> sqlx::Result<bool> {
         let mut tx = self.pool.begin().await?;
@@ -145,7 +195,7 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn delete_client(&self, client_id: &str) -> sqlx::Result<bool> {
+    async fn delete_client(&self, client_id: &ClientId) -> sqlx::Result<bool> {
         let done = sqlx::query("DELETE FROM clients WHERE client_id = ?")
             .bind(client_id)
             .execute(&self.pool)
@@ -153,10 +203,10 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn insert_token(
+    async fn insert_token(
         &self,
         token_hash: &str,
-        client_id: &str,
+        client_id: &ClientId,
         expires_at: i64,
         now: i64,
     ) -> sqlx::Result<()> {
@@ -174,13 +224,11 @@ impl Store {
         tx.commit().await
     }
 
-    /// The client of an unexpired token.
-    /// The client of an unexpired token, and when it expires.
-    pub async fn token_client(
+    async fn token_client(
         &self,
         token_hash: &str,
         now: i64,
-    ) -> sqlx::Result<Option<(String, i64)>> {
+    ) -> sqlx::Result<Option<(ClientId, i64)>> {
         sqlx::query_as(
             "SELECT client_id, expires_at FROM tokens WHERE token_hash = ? AND expires_at > ?",
         )
@@ -190,17 +238,14 @@ impl Store {
         .await
     }
 
-    pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Sqlite>> {
-        self.pool.begin().await
-    }
-
-    /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.
-    pub async fn claim_due(
+    async fn claim_due(
         &self,
         now_ms: i64,
         lease_ms: i64,
         limit: i64,
     ) -> sqlx::Result<Vec<MessageRow>> {
+        // `status = '100'` (Accepted) is written out as the partial index `messages_due` has
+        // it, so the planner uses the index.
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE messages SET next_attempt_at = ?, attempts = attempts + 1
              WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= ?
@@ -214,113 +259,53 @@ impl Store {
         .await
     }
 
-    /// A transient failure: try again at `at_ms`.
-    pub async fn retry_at(&self, uid: &str, at_ms: i64) -> sqlx::Result<()> {
-        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = '100'")
+    async fn retry_at(&self, uid: &MessageUid, at_ms: i64) -> sqlx::Result<()> {
+        sqlx::query("UPDATE messages SET next_attempt_at = ? WHERE uid = ? AND status = ?")
             .bind(at_ms)
             .bind(uid)
+            .bind(Status::Accepted)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    /// Stores many accepted messages in one statement; the uids that went in (the others'
-    /// cids were taken).
-    pub async fn insert_messages(
-        tx: &mut sqlx::SqliteConnection,
-        rows: &[&MessageRow],
-    ) -> sqlx::Result<std::collections::HashSet<String>> {
-        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
-               status, rcs_status, next_attempt_at, reg_date, req_date) ",
-        );
-        b.push_values(rows, |mut v, m| {
-            v.push_bind(&m.uid)
-                .push_bind(&m.client_id)
-                .push_bind(&m.cid)
-                .push_bind(&m.channel)
-                .push_bind(&m.message_type)
-                .push_bind(&m.phone_number)
-                .push_bind(&m.request)
-                .push_bind(&m.request_hash)
-                .push_bind(&m.status)
-                .push_bind(&m.rcs_status)
-                .push_bind(m.reg_date)
-                .push_bind(m.reg_date)
-                .push_bind(m.req_date);
-        });
-        b.push(" ON CONFLICT (client_id, cid) DO NOTHING RETURNING uid");
-        let inserted: Vec<(String,)> = b.build_query_as().fetch_all(&mut *tx).await?;
-        Ok(inserted.into_iter().map(|r| r.0).collect())
-    }
-
-    /// The message a client's cid names.
-    pub async fn message_by_cid(
-        tx: &mut sqlx::SqliteConnection,
-        client_id: &str,
-        cid: &str,
-    ) -> sqlx::Result<MessageRow> {
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = ? AND cid = ?"
-        )))
-        .bind(client_id)
-        .bind(cid)
-        .fetch_one(&mut *tx)
-        .await
-    }
-
-    /// The final states of many messages, and what the carrier was handed: two statements
-    /// for the whole batch (`UPDATE … FROM (VALUES …)` and a multi-row insert).
-    pub async fn finish_all(
-        tx: &mut sqlx::SqliteConnection,
-        done: &[(&MessageRow, &[crate::writer::Handover])],
-    ) -> sqlx::Result<()> {
-        let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "WITH v(uid, status, rcs_status, fallback_status, sms_status_code, error_message, sent_date, res_date) AS (",
-        );
-        b.push_values(done, |mut v, (m, _)| {
-            v.push_bind(&m.uid)
-                .push_bind(&m.status)
-                .push_bind(&m.rcs_status)
-                .push_bind(&m.fallback_status)
-                .push_bind(&m.sms_status_code)
-                .push_bind(&m.error_message)
-                .push_bind(m.sent_date)
-                .push_bind(m.res_date);
-        });
-        b.push(
-            ") UPDATE messages SET status = v.status, rcs_status = v.rcs_status, fallback_status = v.fallback_status,
-               sms_status_code = v.sms_status_code, error_message = v.error_message, sent_date = v.sent_date,
-               res_date = v.res_date FROM v WHERE messages.uid = v.uid",
-        );
-        b.build().execute(&mut *tx).await?;
-        let handovers: Vec<(&MessageRow, &crate::writer::Handover)> = done
-            .iter()
-            .flat_map(|(m, hs)| hs.iter().map(move |h| (*m, h)))
-            .collect();
-        // 6 values a row: well under SQLite's 32,766 per statement.
-        for chunk in handovers.chunks(4096) {
-            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) ",
-            );
-            b.push_values(chunk, |mut v, (m, h)| {
-                v.push_bind(&m.uid)
-                    .push_bind(&h.route)
-                    .push_bind(&m.phone_number)
-                    .push_bind(&m.request)
-                    .push_bind(&h.outcome)
-                    .push_bind(h.at);
-            });
-            b.build().execute(&mut *tx).await?;
-        }
-        Ok(())
-    }
-
-    pub async fn message(
+    async fn commit(
         &self,
-        client_id: &str,
-        channel: &str,
-        uid: &str,
+        accepted: &[&MessageRow],
+        finished: &[(&MessageRow, &[Handover])],
+    ) -> sqlx::Result<Vec<Inserted>> {
+        let mut tx = self.pool.begin().await?;
+        // All the accepted messages in one statement (SQLite takes up to 32,766 values: 13
+        // columns × the writer's batch fits), then all the finishes in two.
+        let inserted = if accepted.is_empty() {
+            HashSet::new()
+        } else {
+            Self::insert_messages(&mut tx, accepted).await?
+        };
+        let mut answers = Vec::with_capacity(accepted.len());
+        for row in accepted {
+            answers.push(if inserted.contains(&row.uid) {
+                Inserted::New
+            } else {
+                // Its cid was taken, by an earlier message or one earlier in this batch.
+                Inserted::Existing(Box::new(
+                    Self::message_by_cid(&mut tx, &row.client_id, &row.cid).await?,
+                ))
+            });
+        }
+        // 8 values a row: the writer's batch fits one statement.
+        if !finished.is_empty() {
+            Self::finish_all(&mut tx, finished).await?;
+        }
+        tx.commit().await?;
+        Ok(answers)
+    }
+
+    async fn message(
+        &self,
+        client_id: &ClientId,
+        channel: Channel,
+        uid: &MessageUid,
     ) -> sqlx::Result<Option<MessageRow>> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid = ? AND client_id = ? AND channel = ?"
@@ -332,33 +317,24 @@ impl Store {
         .await
     }
 
-    /// One page of a client's messages in uid order.
-    pub async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
+    async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>> {
         let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE client_id = "
         ));
         b.push_bind(q.client_id);
-        b.push(" AND channel = ").push_bind(q.channel);
-        b.push(" AND uid > ").push_bind(&q.after);
-        b.push(" AND uid < ").push_bind(&q.before);
-        for (column, value) in &q.filters {
-            b.push(format!(" AND {column} = ")).push_bind(value);
-        }
+        push_filters(&mut b, q);
         b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
         b.build_query_as().fetch_all(&self.pool).await
     }
 
-    /// One page of a client's XMS search, built as JSON by SQLite itself: (the results
-    /// array, rows found — `limit + 1` means more follow —, the last uid on the page).
-    ///
-    /// A page is up to 1000 rows; decoding them one by one through the driver cost more than
-    /// the query (a thread hand-off per row), so SQLite hands back one row. Times are
-    /// formatted with `utc_offset` (`+09:00`), the service zone's offset at the page's start.
-    pub async fn xms_page(
+    async fn xms_page(
         &self,
         q: &SearchQuery<'_>,
         utc_offset: &str,
-    ) -> sqlx::Result<(String, i64, Option<String>)> {
+    ) -> sqlx::Result<(String, i64, Option<MessageUid>)> {
+        // A page is up to 1000 rows; decoding them one by one through the driver cost more
+        // than the query (a thread hand-off per row), so SQLite builds the JSON and hands
+        // back one row.
         let size = q.limit - 1;
         let mut b: QueryBuilder<Sqlite> =
             QueryBuilder::new("SELECT COALESCE(json_group_array(json(obj)) FILTER (WHERE rn <= ");
@@ -383,23 +359,16 @@ impl Store {
              FROM messages WHERE client_id = ",
         );
         b.push_bind(q.client_id);
-        b.push(" AND channel = ").push_bind(q.channel);
-        b.push(" AND uid > ").push_bind(&q.after);
-        b.push(" AND uid < ").push_bind(&q.before);
-        for (column, value) in &q.filters {
-            b.push(format!(" AND {column} = ")).push_bind(value);
-        }
+        push_filters(&mut b, q);
         b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
         b.push(")");
         b.build_query_as().fetch_one(&self.pool).await
     }
 
-    /// Hands out up to `limit` finished RCS results that no open group holds, as the new
-    /// group `group_id`; groups whose lease ran out first give theirs back.
-    pub async fn hand_out_results(
+    async fn hand_out_results(
         &self,
-        client_id: &str,
-        group_id: &str,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
         now_ms: i64,
         lease_ms: i64,
         limit: i64,
@@ -418,6 +387,8 @@ impl Store {
             .bind(now_ms)
             .execute(&mut *tx)
             .await?;
+        // The RCS results not yet reported, in the words of the partial index
+        // `messages_unreported`, so the planner uses it.
         let mut rows: Vec<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE messages SET report_group_id = ? WHERE uid IN
                (SELECT uid FROM messages WHERE client_id = ? AND channel = 'RCS' AND reported = 0 AND status <> '100'
@@ -443,11 +414,10 @@ impl Store {
         Ok(rows)
     }
 
-    /// Retires a group's results for good.
-    pub async fn complete_group(
+    async fn complete_group(
         &self,
-        client_id: &str,
-        group_id: &str,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
         now_ms: i64,
     ) -> sqlx::Result<GroupCompletion> {
         let mut tx = self.pool.begin().await?;
@@ -484,7 +454,7 @@ impl Store {
         })
     }
 
-    pub async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()> {
+    async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         for r in rows {
             sqlx::query(
@@ -493,7 +463,7 @@ impl Store {
             )
             .bind(&r.file_id)
             .bind(&r.client_id)
-            .bind(&r.kind)
+            .bind(r.kind)
             .bind(&r.content_group_id)
             .bind(&r.description)
             .bind(r.size)
@@ -505,46 +475,45 @@ impl Store {
         tx.commit().await
     }
 
-    /// Whether the client has an unexpired RCS file `file_id`.
-    pub async fn rcs_file_usable(
+    async fn rcs_file_usable(
         &self,
-        client_id: &str,
-        file_id: &str,
+        client_id: &ClientId,
+        file_id: &FileId,
         now_ms: i64,
     ) -> sqlx::Result<bool> {
         let row: Option<(i64,)> = sqlx::query_as(
-            "SELECT 1 FROM uploads WHERE file_id = ? AND client_id = ? AND kind = 'RCS' AND expires_at > ?",
+            "SELECT 1 FROM uploads WHERE file_id = ? AND client_id = ? AND kind = ? AND expires_at > ?",
         )
         .bind(file_id)
         .bind(client_id)
+        .bind(UploadKind::Rcs)
         .bind(now_ms)
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.is_some())
     }
 
-    /// Whether the client has an MMS content group whose files are all unexpired.
-    pub async fn mms_group_usable(
+    async fn mms_group_usable(
         &self,
-        client_id: &str,
-        group: &str,
+        client_id: &ClientId,
+        group: &ContentGroupId,
         now_ms: i64,
     ) -> sqlx::Result<bool> {
         let (total, live): (i64, i64) = sqlx::query_as(
             "SELECT COUNT(*), COALESCE(SUM(expires_at > ?), 0) FROM uploads
-             WHERE content_group_id = ? AND client_id = ? AND kind = 'MMS'",
+             WHERE content_group_id = ? AND client_id = ? AND kind = ?",
         )
         .bind(now_ms)
         .bind(group)
         .bind(client_id)
+        .bind(UploadKind::Mms)
         .fetch_one(&self.pool)
         .await?;
         Ok(total > 0 && total == live)
     }
 
-    /// Deletes expired uploads; their file ids.
-    pub async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<String>> {
-        let rows: Vec<(String,)> =
+    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<FileId>> {
+        let rows: Vec<(FileId,)> =
             sqlx::query_as("DELETE FROM uploads WHERE expires_at <= ? RETURNING file_id")
                 .bind(now_ms)
                 .fetch_all(&self.pool)
@@ -552,8 +521,7 @@ impl Store {
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 
-    /// The newest `limit` outbox rows, newest first.
-    pub async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
+    async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
         sqlx::query_as("SELECT id, uid, route, phone_number, payload, outcome, at FROM outbox ORDER BY id DESC LIMIT ?")
             .bind(limit)
             .fetch_all(&self.pool)

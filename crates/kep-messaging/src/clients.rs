@@ -1,0 +1,44 @@
+//! The operator's API clients: each created with a secret shown once (only its hash is
+//! kept); a new secret or the client's deletion ends every token it got.
+
+use kep_core::secret::{new_secret, random_token, sha256_hex};
+
+use crate::Messaging;
+use crate::ids::ClientId;
+
+impl Messaging {
+    /// A new client: its id and secret.
+    pub async fn create_client(&self, name: Option<&str>) -> sqlx::Result<(ClientId, String)> {
+        // Letters and digits only: the id travels inside `Basic <id> <secret>` and
+        // `id:secret`.
+        let client_id = ClientId::from(random_token(12).replace(['-', '_'], "x"));
+        let secret = new_secret();
+        self.store
+            .insert_client(&client_id, name, &sha256_hex(&secret), self.clock.unix_s())
+            .await?;
+        Ok((client_id, secret))
+    }
+
+    /// A new secret for the client; `None` for an unknown client.
+    pub async fn new_client_secret(&self, client_id: &ClientId) -> sqlx::Result<Option<String>> {
+        let secret = new_secret();
+        if !self
+            .store
+            .set_client_secret(client_id, &sha256_hex(&secret))
+            .await?
+        {
+            return Ok(None);
+        }
+        self.tokens.forget_client(client_id);
+        Ok(Some(secret))
+    }
+
+    /// The client, its tokens and its messages; `false` for an unknown client.
+    pub async fn delete_client(&self, client_id: &ClientId) -> sqlx::Result<bool> {
+        if !self.store.delete_client(client_id).await? {
+            return Ok(false);
+        }
+        self.tokens.forget_client(client_id);
+        Ok(true)
+    }
+}

@@ -1,0 +1,230 @@
+//! The messaging service's storage seam: what it keeps (clients, tokens, messages — the
+//! durable queue —, result groups, uploads and the outbox of what the carrier was handed)
+//! behind one [`Store`] interface, so a second backend slots in beside [`sqlite`] without
+//! touching the domain code. [`open`] is the one place that picks the backend.
+
+use std::sync::Arc;
+
+use kep_core::service::Context;
+
+use crate::ids::{ClientId, ContentGroupId, FileId, MessageUid, ReportGroupId};
+use crate::model::{
+    CarrierCode, Channel, FallbackStatus, MessageType, RcsStatus, Route, Status, UploadKind,
+};
+
+mod sqlite;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MessageRow {
+    pub uid: MessageUid,
+    pub client_id: ClientId,
+    pub cid: String,
+    pub channel: Channel,
+    pub message_type: MessageType,
+    pub phone_number: String,
+    /// The accepted body, as stored: its bytes are what `request_hash` hashes, so it stays
+    /// text rather than parsed JSON.
+    pub request: String,
+    pub request_hash: String,
+    pub status: Status,
+    pub rcs_status: Option<RcsStatus>,
+    pub fallback_status: Option<FallbackStatus>,
+    pub sms_status_code: Option<CarrierCode>,
+    pub error_message: Option<String>,
+    pub attempts: i64,
+    pub reg_date: i64,
+    pub req_date: Option<i64>,
+    pub sent_date: Option<i64>,
+    pub res_date: Option<i64>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub uid: MessageUid,
+    pub route: Route,
+    pub phone_number: String,
+    /// The message's request as it was handed over: a copy of its bytes.
+    pub payload: String,
+    pub outcome: CarrierCode,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UploadRow {
+    pub file_id: FileId,
+    pub client_id: ClientId,
+    pub kind: UploadKind,
+    pub content_group_id: Option<ContentGroupId>,
+    pub description: Option<String>,
+    pub size: i64,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// One hand-over to the carrier, recorded in the outbox with the message's outcome.
+#[derive(Debug, Clone)]
+pub struct Handover {
+    pub route: Route,
+    pub outcome: CarrierCode,
+    pub at: i64,
+}
+
+/// What a search asks for; all within one client's messages.
+pub struct SearchQuery<'a> {
+    pub client_id: &'a ClientId,
+    pub channel: Channel,
+    /// uid bounds: `(after, before)`, exclusive.
+    pub after: MessageUid,
+    pub before: MessageUid,
+    pub limit: i64,
+    pub filters: Vec<SearchFilter>,
+}
+
+/// A field a search may ask to equal a value.
+pub enum SearchFilter {
+    Status(Status),
+    MessageType(MessageType),
+    /// The request's `etc1`.
+    Etc1(String),
+    /// The request's `etc2`.
+    Etc2(String),
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClientRow {
+    pub client_id: ClientId,
+    pub name: Option<String>,
+}
+
+pub enum GroupCompletion {
+    Done,
+    Unknown,
+    AlreadyCompleted,
+    /// Its lease ran out: its results went back to the pool.
+    Expired,
+}
+
+pub enum Inserted {
+    New,
+    /// The client already has a message with that cid.
+    Existing(Box<MessageRow>),
+}
+
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    async fn insert_client(
+        &self,
+        client_id: &ClientId,
+        name: Option<&str>,
+        secret_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<()>;
+    async fn clients(&self) -> sqlx::Result<Vec<ClientRow>>;
+    async fn client_secret_hash(&self, client_id: &ClientId) -> sqlx::Result<Option<String>>;
+    /// A new secret ends the tokens the old one got; `Ok(false)` for an unknown client.
+    async fn set_client_secret(
+        &self,
+        client_id: &ClientId,
+        secret_hash: &str,
+    ) -> sqlx::Result<bool>;
+    /// The client, its tokens and its messages; `Ok(false)` for an unknown client.
+    async fn delete_client(&self, client_id: &ClientId) -> sqlx::Result<bool>;
+
+    /// Stores a new token and drops the expired ones, at once.
+    async fn insert_token(
+        &self,
+        token_hash: &str,
+        client_id: &ClientId,
+        expires_at: i64,
+        now: i64,
+    ) -> sqlx::Result<()>;
+    /// The client of an unexpired token, and when it expires.
+    async fn token_client(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> sqlx::Result<Option<(ClientId, i64)>>;
+
+    /// Claims up to `limit` due messages for `lease_ms`, so a crash hands them back.
+    async fn claim_due(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>>;
+    /// A transient failure: try again at `at_ms`.
+    async fn retry_at(&self, uid: &MessageUid, at_ms: i64) -> sqlx::Result<()>;
+    /// One group commit, in one transaction: stores the accepted messages — one answer
+    /// each, in order; a message whose cid its client already used (earlier, or earlier in
+    /// the batch) is answered with the message that has it — and records the final states
+    /// of the finished ones with their hand-overs.
+    async fn commit(
+        &self,
+        accepted: &[&MessageRow],
+        finished: &[(&MessageRow, &[Handover])],
+    ) -> sqlx::Result<Vec<Inserted>>;
+
+    async fn message(
+        &self,
+        client_id: &ClientId,
+        channel: Channel,
+        uid: &MessageUid,
+    ) -> sqlx::Result<Option<MessageRow>>;
+    /// One page of a client's messages in uid order.
+    async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>>;
+    /// One page of a client's XMS search as the JSON array of its rows: (the array, rows
+    /// found — `limit + 1` means more follow —, the last uid on the page). Times are
+    /// formatted with `utc_offset` (`+09:00`), the service zone's offset at the page's
+    /// start.
+    async fn xms_page(
+        &self,
+        q: &SearchQuery<'_>,
+        utc_offset: &str,
+    ) -> sqlx::Result<(String, i64, Option<MessageUid>)>;
+
+    /// Hands out up to `limit` finished RCS results that no open group holds, as the new
+    /// group `group_id`; groups whose lease ran out first give theirs back.
+    async fn hand_out_results(
+        &self,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>>;
+    /// Retires a group's results for good.
+    async fn complete_group(
+        &self,
+        client_id: &ClientId,
+        group_id: &ReportGroupId,
+        now_ms: i64,
+    ) -> sqlx::Result<GroupCompletion>;
+
+    async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()>;
+    /// Whether the client has an unexpired RCS file `file_id`.
+    async fn rcs_file_usable(
+        &self,
+        client_id: &ClientId,
+        file_id: &FileId,
+        now_ms: i64,
+    ) -> sqlx::Result<bool>;
+    /// Whether the client has an MMS content group whose files are all unexpired.
+    async fn mms_group_usable(
+        &self,
+        client_id: &ClientId,
+        group: &ContentGroupId,
+        now_ms: i64,
+    ) -> sqlx::Result<bool>;
+    /// Deletes expired uploads; their file ids.
+    async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<FileId>>;
+
+    /// The newest `limit` outbox rows, newest first.
+    async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>>;
+}
+
+/// Opens the service's store (`messaging.db` under the data dir), migrated.
+pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
+    let pool = ctx.database("messaging", &sqlite::MIGRATOR).await?;
+    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+}
