@@ -143,13 +143,8 @@ impl Service for MessagingService {
         };
         let writer = writer::Writer::start(store.clone());
         let clock = ctx.clock.clone();
-        let dispatcher = pipeline::Dispatcher::new(
-            store.clone(),
-            writer.clone(),
-            carrier,
-            policy,
-            clock.clone(),
-        );
+        let dispatcher =
+            pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy, ctx);
         ctx.spawn(Arc::clone(&dispatcher).run());
         let uploads = Arc::new(uploads::Uploads {
             store: store.clone(),

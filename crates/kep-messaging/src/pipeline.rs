@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
+use kep_core::service::Context;
 use tokio::sync::{Notify, Semaphore};
+use tokio_util::task::TaskTracker;
 
 use crate::ids::MessageUid;
 use crate::model::{CarrierCode, Channel, FallbackStatus, RcsStatus, Route, Status};
@@ -93,6 +95,9 @@ pub struct Dispatcher<C> {
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
     in_flight: Mutex<HashSet<MessageUid>>,
+    /// The deliveries under way: a stop lets them finish and record what the carrier said
+    /// (one cut off is delivered again when its lease runs out).
+    deliveries: TaskTracker,
 }
 
 impl<C: Carrier> Dispatcher<C> {
@@ -101,14 +106,15 @@ impl<C: Carrier> Dispatcher<C> {
         writer: Writer,
         carrier: C,
         policy: DispatchPolicy,
-        clock: Clock,
+        ctx: &Context,
     ) -> Arc<Self> {
         Arc::new(Dispatcher {
             store,
             writer,
             carrier,
             policy,
-            clock,
+            clock: ctx.clock.clone(),
+            deliveries: ctx.tasks.clone(),
             wake: Notify::new(),
             in_flight: Mutex::default(),
         })
@@ -162,7 +168,7 @@ impl<C: Carrier> Dispatcher<C> {
                     .await
                     .expect("semaphore open");
                 let me = Arc::clone(&self);
-                tokio::spawn(async move {
+                self.deliveries.spawn(async move {
                     let uid = m.uid.clone();
                     me.process(m).await;
                     me.in_flight.lock().expect("in-flight lock").remove(&uid);
@@ -326,7 +332,7 @@ mod tests {
                 calls: calls.clone(),
             },
             policy,
-            ctx.clock.clone(),
+            &ctx,
         );
         tokio::spawn(Arc::clone(&dispatcher).run());
         let now = ctx.clock.unix_ms();

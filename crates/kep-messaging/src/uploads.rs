@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::Multipart;
 use kep_core::secret::random_token;
 
 use crate::MessagingError;
@@ -35,32 +34,15 @@ pub struct Uploads {
     pub ttl_ms: i64,
 }
 
-/// Reads one part, stopping as soon as it passes `max` bytes.
-async fn read_part(
-    field: &mut axum::extract::multipart::Field<'_>,
-    name: &str,
-    max: usize,
-) -> Result<Vec<u8>, MessagingError> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = field
-        .chunk()
-        .await
-        .map_err(|e| MessagingError::file(name, format!("unreadable part: {e}")))?
-    {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > max {
-            return Err(MessagingError::File {
-                field: name.into(),
-                message: format!("over {max} bytes"),
-                too_large: true,
-            });
-        }
+/// An MMS file is a JPEG, by its bytes; checked as each part is read, before the next.
+pub fn check_mms_file(name: &str, bytes: &[u8]) -> Result<(), MessagingError> {
+    if bytes.is_empty() || !is_jpeg(bytes) {
+        return Err(MessagingError::file(
+            name,
+            "every file must be a JPEG image (by its bytes)",
+        ));
     }
-    Ok(bytes)
-}
-
-fn multipart_error(e: axum::extract::multipart::MultipartError) -> MessagingError {
-    MessagingError::file("multipart", e.to_string())
+    Ok(())
 }
 
 impl Uploads {
@@ -92,27 +74,14 @@ impl Uploads {
         Ok(row)
     }
 
-    /// `POST /v2/upload/rcs`: part `image` (JPEG or PNG, at most 1 MB) and `description`.
+    /// `POST /v2/upload/rcs`: the part `image` (JPEG or PNG, at most 1 MB, read by the
+    /// handler up to that) and `description`.
     pub async fn rcs(
         &self,
         client_id: &ClientId,
-        mut form: Multipart,
+        image: Option<Vec<u8>>,
+        description: Option<String>,
     ) -> Result<UploadRow, MessagingError> {
-        let (mut image, mut description) = (None, None);
-        while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
-            match field.name() {
-                Some("image") => image = Some(read_part(&mut field, "image", RCS_MAX_BYTES).await?),
-                Some("description") => {
-                    description = Some(
-                        field
-                            .text()
-                            .await
-                            .map_err(|e| MessagingError::invalid("description", e.to_string()))?,
-                    )
-                }
-                _ => {}
-            }
-        }
         let image = image.ok_or_else(|| MessagingError::file("image", "required"))?;
         if image.is_empty() {
             return Err(MessagingError::file("image", "empty"));
@@ -135,49 +104,14 @@ impl Uploads {
         Ok(row)
     }
 
-    /// `POST /v2/upload/message/mms/files`: parts `files` (or `images`), at most 3 JPEGs and
-    /// 200 KB together; one content group.
+    /// `POST /v2/upload/message/mms/files`: the parts `files` (or `images`), at most 3
+    /// JPEGs and 200 KB together, each checked by [`check_mms_file`] as the handler read
+    /// it; one content group.
     pub async fn mms(
         &self,
         client_id: &ClientId,
-        mut form: Multipart,
+        files: Vec<Vec<u8>>,
     ) -> Result<ContentGroupId, MessagingError> {
-        let mut files = Vec::new();
-        let mut total = 0usize;
-        while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
-            // The table names the part `files`, the seed's example `images`: both count.
-            let name = match field.name() {
-                Some("files") => "files",
-                Some("images") => "images",
-                _ => continue,
-            };
-            if files.len() == MMS_MAX_FILES {
-                return Err(MessagingError::file(
-                    name,
-                    format!("at most {MMS_MAX_FILES} files"),
-                ));
-            }
-            let bytes = read_part(&mut field, name, MMS_MAX_TOTAL_BYTES - total)
-                .await
-                .map_err(|e| match e {
-                    MessagingError::File {
-                        too_large: true, ..
-                    } => MessagingError::File {
-                        field: name.into(),
-                        message: format!("over {MMS_MAX_TOTAL_BYTES} bytes together"),
-                        too_large: true,
-                    },
-                    other => other,
-                })?;
-            if bytes.is_empty() || !is_jpeg(&bytes) {
-                return Err(MessagingError::file(
-                    name,
-                    "every file must be a JPEG image (by its bytes)",
-                ));
-            }
-            total += bytes.len();
-            files.push(bytes);
-        }
         if files.is_empty() {
             return Err(MessagingError::file("files", "required"));
         }

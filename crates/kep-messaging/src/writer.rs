@@ -28,6 +28,9 @@ pub struct Writer {
 const MAX_BATCH: usize = 1024;
 
 impl Writer {
+    /// The writer task lives as long as its handles: it ends once the service and its
+    /// deliveries have dropped theirs, after committing what they queued (a stop must not cut
+    /// off a delivery's record, so the shutdown token does not end it).
     pub fn start(store: Arc<dyn Store>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(store, rx));
