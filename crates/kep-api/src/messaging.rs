@@ -266,3 +266,23 @@ pub struct MmsUploadAnswer {
     pub result: Detail,
     pub content_group_id: String,
 }
+
+/// The paths of the messaging routes, as the server routes them (`{name}` marks a path
+/// parameter) and the client fills them.
+pub mod paths {
+    pub const CLIENTS: &str = "/admin/v1/messaging/clients";
+    pub const CLIENT: &str = "/admin/v1/messaging/clients/{id}";
+    pub const CLIENT_SECRET: &str = "/admin/v1/messaging/clients/{id}/secret";
+    pub const OUTBOX: &str = "/admin/v1/messaging/outbox";
+    pub const TOKEN: &str = "/v2/oauth/token";
+    pub const SEND_XMS: &str = "/v2/send/xms";
+    pub const SEND_RCS: &str = "/v2/send/rcs";
+    pub const UPLOAD_RCS: &str = "/v2/upload/rcs";
+    pub const UPLOAD_MMS: &str = "/v2/upload/message/mms/files";
+    pub const RCS_RESULTS: &str = "/v2/info/rcs/results";
+    pub const RCS_RESULTS_COMPLETE: &str = "/v2/info/rcs/results/complete/{report_group_id}";
+    pub const RCS_SEARCH: &str = "/v2/info/rcs/search";
+    pub const RCS_DETAIL: &str = "/v2/info/rcs/search/detail/{uid}";
+    pub const XMS_SEARCH: &str = "/v2/info/message/search";
+    pub const XMS_DETAIL: &str = "/v2/info/message/search/detail/{uid}";
+}

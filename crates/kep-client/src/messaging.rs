@@ -10,7 +10,8 @@ use reqwest::multipart::{Form, Part};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{AdminClient, ClientError, checked, seg};
+use crate::{AdminClient, ClientError, checked, path};
+use kep_api::messaging::paths;
 
 impl AdminClient {
     /// `POST /admin/v1/messaging/clients`
@@ -20,7 +21,7 @@ impl AdminClient {
     ) -> Result<ClientSecret, ClientError> {
         self.send(
             self.http
-                .post(self.url("/admin/v1/messaging/clients"))
+                .post(self.url(paths::CLIENTS))
                 .json(&CreateClient { name }),
         )
         .await
@@ -43,7 +44,7 @@ impl MessagingClient {
         client_secret: &str,
     ) -> Result<TokenAnswer, ClientError> {
         let res = reqwest::Client::new()
-            .post(format!("{}/v2/oauth/token", base.trim_end_matches('/')))
+            .post(format!("{}{}", base.trim_end_matches('/'), paths::TOKEN))
             .basic_auth(client_id, Some(client_secret))
             .form(&[("grant_type", "client_credentials")])
             .send()
@@ -80,13 +81,13 @@ impl MessagingClient {
 
     /// `POST /v2/send/xms`
     pub async fn send_xms(&self, body: &Value) -> Result<SendAnswer, ClientError> {
-        self.call(self.http.post(self.url("/v2/send/xms")).json(body))
+        self.call(self.http.post(self.url(paths::SEND_XMS)).json(body))
             .await
     }
 
     /// `POST /v2/send/rcs`
     pub async fn send_rcs(&self, body: &Value) -> Result<SendAnswer, ClientError> {
-        self.call(self.http.post(self.url("/v2/send/rcs")).json(body))
+        self.call(self.http.post(self.url(paths::SEND_RCS)).json(body))
             .await
     }
 
@@ -110,7 +111,7 @@ impl MessagingClient {
         let form = Form::new()
             .part("image", Self::file_part(path).await?)
             .text("description", description.to_owned());
-        self.call(self.http.post(self.url("/v2/upload/rcs")).multipart(form))
+        self.call(self.http.post(self.url(paths::UPLOAD_RCS)).multipart(form))
             .await
     }
 
@@ -123,48 +124,44 @@ impl MessagingClient {
         for p in paths {
             form = form.part("files", Self::file_part(p).await?);
         }
-        self.call(
-            self.http
-                .post(self.url("/v2/upload/message/mms/files"))
-                .multipart(form),
-        )
-        .await
+        self.call(self.http.post(self.url(paths::UPLOAD_MMS)).multipart(form))
+            .await
     }
 
     /// `GET /v2/info/rcs/results`
     pub async fn rcs_results(&self) -> Result<RcsResultsAnswer, ClientError> {
-        self.call(self.http.get(self.url("/v2/info/rcs/results")))
-            .await
+        self.call(self.http.get(self.url(paths::RCS_RESULTS))).await
     }
 
     /// `PUT /v2/info/rcs/results/complete/{report_group_id}`
     pub async fn complete(&self, report_group_id: &str) -> Result<CodeAnswer, ClientError> {
-        self.call(self.http.put(self.url(&format!(
-            "/v2/info/rcs/results/complete/{}",
-            seg(report_group_id)
-        ))))
+        self.call(
+            self.http
+                .put(self.url(&path(paths::RCS_RESULTS_COMPLETE, &[report_group_id]))),
+        )
         .await
     }
 
     /// `POST /v2/info/message/search`
     pub async fn search_xms(&self, q: &XmsSearch) -> Result<XmsSearchAnswer, ClientError> {
-        self.call(self.http.post(self.url("/v2/info/message/search")).json(q))
+        self.call(self.http.post(self.url(paths::XMS_SEARCH)).json(q))
             .await
     }
 
     /// `POST /v2/info/rcs/search`
     pub async fn search_rcs(&self, q: &RcsSearch) -> Result<RcsSearchAnswer, ClientError> {
-        self.call(self.http.post(self.url("/v2/info/rcs/search")).json(q))
+        self.call(self.http.post(self.url(paths::RCS_SEARCH)).json(q))
             .await
     }
 
     /// `GET /v2/info/{message|rcs}/search/detail/{uid}`
     pub async fn detail(&self, uid: &str, rcs: bool) -> Result<Value, ClientError> {
-        let kind = if rcs { "rcs" } else { "message" };
-        self.call(
-            self.http
-                .get(self.url(&format!("/v2/info/{kind}/search/detail/{}", seg(uid)))),
-        )
-        .await
+        let detail = if rcs {
+            paths::RCS_DETAIL
+        } else {
+            paths::XMS_DETAIL
+        };
+        self.call(self.http.get(self.url(&path(detail, &[uid]))))
+            .await
     }
 }

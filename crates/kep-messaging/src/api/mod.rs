@@ -24,6 +24,7 @@ use crate::search::{Page, status_filter};
 use crate::send::Sendable;
 use crate::store::SearchFilter;
 use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
+use kep_api::messaging::paths;
 use kep_api::messaging::{
     Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
 };
@@ -34,31 +35,31 @@ const UPLOAD_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 pub(crate) fn router(m: MessagingService) -> Router {
     Router::new()
-        .route("/v2/oauth/token", post(token))
-        .route("/v2/send/xms", post(send_xms))
-        .route("/v2/send/rcs", post(rcs::send_rcs))
+        .route(paths::TOKEN, post(token))
+        .route(paths::SEND_XMS, post(send_xms))
+        .route(paths::SEND_RCS, post(rcs::send_rcs))
         .route(
-            "/v2/upload/rcs",
+            paths::UPLOAD_RCS,
             post(uploads::upload_rcs)
                 .layer(axum::extract::DefaultBodyLimit::max(UPLOAD_BODY_LIMIT)),
         )
         .route(
-            "/v2/upload/message/mms/files",
+            paths::UPLOAD_MMS,
             post(uploads::upload_mms)
                 .layer(axum::extract::DefaultBodyLimit::max(UPLOAD_BODY_LIMIT)),
         )
-        .route("/v2/info/rcs/results", get(rcs::results).post(rcs::results))
+        .route(paths::RCS_RESULTS, get(rcs::results).post(rcs::results))
         .route(
-            "/v2/info/rcs/results/complete/{report_group_id}",
+            paths::RCS_RESULTS_COMPLETE,
             axum::routing::put(rcs::complete),
         )
         .route(
-            "/v2/info/rcs/search",
+            paths::RCS_SEARCH,
             get(rcs::search_get).post(rcs::search_post),
         )
-        .route("/v2/info/rcs/search/detail/{uid}", get(rcs::detail))
-        .route("/v2/info/message/search", post(search_xms))
-        .route("/v2/info/message/search/detail/{uid}", get(xms_detail))
+        .route(paths::RCS_DETAIL, get(rcs::detail))
+        .route(paths::XMS_SEARCH, post(search_xms))
+        .route(paths::XMS_DETAIL, get(xms_detail))
         .fallback(|| async { MessagingError::NotFound("no such API".into()) })
         .layer(axum::extract::DefaultBodyLimit::max(
             m.0.settings.body_limit_bytes,
@@ -115,13 +116,13 @@ impl utoipa::Modify for ErrorAnswers {
         use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
         for (path, op) in kep_core::http::operations_mut(doc) {
             let (schema, bearer) = match path {
-                "/v2/oauth/token" => ("OAuthErrorAnswer", false),
+                paths::TOKEN => ("OAuthErrorAnswer", false),
                 // HTTP-style codes, and no `Accept` check.
-                "/v2/info/rcs/search/detail/{uid}" => ("DetailErrorAnswer", false),
+                paths::RCS_DETAIL => ("DetailErrorAnswer", false),
                 _ => ("ErrorAnswer", true),
             };
             let answers = &mut op.responses.responses;
-            if path != "/v2/oauth/token" {
+            if path != paths::TOKEN {
                 answers.entry("401".into()).or_insert_with(|| {
                     RefOr::T(
                         ResponseBuilder::new()
@@ -192,7 +193,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(
 
 /// `POST /v2/oauth/token`: client credentials; the client authenticates by HTTP Basic
 /// (base64 `id:secret`), by `Basic <id> <secret>`, or by form fields.
-#[utoipa::path(post, path = "/v2/oauth/token",
+#[utoipa::path(post, path = paths::TOKEN,
     request_body(content_type = "application/x-www-form-urlencoded", description = "grant_type=client_credentials"),
     responses((status = 200, body = TokenAnswer), (status = 400, description = "RFC 6749 §5.2 error"),
               (status = 401, description = "invalid_client")))]
@@ -223,7 +224,7 @@ pub(crate) async fn token(
 }
 
 /// `POST /v2/send/xms`: validated, stored durably, then answered; delivery follows.
-#[utoipa::path(post, path = "/v2/send/xms", request_body(content = Object, description = "the document's XMS fields"),
+#[utoipa::path(post, path = paths::SEND_XMS, request_body(content = Object, description = "the document's XMS fields"),
     responses((status = 200, body = SendAnswer), (status = 400, description = "code 410, naming the field"),
               (status = 401, description = "code 400")),
     security(("bearer" = [])))]
@@ -290,7 +291,7 @@ pub(crate) async fn send<T: Sendable>(
 }
 
 /// `POST /v2/info/message/search`: one page of the caller's XMS messages, oldest first.
-#[utoipa::path(post, path = "/v2/info/message/search", request_body = XmsSearch,
+#[utoipa::path(post, path = paths::XMS_SEARCH, request_body = XmsSearch,
     responses((status = 200, body = XmsSearchAnswer), (status = 400, description = "code 410"), (status = 401, description = "code 400")),
     security(("bearer" = [])))]
 pub(crate) async fn search_xms(
@@ -364,7 +365,7 @@ impl ShownFields {
 }
 
 /// `GET /v2/info/message/search/detail/{uid}`
-#[utoipa::path(get, path = "/v2/info/message/search/detail/{uid}", params(("uid" = String, Path)),
+#[utoipa::path(get, path = paths::XMS_DETAIL, params(("uid" = String, Path)),
     responses((status = 200, body = XmsDetailAnswer), (status = 401, description = "code 400"), (status = 404, description = "not the caller's")),
     security(("bearer" = [])))]
 pub(crate) async fn xms_detail(

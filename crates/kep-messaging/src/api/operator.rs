@@ -10,20 +10,15 @@ use utoipa::OpenApi;
 
 use crate::MessagingService;
 use crate::ids::ClientId;
+use kep_api::messaging::paths;
 use kep_api::messaging::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
 
 pub(crate) fn router(m: MessagingService) -> Router {
     Router::new()
-        .route(
-            "/admin/v1/messaging/clients",
-            post(create_client).get(list_clients),
-        )
-        .route("/admin/v1/messaging/clients/{id}", delete(delete_client))
-        .route(
-            "/admin/v1/messaging/clients/{id}/secret",
-            post(rotate_secret),
-        )
-        .route("/admin/v1/messaging/outbox", get(outbox))
+        .route(paths::CLIENTS, post(create_client).get(list_clients))
+        .route(paths::CLIENT, delete(delete_client))
+        .route(paths::CLIENT_SECRET, post(rotate_secret))
+        .route(paths::OUTBOX, get(outbox))
         .with_state(m)
 }
 
@@ -36,7 +31,7 @@ pub(crate) fn router(m: MessagingService) -> Router {
 pub struct MessagingAdminDoc;
 
 /// `POST /admin/v1/messaging/clients`: a new API client; its secret is shown once.
-#[utoipa::path(post, path = "/admin/v1/messaging/clients", request_body = CreateClient,
+#[utoipa::path(post, path = paths::CLIENTS, request_body = CreateClient,
     responses((status = 201, body = ClientSecret), (status = 400, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn create_client(
     State(m): State<MessagingService>,
@@ -59,7 +54,7 @@ pub(crate) async fn create_client(
 }
 
 /// `GET /admin/v1/messaging/clients`
-#[utoipa::path(get, path = "/admin/v1/messaging/clients", responses((status = 200, body = Vec<ClientSummary>)),
+#[utoipa::path(get, path = paths::CLIENTS, responses((status = 200, body = Vec<ClientSummary>)),
     security(("operator" = [])))]
 pub(crate) async fn list_clients(
     State(m): State<MessagingService>,
@@ -77,7 +72,7 @@ pub(crate) async fn list_clients(
 }
 
 /// `DELETE /admin/v1/messaging/clients/{id}`: the client, its tokens and its messages.
-#[utoipa::path(delete, path = "/admin/v1/messaging/clients/{id}", params(("id" = String, Path)),
+#[utoipa::path(delete, path = paths::CLIENT, params(("id" = String, Path)),
     responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn delete_client(
     State(m): State<MessagingService>,
@@ -92,7 +87,7 @@ pub(crate) async fn delete_client(
 
 /// `POST /admin/v1/messaging/clients/{id}/secret`: a new secret, shown once; the old one
 /// and every token it got stop working.
-#[utoipa::path(post, path = "/admin/v1/messaging/clients/{id}/secret", params(("id" = String, Path)),
+#[utoipa::path(post, path = paths::CLIENT_SECRET, params(("id" = String, Path)),
     responses((status = 200, body = ClientSecret), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn rotate_secret(
     State(m): State<MessagingService>,
@@ -118,7 +113,7 @@ pub(crate) struct OutboxQuery {
 }
 
 /// `GET /admin/v1/messaging/outbox?limit=N`: what left for the carrier, newest first.
-#[utoipa::path(get, path = "/admin/v1/messaging/outbox", params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100", minimum = 1, maximum = 1000)),
+#[utoipa::path(get, path = paths::OUTBOX, params(("limit" = Option<i64>, Query, description = "1 to 1000, default 100", minimum = 1, maximum = 1000)),
     responses((status = 200, body = Vec<OutboxEntry>)), security(("operator" = [])))]
 pub(crate) async fn outbox(
     State(m): State<MessagingService>,

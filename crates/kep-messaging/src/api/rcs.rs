@@ -14,13 +14,14 @@ use crate::model::Channel;
 use crate::search::{Page, service_type_filter, status_filter};
 use crate::store::GroupCompletion;
 use crate::{MessagingError, MessagingService, oauth, rcs};
+use kep_api::messaging::paths;
 use kep_api::messaging::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
     SendAnswer,
 };
 
 /// `POST /v2/send/rcs`
-#[utoipa::path(post, path = "/v2/send/rcs", request_body(content = Object, description = "the document's RCS fields"),
+#[utoipa::path(post, path = paths::SEND_RCS, request_body(content = Object, description = "the document's RCS fields"),
     responses((status = 200, body = SendAnswer), (status = 400, description = "code 410, naming the field"),
               (status = 401, description = "code 400")),
     security(("bearer" = [])))]
@@ -35,7 +36,7 @@ pub(crate) async fn send_rcs(
 
 /// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
 /// new group to complete.
-#[utoipa::path(method(get, post), path = "/v2/info/rcs/results", responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
+#[utoipa::path(method(get, post), path = paths::RCS_RESULTS, responses((status = 200, body = RcsResultsAnswer)), security(("bearer" = [])))]
 pub(crate) async fn results(
     State(m): State<MessagingService>,
     caller: Caller,
@@ -65,7 +66,7 @@ pub(crate) async fn results(
 
 /// `PUT /v2/info/rcs/results/complete/{report_group_id}`: the group's results are never
 /// handed out again.
-#[utoipa::path(put, path = "/v2/info/rcs/results/complete/{report_group_id}", params(("report_group_id" = String, Path)),
+#[utoipa::path(put, path = paths::RCS_RESULTS_COMPLETE, params(("report_group_id" = String, Path)),
     responses((status = 200, body = CodeAnswer), (status = 400, description = "code 410: unknown, completed or expired group")),
     security(("bearer" = [])))]
 pub(crate) async fn complete(
@@ -152,7 +153,7 @@ async fn search(
 }
 
 /// `POST /v2/info/rcs/search`
-#[utoipa::path(post, path = "/v2/info/rcs/search", request_body = RcsSearch,
+#[utoipa::path(post, path = paths::RCS_SEARCH, request_body = RcsSearch,
     responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
 pub(crate) async fn search_post(
     State(m): State<MessagingService>,
@@ -165,7 +166,7 @@ pub(crate) async fn search_post(
 }
 
 /// `GET /v2/info/rcs/search`: the same fields as a query string.
-#[utoipa::path(get, path = "/v2/info/rcs/search", params(RcsSearchParams),
+#[utoipa::path(get, path = paths::RCS_SEARCH, params(RcsSearchParams),
     responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
 pub(crate) async fn search_get(
     State(m): State<MessagingService>,
@@ -198,7 +199,7 @@ pub(crate) struct RcsSearchParams {
 
 /// `GET /v2/info/rcs/search/detail/{uid}`: 200, 401, 404. Another client's message is a
 /// 404 as one that does not exist: a 403 would tell the caller the uid is someone's.
-#[utoipa::path(get, path = "/v2/info/rcs/search/detail/{uid}", params(("uid" = String, Path)),
+#[utoipa::path(get, path = paths::RCS_DETAIL, params(("uid" = String, Path)),
     responses((status = 200, description = "the message"), (status = 401, description = "code 401"),
               (status = 404, description = "code 404: no message of the caller's has this uid")),
     security(("bearer" = [])))]

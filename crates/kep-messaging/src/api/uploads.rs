@@ -8,6 +8,7 @@ use axum::http::HeaderMap;
 use super::Caller;
 use crate::uploads::{MMS_MAX_FILES, MMS_MAX_TOTAL_BYTES, RCS_MAX_BYTES, check_mms_file};
 use crate::{MessagingError, MessagingService, oauth};
+use kep_api::messaging::paths;
 use kep_api::messaging::{Detail, MmsUploadAnswer, RcsUploadAnswer};
 
 fn form(m: Result<Multipart, MultipartRejection>) -> Result<Multipart, MessagingError> {
@@ -102,7 +103,7 @@ async fn mms_files(mut form: Multipart) -> Result<Vec<Vec<u8>>, MessagingError> 
 
 /// `POST /v2/upload/rcs`: part `image` (JPEG or PNG by its bytes, at most 1 MB) and
 /// `description`.
-#[utoipa::path(post, path = "/v2/upload/rcs", request_body(content_type = "multipart/form-data", description = "parts image, description"),
+#[utoipa::path(post, path = paths::UPLOAD_RCS, request_body(content_type = "multipart/form-data", description = "parts image, description"),
     responses((status = 200, body = RcsUploadAnswer), (status = 400, description = "code 420 (file) or 410"),
               (status = 413, description = "code 420: over 1 MB")),
     security(("bearer" = [])))]
@@ -129,7 +130,7 @@ pub(crate) async fn upload_rcs(
 
 /// `POST /v2/upload/message/mms/files`: parts `files` (or `images`): at most 3 JPEGs, 200 KB
 /// together. The token may come without the word `Bearer`, as the seed's example sends it.
-#[utoipa::path(post, path = "/v2/upload/message/mms/files", request_body(content_type = "multipart/form-data", description = "parts files (or images)"),
+#[utoipa::path(post, path = paths::UPLOAD_MMS, request_body(content_type = "multipart/form-data", description = "parts files (or images)"),
     responses((status = 200, body = MmsUploadAnswer), (status = 400, description = "code 420"), (status = 413, description = "code 420: over 200 KB")),
     security(("bearer" = [])))]
 pub(crate) async fn upload_mms(
