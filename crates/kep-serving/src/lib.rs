@@ -145,7 +145,7 @@ impl Service for ServingService {
     /// deployment's instances. The gateway's public URL is the base of the endpoint URLs.
     async fn start((settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
         let data_dir = ctx.data_dir.as_path();
-        let store = store::Store::new(ctx.database("serving", &store::MIGRATOR).await?);
+        let store = store::open(ctx).await?;
         let root = data_dir.join("serving");
         // Instances a kep killed outright left running; the deployments start afresh.
         let owner = runtime::process::Owner::of_data_dir(data_dir)?;

@@ -4,7 +4,7 @@
 use super::traffic::traffic_view;
 use super::{Control, key, now_unix, rfc3339, validate};
 use crate::ServingError;
-use crate::store::{self, DeploymentRow, EndpointRow};
+use crate::store::{DeploymentRow, EndpointRow};
 use kep_api::serving::{Endpoint, EndpointRequest, Mirroring};
 use kep_gateway::RouteUpdate;
 
@@ -27,14 +27,11 @@ impl Control {
             created_at: now_unix(),
         };
         let _guard = self.changes.lock().await;
-        match self.store.insert_endpoint(&row).await {
-            Err(e) if store::is_unique_violation(&e) => {
-                return Err(ServingError::Conflict(format!(
-                    "an endpoint named {} exists",
-                    row.name
-                )));
-            }
-            other => other?,
+        if !self.store.insert_endpoint(&row).await? {
+            return Err(ServingError::Conflict(format!(
+                "an endpoint named {} exists",
+                row.name
+            )));
         }
         self.publish_route(&row.name).await?;
         Ok((self.endpoint_view(&row, &[]), api_key))

@@ -2,7 +2,7 @@
 
 use super::{Control, now_unix, rfc3339, validate};
 use crate::ServingError;
-use crate::store::{self, ImageRow};
+use crate::store::ImageRow;
 use kep_api::serving::{Image, ImageRequest};
 
 impl Control {
@@ -15,14 +15,13 @@ impl Control {
                 .map_err(|e| ServingError::Internal(e.into()))?,
             created_at: now_unix(),
         };
-        match self.store.insert_image(&row).await {
-            Err(e) if store::is_unique_violation(&e) => Err(ServingError::Conflict(format!(
+        if !self.store.insert_image(&row).await? {
+            return Err(ServingError::Conflict(format!(
                 "an image named {} exists",
                 row.name
-            ))),
-            Err(e) => Err(e.into()),
-            Ok(()) => Ok(image_view(&row)),
+            )));
         }
+        Ok(image_view(&row))
     }
 
     pub async fn images(&self) -> Result<Vec<Image>, ServingError> {

@@ -15,6 +15,7 @@ mod traffic;
 pub(crate) mod validate;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc};
 
@@ -26,7 +27,7 @@ use launch::{DeploymentSpec, ModelServer};
 
 pub struct Control {
     settings: ServingSettings,
-    store: Store,
+    store: Arc<dyn Store>,
     runtime: RuntimeHandle,
     routes: mpsc::UnboundedSender<RouteUpdate>,
     root: PathBuf,
@@ -59,7 +60,7 @@ fn key(endpoint: &str, deployment: &str) -> DeploymentKey {
 impl Control {
     pub fn new(
         settings: ServingSettings,
-        store: Store,
+        store: Arc<dyn Store>,
         runtime: RuntimeHandle,
         routes: mpsc::UnboundedSender<RouteUpdate>,
         root: PathBuf,

@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt as _;
 use super::artifacts::inspect_model;
 use super::{Control, now_unix, rfc3339, validate};
 use crate::ServingError;
-use crate::store::{self, ModelRow};
+use crate::store::ModelRow;
 use kep_api::serving::Model;
 
 /// Where uploaded artifacts are kept, one file per model named by its id.
@@ -133,17 +133,14 @@ impl ModelUpload<'_> {
             inputs,
             outputs,
         };
-        match self.control.store.insert_model(&row).await {
-            Err(e) if store::is_unique_violation(&e) => {
-                let _ = tokio::fs::remove_file(&row.path).await;
-                Err(ServingError::Conflict(format!(
-                    "a model named {} exists",
-                    row.name
-                )))
-            }
-            Err(e) => Err(e.into()),
-            Ok(()) => Ok(model_view(&row)),
+        if !self.control.store.insert_model(&row).await? {
+            let _ = tokio::fs::remove_file(&row.path).await;
+            return Err(ServingError::Conflict(format!(
+                "a model named {} exists",
+                row.name
+            )));
         }
+        Ok(model_view(&row))
     }
 }
 

@@ -4,7 +4,7 @@
 //! holding up another endpoint's.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kep_core::retry::Backoff;
@@ -26,14 +26,14 @@ pub struct DeliveryPolicy {
 }
 
 pub struct Delivery {
-    store: Store,
+    store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
     workers: Mutex<HashMap<String, mpsc::Sender<i64>>>,
 }
 
 impl Delivery {
-    pub fn new(store: Store, policy: DeliveryPolicy) -> anyhow::Result<Delivery> {
+    pub fn new(store: Arc<dyn Store>, policy: DeliveryPolicy) -> anyhow::Result<Delivery> {
         let http = reqwest::Client::builder()
             .timeout(policy.timeout)
             .connect_timeout(policy.timeout)
@@ -103,21 +103,21 @@ impl Delivery {
 }
 
 async fn worker(
-    store: Store,
+    store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
     mut rx: mpsc::Receiver<i64>,
 ) {
     while let Some(id) = rx.recv().await {
         match store.alert(id).await {
-            Ok(Some(row)) => deliver(&store, &http, policy, row).await,
+            Ok(Some(row)) => deliver(store.as_ref(), &http, policy, row).await,
             Ok(None) => {} // its endpoint was deleted meanwhile
             Err(e) => tracing::error!(id, error = %e, "reading an alert"),
         }
     }
 }
 
-async fn deliver(store: &Store, http: &reqwest::Client, policy: DeliveryPolicy, row: AlertRow) {
+async fn deliver(store: &dyn Store, http: &reqwest::Client, policy: DeliveryPolicy, row: AlertRow) {
     let body = serde_json::json!({ "text": row.text });
     let mut waits = policy.retry.waits();
     let mut attempts = row.attempts;

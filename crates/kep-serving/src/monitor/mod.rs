@@ -40,7 +40,7 @@ pub struct MonitorSettings {
 }
 
 pub struct Monitor {
-    store: Store,
+    store: Arc<dyn Store>,
     latest: ArcSwap<HashMap<String, EndpointMetrics>>,
     delivery: delivery::Delivery,
     /// Endpoints whose alert settings changed: what their conditions held is forgotten.
@@ -49,7 +49,7 @@ pub struct Monitor {
 
 impl Monitor {
     pub async fn start(
-        store: Store,
+        store: Arc<dyn Store>,
         runtime: RuntimeHandle,
         meters: Arc<Meters>,
         settings: MonitorSettings,

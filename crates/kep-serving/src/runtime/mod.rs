@@ -488,7 +488,7 @@ pub fn now_ms() -> i64 {
 
 /// Writes each event to the store and hands it on to whoever listens (alerts).
 pub async fn record_events(
-    store: Store,
+    store: Arc<dyn Store>,
     mut rx: mpsc::UnboundedReceiver<NewEvent>,
     listeners: tokio::sync::broadcast::Sender<NewEvent>,
 ) {

@@ -1,0 +1,199 @@
+//! The serving service's storage seam: images, models, endpoints, deployments, events and
+//! alerts behind one [`Store`] interface, so a second backend slots in beside [`sqlite`]
+//! without touching the domain code. [`open`] is the one place that picks the backend.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kep_core::service::Context;
+
+mod sqlite;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ImageRow {
+    pub id: String,
+    pub name: String,
+    pub command: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ModelRow {
+    pub id: String,
+    pub name: String,
+    pub framework: String,
+    pub path: String,
+    pub size: i64,
+    pub sha256: String,
+    pub created_at: i64,
+    /// JSON: `[{name, datatype, shape}]`.
+    pub inputs: String,
+    pub outputs: String,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EndpointRow {
+    pub name: String,
+    pub description: Option<String>,
+    pub instance_type: String,
+    pub instance_count: i64,
+    pub protocol: String,
+    pub key_hash: String,
+    pub mirroring: bool,
+    pub responder: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentRow {
+    pub endpoint: String,
+    pub name: String,
+    pub spec: String,
+    pub weight: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub id: i64,
+    pub at_ms: i64,
+    pub deployment: String,
+    pub instance: Option<String>,
+    pub kind: String,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AlertRow {
+    pub id: i64,
+    pub endpoint: String,
+    pub deployment: Option<String>,
+    pub condition: String,
+    pub text: String,
+    pub webhook_url: String,
+    pub status: String,
+    pub attempts: i64,
+    pub error: Option<String>,
+    pub at_ms: i64,
+    pub sent_at_ms: Option<i64>,
+}
+
+/// An alert raised, before it is queued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAlert {
+    pub endpoint: String,
+    pub deployment: Option<String>,
+    pub condition: &'static str,
+    pub text: String,
+}
+
+/// A recorded transition, as the runtime reports it.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub at_ms: i64,
+    pub endpoint: String,
+    pub deployment: String,
+    pub instance: Option<String>,
+    pub kind: &'static str,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Registers an image; `Ok(false)` when one of that name exists.
+    async fn insert_image(&self, row: &ImageRow) -> sqlx::Result<bool>;
+    /// The images not deleted, by name.
+    async fn images(&self) -> sqlx::Result<Vec<ImageRow>>;
+    async fn image(&self, name: &str) -> sqlx::Result<Option<ImageRow>>;
+    /// Soft delete: deployments made from it keep running but can no longer be edited.
+    /// `Ok(false)` for an unknown image.
+    async fn delete_image(&self, name: &str) -> sqlx::Result<bool>;
+
+    /// Registers a model; `Ok(false)` when one of that name exists.
+    async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<bool>;
+    /// The models not deleted, by name.
+    async fn models(&self) -> sqlx::Result<Vec<ModelRow>>;
+    async fn model(&self, name: &str) -> sqlx::Result<Option<ModelRow>>;
+    /// Soft delete; the file stays while a deployment may still serve it. `Ok(false)` for
+    /// an unknown model.
+    async fn delete_model(&self, name: &str) -> sqlx::Result<bool>;
+    /// The ids of the images and models not deleted.
+    async fn live_sources(&self) -> sqlx::Result<Vec<String>>;
+
+    /// Creates an endpoint; `Ok(false)` when one of that name exists.
+    async fn insert_endpoint(&self, row: &EndpointRow) -> sqlx::Result<bool>;
+    /// Every endpoint, by name.
+    async fn endpoints(&self) -> sqlx::Result<Vec<EndpointRow>>;
+    async fn endpoint(&self, name: &str) -> sqlx::Result<Option<EndpointRow>>;
+    /// Deletes the endpoint with its deployments, alert settings and alerts; `Ok(false)`
+    /// for an unknown one.
+    async fn delete_endpoint(&self, name: &str) -> sqlx::Result<bool>;
+    async fn set_key_hash(&self, endpoint: &str, hash: &str) -> sqlx::Result<()>;
+    async fn set_mirroring(
+        &self,
+        endpoint: &str,
+        enabled: bool,
+        responder: Option<&str>,
+    ) -> sqlx::Result<()>;
+
+    /// Adds a deployment after the endpoint's others.
+    async fn insert_deployment(&self, row: &DeploymentRow) -> sqlx::Result<()>;
+    /// An endpoint's deployments in creation order; every endpoint's when `None`.
+    async fn deployments(&self, endpoint: Option<&str>) -> sqlx::Result<Vec<DeploymentRow>>;
+    async fn deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<Option<DeploymentRow>>;
+    async fn update_deployment(
+        &self,
+        endpoint: &str,
+        name: &str,
+        spec: &str,
+        now: i64,
+    ) -> sqlx::Result<()>;
+    async fn delete_deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<()>;
+    /// Sets these deployments' weights at once.
+    async fn set_weights(
+        &self,
+        endpoint: &str,
+        weights: &BTreeMap<String, u32>,
+    ) -> sqlx::Result<()>;
+
+    async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()>;
+    /// A deployment's last `limit` events, newest first.
+    async fn events(
+        &self,
+        endpoint: &str,
+        deployment: &str,
+        limit: i64,
+    ) -> sqlx::Result<Vec<EventRow>>;
+
+    /// Replaces an endpoint's alert settings (JSON).
+    async fn set_alert_settings(&self, endpoint: &str, json: &str) -> sqlx::Result<()>;
+    /// Every endpoint's alert settings, as stored JSON.
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(String, String)>>;
+    /// Records a raised alert as pending; its id.
+    async fn insert_alert(&self, a: &NewAlert, webhook_url: &str, at_ms: i64) -> sqlx::Result<i64>;
+    async fn alert(&self, id: i64) -> sqlx::Result<Option<AlertRow>>;
+    /// An endpoint's last `limit` alerts, newest first.
+    async fn alerts(&self, endpoint: &str, limit: i64) -> sqlx::Result<Vec<AlertRow>>;
+    /// Alerts not yet sent nor given up on, oldest first.
+    async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>>;
+    /// The outcome of a delivery attempt: `status` stays `pending` while retries remain.
+    async fn alert_attempted(
+        &self,
+        id: i64,
+        status: &str,
+        attempts: i64,
+        error: Option<&str>,
+        sent_at_ms: Option<i64>,
+    ) -> sqlx::Result<()>;
+}
+
+/// Opens the service's store (`serving.db` under the data dir), migrated.
+pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
+    let pool = ctx.database("serving", &sqlite::MIGRATOR).await?;
+    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+}
