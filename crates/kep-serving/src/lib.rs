@@ -6,6 +6,7 @@
 pub mod api;
 mod control;
 mod error;
+pub mod ids;
 mod monitor;
 mod runtime;
 mod spec;

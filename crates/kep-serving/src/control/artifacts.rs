@@ -81,7 +81,7 @@ impl Control {
             .join("native")
             .join(kep_core::secret::new_uuid())
             .join("model");
-        let (name, model) = (row.name.clone(), PathBuf::from(&row.path));
+        let (name, model) = (row.name.to_string(), PathBuf::from(&row.path));
         let at = dir.clone();
         let made = tokio::task::spawn_blocking(move || match kind {
             DeploymentType::Triton => native::triton(&at, &name, &model, &signature)

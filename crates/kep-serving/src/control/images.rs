@@ -2,6 +2,7 @@
 
 use super::{Control, now_unix, rfc3339, validate};
 use crate::ServingError;
+use crate::ids::{ImageId, ImageName};
 use crate::store::ImageRow;
 use kep_api::serving::{Image, ImageRequest};
 
@@ -9,8 +10,8 @@ impl Control {
     pub async fn create_image(&self, req: ImageRequest) -> Result<Image, ServingError> {
         let command = validate::image(&req)?;
         let row = ImageRow {
-            id: kep_core::secret::new_uuid(),
-            name: req.name,
+            id: ImageId::from(kep_core::secret::new_uuid()),
+            name: ImageName::from(req.name),
             command: serde_json::to_string(&command)
                 .map_err(|e| ServingError::Internal(e.into()))?,
             created_at: now_unix(),
@@ -28,14 +29,14 @@ impl Control {
         Ok(self.store.images().await?.iter().map(image_view).collect())
     }
 
-    pub async fn image(&self, name: &str) -> Result<Image, ServingError> {
+    pub async fn image(&self, name: &ImageName) -> Result<Image, ServingError> {
         let row = self.store.image(name).await?;
         row.as_ref()
             .map(image_view)
             .ok_or_else(|| ServingError::NotFound(format!("no image {name}")))
     }
 
-    pub async fn delete_image(&self, name: &str) -> Result<(), ServingError> {
+    pub async fn delete_image(&self, name: &ImageName) -> Result<(), ServingError> {
         if !self.store.delete_image(name).await? {
             return Err(ServingError::NotFound(format!("no image {name}")));
         }
@@ -45,7 +46,7 @@ impl Control {
 
 fn image_view(row: &ImageRow) -> Image {
     Image {
-        name: row.name.clone(),
+        name: row.name.to_string(),
         command: serde_json::from_str(&row.command).unwrap_or_default(),
         created_at: rfc3339(row.created_at),
     }

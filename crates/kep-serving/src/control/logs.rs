@@ -2,13 +2,14 @@
 
 use super::Control;
 use crate::ServingError;
+use crate::ids::{DeploymentName, EndpointName};
 use kep_api::serving::Event;
 
 impl Control {
     pub async fn events(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
         limit: i64,
     ) -> Result<Vec<Event>, ServingError> {
         self.deployment_row(endpoint, name).await?;
@@ -21,7 +22,7 @@ impl Control {
                 id: e.id,
                 at: jiff::Timestamp::from_millisecond(e.at_ms)
                     .map_or_else(|_| e.at_ms.to_string(), |t| t.to_string()),
-                deployment: e.deployment,
+                deployment: e.deployment.into_string(),
                 instance: e.instance,
                 kind: e.kind,
                 from: e.from_state,
@@ -34,13 +35,13 @@ impl Control {
     /// The last `tail` bytes of an instance's captured output.
     pub async fn logs(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
         instance: &str,
         tail: u64,
     ) -> Result<Vec<u8>, ServingError> {
         self.deployment_row(endpoint, name).await?;
-        let id_ok = instance.strip_prefix(name).is_some_and(|rest| {
+        let id_ok = instance.strip_prefix(name.as_str()).is_some_and(|rest| {
             rest.len() == 6
                 && rest.starts_with('-')
                 && rest[1..]
@@ -51,8 +52,8 @@ impl Control {
         let path = self
             .root
             .join("logs")
-            .join(endpoint)
-            .join(name)
+            .join(endpoint.as_str())
+            .join(name.as_str())
             .join(format!("{instance}.log"));
         let not_found = || ServingError::NotFound(format!("no instance {instance} in {name}"));
         if !id_ok {

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc};
 
-use crate::runtime::{self, DeploymentKey, RuntimeHandle};
+use crate::ids::DeploymentKey;
+use crate::runtime::{self, RuntimeHandle};
 use crate::store::{DeploymentRow, Store};
 use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
@@ -48,13 +49,6 @@ fn rfc3339(unix: i64) -> String {
 
 fn parse_spec(row: &DeploymentRow) -> Result<DeploymentSpec, ServingError> {
     serde_json::from_str(&row.spec).map_err(|e| ServingError::Internal(e.into()))
-}
-
-fn key(endpoint: &str, deployment: &str) -> DeploymentKey {
-    DeploymentKey {
-        endpoint: endpoint.to_owned(),
-        deployment: deployment.to_owned(),
-    }
 }
 
 impl Control {
@@ -95,7 +89,7 @@ impl Control {
             for d in self.store.deployments(Some(&e.name)).await? {
                 let spec = parse_spec(&d)?;
                 self.runtime.apply(
-                    key(&e.name, &d.name),
+                    DeploymentKey::new(&e.name, &d.name),
                     self.launch(&spec, &e),
                     e.instance_count as u32,
                 );

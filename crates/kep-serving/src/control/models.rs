@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt as _;
 use super::artifacts::inspect_model;
 use super::{Control, now_unix, rfc3339, validate};
 use crate::ServingError;
+use crate::ids::{ModelId, ModelName};
 use crate::store::ModelRow;
 use kep_api::serving::Model;
 
@@ -24,7 +25,7 @@ pub(super) fn models_dir(root: &Path) -> PathBuf {
 /// upload that fails leaves no file behind.
 pub struct ModelUpload<'a> {
     control: &'a Control,
-    id: String,
+    id: ModelId,
     /// The file's size and SHA-256, once written.
     file: Option<(u64, String)>,
 }
@@ -33,7 +34,7 @@ impl Control {
     pub fn model_upload(&self) -> ModelUpload<'_> {
         ModelUpload {
             control: self,
-            id: kep_core::secret::new_uuid(),
+            id: ModelId::from(kep_core::secret::new_uuid()),
             file: None,
         }
     }
@@ -42,14 +43,14 @@ impl Control {
         Ok(self.store.models().await?.iter().map(model_view).collect())
     }
 
-    pub async fn model(&self, name: &str) -> Result<Model, ServingError> {
+    pub async fn model(&self, name: &ModelName) -> Result<Model, ServingError> {
         let row = self.store.model(name).await?;
         row.as_ref()
             .map(model_view)
             .ok_or_else(|| ServingError::NotFound(format!("no model {name}")))
     }
 
-    pub async fn delete_model(&self, name: &str) -> Result<(), ServingError> {
+    pub async fn delete_model(&self, name: &ModelName) -> Result<(), ServingError> {
         if !self.store.delete_model(name).await? {
             return Err(ServingError::NotFound(format!("no model {name}")));
         }
@@ -120,11 +121,11 @@ impl ModelUpload<'_> {
         validate::model(&name, &framework)?;
         let part = self.part_path();
         let (inputs, outputs) = inspect_model(part.clone(), &framework).await?;
-        let path = models_dir(&self.control.root).join(&self.id);
+        let path = models_dir(&self.control.root).join(self.id.as_str());
         tokio::fs::rename(&part, &path).await?;
         let row = ModelRow {
             id: self.id.clone(),
-            name,
+            name: ModelName::from(name),
             framework,
             path: path.to_string_lossy().into_owned(),
             size: size as i64,
@@ -147,7 +148,7 @@ impl ModelUpload<'_> {
 fn model_view(row: &ModelRow) -> Model {
     let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
     Model {
-        name: row.name.clone(),
+        name: row.name.to_string(),
         framework: row.framework.clone(),
         size: row.size as u64,
         sha256: row.sha256.clone(),

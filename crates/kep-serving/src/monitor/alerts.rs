@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::ServingError;
+use crate::ids::{DeploymentName, EndpointName};
 use crate::runtime::{AVAILABLE, PROGRESSING};
 use crate::store::{NewAlert, NewEvent};
 use kep_api::serving::{AlertCondition, AlertSettings, EndpointMetrics, InstanceMetrics};
@@ -119,30 +120,30 @@ pub struct AlertPolicy {
 /// What one sample brought for an endpoint besides its metrics: the answers of each
 /// status class since the previous sample, per deployment (`None`: the gateway's own).
 pub struct StatusDelta {
-    pub deployment: Option<String>,
+    pub deployment: Option<DeploymentName>,
     pub by_class: [u64; 5],
 }
 
 /// Per endpoint, which conditions hold now, to raise an alert only on a transition.
 #[derive(Default)]
 pub struct Evaluator {
-    endpoints: HashMap<String, Held>,
+    endpoints: HashMap<EndpointName, Held>,
 }
 
 #[derive(Default)]
 struct Held {
     qps: bool,
     /// Last answer of a status class, per (deployment, class).
-    status: HashMap<(Option<String>, usize), Instant>,
+    status: HashMap<(Option<DeploymentName>, usize), Instant>,
     /// Per (deployment, condition): when the alert was last sent.
-    bounds: HashMap<(String, &'static str), Instant>,
+    bounds: HashMap<(DeploymentName, &'static str), Instant>,
 }
 
 fn enabled<'a>(s: &'a AlertSettings, name: &str) -> Option<&'a AlertCondition> {
     s.conditions.get(name).filter(|c| c.enabled)
 }
 
-fn subject(endpoint: &str, deployment: Option<&str>) -> String {
+fn subject(endpoint: &EndpointName, deployment: Option<&DeploymentName>) -> String {
     match deployment {
         Some(d) => format!("[kep] endpoint {endpoint}, deployment {d}"),
         None => format!("[kep] endpoint {endpoint}"),
@@ -152,12 +153,12 @@ fn subject(endpoint: &str, deployment: Option<&str>) -> String {
 impl Evaluator {
     /// Forgets what an endpoint held (its settings changed or it was deleted), so a
     /// condition that holds raises its alert anew.
-    pub fn reset(&mut self, endpoint: &str) {
+    pub fn reset(&mut self, endpoint: &EndpointName) {
         self.endpoints.remove(endpoint);
     }
 
     /// Forgets the endpoints `keep` does not name (deleted ones).
-    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(&EndpointName) -> bool) {
         self.endpoints.retain(|e, _| keep(e));
     }
 
@@ -170,16 +171,18 @@ impl Evaluator {
         policy: AlertPolicy,
         now: Instant,
     ) -> Vec<NewAlert> {
-        let held = self.endpoints.entry(m.endpoint.clone()).or_default();
+        let endpoint = EndpointName::from(m.endpoint.as_str());
+        let held = self.endpoints.entry(endpoint.clone()).or_default();
         let mut out = Vec::new();
-        let mut raise = |deployment: Option<&str>, condition: &'static str, what: String| {
-            out.push(NewAlert {
-                endpoint: m.endpoint.clone(),
-                deployment: deployment.map(str::to_owned),
-                condition,
-                text: format!("{}: {what}", subject(&m.endpoint, deployment)),
-            });
-        };
+        let mut raise =
+            |deployment: Option<DeploymentName>, condition: &'static str, what: String| {
+                out.push(NewAlert {
+                    text: format!("{}: {what}", subject(&endpoint, deployment.as_ref())),
+                    endpoint: endpoint.clone(),
+                    deployment,
+                    condition,
+                });
+            };
 
         match enabled(settings, "qps").and_then(|c| c.threshold) {
             Some(t) => {
@@ -210,7 +213,7 @@ impl Evaluator {
                 if quiet {
                     let n = d.by_class[class];
                     raise(
-                        d.deployment.as_deref(),
+                        d.deployment.clone(),
                         condition,
                         format!(
                             "{n} {label} answer{} in the last sample",
@@ -234,7 +237,8 @@ impl Evaluator {
         for (condition, what, upper, read) in bounds {
             let threshold = enabled(settings, condition).and_then(|c| c.threshold);
             for d in &m.deployments {
-                let key = (d.name.clone(), condition);
+                let name = DeploymentName::from(d.name.as_str());
+                let key = (name.clone(), condition);
                 let Some(t) = threshold else {
                     held.bounds.remove(&key);
                     continue;
@@ -263,7 +267,7 @@ impl Evaluator {
                 if due {
                     let side = if upper { "at or above" } else { "at or below" };
                     raise(
-                        Some(&d.name),
+                        Some(name),
                         condition,
                         format!(
                             "{what} use {value:.1}% of the limit (instance {instance}) is {side} the threshold {t}%"

@@ -10,6 +10,7 @@ use std::time::Duration;
 use kep_core::retry::Backoff;
 use tokio::sync::mpsc;
 
+use crate::ids::{AlertId, EndpointName};
 use crate::runtime::now_ms;
 use crate::store::{AlertRow, NewAlert, Store};
 
@@ -29,7 +30,7 @@ pub struct Delivery {
     store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
-    workers: Mutex<HashMap<String, mpsc::Sender<i64>>>,
+    workers: Mutex<HashMap<EndpointName, mpsc::Sender<AlertId>>>,
 }
 
 impl Delivery {
@@ -62,14 +63,14 @@ impl Delivery {
         }
     }
 
-    async fn queue(&self, endpoint: &str, id: i64) {
+    async fn queue(&self, endpoint: &EndpointName, id: AlertId) {
         let tx = {
             let mut workers = self
                 .workers
                 .lock()
                 .expect("the workers lock is never poisoned");
             workers
-                .entry(endpoint.to_owned())
+                .entry(endpoint.clone())
                 .or_insert_with(|| {
                     let (tx, rx) = mpsc::channel(self.policy.queue);
                     tokio::spawn(worker(
@@ -84,7 +85,7 @@ impl Delivery {
         };
         if tx.try_send(id).is_err() {
             let error = format!("the alert queue of {} alerts is full", self.policy.queue);
-            tracing::warn!(endpoint, id, "{error}");
+            tracing::warn!(%endpoint, id = id.0, "{error}");
             let _ = self
                 .store
                 .alert_attempted(id, "failed", 0, Some(&error), None)
@@ -94,7 +95,7 @@ impl Delivery {
 
     /// Ends the workers of endpoints `keep` does not name (deleted ones), once their
     /// queues are empty.
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+    pub fn retain(&self, keep: impl Fn(&EndpointName) -> bool) {
         self.workers
             .lock()
             .expect("the workers lock is never poisoned")
@@ -106,13 +107,13 @@ async fn worker(
     store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
-    mut rx: mpsc::Receiver<i64>,
+    mut rx: mpsc::Receiver<AlertId>,
 ) {
     while let Some(id) = rx.recv().await {
         match store.alert(id).await {
             Ok(Some(row)) => deliver(store.as_ref(), &http, policy, row).await,
             Ok(None) => {} // its endpoint was deleted meanwhile
-            Err(e) => tracing::error!(id, error = %e, "reading an alert"),
+            Err(e) => tracing::error!(id = id.0, error = %e, "reading an alert"),
         }
     }
 }
@@ -141,16 +142,16 @@ async fn deliver(store: &dyn Store, http: &reqwest::Client, policy: DeliveryPoli
             .alert_attempted(row.id, status, attempts, error.as_deref(), sent_at)
             .await
         {
-            tracing::error!(id = row.id, error = %e, "recording an alert delivery");
+            tracing::error!(id = row.id.0, error = %e, "recording an alert delivery");
         }
         match error {
             None => return,
             Some(error) if status == "failed" => {
-                tracing::warn!(endpoint = %row.endpoint, id = row.id, attempts, %error, "alert not delivered");
+                tracing::warn!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert not delivered");
                 return;
             }
             Some(error) => {
-                tracing::debug!(endpoint = %row.endpoint, id = row.id, attempts, %error, "alert delivery failed; retrying");
+                tracing::debug!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert delivery failed; retrying");
                 tokio::time::sleep(waits.next_wait()).await;
             }
         }

@@ -16,7 +16,8 @@ use arc_swap::ArcSwap;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ServingError;
-use crate::runtime::{DeploymentKey, DeploymentStatus, PROGRESSING, RuntimeHandle};
+use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
+use crate::runtime::{DeploymentStatus, PROGRESSING, RuntimeHandle};
 use crate::store::{AlertRow, NewEvent, Store};
 use alerts::{AlertPolicy, Evaluator, StatusDelta};
 pub use delivery::DeliveryPolicy;
@@ -41,10 +42,10 @@ pub struct MonitorSettings {
 
 pub struct Monitor {
     store: Arc<dyn Store>,
-    latest: ArcSwap<HashMap<String, EndpointMetrics>>,
+    latest: ArcSwap<HashMap<EndpointName, EndpointMetrics>>,
     delivery: delivery::Delivery,
     /// Endpoints whose alert settings changed: what their conditions held is forgotten.
-    resets: mpsc::UnboundedSender<String>,
+    resets: mpsc::UnboundedSender<EndpointName>,
 }
 
 impl Monitor {
@@ -87,20 +88,23 @@ impl Monitor {
     }
 
     /// The endpoint's numbers as of the last sample; zeros before its first.
-    pub fn metrics(&self, endpoint: &str) -> EndpointMetrics {
+    pub fn metrics(&self, endpoint: &EndpointName) -> EndpointMetrics {
         self.latest
             .load()
             .get(endpoint)
             .cloned()
             .unwrap_or_else(|| EndpointMetrics {
-                endpoint: endpoint.to_owned(),
+                endpoint: endpoint.to_string(),
                 at: jiff::Timestamp::now().to_string(),
                 calls: CallMetrics::default(),
                 deployments: Vec::new(),
             })
     }
 
-    pub async fn alert_settings(&self, endpoint: &str) -> Result<AlertSettings, ServingError> {
+    pub async fn alert_settings(
+        &self,
+        endpoint: &EndpointName,
+    ) -> Result<AlertSettings, ServingError> {
         let stored = self.store.alert_settings().await?;
         let settings = match stored.iter().find(|(e, _)| e == endpoint) {
             Some((_, json)) => parse_settings(json)?,
@@ -111,19 +115,19 @@ impl Monitor {
 
     pub async fn set_alert_settings(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         settings: AlertSettings,
     ) -> Result<AlertSettings, ServingError> {
         alerts::validate(&settings)?;
         let json = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
         self.store.set_alert_settings(endpoint, &json).await?;
-        let _ = self.resets.send(endpoint.to_owned());
+        let _ = self.resets.send(endpoint.clone());
         Ok(alerts::complete(settings))
     }
 
     pub async fn alert_history(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         limit: i64,
     ) -> Result<Vec<Alert>, ServingError> {
         Ok(self
@@ -139,7 +143,7 @@ impl Monitor {
         self: Arc<Self>,
         mut s: Sampling,
         mut events: broadcast::Receiver<NewEvent>,
-        mut resets: mpsc::UnboundedReceiver<String>,
+        mut resets: mpsc::UnboundedReceiver<EndpointName>,
     ) {
         let mut tick = tokio::time::interval(s.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -226,7 +230,7 @@ impl Monitor {
                 .entry(key.endpoint.clone())
                 .or_default()
                 .push(StatusDelta {
-                    deployment: key.deployment.clone(),
+                    deployment: key.deployment.clone().map(DeploymentName::from),
                     by_class,
                 });
             let metrics = CallMetrics {
@@ -252,14 +256,11 @@ impl Monitor {
                 .unwrap_or_default();
             let mut views = Vec::new();
             for d in deployments.iter().filter(|d| d.endpoint == e.name) {
-                let key = DeploymentKey {
-                    endpoint: e.name.clone(),
-                    deployment: d.name.clone(),
-                };
+                let key = DeploymentKey::new(&e.name, &d.name);
                 let status = statuses.get(&key);
                 let meter = calls.get(&MeterKey {
-                    endpoint: e.name.clone(),
-                    deployment: Some(d.name.clone()),
+                    endpoint: e.name.to_string(),
+                    deployment: Some(d.name.to_string()),
                 });
                 let instances: Vec<InstanceMetrics> = status
                     .map(|st| st.instances.as_slice())
@@ -270,7 +271,7 @@ impl Monitor {
                 let state = status.map_or(PROGRESSING, |st| st.state);
                 export_gauges(&key, state, &instances);
                 views.push(DeploymentMetrics {
-                    name: d.name.clone(),
+                    name: d.name.to_string(),
                     state: state.to_owned(),
                     calls: meter.map(|m| m.0.clone()).unwrap_or_default(),
                     mirror: meter.map_or_else(MirrorMetrics::default, |m| MirrorMetrics {
@@ -280,7 +281,10 @@ impl Monitor {
                     instances,
                 });
             }
-            let mine: Vec<_> = calls.iter().filter(|(k, _)| k.endpoint == e.name).collect();
+            let mine: Vec<_> = calls
+                .iter()
+                .filter(|(k, _)| e.name == *k.endpoint)
+                .collect();
             let summed: [u64; LATENCY_BUCKETS] =
                 std::array::from_fn(|i| mine.iter().map(|(_, m)| m.1[i]).sum());
             let status: [u64; 5] =
@@ -295,7 +299,7 @@ impl Monitor {
             latest.insert(
                 e.name.clone(),
                 EndpointMetrics {
-                    endpoint: e.name.clone(),
+                    endpoint: e.name.to_string(),
                     at: at.clone(),
                     calls: endpoint_calls,
                     deployments: views,
@@ -303,12 +307,12 @@ impl Monitor {
             );
         }
 
-        for m in latest.values() {
-            let Some(alert_settings) = active(&settings, &m.endpoint) else {
-                s.evaluator.reset(&m.endpoint);
+        for (endpoint, m) in &latest {
+            let Some(alert_settings) = active(&settings, endpoint) else {
+                s.evaluator.reset(endpoint);
                 continue;
             };
-            let deltas = deltas.remove(&m.endpoint).unwrap_or_default();
+            let deltas = deltas.remove(endpoint.as_str()).unwrap_or_default();
             let raised = s
                 .evaluator
                 .sample(&alert_settings, m, &deltas, s.settings.alerts, now);
@@ -352,7 +356,7 @@ fn parse_settings(json: &str) -> Result<AlertSettings, ServingError> {
 }
 
 /// An endpoint's settings when its alert channel is on.
-fn active(all: &[(String, String)], endpoint: &str) -> Option<AlertSettings> {
+fn active(all: &[(EndpointName, String)], endpoint: &EndpointName) -> Option<AlertSettings> {
     let (_, json) = all.iter().find(|(e, _)| e == endpoint)?;
     let settings = parse_settings(json).ok()?;
     (settings.enabled && settings.webhook_url.is_some()).then_some(settings)
@@ -402,8 +406,8 @@ fn instance_view(
 /// exporter drops its series after its idle timeout.
 fn export_gauges(key: &DeploymentKey, state: &str, instances: &[InstanceMetrics]) {
     let deployment = [
-        ("endpoint", key.endpoint.clone()),
-        ("deployment", key.deployment.clone()),
+        ("endpoint", key.endpoint.to_string()),
+        ("deployment", key.deployment.to_string()),
     ];
     metrics::gauge!("kep_serving_deployment_available", &deployment).set(if state == PROGRESSING {
         0.0
@@ -412,8 +416,8 @@ fn export_gauges(key: &DeploymentKey, state: &str, instances: &[InstanceMetrics]
     });
     for i in instances {
         let labels = [
-            ("endpoint", key.endpoint.clone()),
-            ("deployment", key.deployment.clone()),
+            ("endpoint", key.endpoint.to_string()),
+            ("deployment", key.deployment.to_string()),
             ("instance", i.id.clone()),
         ];
         metrics::gauge!("kep_serving_instance_ready", &labels).set(if i.ready { 1.0 } else { 0.0 });
@@ -435,10 +439,10 @@ fn alert_view(row: AlertRow) -> Alert {
         jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
     };
     Alert {
-        id: row.id,
+        id: row.id.0,
         at: time(row.at_ms),
         condition: row.condition,
-        deployment: row.deployment,
+        deployment: row.deployment.map(DeploymentName::into_string),
         text: row.text,
         status: row.status,
         attempts: u32::try_from(row.attempts).unwrap_or(0),

@@ -17,10 +17,10 @@ use rand::Rng as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::ids::DeploymentKey;
 use crate::store::{NewEvent, Store};
 use instance::{InstanceTask, Report};
 use kep_api::serving::Instance;
-pub use kep_gateway::DeploymentKey;
 use kep_gateway::RouteUpdate;
 use probe::ProbeSpec;
 
@@ -140,8 +140,8 @@ impl RuntimeContext {
     /// Where an instance's stdout and stderr go.
     pub fn log_path(&self, key: &DeploymentKey, instance: &str) -> PathBuf {
         self.logs_dir
-            .join(&key.endpoint)
-            .join(&key.deployment)
+            .join(key.endpoint.as_str())
+            .join(key.deployment.as_str())
             .join(format!("{instance}.log"))
     }
 }
@@ -319,7 +319,7 @@ impl Supervisor {
             self.publish();
         }
         let _ = self.ctx.routes.send(RouteUpdate::Backends {
-            key: self.key.clone(),
+            key: self.key.gateway(),
             ready: Vec::new(),
         });
         if let Some(done) = stopped {
@@ -451,7 +451,7 @@ impl Supervisor {
         if ready != self.ready {
             self.ready = ready.clone();
             let _ = self.ctx.routes.send(RouteUpdate::Backends {
-                key: self.key.clone(),
+                key: self.key.gateway(),
                 ready,
             });
         }

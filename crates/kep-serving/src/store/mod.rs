@@ -2,25 +2,27 @@
 //! alerts behind one [`Store`] interface, so a second backend slots in beside [`sqlite`]
 //! without touching the domain code. [`open`] is the one place that picks the backend.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use kep_core::service::Context;
+
+use crate::ids::{AlertId, DeploymentName, EndpointName, ImageId, ImageName, ModelId, ModelName};
 
 mod sqlite;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ImageRow {
-    pub id: String,
-    pub name: String,
+    pub id: ImageId,
+    pub name: ImageName,
     pub command: String,
     pub created_at: i64,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ModelRow {
-    pub id: String,
-    pub name: String,
+    pub id: ModelId,
+    pub name: ModelName,
     pub framework: String,
     pub path: String,
     pub size: i64,
@@ -33,21 +35,21 @@ pub struct ModelRow {
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EndpointRow {
-    pub name: String,
+    pub name: EndpointName,
     pub description: Option<String>,
     pub instance_type: String,
     pub instance_count: i64,
     pub protocol: String,
     pub key_hash: String,
     pub mirroring: bool,
-    pub responder: Option<String>,
+    pub responder: Option<DeploymentName>,
     pub created_at: i64,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DeploymentRow {
-    pub endpoint: String,
-    pub name: String,
+    pub endpoint: EndpointName,
+    pub name: DeploymentName,
     pub spec: String,
     pub weight: i64,
     pub created_at: i64,
@@ -58,7 +60,7 @@ pub struct DeploymentRow {
 pub struct EventRow {
     pub id: i64,
     pub at_ms: i64,
-    pub deployment: String,
+    pub deployment: DeploymentName,
     pub instance: Option<String>,
     pub kind: String,
     pub from_state: Option<String>,
@@ -68,9 +70,9 @@ pub struct EventRow {
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AlertRow {
-    pub id: i64,
-    pub endpoint: String,
-    pub deployment: Option<String>,
+    pub id: AlertId,
+    pub endpoint: EndpointName,
+    pub deployment: Option<DeploymentName>,
     pub condition: String,
     pub text: String,
     pub webhook_url: String,
@@ -84,8 +86,8 @@ pub struct AlertRow {
 /// An alert raised, before it is queued.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAlert {
-    pub endpoint: String,
-    pub deployment: Option<String>,
+    pub endpoint: EndpointName,
+    pub deployment: Option<DeploymentName>,
     pub condition: &'static str,
     pub text: String,
 }
@@ -94,13 +96,21 @@ pub struct NewAlert {
 #[derive(Debug, Clone)]
 pub struct NewEvent {
     pub at_ms: i64,
-    pub endpoint: String,
-    pub deployment: String,
+    pub endpoint: EndpointName,
+    pub deployment: DeploymentName,
     pub instance: Option<String>,
     pub kind: &'static str,
     pub from: Option<String>,
     pub to: Option<String>,
     pub reason: Option<String>,
+}
+
+/// The images and models not deleted, by id: a deployment made from another can no longer
+/// be edited.
+#[derive(Debug, Default)]
+pub struct LiveSources {
+    pub images: BTreeSet<ImageId>,
+    pub models: BTreeSet<ModelId>,
 }
 
 #[async_trait::async_trait]
@@ -109,82 +119,97 @@ pub trait Store: Send + Sync {
     async fn insert_image(&self, row: &ImageRow) -> sqlx::Result<bool>;
     /// The images not deleted, by name.
     async fn images(&self) -> sqlx::Result<Vec<ImageRow>>;
-    async fn image(&self, name: &str) -> sqlx::Result<Option<ImageRow>>;
+    async fn image(&self, name: &ImageName) -> sqlx::Result<Option<ImageRow>>;
     /// Soft delete: deployments made from it keep running but can no longer be edited.
     /// `Ok(false)` for an unknown image.
-    async fn delete_image(&self, name: &str) -> sqlx::Result<bool>;
+    async fn delete_image(&self, name: &ImageName) -> sqlx::Result<bool>;
 
     /// Registers a model; `Ok(false)` when one of that name exists.
     async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<bool>;
     /// The models not deleted, by name.
     async fn models(&self) -> sqlx::Result<Vec<ModelRow>>;
-    async fn model(&self, name: &str) -> sqlx::Result<Option<ModelRow>>;
+    async fn model(&self, name: &ModelName) -> sqlx::Result<Option<ModelRow>>;
     /// Soft delete; the file stays while a deployment may still serve it. `Ok(false)` for
     /// an unknown model.
-    async fn delete_model(&self, name: &str) -> sqlx::Result<bool>;
-    /// The ids of the images and models not deleted.
-    async fn live_sources(&self) -> sqlx::Result<Vec<String>>;
+    async fn delete_model(&self, name: &ModelName) -> sqlx::Result<bool>;
+    async fn live_sources(&self) -> sqlx::Result<LiveSources>;
 
     /// Creates an endpoint; `Ok(false)` when one of that name exists.
     async fn insert_endpoint(&self, row: &EndpointRow) -> sqlx::Result<bool>;
     /// Every endpoint, by name.
     async fn endpoints(&self) -> sqlx::Result<Vec<EndpointRow>>;
-    async fn endpoint(&self, name: &str) -> sqlx::Result<Option<EndpointRow>>;
+    async fn endpoint(&self, name: &EndpointName) -> sqlx::Result<Option<EndpointRow>>;
     /// Deletes the endpoint with its deployments, alert settings and alerts; `Ok(false)`
     /// for an unknown one.
-    async fn delete_endpoint(&self, name: &str) -> sqlx::Result<bool>;
-    async fn set_key_hash(&self, endpoint: &str, hash: &str) -> sqlx::Result<()>;
+    async fn delete_endpoint(&self, name: &EndpointName) -> sqlx::Result<bool>;
+    async fn set_key_hash(&self, endpoint: &EndpointName, hash: &str) -> sqlx::Result<()>;
     async fn set_mirroring(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         enabled: bool,
-        responder: Option<&str>,
+        responder: Option<&DeploymentName>,
     ) -> sqlx::Result<()>;
 
     /// Adds a deployment after the endpoint's others.
     async fn insert_deployment(&self, row: &DeploymentRow) -> sqlx::Result<()>;
     /// An endpoint's deployments in creation order; every endpoint's when `None`.
-    async fn deployments(&self, endpoint: Option<&str>) -> sqlx::Result<Vec<DeploymentRow>>;
-    async fn deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<Option<DeploymentRow>>;
+    async fn deployments(
+        &self,
+        endpoint: Option<&EndpointName>,
+    ) -> sqlx::Result<Vec<DeploymentRow>>;
+    async fn deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<Option<DeploymentRow>>;
     async fn update_deployment(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
         spec: &str,
         now: i64,
     ) -> sqlx::Result<()>;
-    async fn delete_deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<()>;
+    async fn delete_deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<()>;
     /// Sets these deployments' weights at once.
     async fn set_weights(
         &self,
-        endpoint: &str,
-        weights: &BTreeMap<String, u32>,
+        endpoint: &EndpointName,
+        weights: &BTreeMap<DeploymentName, u32>,
     ) -> sqlx::Result<()>;
 
     async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()>;
     /// A deployment's last `limit` events, newest first.
     async fn events(
         &self,
-        endpoint: &str,
-        deployment: &str,
+        endpoint: &EndpointName,
+        deployment: &DeploymentName,
         limit: i64,
     ) -> sqlx::Result<Vec<EventRow>>;
 
     /// Replaces an endpoint's alert settings (JSON).
-    async fn set_alert_settings(&self, endpoint: &str, json: &str) -> sqlx::Result<()>;
+    async fn set_alert_settings(&self, endpoint: &EndpointName, json: &str) -> sqlx::Result<()>;
     /// Every endpoint's alert settings, as stored JSON.
-    async fn alert_settings(&self) -> sqlx::Result<Vec<(String, String)>>;
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, String)>>;
     /// Records a raised alert as pending; its id.
-    async fn insert_alert(&self, a: &NewAlert, webhook_url: &str, at_ms: i64) -> sqlx::Result<i64>;
-    async fn alert(&self, id: i64) -> sqlx::Result<Option<AlertRow>>;
+    async fn insert_alert(
+        &self,
+        a: &NewAlert,
+        webhook_url: &str,
+        at_ms: i64,
+    ) -> sqlx::Result<AlertId>;
+    async fn alert(&self, id: AlertId) -> sqlx::Result<Option<AlertRow>>;
     /// An endpoint's last `limit` alerts, newest first.
-    async fn alerts(&self, endpoint: &str, limit: i64) -> sqlx::Result<Vec<AlertRow>>;
+    async fn alerts(&self, endpoint: &EndpointName, limit: i64) -> sqlx::Result<Vec<AlertRow>>;
     /// Alerts not yet sent nor given up on, oldest first.
     async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>>;
     /// The outcome of a delivery attempt: `status` stays `pending` while retries remain.
     async fn alert_attempted(
         &self,
-        id: i64,
+        id: AlertId,
         status: &str,
         attempts: i64,
         error: Option<&str>,

@@ -6,8 +6,10 @@ use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 
 use super::{
-    AlertRow, DeploymentRow, EndpointRow, EventRow, ImageRow, ModelRow, NewAlert, NewEvent, Store,
+    AlertRow, DeploymentRow, EndpointRow, EventRow, ImageRow, LiveSources, ModelRow, NewAlert,
+    NewEvent, Store,
 };
+use crate::ids::{AlertId, DeploymentName, EndpointName, ImageName, ModelName};
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -68,7 +70,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn image(&self, name: &str) -> sqlx::Result<Option<ImageRow>> {
+    async fn image(&self, name: &ImageName) -> sqlx::Result<Option<ImageRow>> {
         sqlx::query_as(
             "SELECT id, name, command, created_at FROM images WHERE deleted = 0 AND name = ?",
         )
@@ -77,7 +79,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn delete_image(&self, name: &str) -> sqlx::Result<bool> {
+    async fn delete_image(&self, name: &ImageName) -> sqlx::Result<bool> {
         let r = sqlx::query("UPDATE images SET deleted = 1 WHERE deleted = 0 AND name = ?")
             .bind(name)
             .execute(&self.pool)
@@ -113,7 +115,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn model(&self, name: &str) -> sqlx::Result<Option<ModelRow>> {
+    async fn model(&self, name: &ModelName) -> sqlx::Result<Option<ModelRow>> {
         sqlx::query_as(
             "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
              WHERE deleted = 0 AND name = ?",
@@ -123,7 +125,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn delete_model(&self, name: &str) -> sqlx::Result<bool> {
+    async fn delete_model(&self, name: &ModelName) -> sqlx::Result<bool> {
         let r = sqlx::query("UPDATE models SET deleted = 1 WHERE deleted = 0 AND name = ?")
             .bind(name)
             .execute(&self.pool)
@@ -131,12 +133,19 @@ impl Store for SqliteStore {
         Ok(r.rows_affected() > 0)
     }
 
-    async fn live_sources(&self) -> sqlx::Result<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT id FROM images WHERE deleted = 0 UNION ALL SELECT id FROM models WHERE deleted = 0",
-        )
-        .fetch_all(&self.pool)
-        .await
+    async fn live_sources(&self) -> sqlx::Result<LiveSources> {
+        let mut tx = self.pool.begin().await?;
+        let images = sqlx::query_scalar("SELECT id FROM images WHERE deleted = 0")
+            .fetch_all(&mut *tx)
+            .await?;
+        let models = sqlx::query_scalar("SELECT id FROM models WHERE deleted = 0")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(LiveSources {
+            images: images.into_iter().collect(),
+            models: models.into_iter().collect(),
+        })
     }
 
     async fn insert_endpoint(&self, row: &EndpointRow) -> sqlx::Result<bool> {
@@ -163,14 +172,14 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn endpoint(&self, name: &str) -> sqlx::Result<Option<EndpointRow>> {
+    async fn endpoint(&self, name: &EndpointName) -> sqlx::Result<Option<EndpointRow>> {
         sqlx::query_as("SELECT * FROM endpoints WHERE name = ?")
             .bind(name)
             .fetch_optional(&self.pool)
             .await
     }
 
-    async fn delete_endpoint(&self, name: &str) -> sqlx::Result<bool> {
+    async fn delete_endpoint(&self, name: &EndpointName) -> sqlx::Result<bool> {
         let r = sqlx::query("DELETE FROM endpoints WHERE name = ?")
             .bind(name)
             .execute(&self.pool)
@@ -178,7 +187,7 @@ impl Store for SqliteStore {
         Ok(r.rows_affected() > 0)
     }
 
-    async fn set_key_hash(&self, endpoint: &str, hash: &str) -> sqlx::Result<()> {
+    async fn set_key_hash(&self, endpoint: &EndpointName, hash: &str) -> sqlx::Result<()> {
         sqlx::query("UPDATE endpoints SET key_hash = ? WHERE name = ?")
             .bind(hash)
             .bind(endpoint)
@@ -189,9 +198,9 @@ impl Store for SqliteStore {
 
     async fn set_mirroring(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         enabled: bool,
-        responder: Option<&str>,
+        responder: Option<&DeploymentName>,
     ) -> sqlx::Result<()> {
         sqlx::query("UPDATE endpoints SET mirroring = ?, responder = ? WHERE name = ?")
             .bind(enabled)
@@ -220,7 +229,10 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn deployments(&self, endpoint: Option<&str>) -> sqlx::Result<Vec<DeploymentRow>> {
+    async fn deployments(
+        &self,
+        endpoint: Option<&EndpointName>,
+    ) -> sqlx::Result<Vec<DeploymentRow>> {
         sqlx::query_as(
             "SELECT endpoint, name, spec, weight, created_at, updated_at FROM deployments
              WHERE ?1 IS NULL OR endpoint = ?1 ORDER BY endpoint, position",
@@ -230,7 +242,11 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<Option<DeploymentRow>> {
+    async fn deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<Option<DeploymentRow>> {
         sqlx::query_as(
             "SELECT endpoint, name, spec, weight, created_at, updated_at FROM deployments
              WHERE endpoint = ? AND name = ?",
@@ -243,8 +259,8 @@ impl Store for SqliteStore {
 
     async fn update_deployment(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
         spec: &str,
         now: i64,
     ) -> sqlx::Result<()> {
@@ -260,7 +276,11 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn delete_deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<()> {
+    async fn delete_deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<()> {
         sqlx::query("DELETE FROM deployments WHERE endpoint = ? AND name = ?")
             .bind(endpoint)
             .bind(name)
@@ -271,8 +291,8 @@ impl Store for SqliteStore {
 
     async fn set_weights(
         &self,
-        endpoint: &str,
-        weights: &BTreeMap<String, u32>,
+        endpoint: &EndpointName,
+        weights: &BTreeMap<DeploymentName, u32>,
     ) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         for (name, w) in weights {
@@ -306,8 +326,8 @@ impl Store for SqliteStore {
 
     async fn events(
         &self,
-        endpoint: &str,
-        deployment: &str,
+        endpoint: &EndpointName,
+        deployment: &DeploymentName,
         limit: i64,
     ) -> sqlx::Result<Vec<EventRow>> {
         sqlx::query_as(
@@ -321,7 +341,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn set_alert_settings(&self, endpoint: &str, json: &str) -> sqlx::Result<()> {
+    async fn set_alert_settings(&self, endpoint: &EndpointName, json: &str) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO alert_settings (endpoint, settings) VALUES (?, ?)
              ON CONFLICT (endpoint) DO UPDATE SET settings = excluded.settings",
@@ -333,13 +353,18 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn alert_settings(&self) -> sqlx::Result<Vec<(String, String)>> {
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, String)>> {
         sqlx::query_as("SELECT endpoint, settings FROM alert_settings")
             .fetch_all(&self.pool)
             .await
     }
 
-    async fn insert_alert(&self, a: &NewAlert, webhook_url: &str, at_ms: i64) -> sqlx::Result<i64> {
+    async fn insert_alert(
+        &self,
+        a: &NewAlert,
+        webhook_url: &str,
+        at_ms: i64,
+    ) -> sqlx::Result<AlertId> {
         let r = sqlx::query(
             "INSERT INTO alerts (endpoint, deployment, condition, text, webhook_url, status, at_ms)
              VALUES (?, ?, ?, ?, ?, 'pending', ?)",
@@ -352,17 +377,17 @@ impl Store for SqliteStore {
         .bind(at_ms)
         .execute(&self.pool)
         .await?;
-        Ok(r.last_insert_rowid())
+        Ok(AlertId(r.last_insert_rowid()))
     }
 
-    async fn alert(&self, id: i64) -> sqlx::Result<Option<AlertRow>> {
+    async fn alert(&self, id: AlertId) -> sqlx::Result<Option<AlertRow>> {
         sqlx::query_as(select_alerts!("WHERE id = ?"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await
     }
 
-    async fn alerts(&self, endpoint: &str, limit: i64) -> sqlx::Result<Vec<AlertRow>> {
+    async fn alerts(&self, endpoint: &EndpointName, limit: i64) -> sqlx::Result<Vec<AlertRow>> {
         sqlx::query_as(select_alerts!(
             "WHERE endpoint = ? ORDER BY id DESC LIMIT ?"
         ))
@@ -380,7 +405,7 @@ impl Store for SqliteStore {
 
     async fn alert_attempted(
         &self,
-        id: i64,
+        id: AlertId,
         status: &str,
         attempts: i64,
         error: Option<&str>,
