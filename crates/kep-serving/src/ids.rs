@@ -23,6 +23,10 @@ kep_core::string_id!(
     ModelId,
     "A model's id (a UUID): what a deployment keeps of the model it serves, and its file's name."
 );
+kep_core::string_id!(
+    InstanceId,
+    "An instance's id: its deployment's name and five random characters, as a pod's."
+);
 
 /// A raised alert's id, in the order alerts were raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]

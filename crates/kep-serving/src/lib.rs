@@ -7,6 +7,7 @@ pub mod api;
 mod control;
 mod error;
 pub mod ids;
+mod kinds;
 mod monitor;
 mod runtime;
 mod spec;
@@ -27,7 +28,6 @@ pub use kep_api::serving::Resources;
 pub use kep_gateway::GatewaySettings;
 pub use kep_gateway::meter::prometheus_buckets as latency_buckets_s;
 pub use spec::{percentages, traffic_weights};
-pub use store::NewEvent;
 
 /// `[serving]` settings: the control plane and the runtime.
 #[derive(Debug, Clone, Serialize, Deserialize)]

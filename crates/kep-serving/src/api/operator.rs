@@ -391,7 +391,12 @@ async fn instance_logs(
     Query(q): Query<LogsQuery>,
 ) -> Result<impl IntoResponse> {
     let bytes = control(&s)
-        .logs(&e.into(), &d.into(), &i, q.tail_bytes.unwrap_or(65536))
+        .logs(
+            &e.into(),
+            &d.into(),
+            &i.into(),
+            q.tail_bytes.unwrap_or(65536),
+        )
         .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes))
 }

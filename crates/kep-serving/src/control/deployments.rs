@@ -6,10 +6,12 @@ use std::path::PathBuf;
 
 use super::artifacts::{check_model, forget_workdir};
 use super::launch::{DeploymentSpec, ImageRef, ModelRef};
-use super::{Control, now_unix, parse_spec, rfc3339, validate};
+use super::{Control, now_unix, rfc3339, validate};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
+use crate::kinds::DeploymentState;
+use crate::runtime::InstanceStatus;
 use crate::store::{DeploymentRow, LiveSources};
-use crate::{ServingError, runtime, spec};
+use crate::{ServingError, spec};
 use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};
 
 /// A custom image's port when the request gives none.
@@ -31,8 +33,7 @@ impl Control {
                         ServingError::field("image", format!("no image named {name}"))
                     })?;
                 Some(ImageRef {
-                    command: serde_json::from_str(&row.command)
-                        .map_err(|e| ServingError::Internal(e.into()))?,
+                    command: row.command,
                     id: row.id,
                     name: row.name,
                 })
@@ -103,7 +104,7 @@ impl Control {
         let row = DeploymentRow {
             endpoint: endpoint.clone(),
             name: name.clone(),
-            spec: serde_json::to_string(&spec).map_err(|e| ServingError::Internal(e.into()))?,
+            spec: spec.clone(),
             // A lone deployment gets all the traffic; a later one none until traffic is set.
             weight: if existing.is_empty() { 100 } else { 0 },
             created_at: now,
@@ -142,7 +143,7 @@ impl Control {
     ) -> Result<Deployment, ServingError> {
         let row = self.deployment_row(endpoint, name).await?;
         let live = self.store.live_sources().await?;
-        self.deployment_view(&row, &live).await
+        Ok(self.deployment_view(row, &live).await)
     }
 
     pub async fn deployments(
@@ -153,26 +154,22 @@ impl Control {
         let live = self.store.live_sources().await?;
         let mut out = Vec::new();
         for row in self.store.deployments(Some(endpoint)).await? {
-            out.push(self.deployment_view(&row, &live).await?);
+            out.push(self.deployment_view(row, &live).await);
         }
         Ok(out)
     }
 
-    async fn deployment_view(
-        &self,
-        row: &DeploymentRow,
-        live: &LiveSources,
-    ) -> Result<Deployment, ServingError> {
-        let spec = parse_spec(row)?;
+    async fn deployment_view(&self, row: DeploymentRow, live: &LiveSources) -> Deployment {
+        let spec = row.spec;
         let status = self
             .runtime
             .status(DeploymentKey::new(&row.endpoint, &row.name))
             .await;
         let source_deleted = spec.image.iter().any(|i| !live.images.contains(&i.id))
             || spec.model.iter().any(|m| !live.models.contains(&m.id));
-        Ok(Deployment {
-            endpoint: row.endpoint.to_string(),
-            name: row.name.to_string(),
+        Deployment {
+            endpoint: row.endpoint.into_string(),
+            name: row.name.into_string(),
             description: spec.description,
             kind: spec.kind,
             image: spec.image.map(|i| i.name.into_string()),
@@ -182,16 +179,18 @@ impl Control {
             port: spec.port,
             readiness: spec.readiness,
             liveness: spec.liveness,
-            state: status
-                .as_ref()
-                .map_or(runtime::PROGRESSING, |s| s.state)
+            state: (status.as_ref())
+                .map_or(DeploymentState::Progressing, |s| s.state)
+                .as_str()
                 .to_owned(),
             weight: row.weight as u32,
             source_deleted,
-            instances: status.map(|s| s.instances).unwrap_or_default(),
+            instances: status
+                .map(|s| s.instances.iter().map(InstanceStatus::view).collect())
+                .unwrap_or_default(),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
-        })
+        }
     }
 
     /// Edits the editable fields; a change its instances see rolls them over.
@@ -203,8 +202,7 @@ impl Control {
     ) -> Result<Deployment, ServingError> {
         let _guard = self.changes.lock().await;
         let e = self.endpoint_row(endpoint).await?;
-        let row = self.deployment_row(endpoint, name).await?;
-        let old = parse_spec(&row)?;
+        let old = self.deployment_row(endpoint, name).await?.spec;
         let live = self.store.live_sources().await?;
         let gone = (old.image.as_ref())
             .filter(|i| !live.images.contains(&i.id))
@@ -249,9 +247,8 @@ impl Control {
             .filter(|d| d.name != *name)
             .collect();
         check_models(&others, &new)?;
-        let json = serde_json::to_string(&new).map_err(|e| ServingError::Internal(e.into()))?;
         self.store
-            .update_deployment(endpoint, name, &json, now_unix())
+            .update_deployment(endpoint, name, &new, now_unix())
             .await?;
         if !old.same_launch(&new) {
             self.runtime.apply(
@@ -323,13 +320,11 @@ fn check_models(others: &[DeploymentRow], spec: &DeploymentSpec) -> Result<(), S
     let Some(model) = &spec.model else {
         return Ok(());
     };
-    let mut ids = BTreeSet::new();
-    for d in others {
-        if let Some(m) = parse_spec(d)?.model {
-            ids.insert(m.id);
-        }
-    }
-    ids.insert(model.id.clone());
+    let mut ids: BTreeSet<_> = others
+        .iter()
+        .filter_map(|d| d.spec.model.as_ref().map(|m| &m.id))
+        .collect();
+    ids.insert(&model.id);
     if ids.len() > spec::MODELS_PER_ENDPOINT {
         return Err(ServingError::field(
             "model",

@@ -109,7 +109,7 @@ impl Control {
             url: format!("{}/endpoints/{}", self.gateway_url, row.name),
             instance_type: row.instance_type.clone(),
             instance_count: row.instance_count as u32,
-            protocol: row.protocol.clone(),
+            protocol: row.protocol.as_str().to_owned(),
             deployments: deployments.iter().map(|d| d.name.to_string()).collect(),
             traffic: traffic_view(deployments),
             mirroring: Mirroring {

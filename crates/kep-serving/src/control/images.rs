@@ -12,8 +12,7 @@ impl Control {
         let row = ImageRow {
             id: ImageId::from(kep_core::secret::new_uuid()),
             name: ImageName::from(req.name),
-            command: serde_json::to_string(&command)
-                .map_err(|e| ServingError::Internal(e.into()))?,
+            command,
             created_at: now_unix(),
         };
         if !self.store.insert_image(&row).await? {
@@ -47,7 +46,7 @@ impl Control {
 fn image_view(row: &ImageRow) -> Image {
     Image {
         name: row.name.to_string(),
-        command: serde_json::from_str(&row.command).unwrap_or_default(),
+        command: row.command.clone(),
         created_at: rfc3339(row.created_at),
     }
 }

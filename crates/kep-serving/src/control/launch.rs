@@ -17,7 +17,7 @@ use kep_api::serving::{DeploymentType, Probe};
 
 /// A deployment as stored: the request resolved against the images and models it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct DeploymentSpec {
+pub(crate) struct DeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) description: Option<String>,
     #[serde(rename = "type")]

@@ -2,7 +2,7 @@
 
 use super::Control;
 use crate::ServingError;
-use crate::ids::{DeploymentName, EndpointName};
+use crate::ids::{DeploymentName, EndpointName, InstanceId};
 use kep_api::serving::Event;
 
 impl Control {
@@ -23,8 +23,8 @@ impl Control {
                 at: jiff::Timestamp::from_millisecond(e.at_ms)
                     .map_or_else(|_| e.at_ms.to_string(), |t| t.to_string()),
                 deployment: e.deployment.into_string(),
-                instance: e.instance,
-                kind: e.kind,
+                instance: e.instance.map(InstanceId::into_string),
+                kind: e.kind.as_str().to_owned(),
                 from: e.from_state,
                 to: e.to_state,
                 reason: e.reason,
@@ -37,17 +37,20 @@ impl Control {
         &self,
         endpoint: &EndpointName,
         name: &DeploymentName,
-        instance: &str,
+        instance: &InstanceId,
         tail: u64,
     ) -> Result<Vec<u8>, ServingError> {
         self.deployment_row(endpoint, name).await?;
-        let id_ok = instance.strip_prefix(name.as_str()).is_some_and(|rest| {
-            rest.len() == 6
-                && rest.starts_with('-')
-                && rest[1..]
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        });
+        let id_ok = instance
+            .as_str()
+            .strip_prefix(name.as_str())
+            .is_some_and(|rest| {
+                rest.len() == 6
+                    && rest.starts_with('-')
+                    && rest[1..]
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            });
         // Where the runtime writes it (`RuntimeContext::logs_dir`).
         let path = self
             .root

@@ -21,10 +21,11 @@ use tokio::sync::{Mutex, mpsc};
 
 use crate::ids::DeploymentKey;
 use crate::runtime::{self, RuntimeHandle};
-use crate::store::{DeploymentRow, Store};
+use crate::store::Store;
 use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
-use launch::{DeploymentSpec, ModelServer};
+pub(crate) use launch::DeploymentSpec;
+use launch::ModelServer;
 
 pub struct Control {
     settings: ServingSettings,
@@ -45,10 +46,6 @@ fn now_unix() -> i64 {
 
 fn rfc3339(unix: i64) -> String {
     jiff::Timestamp::from_second(unix).map_or_else(|_| unix.to_string(), |t| t.to_string())
-}
-
-fn parse_spec(row: &DeploymentRow) -> Result<DeploymentSpec, ServingError> {
-    serde_json::from_str(&row.spec).map_err(|e| ServingError::Internal(e.into()))
 }
 
 impl Control {
@@ -87,10 +84,9 @@ impl Control {
         for e in self.store.endpoints().await? {
             self.publish_route(&e.name).await?;
             for d in self.store.deployments(Some(&e.name)).await? {
-                let spec = parse_spec(&d)?;
                 self.runtime.apply(
                     DeploymentKey::new(&e.name, &d.name),
-                    self.launch(&spec, &e),
+                    self.launch(&d.spec, &e),
                     e.instance_count as u32,
                 );
             }

@@ -13,7 +13,8 @@ use super::{Control, now_unix, rfc3339, validate};
 use crate::ServingError;
 use crate::ids::{ModelId, ModelName};
 use crate::store::ModelRow;
-use kep_api::serving::Model;
+use kep_api::serving::{Model, ModelTensor};
+use kep_model_server::model::TensorSpec;
 
 /// Where uploaded artifacts are kept, one file per model named by its id.
 pub(super) fn models_dir(root: &Path) -> PathBuf {
@@ -146,7 +147,15 @@ impl ModelUpload<'_> {
 }
 
 fn model_view(row: &ModelRow) -> Model {
-    let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
+    let tensors = |specs: &[TensorSpec]| {
+        (specs.iter())
+            .map(|t| ModelTensor {
+                name: t.name.clone(),
+                datatype: t.datatype.name().to_owned(),
+                shape: t.shape.clone(),
+            })
+            .collect()
+    };
     Model {
         name: row.name.to_string(),
         framework: row.framework.clone(),

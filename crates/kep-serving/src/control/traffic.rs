@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::Control;
 use crate::ids::{DeploymentName, EndpointName};
+use crate::kinds::Protocol;
 use crate::store::DeploymentRow;
 use crate::{ServingError, spec};
 use kep_api::serving::{Mirroring, Traffic, TrafficRequest};
@@ -78,7 +79,7 @@ impl Control {
         self.update_routes(RouteUpdate::Endpoint(EndpointRoute {
             name: row.name.to_string(),
             key_hash,
-            http2: row.protocol == "grpc",
+            http2: row.protocol == Protocol::Grpc,
             deployments: effective_weights(&deployments)
                 .map(|(name, w)| (name.to_string(), w))
                 .collect(),

@@ -11,6 +11,7 @@ use kep_core::retry::Backoff;
 use tokio::sync::mpsc;
 
 use crate::ids::{AlertId, EndpointName};
+use crate::kinds::AlertStatus;
 use crate::runtime::now_ms;
 use crate::store::{AlertRow, NewAlert, Store};
 
@@ -88,7 +89,7 @@ impl Delivery {
             tracing::warn!(%endpoint, id = id.0, "{error}");
             let _ = self
                 .store
-                .alert_attempted(id, "failed", 0, Some(&error), None)
+                .alert_attempted(id, AlertStatus::Failed, 0, Some(&error), None)
                 .await;
         }
     }
@@ -134,9 +135,9 @@ async fn deliver(store: &dyn Store, http: &reqwest::Client, policy: DeliveryPoli
             Err(e) => Some(format!("the webhook could not be reached: {e}")),
         };
         let (status, sent_at) = match &error {
-            None => ("sent", Some(now_ms())),
-            Some(_) if attempts >= i64::from(policy.attempts) => ("failed", None),
-            Some(_) => ("pending", None),
+            None => (AlertStatus::Sent, Some(now_ms())),
+            Some(_) if attempts >= i64::from(policy.attempts) => (AlertStatus::Failed, None),
+            Some(_) => (AlertStatus::Pending, None),
         };
         if let Err(e) = store
             .alert_attempted(row.id, status, attempts, error.as_deref(), sent_at)
@@ -146,7 +147,7 @@ async fn deliver(store: &dyn Store, http: &reqwest::Client, policy: DeliveryPoli
         }
         match error {
             None => return,
-            Some(error) if status == "failed" => {
+            Some(error) if status == AlertStatus::Failed => {
                 tracing::warn!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert not delivered");
                 return;
             }

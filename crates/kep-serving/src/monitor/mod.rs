@@ -17,7 +17,8 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::ServingError;
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
-use crate::runtime::{DeploymentStatus, PROGRESSING, RuntimeHandle};
+use crate::kinds::DeploymentState;
+use crate::runtime::{DeploymentStatus, InstanceStatus, RuntimeHandle};
 use crate::store::{AlertRow, NewEvent, Store};
 use alerts::{AlertPolicy, Evaluator, StatusDelta};
 pub use delivery::DeliveryPolicy;
@@ -106,11 +107,10 @@ impl Monitor {
         endpoint: &EndpointName,
     ) -> Result<AlertSettings, ServingError> {
         let stored = self.store.alert_settings().await?;
-        let settings = match stored.iter().find(|(e, _)| e == endpoint) {
-            Some((_, json)) => parse_settings(json)?,
-            None => AlertSettings::default(),
-        };
-        Ok(alerts::complete(settings))
+        let settings = stored.into_iter().find(|(e, _)| e == endpoint);
+        Ok(alerts::complete(
+            settings.map(|(_, s)| s).unwrap_or_default(),
+        ))
     }
 
     pub async fn set_alert_settings(
@@ -119,8 +119,7 @@ impl Monitor {
         settings: AlertSettings,
     ) -> Result<AlertSettings, ServingError> {
         alerts::validate(&settings)?;
-        let json = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
-        self.store.set_alert_settings(endpoint, &json).await?;
+        self.store.set_alert_settings(endpoint, &settings).await?;
         let _ = self.resets.send(endpoint.clone());
         Ok(alerts::complete(settings))
     }
@@ -173,7 +172,7 @@ impl Monitor {
         let Some(settings) = active(&all, &e.endpoint) else {
             return;
         };
-        if let (Some(alert), Some(url)) = (Evaluator::event(&settings, e), &settings.webhook_url) {
+        if let (Some(alert), Some(url)) = (Evaluator::event(settings, e), &settings.webhook_url) {
             self.delivery.send(&alert, url).await;
         }
     }
@@ -268,11 +267,11 @@ impl Monitor {
                     .iter()
                     .map(|i| instance_view(i, i.pid.and_then(|p| usage.get(&p)), limits))
                     .collect();
-                let state = status.map_or(PROGRESSING, |st| st.state);
+                let state = status.map_or(DeploymentState::Progressing, |st| st.state);
                 export_gauges(&key, state, &instances);
                 views.push(DeploymentMetrics {
                     name: d.name.to_string(),
-                    state: state.to_owned(),
+                    state: state.as_str().to_owned(),
                     calls: meter.map(|m| m.0.clone()).unwrap_or_default(),
                     mirror: meter.map_or_else(MirrorMetrics::default, |m| MirrorMetrics {
                         answered: m.2.mirror_answered,
@@ -315,7 +314,7 @@ impl Monitor {
             let deltas = deltas.remove(endpoint.as_str()).unwrap_or_default();
             let raised = s
                 .evaluator
-                .sample(&alert_settings, m, &deltas, s.settings.alerts, now);
+                .sample(alert_settings, m, &deltas, s.settings.alerts, now);
             if let Some(url) = &alert_settings.webhook_url {
                 for alert in raised {
                     self.delivery.send(&alert, url).await;
@@ -351,14 +350,12 @@ struct Interval {
     latency: [u64; LATENCY_BUCKETS],
 }
 
-fn parse_settings(json: &str) -> Result<AlertSettings, ServingError> {
-    serde_json::from_str(json).map_err(|e| ServingError::Internal(e.into()))
-}
-
 /// An endpoint's settings when its alert channel is on.
-fn active(all: &[(EndpointName, String)], endpoint: &EndpointName) -> Option<AlertSettings> {
-    let (_, json) = all.iter().find(|(e, _)| e == endpoint)?;
-    let settings = parse_settings(json).ok()?;
+fn active<'a>(
+    all: &'a [(EndpointName, AlertSettings)],
+    endpoint: &EndpointName,
+) -> Option<&'a AlertSettings> {
+    let (_, settings) = all.iter().find(|(e, _)| e == endpoint)?;
     (settings.enabled && settings.webhook_url.is_some()).then_some(settings)
 }
 
@@ -378,17 +375,13 @@ fn latency(buckets: &[u64; LATENCY_BUCKETS]) -> Option<Latency> {
     })
 }
 
-fn instance_view(
-    i: &kep_api::serving::Instance,
-    usage: Option<&Usage>,
-    limits: Resources,
-) -> InstanceMetrics {
+fn instance_view(i: &InstanceStatus, usage: Option<&Usage>, limits: Resources) -> InstanceMetrics {
     let percent = |used: f64, limit: f64| (limit > 0.0).then(|| used / limit * 100.0);
     let cpu_cores = usage.and_then(|u| u.cpu_cores);
     let memory_bytes = usage.map(|u| u.memory_bytes);
     InstanceMetrics {
-        id: i.id.clone(),
-        state: i.state.clone(),
+        id: i.id.to_string(),
+        state: i.state.as_str().to_owned(),
         ready: i.ready,
         restarts: i.restarts,
         cpu_cores,
@@ -404,16 +397,18 @@ fn instance_view(
 
 /// Per-instance gauges for Prometheus; an instance gone stops being updated and the
 /// exporter drops its series after its idle timeout.
-fn export_gauges(key: &DeploymentKey, state: &str, instances: &[InstanceMetrics]) {
+fn export_gauges(key: &DeploymentKey, state: DeploymentState, instances: &[InstanceMetrics]) {
     let deployment = [
         ("endpoint", key.endpoint.to_string()),
         ("deployment", key.deployment.to_string()),
     ];
-    metrics::gauge!("kep_serving_deployment_available", &deployment).set(if state == PROGRESSING {
-        0.0
-    } else {
-        1.0
-    });
+    metrics::gauge!("kep_serving_deployment_available", &deployment).set(
+        if state == DeploymentState::Progressing {
+            0.0
+        } else {
+            1.0
+        },
+    );
     for i in instances {
         let labels = [
             ("endpoint", key.endpoint.to_string()),
@@ -441,10 +436,10 @@ fn alert_view(row: AlertRow) -> Alert {
     Alert {
         id: row.id.0,
         at: time(row.at_ms),
-        condition: row.condition,
+        condition: row.condition.as_str().to_owned(),
         deployment: row.deployment.map(DeploymentName::into_string),
         text: row.text,
-        status: row.status,
+        status: row.status.as_str().to_owned(),
         attempts: u32::try_from(row.attempts).unwrap_or(0),
         error: row.error,
         sent_at: row.sent_at_ms.map(time),

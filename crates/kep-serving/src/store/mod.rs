@@ -5,9 +5,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use kep_api::serving::AlertSettings;
 use kep_core::service::Context;
+use kep_model_server::model::TensorSpec;
 
-use crate::ids::{AlertId, DeploymentName, EndpointName, ImageId, ImageName, ModelId, ModelName};
+use crate::control::DeploymentSpec;
+use crate::ids::{
+    AlertId, DeploymentName, EndpointName, ImageId, ImageName, InstanceId, ModelId, ModelName,
+};
+use crate::kinds::{AlertStatus, Condition, DeploymentState, EventKind, InstanceState, Protocol};
 
 mod sqlite;
 
@@ -15,7 +21,9 @@ mod sqlite;
 pub struct ImageRow {
     pub id: ImageId,
     pub name: ImageName,
-    pub command: String,
+    /// The argv words.
+    #[sqlx(json)]
+    pub command: Vec<String>,
     pub created_at: i64,
 }
 
@@ -28,9 +36,11 @@ pub struct ModelRow {
     pub size: i64,
     pub sha256: String,
     pub created_at: i64,
-    /// JSON: `[{name, datatype, shape}]`.
-    pub inputs: String,
-    pub outputs: String,
+    /// Its inputs and outputs as read from the artifact.
+    #[sqlx(json)]
+    pub inputs: Vec<TensorSpec>,
+    #[sqlx(json)]
+    pub outputs: Vec<TensorSpec>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -39,7 +49,7 @@ pub struct EndpointRow {
     pub description: Option<String>,
     pub instance_type: String,
     pub instance_count: i64,
-    pub protocol: String,
+    pub protocol: Protocol,
     pub key_hash: String,
     pub mirroring: bool,
     pub responder: Option<DeploymentName>,
@@ -50,19 +60,21 @@ pub struct EndpointRow {
 pub struct DeploymentRow {
     pub endpoint: EndpointName,
     pub name: DeploymentName,
-    pub spec: String,
+    #[sqlx(json)]
+    pub spec: DeploymentSpec,
     pub weight: i64,
     pub created_at: i64,
     pub updated_at: i64,
 }
 
+/// An event as stored: its states are those of its kind ([`Change::states`]).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventRow {
     pub id: i64,
     pub at_ms: i64,
     pub deployment: DeploymentName,
-    pub instance: Option<String>,
-    pub kind: String,
+    pub instance: Option<InstanceId>,
+    pub kind: EventKind,
     pub from_state: Option<String>,
     pub to_state: Option<String>,
     pub reason: Option<String>,
@@ -73,10 +85,10 @@ pub struct AlertRow {
     pub id: AlertId,
     pub endpoint: EndpointName,
     pub deployment: Option<DeploymentName>,
-    pub condition: String,
+    pub condition: Condition,
     pub text: String,
     pub webhook_url: String,
-    pub status: String,
+    pub status: AlertStatus,
     pub attempts: i64,
     pub error: Option<String>,
     pub at_ms: i64,
@@ -88,7 +100,7 @@ pub struct AlertRow {
 pub struct NewAlert {
     pub endpoint: EndpointName,
     pub deployment: Option<DeploymentName>,
-    pub condition: &'static str,
+    pub condition: Condition,
     pub text: String,
 }
 
@@ -98,16 +110,85 @@ pub struct NewEvent {
     pub at_ms: i64,
     pub endpoint: EndpointName,
     pub deployment: DeploymentName,
-    pub instance: Option<String>,
-    pub kind: &'static str,
-    pub from: Option<String>,
-    pub to: Option<String>,
-    pub reason: Option<String>,
+    pub change: Change,
+}
+
+/// What an event records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// From none when the deployment is made.
+    Deployment {
+        from: Option<DeploymentState>,
+        to: DeploymentState,
+    },
+    Instance {
+        instance: InstanceId,
+        from: InstanceState,
+        to: InstanceState,
+        reason: Option<String>,
+    },
+    /// The instance became ready (`true`) or stopped being.
+    Ready {
+        instance: InstanceId,
+        ready: bool,
+        reason: Option<String>,
+    },
+    Restart {
+        instance: InstanceId,
+        reason: Option<String>,
+    },
+}
+
+/// How readiness reads in an event's states.
+fn ready_word(ready: bool) -> &'static str {
+    if ready { "ready" } else { "not ready" }
+}
+
+/// The event columns every backend stores a change in.
+impl Change {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Change::Deployment { .. } => EventKind::DeploymentState,
+            Change::Instance { .. } => EventKind::InstanceState,
+            Change::Ready { .. } => EventKind::Ready,
+            Change::Restart { .. } => EventKind::Restart,
+        }
+    }
+
+    pub fn instance(&self) -> Option<&InstanceId> {
+        match self {
+            Change::Deployment { .. } => None,
+            Change::Instance { instance, .. }
+            | Change::Ready { instance, .. }
+            | Change::Restart { instance, .. } => Some(instance),
+        }
+    }
+
+    /// The states it went from and to, in its kind's words.
+    pub fn states(&self) -> (Option<&'static str>, Option<&'static str>) {
+        match self {
+            Change::Deployment { from, to } => {
+                (from.map(DeploymentState::as_str), Some(to.as_str()))
+            }
+            Change::Instance { from, to, .. } => (Some(from.as_str()), Some(to.as_str())),
+            Change::Ready { ready, .. } => (Some(ready_word(!ready)), Some(ready_word(*ready))),
+            Change::Restart { .. } => (None, None),
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Change::Deployment { .. } => None,
+            Change::Instance { reason, .. }
+            | Change::Ready { reason, .. }
+            | Change::Restart { reason, .. } => reason.as_deref(),
+        }
+    }
 }
 
 /// The images and models not deleted, by id: a deployment made from another can no longer
 /// be edited.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LiveSources {
     pub images: BTreeSet<ImageId>,
     pub models: BTreeSet<ModelId>,
@@ -166,7 +247,7 @@ pub trait Store: Send + Sync {
         &self,
         endpoint: &EndpointName,
         name: &DeploymentName,
-        spec: &str,
+        spec: &DeploymentSpec,
         now: i64,
     ) -> sqlx::Result<()>;
     async fn delete_deployment(
@@ -190,10 +271,13 @@ pub trait Store: Send + Sync {
         limit: i64,
     ) -> sqlx::Result<Vec<EventRow>>;
 
-    /// Replaces an endpoint's alert settings (JSON).
-    async fn set_alert_settings(&self, endpoint: &EndpointName, json: &str) -> sqlx::Result<()>;
-    /// Every endpoint's alert settings, as stored JSON.
-    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, String)>>;
+    async fn set_alert_settings(
+        &self,
+        endpoint: &EndpointName,
+        settings: &AlertSettings,
+    ) -> sqlx::Result<()>;
+    /// Every endpoint's alert settings.
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, AlertSettings)>>;
     /// Records a raised alert as pending; its id.
     async fn insert_alert(
         &self,
@@ -210,7 +294,7 @@ pub trait Store: Send + Sync {
     async fn alert_attempted(
         &self,
         id: AlertId,
-        status: &str,
+        status: AlertStatus,
         attempts: i64,
         error: Option<&str>,
         sent_at_ms: Option<i64>,

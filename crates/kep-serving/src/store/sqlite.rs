@@ -2,14 +2,18 @@
 
 use std::collections::BTreeMap;
 
+use kep_api::serving::AlertSettings;
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
+use sqlx::types::Json;
 
 use super::{
     AlertRow, DeploymentRow, EndpointRow, EventRow, ImageRow, LiveSources, ModelRow, NewAlert,
     NewEvent, Store,
 };
+use crate::control::DeploymentSpec;
 use crate::ids::{AlertId, DeploymentName, EndpointName, ImageName, ModelName};
+use crate::kinds::AlertStatus;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -55,7 +59,7 @@ impl Store for SqliteStore {
             sqlx::query("INSERT INTO images (id, name, command, created_at) VALUES (?, ?, ?, ?)")
                 .bind(&row.id)
                 .bind(&row.name)
-                .bind(&row.command)
+                .bind(Json(&row.command))
                 .bind(row.created_at)
                 .execute(&self.pool)
                 .await;
@@ -99,8 +103,8 @@ impl Store for SqliteStore {
         .bind(row.size)
         .bind(&row.sha256)
         .bind(row.created_at)
-        .bind(&row.inputs)
-        .bind(&row.outputs)
+        .bind(Json(&row.inputs))
+        .bind(Json(&row.outputs))
         .execute(&self.pool)
         .await;
         inserted(done)
@@ -158,7 +162,7 @@ impl Store for SqliteStore {
         .bind(&row.description)
         .bind(&row.instance_type)
         .bind(row.instance_count)
-        .bind(&row.protocol)
+        .bind(row.protocol)
         .bind(&row.key_hash)
         .bind(row.created_at)
         .execute(&self.pool)
@@ -220,7 +224,7 @@ impl Store for SqliteStore {
         .bind(&row.endpoint)
         .bind(&row.name)
         .bind(&row.endpoint)
-        .bind(&row.spec)
+        .bind(Json(&row.spec))
         .bind(row.weight)
         .bind(row.created_at)
         .bind(row.updated_at)
@@ -261,13 +265,13 @@ impl Store for SqliteStore {
         &self,
         endpoint: &EndpointName,
         name: &DeploymentName,
-        spec: &str,
+        spec: &DeploymentSpec,
         now: i64,
     ) -> sqlx::Result<()> {
         sqlx::query(
             "UPDATE deployments SET spec = ?, updated_at = ? WHERE endpoint = ? AND name = ?",
         )
-        .bind(spec)
+        .bind(Json(spec))
         .bind(now)
         .bind(endpoint)
         .bind(name)
@@ -307,6 +311,7 @@ impl Store for SqliteStore {
     }
 
     async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()> {
+        let (from, to) = e.change.states();
         sqlx::query(
             "INSERT INTO events (at_ms, endpoint, deployment, instance, kind, from_state, to_state, reason)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -314,11 +319,11 @@ impl Store for SqliteStore {
         .bind(e.at_ms)
         .bind(&e.endpoint)
         .bind(&e.deployment)
-        .bind(&e.instance)
-        .bind(e.kind)
-        .bind(&e.from)
-        .bind(&e.to)
-        .bind(&e.reason)
+        .bind(e.change.instance())
+        .bind(e.change.kind())
+        .bind(from)
+        .bind(to)
+        .bind(e.change.reason())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -341,22 +346,28 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn set_alert_settings(&self, endpoint: &EndpointName, json: &str) -> sqlx::Result<()> {
+    async fn set_alert_settings(
+        &self,
+        endpoint: &EndpointName,
+        settings: &AlertSettings,
+    ) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO alert_settings (endpoint, settings) VALUES (?, ?)
              ON CONFLICT (endpoint) DO UPDATE SET settings = excluded.settings",
         )
         .bind(endpoint)
-        .bind(json)
+        .bind(Json(settings))
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, String)>> {
-        sqlx::query_as("SELECT endpoint, settings FROM alert_settings")
-            .fetch_all(&self.pool)
-            .await
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, AlertSettings)>> {
+        let rows: Vec<(EndpointName, Json<AlertSettings>)> =
+            sqlx::query_as("SELECT endpoint, settings FROM alert_settings")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(e, s)| (e, s.0)).collect())
     }
 
     async fn insert_alert(
@@ -367,13 +378,14 @@ impl Store for SqliteStore {
     ) -> sqlx::Result<AlertId> {
         let r = sqlx::query(
             "INSERT INTO alerts (endpoint, deployment, condition, text, webhook_url, status, at_ms)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&a.endpoint)
         .bind(&a.deployment)
         .bind(a.condition)
         .bind(&a.text)
         .bind(webhook_url)
+        .bind(AlertStatus::Pending)
         .bind(at_ms)
         .execute(&self.pool)
         .await?;
@@ -398,6 +410,7 @@ impl Store for SqliteStore {
     }
 
     async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>> {
+        // The status as a literal, so that SQLite reads the partial index `alerts_pending`.
         sqlx::query_as(select_alerts!("WHERE status = 'pending' ORDER BY id"))
             .fetch_all(&self.pool)
             .await
@@ -406,7 +419,7 @@ impl Store for SqliteStore {
     async fn alert_attempted(
         &self,
         id: AlertId,
-        status: &str,
+        status: AlertStatus,
         attempts: i64,
         error: Option<&str>,
         sent_at_ms: Option<i64>,
@@ -424,3 +437,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
