@@ -177,6 +177,7 @@ impl Service for ServingService {
             http: runtime::probe::http_client(),
             routes: routes.clone(),
             events: events_tx,
+            clock: ctx.clock.clone(),
         });
         let monitor = monitor::Monitor::start(
             store.clone(),
@@ -200,6 +201,7 @@ impl Service for ServingService {
                 instance_types: settings.instance_types.clone(),
             },
             listeners.subscribe(),
+            ctx.clock.clone(),
         )
         .await?;
         let control = Arc::new(control::Control::new(
@@ -209,6 +211,7 @@ impl Service for ServingService {
             routes,
             root,
             ctx.public_url.clone(),
+            ctx.clock.clone(),
         )?);
         control.resume().await?;
         Ok(ServingService {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::artifacts::{check_model, forget_workdir};
 use super::launch::{DeploymentSpec, ImageRef, ModelRef};
-use super::{Control, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::kinds::DeploymentState;
 use crate::runtime::InstanceStatus;
@@ -100,7 +100,7 @@ impl Control {
         }
         check_models(&existing, &spec)?;
         self.check_quota(&e).await?;
-        let now = now_unix();
+        let now = self.now_unix();
         let row = DeploymentRow {
             endpoint: endpoint.clone(),
             name: name.clone(),
@@ -248,7 +248,7 @@ impl Control {
             .collect();
         check_models(&others, &new)?;
         self.store
-            .update_deployment(endpoint, name, &new, now_unix())
+            .update_deployment(endpoint, name, &new, self.now_unix())
             .await?;
         if !old.same_launch(&new) {
             self.runtime.apply(

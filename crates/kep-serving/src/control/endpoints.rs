@@ -2,7 +2,7 @@
 //! share.
 
 use super::traffic::traffic_view;
-use super::{Control, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ServingError;
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
 use crate::store::{DeploymentRow, EndpointRow};
@@ -25,7 +25,7 @@ impl Control {
             key_hash: kep_core::secret::sha256_hex(&api_key),
             mirroring: false,
             responder: None,
-            created_at: now_unix(),
+            created_at: self.now_unix(),
         };
         let _guard = self.changes.lock().await;
         if !self.store.insert_endpoint(&row).await? {

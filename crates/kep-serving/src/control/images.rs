@@ -1,6 +1,6 @@
 //! Images: the local stand-in for registered container images, a name and a command.
 
-use super::{Control, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ServingError;
 use crate::ids::{ImageId, ImageName};
 use crate::store::ImageRow;
@@ -13,7 +13,7 @@ impl Control {
             id: ImageId::from(kep_core::secret::new_uuid()),
             name: ImageName::from(req.name),
             command,
-            created_at: now_unix(),
+            created_at: self.now_unix(),
         };
         if !self.store.insert_image(&row).await? {
             return Err(ServingError::Conflict(format!(

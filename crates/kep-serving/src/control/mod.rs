@@ -17,10 +17,11 @@ pub(crate) mod validate;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kep_core::clock::Clock;
 use tokio::sync::{Mutex, mpsc};
 
 use crate::ids::DeploymentKey;
-use crate::runtime::{self, RuntimeHandle};
+use crate::runtime::RuntimeHandle;
 use crate::store::Store;
 use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
@@ -34,14 +35,12 @@ pub struct Control {
     routes: mpsc::UnboundedSender<RouteUpdate>,
     root: PathBuf,
     gateway_url: String,
+    /// What created and updated dates are read from.
+    clock: Clock,
     model_server: ModelServer,
     /// Changes are made one at a time, so names, model counts and quota hold across the
     /// check and the write.
     changes: Mutex<()>,
-}
-
-fn now_unix() -> i64 {
-    runtime::now_ms() / 1000
 }
 
 fn rfc3339(unix: i64) -> String {
@@ -56,6 +55,7 @@ impl Control {
         routes: mpsc::UnboundedSender<RouteUpdate>,
         root: PathBuf,
         gateway_url: String,
+        clock: Clock,
     ) -> anyhow::Result<Self> {
         if !settings
             .instance_types
@@ -75,6 +75,7 @@ impl Control {
             routes,
             root,
             gateway_url,
+            clock,
             changes: Mutex::new(()),
         })
     }
@@ -92,6 +93,11 @@ impl Control {
             }
         }
         Ok(())
+    }
+
+    /// Seconds since the epoch, as created and updated dates are stored.
+    fn now_unix(&self) -> i64 {
+        self.clock.unix_s()
     }
 
     pub async fn stop(&self) {

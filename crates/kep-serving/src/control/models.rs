@@ -9,7 +9,7 @@ use sha2::Digest as _;
 use tokio::io::AsyncWriteExt as _;
 
 use super::artifacts::inspect_model;
-use super::{Control, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ServingError;
 use crate::ids::{ModelId, ModelName};
 use crate::store::ModelRow;
@@ -131,7 +131,7 @@ impl ModelUpload<'_> {
             path: path.to_string_lossy().into_owned(),
             size: size as i64,
             sha256,
-            created_at: now_unix(),
+            created_at: self.control.now_unix(),
             inputs,
             outputs,
         };

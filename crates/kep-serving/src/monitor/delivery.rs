@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use tokio::sync::mpsc;
 
 use crate::ids::{AlertId, EndpointName};
 use crate::kinds::AlertStatus;
-use crate::runtime::now_ms;
 use crate::store::{AlertRow, NewAlert, Store};
 
 #[derive(Debug, Clone, Copy)]
@@ -31,11 +31,17 @@ pub struct Delivery {
     store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
+    /// What alerts and their deliveries are dated by.
+    clock: Clock,
     workers: Mutex<HashMap<EndpointName, mpsc::Sender<AlertId>>>,
 }
 
 impl Delivery {
-    pub fn new(store: Arc<dyn Store>, policy: DeliveryPolicy) -> anyhow::Result<Delivery> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        policy: DeliveryPolicy,
+        clock: Clock,
+    ) -> anyhow::Result<Delivery> {
         let http = reqwest::Client::builder()
             .timeout(policy.timeout)
             .connect_timeout(policy.timeout)
@@ -44,6 +50,7 @@ impl Delivery {
             store,
             http,
             policy,
+            clock,
             workers: Mutex::default(),
         })
     }
@@ -58,7 +65,11 @@ impl Delivery {
 
     /// Records the alert as pending, then queues it.
     pub async fn send(&self, alert: &NewAlert, webhook_url: &str) {
-        match self.store.insert_alert(alert, webhook_url, now_ms()).await {
+        match self
+            .store
+            .insert_alert(alert, webhook_url, self.clock.unix_ms())
+            .await
+        {
             Ok(id) => self.queue(&alert.endpoint, id).await,
             Err(e) => tracing::error!(endpoint = %alert.endpoint, error = %e, "recording an alert"),
         }
@@ -78,6 +89,7 @@ impl Delivery {
                         self.store.clone(),
                         self.http.clone(),
                         self.policy,
+                        self.clock.clone(),
                         rx,
                     ));
                     tx
@@ -108,18 +120,25 @@ async fn worker(
     store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
+    clock: Clock,
     mut rx: mpsc::Receiver<AlertId>,
 ) {
     while let Some(id) = rx.recv().await {
         match store.alert(id).await {
-            Ok(Some(row)) => deliver(store.as_ref(), &http, policy, row).await,
+            Ok(Some(row)) => deliver(store.as_ref(), &http, policy, &clock, row).await,
             Ok(None) => {} // its endpoint was deleted meanwhile
             Err(e) => tracing::error!(id = id.0, error = %e, "reading an alert"),
         }
     }
 }
 
-async fn deliver(store: &dyn Store, http: &reqwest::Client, policy: DeliveryPolicy, row: AlertRow) {
+async fn deliver(
+    store: &dyn Store,
+    http: &reqwest::Client,
+    policy: DeliveryPolicy,
+    clock: &Clock,
+    row: AlertRow,
+) {
     let body = serde_json::json!({ "text": row.text });
     let mut waits = policy.retry.waits();
     let mut attempts = row.attempts;
@@ -135,7 +154,7 @@ async fn deliver(store: &dyn Store, http: &reqwest::Client, policy: DeliveryPoli
             Err(e) => Some(format!("the webhook could not be reached: {e}")),
         };
         let (status, sent_at) = match &error {
-            None => (AlertStatus::Sent, Some(now_ms())),
+            None => (AlertStatus::Sent, Some(clock.unix_ms())),
             Some(_) if attempts >= i64::from(policy.attempts) => (AlertStatus::Failed, None),
             Some(_) => (AlertStatus::Pending, None),
         };

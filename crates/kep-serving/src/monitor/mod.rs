@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use kep_core::clock::Clock;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ServingError;
@@ -47,6 +48,8 @@ pub struct Monitor {
     delivery: delivery::Delivery,
     /// Endpoints whose alert settings changed: what their conditions held is forgotten.
     resets: mpsc::UnboundedSender<EndpointName>,
+    /// What samples are dated by.
+    clock: Clock,
 }
 
 impl Monitor {
@@ -56,8 +59,9 @@ impl Monitor {
         meters: Arc<Meters>,
         settings: MonitorSettings,
         events: broadcast::Receiver<NewEvent>,
+        clock: Clock,
     ) -> anyhow::Result<Arc<Monitor>> {
-        let delivery = delivery::Delivery::new(store.clone(), settings.delivery)?;
+        let delivery = delivery::Delivery::new(store.clone(), settings.delivery, clock.clone())?;
         delivery.resume().await?;
         let (resets, reset_rx) = mpsc::unbounded_channel();
         let monitor = Arc::new(Monitor {
@@ -65,6 +69,7 @@ impl Monitor {
             latest: ArcSwap::default(),
             delivery,
             resets,
+            clock,
         });
         let samples_in = |window: Duration| {
             (window
@@ -96,7 +101,7 @@ impl Monitor {
             .cloned()
             .unwrap_or_else(|| EndpointMetrics {
                 endpoint: endpoint.to_string(),
-                at: jiff::Timestamp::now().to_string(),
+                at: self.clock.now().to_string(),
                 calls: CallMetrics::default(),
                 deployments: Vec::new(),
             })
@@ -244,7 +249,7 @@ impl Monitor {
         s.previous.retain(|k, _| calls.contains_key(k));
         s.windows.retain(|k, _| calls.contains_key(k));
 
-        let at = jiff::Timestamp::now().to_string();
+        let at = self.clock.now().to_string();
         let mut latest = HashMap::new();
         for e in &endpoints {
             let limits = s

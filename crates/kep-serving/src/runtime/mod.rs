@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use rand::Rng as _;
 use tokio::sync::{mpsc, oneshot};
@@ -132,6 +133,8 @@ pub struct RuntimeContext {
     pub http: reqwest::Client,
     pub routes: mpsc::UnboundedSender<RouteUpdate>,
     pub events: mpsc::UnboundedSender<NewEvent>,
+    /// What events are dated by.
+    pub clock: Clock,
 }
 
 impl RuntimeContext {
@@ -396,7 +399,7 @@ impl Supervisor {
 
     fn event(&self, change: Change) {
         let _ = self.ctx.events.send(NewEvent {
-            at_ms: now_ms(),
+            at_ms: self.ctx.clock.unix_ms(),
             endpoint: self.key.endpoint.clone(),
             deployment: self.key.deployment.clone(),
             change,
@@ -459,12 +462,6 @@ fn short_id() -> String {
     (0..5)
         .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
         .collect()
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Writes each event to the store and hands it on to whoever listens (alerts).
