@@ -93,9 +93,19 @@ impl Monitor {
         Ok(monitor)
     }
 
+    /// Refuses an endpoint that does not exist.
+    async fn known(&self, endpoint: &EndpointName) -> Result<(), ServingError> {
+        match self.store.endpoint(endpoint).await? {
+            Some(_) => Ok(()),
+            None => Err(ServingError::NotFound(format!("no endpoint {endpoint}"))),
+        }
+    }
+
     /// The endpoint's numbers as of the last sample; zeros before its first.
-    pub fn metrics(&self, endpoint: &EndpointName) -> EndpointMetrics {
-        self.latest
+    pub async fn metrics(&self, endpoint: &EndpointName) -> Result<EndpointMetrics, ServingError> {
+        self.known(endpoint).await?;
+        Ok(self
+            .latest
             .load()
             .get(endpoint)
             .cloned()
@@ -104,13 +114,14 @@ impl Monitor {
                 at: self.clock.now().to_string(),
                 calls: CallMetrics::default(),
                 deployments: Vec::new(),
-            })
+            }))
     }
 
     pub async fn alert_settings(
         &self,
         endpoint: &EndpointName,
     ) -> Result<AlertSettings, ServingError> {
+        self.known(endpoint).await?;
         let stored = self.store.alert_settings().await?;
         let settings = stored.into_iter().find(|(e, _)| e == endpoint);
         Ok(alerts::complete(
@@ -123,20 +134,23 @@ impl Monitor {
         endpoint: &EndpointName,
         settings: AlertSettings,
     ) -> Result<AlertSettings, ServingError> {
+        self.known(endpoint).await?;
         alerts::validate(&settings)?;
         self.store.set_alert_settings(endpoint, &settings).await?;
         let _ = self.resets.send(endpoint.clone());
         Ok(alerts::complete(settings))
     }
 
+    /// The endpoint's last `limit` alerts (1 to 1000), newest first.
     pub async fn alert_history(
         &self,
         endpoint: &EndpointName,
         limit: i64,
     ) -> Result<Vec<Alert>, ServingError> {
+        self.known(endpoint).await?;
         Ok(self
             .store
-            .alerts(endpoint, limit)
+            .alerts(endpoint, limit.clamp(1, 1000))
             .await?
             .into_iter()
             .map(alert_view)
