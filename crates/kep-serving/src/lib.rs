@@ -6,6 +6,8 @@
 pub mod api;
 mod control;
 mod error;
+pub mod ids;
+mod kinds;
 mod monitor;
 mod runtime;
 mod spec;
@@ -26,7 +28,6 @@ pub use kep_api::serving::Resources;
 pub use kep_gateway::GatewaySettings;
 pub use kep_gateway::meter::prometheus_buckets as latency_buckets_s;
 pub use spec::{percentages, traffic_weights};
-pub use store::NewEvent;
 
 /// `[serving]` settings: the control plane and the runtime.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -145,7 +146,7 @@ impl Service for ServingService {
     /// deployment's instances. The gateway's public URL is the base of the endpoint URLs.
     async fn start((settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
         let data_dir = ctx.data_dir.as_path();
-        let store = store::Store::new(ctx.database("serving", &store::MIGRATOR).await?);
+        let store = store::open(ctx).await?;
         let root = data_dir.join("serving");
         // Instances a kep killed outright left running; the deployments start afresh.
         let owner = runtime::process::Owner::of_data_dir(data_dir)?;
@@ -176,6 +177,7 @@ impl Service for ServingService {
             http: runtime::probe::http_client(),
             routes: routes.clone(),
             events: events_tx,
+            clock: ctx.clock.clone(),
         });
         let monitor = monitor::Monitor::start(
             store.clone(),
@@ -199,6 +201,7 @@ impl Service for ServingService {
                 instance_types: settings.instance_types.clone(),
             },
             listeners.subscribe(),
+            ctx.clock.clone(),
         )
         .await?;
         let control = Arc::new(control::Control::new(
@@ -208,6 +211,7 @@ impl Service for ServingService {
             routes,
             root,
             ctx.public_url.clone(),
+            ctx.clock.clone(),
         )?);
         control.resume().await?;
         Ok(ServingService {

@@ -169,7 +169,7 @@ async fn show_image(
     State(s): State<ServingService>,
     Path(name): Path<String>,
 ) -> Result<Json<Image>> {
-    Ok(Json(control(&s).image(&name).await?))
+    Ok(Json(control(&s).image(&name.into()).await?))
 }
 
 /// Deployments made from it keep running, but can no longer be edited.
@@ -179,7 +179,7 @@ async fn delete_image(
     State(s): State<ServingService>,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    control(&s).delete_image(&name).await?;
+    control(&s).delete_image(&name.into()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -230,7 +230,7 @@ async fn show_model(
     State(s): State<ServingService>,
     Path(name): Path<String>,
 ) -> Result<Json<Model>> {
-    Ok(Json(control(&s).model(&name).await?))
+    Ok(Json(control(&s).model(&name.into()).await?))
 }
 
 #[utoipa::path(delete, path = "/admin/v1/serving/models/{name}",
@@ -239,7 +239,7 @@ async fn delete_model(
     State(s): State<ServingService>,
     Path(name): Path<String>,
 ) -> Result<StatusCode> {
-    control(&s).delete_model(&name).await?;
+    control(&s).delete_model(&name.into()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -269,7 +269,7 @@ async fn show_endpoint(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<Json<Endpoint>> {
-    Ok(Json(control(&s).endpoint(&e).await?))
+    Ok(Json(control(&s).endpoint(&e.into()).await?))
 }
 
 /// Stops every deployment's instances and forgets the endpoint.
@@ -279,7 +279,7 @@ async fn delete_endpoint(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<StatusCode> {
-    control(&s).delete_endpoint(&e).await?;
+    control(&s).delete_endpoint(&e.into()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -291,7 +291,7 @@ async fn reissue_key(
     Path(e): Path<String>,
 ) -> Result<Json<ApiKey>> {
     Ok(Json(ApiKey {
-        api_key: control(&s).reissue_key(&e).await?,
+        api_key: control(&s).reissue_key(&e.into()).await?,
     }))
 }
 
@@ -303,7 +303,9 @@ async fn create_deployment(
     Path(e): Path<String>,
     AdminJson(body): AdminJson<Value>,
 ) -> Result<(StatusCode, Json<Deployment>)> {
-    let d = control(&s).create_deployment(&e, from_json(body)?).await?;
+    let d = control(&s)
+        .create_deployment(&e.into(), from_json(body)?)
+        .await?;
     Ok((StatusCode::CREATED, Json(d)))
 }
 
@@ -313,7 +315,7 @@ async fn list_deployments(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<Json<Vec<Deployment>>> {
-    Ok(Json(control(&s).deployments(&e).await?))
+    Ok(Json(control(&s).deployments(&e.into()).await?))
 }
 
 #[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}",
@@ -322,7 +324,7 @@ async fn show_deployment(
     State(s): State<ServingService>,
     Path((e, d)): Path<(String, String)>,
 ) -> Result<Json<Deployment>> {
-    Ok(Json(control(&s).deployment(&e, &d).await?))
+    Ok(Json(control(&s).deployment(&e.into(), &d.into()).await?))
 }
 
 /// Only the editable fields; the name, the type and the instance configuration are fixed.
@@ -336,7 +338,11 @@ async fn patch_deployment(
 ) -> Result<Json<Deployment>> {
     validate::patch_fields(&body)?;
     let patch: DeploymentPatch = from_json(body)?;
-    Ok(Json(control(&s).patch_deployment(&e, &d, patch).await?))
+    Ok(Json(
+        control(&s)
+            .patch_deployment(&e.into(), &d.into(), patch)
+            .await?,
+    ))
 }
 
 #[utoipa::path(delete, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}",
@@ -345,7 +351,7 @@ async fn delete_deployment(
     State(s): State<ServingService>,
     Path((e, d)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    control(&s).delete_deployment(&e, &d).await?;
+    control(&s).delete_deployment(&e.into(), &d.into()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -363,7 +369,9 @@ async fn deployment_events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Vec<Event>>> {
     Ok(Json(
-        control(&s).events(&e, &d, q.limit.unwrap_or(100)).await?,
+        control(&s)
+            .events(&e.into(), &d.into(), q.limit.unwrap_or(100))
+            .await?,
     ))
 }
 
@@ -382,7 +390,12 @@ async fn instance_logs(
     Query(q): Query<LogsQuery>,
 ) -> Result<impl IntoResponse> {
     let bytes = control(&s)
-        .logs(&e, &d, &i, q.tail_bytes.unwrap_or(65536))
+        .logs(
+            &e.into(),
+            &d.into(),
+            &i.into(),
+            q.tail_bytes.unwrap_or(65536),
+        )
         .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes))
 }
@@ -396,7 +409,9 @@ async fn set_traffic(
     Path(e): Path<String>,
     AdminJson(body): AdminJson<Value>,
 ) -> Result<Json<Traffic>> {
-    Ok(Json(control(&s).set_traffic(&e, from_json(body)?).await?))
+    Ok(Json(
+        control(&s).set_traffic(&e.into(), from_json(body)?).await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/traffic",
@@ -405,7 +420,7 @@ async fn show_traffic(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<Json<Traffic>> {
-    Ok(Json(control(&s).endpoint(&e).await?.traffic))
+    Ok(Json(control(&s).endpoint(&e.into()).await?.traffic))
 }
 
 /// With mirroring on, every deployment gets each call and the responder's answer is returned.
@@ -416,7 +431,11 @@ async fn set_mirroring(
     Path(e): Path<String>,
     AdminJson(body): AdminJson<Value>,
 ) -> Result<Json<Mirroring>> {
-    Ok(Json(control(&s).set_mirroring(&e, from_json(body)?).await?))
+    Ok(Json(
+        control(&s)
+            .set_mirroring(&e.into(), from_json(body)?)
+            .await?,
+    ))
 }
 
 #[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/mirroring",
@@ -425,7 +444,7 @@ async fn show_mirroring(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<Json<Mirroring>> {
-    Ok(Json(control(&s).endpoint(&e).await?.mirroring))
+    Ok(Json(control(&s).endpoint(&e.into()).await?.mirroring))
 }
 
 /// Replaces the endpoint's alert settings: the channel toggle, the webhook URL and each
@@ -439,8 +458,9 @@ async fn set_alerts(
     AdminJson(body): AdminJson<Value>,
 ) -> Result<Json<AlertSettings>> {
     let settings = from_json(body)?;
-    control(&s).endpoint(&e).await?;
-    Ok(Json(s.monitor.set_alert_settings(&e, settings).await?))
+    Ok(Json(
+        s.monitor.set_alert_settings(&e.into(), settings).await?,
+    ))
 }
 
 /// The endpoint's alert settings, every condition listed.
@@ -450,8 +470,7 @@ async fn show_alerts(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<Json<AlertSettings>> {
-    control(&s).endpoint(&e).await?;
-    Ok(Json(s.monitor.alert_settings(&e).await?))
+    Ok(Json(s.monitor.alert_settings(&e.into()).await?))
 }
 
 /// The alerts raised for the endpoint, sent, pending or failed, newest first.
@@ -462,10 +481,9 @@ async fn alert_history(
     Path(e): Path<String>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<AlertHistory>> {
-    control(&s).endpoint(&e).await?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = q.limit.unwrap_or(100);
     Ok(Json(AlertHistory {
-        alerts: s.monitor.alert_history(&e, limit).await?,
+        alerts: s.monitor.alert_history(&e.into(), limit).await?,
     }))
 }
 
@@ -476,8 +494,7 @@ async fn endpoint_metrics(
     State(s): State<ServingService>,
     Path(e): Path<String>,
 ) -> Result<Json<EndpointMetrics>> {
-    control(&s).endpoint(&e).await?;
-    Ok(Json(s.monitor.metrics(&e)))
+    Ok(Json(s.monitor.metrics(&e.into()).await?))
 }
 
 #[utoipa::path(get, path = "/admin/v1/serving/quota", responses((status = 200, body = Quota)), security(("operator" = [])))]

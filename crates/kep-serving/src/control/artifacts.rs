@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use kep_model_server::Engine;
+use kep_model_server::model::Signature;
 
 use super::Control;
 use super::launch::{KEP_ENGINE, NATIVE, Native};
@@ -73,15 +74,14 @@ impl Control {
                 format!("{KEP_ENGINE}={NATIVE}: there is no {program} on kep's PATH"),
             ));
         }
-        let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
-        let signature = (tensors(&row.inputs), tensors(&row.outputs));
+        let signature = (row.inputs.clone(), row.outputs.clone());
         // The folder's parent is the deployment's own, as a cloned script's is.
         let dir = self
             .root
             .join("native")
             .join(kep_core::secret::new_uuid())
             .join("model");
-        let (name, model) = (row.name.clone(), PathBuf::from(&row.path));
+        let (name, model) = (row.name.to_string(), PathBuf::from(&row.path));
         let at = dir.clone();
         let made = tokio::task::spawn_blocking(move || match kind {
             DeploymentType::Triton => native::triton(&at, &name, &model, &signature)
@@ -136,26 +136,24 @@ pub(super) async fn forget_workdir(path: &str) {
     }
 }
 
-/// Reads an uploaded artifact's inputs and outputs, as JSON; a file no engine can read as
+/// Reads an uploaded artifact's inputs and outputs; a file no engine can read as
 /// a model is refused at upload, and so is a frozen GraphDef of a framework other than
 /// TensorFlow (CONTRACT §3: other frameworks come as ONNX exports).
 pub(super) async fn inspect_model(
     path: PathBuf,
     framework: &str,
-) -> Result<(String, String), ServingError> {
+) -> Result<Signature, ServingError> {
     let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
         .await
         .map_err(|e| ServingError::Internal(e.into()))?;
-    let ((inputs, outputs), format) =
-        read.map_err(|e| ServingError::field("file", e.to_string()))?;
+    let (signature, format) = read.map_err(|e| ServingError::field("file", e.to_string()))?;
     if format == kep_model_server::model::Format::FrozenGraph && framework != "tensorflow" {
         return Err(ServingError::field(
             "file",
             "a TensorFlow frozen GraphDef is for tensorflow models; other frameworks are uploaded as ONNX exports",
         ));
     }
-    let json = |t| serde_json::to_string(t).map_err(|e| ServingError::Internal(e.into()));
-    Ok((json(&inputs)?, json(&outputs)?))
+    Ok(signature)
 }
 
 /// Prepares the model as its instances will, in their engine: what the engine cannot run

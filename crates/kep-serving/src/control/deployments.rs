@@ -6,9 +6,12 @@ use std::path::PathBuf;
 
 use super::artifacts::{check_model, forget_workdir};
 use super::launch::{DeploymentSpec, ImageRef, ModelRef};
-use super::{Control, key, now_unix, parse_spec, rfc3339, validate};
-use crate::store::DeploymentRow;
-use crate::{ServingError, runtime, spec};
+use super::{Control, rfc3339, validate};
+use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
+use crate::kinds::DeploymentState;
+use crate::runtime::InstanceStatus;
+use crate::store::{DeploymentRow, LiveSources};
+use crate::{ServingError, spec};
 use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};
 
 /// A custom image's port when the request gives none.
@@ -22,12 +25,15 @@ impl Control {
         // The validator let an image through for custom images only, a model for the rest.
         let image = match &req.image {
             Some(name) => {
-                let row = self.store.image(name).await?.ok_or_else(|| {
-                    ServingError::field("image", format!("no image named {name}"))
-                })?;
+                let row = self
+                    .store
+                    .image(&ImageName::from(name.as_str()))
+                    .await?
+                    .ok_or_else(|| {
+                        ServingError::field("image", format!("no image named {name}"))
+                    })?;
                 Some(ImageRef {
-                    command: serde_json::from_str(&row.command)
-                        .map_err(|e| ServingError::Internal(e.into()))?,
+                    command: row.command,
                     id: row.id,
                     name: row.name,
                 })
@@ -37,9 +43,13 @@ impl Control {
         let mut native = None;
         let model = match &req.model {
             Some(name) => {
-                let row = self.store.model(name).await?.ok_or_else(|| {
-                    ServingError::field("model", format!("no model named {name}"))
-                })?;
+                let row = self
+                    .store
+                    .model(&ModelName::from(name.as_str()))
+                    .await?
+                    .ok_or_else(|| {
+                        ServingError::field("model", format!("no model named {name}"))
+                    })?;
                 validate::served_framework(req.kind, &row.framework)?;
                 match self.model_server.choice(&req.env)? {
                     Some(engine) => check_model(PathBuf::from(&row.path), engine).await?,
@@ -75,10 +85,10 @@ impl Control {
 
     pub async fn create_deployment(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         req: DeploymentRequest,
     ) -> Result<Deployment, ServingError> {
-        let name = req.name.clone();
+        let name = DeploymentName::from(req.name.as_str());
         let spec = self.resolve(req).await?;
         let _guard = self.changes.lock().await;
         let e = self.endpoint_row(endpoint).await?;
@@ -90,11 +100,11 @@ impl Control {
         }
         check_models(&existing, &spec)?;
         self.check_quota(&e).await?;
-        let now = now_unix();
+        let now = self.now_unix();
         let row = DeploymentRow {
-            endpoint: endpoint.to_owned(),
+            endpoint: endpoint.clone(),
             name: name.clone(),
-            spec: serde_json::to_string(&spec).map_err(|e| ServingError::Internal(e.into()))?,
+            spec: spec.clone(),
             // A lone deployment gets all the traffic; a later one none until traffic is set.
             weight: if existing.is_empty() { 100 } else { 0 },
             created_at: now,
@@ -102,7 +112,7 @@ impl Control {
         };
         self.store.insert_deployment(&row).await?;
         self.runtime.apply(
-            key(endpoint, &name),
+            DeploymentKey::new(endpoint, &name),
             self.launch(&spec, &e),
             e.instance_count as u32,
         );
@@ -113,8 +123,8 @@ impl Control {
 
     pub(super) async fn deployment_row(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
     ) -> Result<DeploymentRow, ServingError> {
         if let Some(row) = self.store.deployment(endpoint, name).await? {
             return Ok(row);
@@ -126,87 +136,85 @@ impl Control {
         )))
     }
 
-    pub async fn deployment(&self, endpoint: &str, name: &str) -> Result<Deployment, ServingError> {
+    pub async fn deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> Result<Deployment, ServingError> {
         let row = self.deployment_row(endpoint, name).await?;
-        let live = self.live_sources().await?;
-        self.deployment_view(&row, &live).await
+        let live = self.store.live_sources().await?;
+        Ok(self.deployment_view(row, &live).await)
     }
 
-    pub async fn deployments(&self, endpoint: &str) -> Result<Vec<Deployment>, ServingError> {
+    pub async fn deployments(
+        &self,
+        endpoint: &EndpointName,
+    ) -> Result<Vec<Deployment>, ServingError> {
         self.endpoint_row(endpoint).await?;
-        let live = self.live_sources().await?;
+        let live = self.store.live_sources().await?;
         let mut out = Vec::new();
         for row in self.store.deployments(Some(endpoint)).await? {
-            out.push(self.deployment_view(&row, &live).await?);
+            out.push(self.deployment_view(row, &live).await);
         }
         Ok(out)
     }
 
-    /// The ids of the images and models not deleted.
-    async fn live_sources(&self) -> Result<BTreeSet<String>, ServingError> {
-        Ok(self.store.live_sources().await?.into_iter().collect())
-    }
-
-    async fn deployment_view(
-        &self,
-        row: &DeploymentRow,
-        live_sources: &BTreeSet<String>,
-    ) -> Result<Deployment, ServingError> {
-        let spec = parse_spec(row)?;
-        let status = self.runtime.status(key(&row.endpoint, &row.name)).await;
-        let source_deleted = spec
-            .image
-            .iter()
-            .map(|i| &i.id)
-            .chain(spec.model.iter().map(|m| &m.id))
-            .any(|id| !live_sources.contains(id));
-        Ok(Deployment {
-            endpoint: row.endpoint.clone(),
-            name: row.name.clone(),
+    async fn deployment_view(&self, row: DeploymentRow, live: &LiveSources) -> Deployment {
+        let spec = row.spec;
+        let status = self
+            .runtime
+            .status(DeploymentKey::new(&row.endpoint, &row.name))
+            .await;
+        let source_deleted = spec.image.iter().any(|i| !live.images.contains(&i.id))
+            || spec.model.iter().any(|m| !live.models.contains(&m.id));
+        Deployment {
+            endpoint: row.endpoint.into_string(),
+            name: row.name.into_string(),
             description: spec.description,
             kind: spec.kind,
-            image: spec.image.map(|i| i.name),
-            model: spec.model.map(|m| m.name),
+            image: spec.image.map(|i| i.name.into_string()),
+            model: spec.model.map(|m| m.name.into_string()),
             script: spec.script,
             env: spec.env,
             port: spec.port,
             readiness: spec.readiness,
             liveness: spec.liveness,
-            state: status
-                .as_ref()
-                .map_or(runtime::PROGRESSING, |s| s.state)
+            state: (status.as_ref())
+                .map_or(DeploymentState::Progressing, |s| s.state)
+                .as_str()
                 .to_owned(),
             weight: row.weight as u32,
             source_deleted,
-            instances: status.map(|s| s.instances).unwrap_or_default(),
+            instances: status
+                .map(|s| s.instances.iter().map(InstanceStatus::view).collect())
+                .unwrap_or_default(),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
-        })
+        }
     }
 
     /// Edits the editable fields; a change its instances see rolls them over.
     pub async fn patch_deployment(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
         patch: DeploymentPatch,
     ) -> Result<Deployment, ServingError> {
         let _guard = self.changes.lock().await;
         let e = self.endpoint_row(endpoint).await?;
-        let row = self.deployment_row(endpoint, name).await?;
-        let old = parse_spec(&row)?;
-        let live = self.live_sources().await?;
-        if let Some(gone) = old
-            .image
-            .as_ref()
-            .map(|i| ("image", &i.id, &i.name))
-            .into_iter()
-            .chain(old.model.as_ref().map(|m| ("model", &m.id, &m.name)))
-            .find(|(_, id, _)| !live.contains(*id))
-        {
+        let old = self.deployment_row(endpoint, name).await?.spec;
+        let live = self.store.live_sources().await?;
+        let gone = (old.image.as_ref())
+            .filter(|i| !live.images.contains(&i.id))
+            .map(|i| ("image", i.name.as_str()))
+            .or_else(|| {
+                (old.model.as_ref())
+                    .filter(|m| !live.models.contains(&m.id))
+                    .map(|m| ("model", m.name.as_str()))
+            });
+        if let Some((what, source)) = gone {
             return Err(ServingError::SourceDeleted(format!(
-                "the {} {} of deployment {name} has been deleted: register it again and create a new deployment",
-                gone.0, gone.2
+                "the {what} {source} of deployment {name} has been deleted: register it again and create a new deployment"
             )));
         }
         let mut new = self.resolve(edited(name, &old, patch)).await?;
@@ -236,16 +244,15 @@ impl Control {
             .deployments(Some(endpoint))
             .await?
             .into_iter()
-            .filter(|d| d.name != name)
+            .filter(|d| d.name != *name)
             .collect();
         check_models(&others, &new)?;
-        let json = serde_json::to_string(&new).map_err(|e| ServingError::Internal(e.into()))?;
         self.store
-            .update_deployment(endpoint, name, &json, now_unix())
+            .update_deployment(endpoint, name, &new, self.now_unix())
             .await?;
         if !old.same_launch(&new) {
             self.runtime.apply(
-                key(endpoint, name),
+                DeploymentKey::new(endpoint, name),
                 self.launch(&new, &e),
                 e.instance_count as u32,
             );
@@ -254,11 +261,15 @@ impl Control {
         self.deployment(endpoint, name).await
     }
 
-    pub async fn delete_deployment(&self, endpoint: &str, name: &str) -> Result<(), ServingError> {
+    pub async fn delete_deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> Result<(), ServingError> {
         let _guard = self.changes.lock().await;
         let e = self.endpoint_row(endpoint).await?;
         self.deployment_row(endpoint, name).await?;
-        if e.mirroring && e.responder.as_deref() == Some(name) {
+        if e.mirroring && e.responder.as_ref() == Some(name) {
             return Err(ServingError::Conflict(format!(
                 "{name} answers the mirrored calls: turn mirroring off or choose another responder first"
             )));
@@ -271,19 +282,29 @@ impl Control {
                 .await?;
         }
         self.publish_route(endpoint).await?;
-        self.runtime.remove(key(endpoint, name)).await;
+        self.runtime
+            .remove(DeploymentKey::new(endpoint, name))
+            .await;
         Ok(())
     }
 }
 
 /// The request an edit makes of deployment `name`: the patch's fields over the stored ones.
-fn edited(name: &str, old: &DeploymentSpec, patch: DeploymentPatch) -> DeploymentRequest {
+fn edited(
+    name: &DeploymentName,
+    old: &DeploymentSpec,
+    patch: DeploymentPatch,
+) -> DeploymentRequest {
     DeploymentRequest {
-        name: name.to_owned(),
+        name: name.to_string(),
         description: patch.description.unwrap_or(old.description.clone()),
         kind: old.kind,
-        image: patch.image.or(old.image.as_ref().map(|i| i.name.clone())),
-        model: patch.model.or(old.model.as_ref().map(|m| m.name.clone())),
+        image: patch
+            .image
+            .or(old.image.as_ref().map(|i| i.name.to_string())),
+        model: patch
+            .model
+            .or(old.model.as_ref().map(|m| m.name.to_string())),
         script: patch.script.unwrap_or(old.script.clone()),
         env: patch.env.unwrap_or(old.env.clone()),
         port: patch
@@ -299,13 +320,11 @@ fn check_models(others: &[DeploymentRow], spec: &DeploymentSpec) -> Result<(), S
     let Some(model) = &spec.model else {
         return Ok(());
     };
-    let mut ids = BTreeSet::new();
-    for d in others {
-        if let Some(m) = parse_spec(d)?.model {
-            ids.insert(m.id);
-        }
-    }
-    ids.insert(model.id.clone());
+    let mut ids: BTreeSet<_> = others
+        .iter()
+        .filter_map(|d| d.spec.model.as_ref().map(|m| &m.id))
+        .collect();
+    ids.insert(&model.id);
     if ids.len() > spec::MODELS_PER_ENDPOINT {
         return Err(ServingError::field(
             "model",

@@ -2,9 +2,10 @@
 //! share.
 
 use super::traffic::traffic_view;
-use super::{Control, key, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ServingError;
-use crate::store::{self, DeploymentRow, EndpointRow};
+use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
+use crate::store::{DeploymentRow, EndpointRow};
 use kep_api::serving::{Endpoint, EndpointRequest, Mirroring};
 use kep_gateway::RouteUpdate;
 
@@ -16,7 +17,7 @@ impl Control {
         let shape = validate::endpoint(&req, &self.settings)?;
         let api_key = kep_core::secret::new_secret();
         let row = EndpointRow {
-            name: req.name,
+            name: EndpointName::from(req.name),
             description: req.description,
             instance_type: shape.instance_type,
             instance_count: i64::from(shape.instance_count),
@@ -24,30 +25,30 @@ impl Control {
             key_hash: kep_core::secret::sha256_hex(&api_key),
             mirroring: false,
             responder: None,
-            created_at: now_unix(),
+            created_at: self.now_unix(),
         };
         let _guard = self.changes.lock().await;
-        match self.store.insert_endpoint(&row).await {
-            Err(e) if store::is_unique_violation(&e) => {
-                return Err(ServingError::Conflict(format!(
-                    "an endpoint named {} exists",
-                    row.name
-                )));
-            }
-            other => other?,
+        if !self.store.insert_endpoint(&row).await? {
+            return Err(ServingError::Conflict(format!(
+                "an endpoint named {} exists",
+                row.name
+            )));
         }
         self.publish_route(&row.name).await?;
         Ok((self.endpoint_view(&row, &[]), api_key))
     }
 
-    pub(super) async fn endpoint_row(&self, name: &str) -> Result<EndpointRow, ServingError> {
+    pub(super) async fn endpoint_row(
+        &self,
+        name: &EndpointName,
+    ) -> Result<EndpointRow, ServingError> {
         self.store
             .endpoint(name)
             .await?
             .ok_or_else(|| ServingError::NotFound(format!("no endpoint {name}")))
     }
 
-    pub async fn endpoint(&self, name: &str) -> Result<Endpoint, ServingError> {
+    pub async fn endpoint(&self, name: &EndpointName) -> Result<Endpoint, ServingError> {
         let row = self.endpoint_row(name).await?;
         let deployments = self.store.deployments(Some(name)).await?;
         Ok(self.endpoint_view(&row, &deployments))
@@ -72,7 +73,7 @@ impl Control {
     }
 
     /// Stops every deployment's instances, then forgets the endpoint.
-    pub async fn delete_endpoint(&self, name: &str) -> Result<(), ServingError> {
+    pub async fn delete_endpoint(&self, name: &EndpointName) -> Result<(), ServingError> {
         let _guard = self.changes.lock().await;
         self.endpoint_row(name).await?;
         let deployments = self.store.deployments(Some(name)).await?;
@@ -80,17 +81,17 @@ impl Control {
         futures_util::future::join_all(
             deployments
                 .iter()
-                .map(|d| self.runtime.remove(key(name, &d.name))),
+                .map(|d| self.runtime.remove(DeploymentKey::new(name, &d.name))),
         )
         .await;
         self.store.delete_endpoint(name).await?;
-        self.update_routes(RouteUpdate::EndpointRemoved(name.to_owned()))
+        self.update_routes(RouteUpdate::EndpointRemoved(name.to_string()))
             .await;
         Ok(())
     }
 
     /// A new API key; the old one stops working at once.
-    pub async fn reissue_key(&self, name: &str) -> Result<String, ServingError> {
+    pub async fn reissue_key(&self, name: &EndpointName) -> Result<String, ServingError> {
         let _guard = self.changes.lock().await;
         self.endpoint_row(name).await?;
         let api_key = kep_core::secret::new_secret();
@@ -103,17 +104,17 @@ impl Control {
 
     fn endpoint_view(&self, row: &EndpointRow, deployments: &[DeploymentRow]) -> Endpoint {
         Endpoint {
-            name: row.name.clone(),
+            name: row.name.to_string(),
             description: row.description.clone(),
             url: format!("{}/endpoints/{}", self.gateway_url, row.name),
             instance_type: row.instance_type.clone(),
             instance_count: row.instance_count as u32,
-            protocol: row.protocol.clone(),
-            deployments: deployments.iter().map(|d| d.name.clone()).collect(),
+            protocol: row.protocol.as_str().to_owned(),
+            deployments: deployments.iter().map(|d| d.name.to_string()).collect(),
             traffic: traffic_view(deployments),
             mirroring: Mirroring {
                 enabled: row.mirroring,
-                responder: row.responder.clone(),
+                responder: row.responder.as_ref().map(DeploymentName::to_string),
             },
             created_at: rfc3339(row.created_at),
         }

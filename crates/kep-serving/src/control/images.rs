@@ -1,42 +1,41 @@
 //! Images: the local stand-in for registered container images, a name and a command.
 
-use super::{Control, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ServingError;
-use crate::store::{self, ImageRow};
+use crate::ids::{ImageId, ImageName};
+use crate::store::ImageRow;
 use kep_api::serving::{Image, ImageRequest};
 
 impl Control {
     pub async fn create_image(&self, req: ImageRequest) -> Result<Image, ServingError> {
         let command = validate::image(&req)?;
         let row = ImageRow {
-            id: kep_core::secret::new_uuid(),
-            name: req.name,
-            command: serde_json::to_string(&command)
-                .map_err(|e| ServingError::Internal(e.into()))?,
-            created_at: now_unix(),
+            id: ImageId::from(kep_core::secret::new_uuid()),
+            name: ImageName::from(req.name),
+            command,
+            created_at: self.now_unix(),
         };
-        match self.store.insert_image(&row).await {
-            Err(e) if store::is_unique_violation(&e) => Err(ServingError::Conflict(format!(
+        if !self.store.insert_image(&row).await? {
+            return Err(ServingError::Conflict(format!(
                 "an image named {} exists",
                 row.name
-            ))),
-            Err(e) => Err(e.into()),
-            Ok(()) => Ok(image_view(&row)),
+            )));
         }
+        Ok(image_view(&row))
     }
 
     pub async fn images(&self) -> Result<Vec<Image>, ServingError> {
         Ok(self.store.images().await?.iter().map(image_view).collect())
     }
 
-    pub async fn image(&self, name: &str) -> Result<Image, ServingError> {
+    pub async fn image(&self, name: &ImageName) -> Result<Image, ServingError> {
         let row = self.store.image(name).await?;
         row.as_ref()
             .map(image_view)
             .ok_or_else(|| ServingError::NotFound(format!("no image {name}")))
     }
 
-    pub async fn delete_image(&self, name: &str) -> Result<(), ServingError> {
+    pub async fn delete_image(&self, name: &ImageName) -> Result<(), ServingError> {
         if !self.store.delete_image(name).await? {
             return Err(ServingError::NotFound(format!("no image {name}")));
         }
@@ -46,8 +45,8 @@ impl Control {
 
 fn image_view(row: &ImageRow) -> Image {
     Image {
-        name: row.name.clone(),
-        command: serde_json::from_str(&row.command).unwrap_or_default(),
+        name: row.name.to_string(),
+        command: row.command.clone(),
         created_at: rfc3339(row.created_at),
     }
 }

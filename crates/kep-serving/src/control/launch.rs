@@ -8,6 +8,7 @@ use kep_model_server::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::Control;
+use crate::ids::{ImageId, ImageName, ModelId, ModelName};
 use crate::runtime::Launch;
 use crate::runtime::probe::ProbeSpec;
 use crate::store::EndpointRow;
@@ -16,7 +17,7 @@ use kep_api::serving::{DeploymentType, Probe};
 
 /// A deployment as stored: the request resolved against the images and models it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct DeploymentSpec {
+pub(crate) struct DeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) description: Option<String>,
     #[serde(rename = "type")]
@@ -54,15 +55,15 @@ pub(super) struct Native {
 /// runtime pins an image digest).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct ImageRef {
-    pub(super) id: String,
-    pub(super) name: String,
+    pub(super) id: ImageId,
+    pub(super) name: ImageName,
     pub(super) command: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct ModelRef {
-    pub(super) id: String,
-    pub(super) name: String,
+    pub(super) id: ModelId,
+    pub(super) name: ModelName,
     pub(super) framework: String,
     pub(super) path: String,
 }
@@ -82,7 +83,7 @@ impl DeploymentSpec {
                     "--protocol",
                     protocol,
                     "--name",
-                    &model.name,
+                    model.name.as_str(),
                     "--model",
                     &model.path,
                     "--engine",

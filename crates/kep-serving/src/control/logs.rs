@@ -2,13 +2,14 @@
 
 use super::Control;
 use crate::ServingError;
+use crate::ids::{DeploymentName, EndpointName, InstanceId};
 use kep_api::serving::Event;
 
 impl Control {
     pub async fn events(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
         limit: i64,
     ) -> Result<Vec<Event>, ServingError> {
         self.deployment_row(endpoint, name).await?;
@@ -21,9 +22,9 @@ impl Control {
                 id: e.id,
                 at: jiff::Timestamp::from_millisecond(e.at_ms)
                     .map_or_else(|_| e.at_ms.to_string(), |t| t.to_string()),
-                deployment: e.deployment,
-                instance: e.instance,
-                kind: e.kind,
+                deployment: e.deployment.into_string(),
+                instance: e.instance.map(InstanceId::into_string),
+                kind: e.kind.as_str().to_owned(),
                 from: e.from_state,
                 to: e.to_state,
                 reason: e.reason,
@@ -34,25 +35,28 @@ impl Control {
     /// The last `tail` bytes of an instance's captured output.
     pub async fn logs(
         &self,
-        endpoint: &str,
-        name: &str,
-        instance: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+        instance: &InstanceId,
         tail: u64,
     ) -> Result<Vec<u8>, ServingError> {
         self.deployment_row(endpoint, name).await?;
-        let id_ok = instance.strip_prefix(name).is_some_and(|rest| {
-            rest.len() == 6
-                && rest.starts_with('-')
-                && rest[1..]
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        });
+        let id_ok = instance
+            .as_str()
+            .strip_prefix(name.as_str())
+            .is_some_and(|rest| {
+                rest.len() == 6
+                    && rest.starts_with('-')
+                    && rest[1..]
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            });
         // Where the runtime writes it (`RuntimeContext::logs_dir`).
         let path = self
             .root
             .join("logs")
-            .join(endpoint)
-            .join(name)
+            .join(endpoint.as_str())
+            .join(name.as_str())
             .join(format!("{instance}.log"));
         let not_found = || ServingError::NotFound(format!("no instance {instance} in {name}"));
         if !id_ok {

@@ -15,55 +15,47 @@ mod traffic;
 pub(crate) mod validate;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use kep_core::clock::Clock;
 use tokio::sync::{Mutex, mpsc};
 
-use crate::runtime::{self, DeploymentKey, RuntimeHandle};
-use crate::store::{DeploymentRow, Store};
+use crate::ids::DeploymentKey;
+use crate::runtime::RuntimeHandle;
+use crate::store::Store;
 use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
-use launch::{DeploymentSpec, ModelServer};
+pub(crate) use launch::DeploymentSpec;
+use launch::ModelServer;
 
 pub struct Control {
     settings: ServingSettings,
-    store: Store,
+    store: Arc<dyn Store>,
     runtime: RuntimeHandle,
     routes: mpsc::UnboundedSender<RouteUpdate>,
     root: PathBuf,
     gateway_url: String,
+    /// What created and updated dates are read from.
+    clock: Clock,
     model_server: ModelServer,
     /// Changes are made one at a time, so names, model counts and quota hold across the
     /// check and the write.
     changes: Mutex<()>,
 }
 
-fn now_unix() -> i64 {
-    runtime::now_ms() / 1000
-}
-
 fn rfc3339(unix: i64) -> String {
     jiff::Timestamp::from_second(unix).map_or_else(|_| unix.to_string(), |t| t.to_string())
-}
-
-fn parse_spec(row: &DeploymentRow) -> Result<DeploymentSpec, ServingError> {
-    serde_json::from_str(&row.spec).map_err(|e| ServingError::Internal(e.into()))
-}
-
-fn key(endpoint: &str, deployment: &str) -> DeploymentKey {
-    DeploymentKey {
-        endpoint: endpoint.to_owned(),
-        deployment: deployment.to_owned(),
-    }
 }
 
 impl Control {
     pub fn new(
         settings: ServingSettings,
-        store: Store,
+        store: Arc<dyn Store>,
         runtime: RuntimeHandle,
         routes: mpsc::UnboundedSender<RouteUpdate>,
         root: PathBuf,
         gateway_url: String,
+        clock: Clock,
     ) -> anyhow::Result<Self> {
         if !settings
             .instance_types
@@ -83,6 +75,7 @@ impl Control {
             routes,
             root,
             gateway_url,
+            clock,
             changes: Mutex::new(()),
         })
     }
@@ -92,15 +85,19 @@ impl Control {
         for e in self.store.endpoints().await? {
             self.publish_route(&e.name).await?;
             for d in self.store.deployments(Some(&e.name)).await? {
-                let spec = parse_spec(&d)?;
                 self.runtime.apply(
-                    key(&e.name, &d.name),
-                    self.launch(&spec, &e),
+                    DeploymentKey::new(&e.name, &d.name),
+                    self.launch(&d.spec, &e),
                     e.instance_count as u32,
                 );
             }
         }
         Ok(())
+    }
+
+    /// Seconds since the epoch, as created and updated dates are stored.
+    fn now_unix(&self) -> i64 {
+        self.clock.unix_s()
     }
 
     pub async fn stop(&self) {

@@ -9,10 +9,12 @@ use sha2::Digest as _;
 use tokio::io::AsyncWriteExt as _;
 
 use super::artifacts::inspect_model;
-use super::{Control, now_unix, rfc3339, validate};
+use super::{Control, rfc3339, validate};
 use crate::ServingError;
-use crate::store::{self, ModelRow};
-use kep_api::serving::Model;
+use crate::ids::{ModelId, ModelName};
+use crate::store::ModelRow;
+use kep_api::serving::{Model, ModelTensor};
+use kep_model_server::model::TensorSpec;
 
 /// Where uploaded artifacts are kept, one file per model named by its id.
 pub(super) fn models_dir(root: &Path) -> PathBuf {
@@ -24,7 +26,7 @@ pub(super) fn models_dir(root: &Path) -> PathBuf {
 /// upload that fails leaves no file behind.
 pub struct ModelUpload<'a> {
     control: &'a Control,
-    id: String,
+    id: ModelId,
     /// The file's size and SHA-256, once written.
     file: Option<(u64, String)>,
 }
@@ -33,7 +35,7 @@ impl Control {
     pub fn model_upload(&self) -> ModelUpload<'_> {
         ModelUpload {
             control: self,
-            id: kep_core::secret::new_uuid(),
+            id: ModelId::from(kep_core::secret::new_uuid()),
             file: None,
         }
     }
@@ -42,14 +44,14 @@ impl Control {
         Ok(self.store.models().await?.iter().map(model_view).collect())
     }
 
-    pub async fn model(&self, name: &str) -> Result<Model, ServingError> {
+    pub async fn model(&self, name: &ModelName) -> Result<Model, ServingError> {
         let row = self.store.model(name).await?;
         row.as_ref()
             .map(model_view)
             .ok_or_else(|| ServingError::NotFound(format!("no model {name}")))
     }
 
-    pub async fn delete_model(&self, name: &str) -> Result<(), ServingError> {
+    pub async fn delete_model(&self, name: &ModelName) -> Result<(), ServingError> {
         if !self.store.delete_model(name).await? {
             return Err(ServingError::NotFound(format!("no model {name}")));
         }
@@ -120,37 +122,42 @@ impl ModelUpload<'_> {
         validate::model(&name, &framework)?;
         let part = self.part_path();
         let (inputs, outputs) = inspect_model(part.clone(), &framework).await?;
-        let path = models_dir(&self.control.root).join(&self.id);
+        let path = models_dir(&self.control.root).join(self.id.as_str());
         tokio::fs::rename(&part, &path).await?;
         let row = ModelRow {
             id: self.id.clone(),
-            name,
+            name: ModelName::from(name),
             framework,
             path: path.to_string_lossy().into_owned(),
             size: size as i64,
             sha256,
-            created_at: now_unix(),
+            created_at: self.control.now_unix(),
             inputs,
             outputs,
         };
-        match self.control.store.insert_model(&row).await {
-            Err(e) if store::is_unique_violation(&e) => {
-                let _ = tokio::fs::remove_file(&row.path).await;
-                Err(ServingError::Conflict(format!(
-                    "a model named {} exists",
-                    row.name
-                )))
-            }
-            Err(e) => Err(e.into()),
-            Ok(()) => Ok(model_view(&row)),
+        if !self.control.store.insert_model(&row).await? {
+            let _ = tokio::fs::remove_file(&row.path).await;
+            return Err(ServingError::Conflict(format!(
+                "a model named {} exists",
+                row.name
+            )));
         }
+        Ok(model_view(&row))
     }
 }
 
 fn model_view(row: &ModelRow) -> Model {
-    let tensors = |json: &str| serde_json::from_str(json).unwrap_or_default();
+    let tensors = |specs: &[TensorSpec]| {
+        (specs.iter())
+            .map(|t| ModelTensor {
+                name: t.name.clone(),
+                datatype: t.datatype.name().to_owned(),
+                shape: t.shape.clone(),
+            })
+            .collect()
+    };
     Model {
-        name: row.name.clone(),
+        name: row.name.to_string(),
         framework: row.framework.clone(),
         size: row.size as u64,
         sha256: row.sha256.clone(),

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::Control;
+use crate::ids::{DeploymentName, EndpointName};
+use crate::kinds::Protocol;
 use crate::store::DeploymentRow;
 use crate::{ServingError, spec};
 use kep_api::serving::{Mirroring, Traffic, TrafficRequest};
@@ -12,19 +14,22 @@ use kep_gateway::{EndpointRoute, RouteUpdate};
 impl Control {
     pub async fn set_traffic(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         req: TrafficRequest,
     ) -> Result<Traffic, ServingError> {
         let _guard = self.changes.lock().await;
         self.endpoint_row(endpoint).await?;
         let rows = self.store.deployments(Some(endpoint)).await?;
-        let names: Vec<String> = rows.iter().map(|d| d.name.clone()).collect();
+        let names: Vec<String> = rows.iter().map(|d| d.name.to_string()).collect();
         if names.is_empty() {
             return Err(ServingError::Conflict(format!(
                 "endpoint {endpoint} has no deployment to send traffic to"
             )));
         }
-        let weights = spec::traffic_weights(&req, &names)?;
+        let weights: BTreeMap<DeploymentName, u32> = spec::traffic_weights(&req, &names)?
+            .into_iter()
+            .map(|(name, w)| (DeploymentName::from(name), w))
+            .collect();
         self.store.set_weights(endpoint, &weights).await?;
         self.publish_route(endpoint).await?;
         Ok(traffic_view(&self.store.deployments(Some(endpoint)).await?))
@@ -32,13 +37,14 @@ impl Control {
 
     pub async fn set_mirroring(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         req: Mirroring,
     ) -> Result<Mirroring, ServingError> {
         let _guard = self.changes.lock().await;
         self.endpoint_row(endpoint).await?;
+        let responder = req.responder.map(DeploymentName::from);
         if req.enabled {
-            let Some(responder) = &req.responder else {
+            let Some(responder) = &responder else {
                 return Err(ServingError::field(
                     "responder",
                     "with mirroring on, name the deployment that answers",
@@ -52,30 +58,34 @@ impl Control {
                 ));
             }
         }
-        let responder = req.responder.as_deref().filter(|_| req.enabled);
+        let responder = responder.filter(|_| req.enabled);
         self.store
-            .set_mirroring(endpoint, req.enabled, responder)
+            .set_mirroring(endpoint, req.enabled, responder.as_ref())
             .await?;
         self.publish_route(endpoint).await?;
         Ok(Mirroring {
             enabled: req.enabled,
-            responder: responder.map(str::to_owned),
+            responder: responder.map(DeploymentName::into_string),
         })
     }
 
     /// Tells the gateway how the endpoint routes now.
-    pub(super) async fn publish_route(&self, name: &str) -> Result<(), ServingError> {
+    pub(super) async fn publish_route(&self, name: &EndpointName) -> Result<(), ServingError> {
         let row = self.endpoint_row(name).await?;
         let deployments = self.store.deployments(Some(name)).await?;
         let mut key_hash = [0u8; 32];
         hex::decode_to_slice(&row.key_hash, &mut key_hash)
             .map_err(|e| ServingError::Internal(e.into()))?;
         self.update_routes(RouteUpdate::Endpoint(EndpointRoute {
-            name: row.name.clone(),
+            name: row.name.to_string(),
             key_hash,
-            http2: row.protocol == "grpc",
-            deployments: effective_weights(&deployments),
-            responder: row.responder.clone().filter(|_| row.mirroring),
+            http2: row.protocol == Protocol::Grpc,
+            deployments: effective_weights(&deployments)
+                .map(|(name, w)| (name.to_string(), w))
+                .collect(),
+            responder: (row.responder.as_ref())
+                .filter(|_| row.mirroring)
+                .map(DeploymentName::to_string),
         }))
         .await;
         Ok(())
@@ -94,22 +104,22 @@ impl Control {
 
 /// Weights as calls follow them: when every weight is 0 (the weighted deployment was
 /// deleted), the deployments share equally.
-fn effective_weights(rows: &[DeploymentRow]) -> Vec<(String, u32)> {
+fn effective_weights(rows: &[DeploymentRow]) -> impl Iterator<Item = (&DeploymentName, u32)> {
     let unweighted = rows.iter().all(|d| d.weight == 0);
-    rows.iter()
-        .map(|d| {
-            let w = if unweighted { 1 } else { d.weight as u32 };
-            (d.name.clone(), w)
-        })
-        .collect()
+    rows.iter().map(move |d| {
+        let w = if unweighted { 1 } else { d.weight as u32 };
+        (&d.name, w)
+    })
 }
 
 pub(super) fn traffic_view(rows: &[DeploymentRow]) -> Traffic {
     let weights: BTreeMap<String, u32> = rows
         .iter()
-        .map(|d| (d.name.clone(), d.weight as u32))
+        .map(|d| (d.name.to_string(), d.weight as u32))
         .collect();
-    let effective: BTreeMap<String, u32> = effective_weights(rows).into_iter().collect();
+    let effective: BTreeMap<String, u32> = effective_weights(rows)
+        .map(|(name, w)| (name.to_string(), w))
+        .collect();
     Traffic {
         weights,
         percent: spec::percentages(&effective),

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::kinds::Protocol;
 use crate::{ServingError, ServingSettings, spec};
 use kep_api::serving::{Command, DeploymentRequest, DeploymentType, EndpointRequest, ImageRequest};
 
@@ -41,8 +42,8 @@ pub(super) fn model(name: &str, framework: &str) -> Result<(), ServingError> {
 pub(super) struct EndpointShape {
     pub(super) instance_type: String,
     pub(super) instance_count: u32,
-    /// `http` or `grpc`, lowercase.
-    pub(super) protocol: String,
+    /// Given in any case.
+    pub(super) protocol: Protocol,
 }
 
 /// An endpoint's fields, against the configured instance types and count.
@@ -79,14 +80,16 @@ pub(super) fn endpoint(
             format!("instance_count is 0 to {}", settings.max_instance_count),
         ));
     }
-    let protocol = req
+    let protocol = match req
         .protocol
         .as_deref()
-        .unwrap_or("http")
-        .to_ascii_lowercase();
-    if protocol != "http" && protocol != "grpc" {
-        return Err(ServingError::field("protocol", "protocol is http or grpc"));
-    }
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("http") => Protocol::Http,
+        Some("grpc") => Protocol::Grpc,
+        Some(_) => return Err(ServingError::field("protocol", "protocol is http or grpc")),
+    };
     Ok(EndpointShape {
         instance_type,
         instance_count,

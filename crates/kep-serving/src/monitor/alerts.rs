@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::ServingError;
-use crate::runtime::{AVAILABLE, PROGRESSING};
-use crate::store::{NewAlert, NewEvent};
+use crate::ids::{DeploymentName, EndpointName};
+use crate::kinds::{Condition, DeploymentState};
+use crate::store::{Change, NewAlert, NewEvent};
 use kep_api::serving::{AlertCondition, AlertSettings, EndpointMetrics, InstanceMetrics};
 
 /// What a condition's threshold is.
@@ -22,20 +23,20 @@ enum Threshold {
 }
 
 /// Every condition of the table, by its CONTRACT name.
-const CONDITIONS: [(&str, Threshold); 12] = [
-    ("qps", Threshold::Rate),
-    ("status_4xx", Threshold::None),
-    ("status_5xx", Threshold::None),
-    ("state_progressing", Threshold::None),
-    ("state_available", Threshold::None),
-    ("cpu_upper", Threshold::Percent),
-    ("cpu_lower", Threshold::Percent),
-    ("memory_upper", Threshold::Percent),
-    ("memory_lower", Threshold::Percent),
-    ("gpu_upper", Threshold::Percent),
-    ("gpu_lower", Threshold::Percent),
+const CONDITIONS: [(Condition, Threshold); 12] = [
+    (Condition::Qps, Threshold::Rate),
+    (Condition::Status4xx, Threshold::None),
+    (Condition::Status5xx, Threshold::None),
+    (Condition::StateProgressing, Threshold::None),
+    (Condition::StateAvailable, Threshold::None),
+    (Condition::CpuUpper, Threshold::Percent),
+    (Condition::CpuLower, Threshold::Percent),
+    (Condition::MemoryUpper, Threshold::Percent),
+    (Condition::MemoryLower, Threshold::Percent),
+    (Condition::GpuUpper, Threshold::Percent),
+    (Condition::GpuLower, Threshold::Percent),
     // "Being prepared" in the document: accepted and kept, raises nothing yet.
-    ("monitoring_log", Threshold::None),
+    (Condition::MonitoringLog, Threshold::None),
 ];
 
 /// Checks settings against the table's rules.
@@ -61,8 +62,8 @@ pub fn validate(s: &AlertSettings) -> Result<(), ServingError> {
     }
     for (name, c) in &s.conditions {
         let field = format!("conditions.{name}");
-        let Some(&(_, kind)) = CONDITIONS.iter().find(|(n, _)| n == name) else {
-            let known: Vec<&str> = CONDITIONS.iter().map(|(n, _)| *n).collect();
+        let Some(&(_, kind)) = CONDITIONS.iter().find(|(n, _)| n.as_str() == name) else {
+            let known: Vec<&str> = CONDITIONS.iter().map(|(n, _)| n.as_str()).collect();
             return Err(ServingError::field(
                 field,
                 format!("{name} is not a condition (known: {})", known.join(", ")),
@@ -101,8 +102,10 @@ pub fn validate(s: &AlertSettings) -> Result<(), ServingError> {
 
 /// The settings with every condition of the table listed, off where not set.
 pub fn complete(mut s: AlertSettings) -> AlertSettings {
-    for (name, _) in CONDITIONS {
-        s.conditions.entry(name.to_owned()).or_default();
+    for (condition, _) in CONDITIONS {
+        s.conditions
+            .entry(condition.as_str().to_owned())
+            .or_default();
     }
     s
 }
@@ -119,30 +122,30 @@ pub struct AlertPolicy {
 /// What one sample brought for an endpoint besides its metrics: the answers of each
 /// status class since the previous sample, per deployment (`None`: the gateway's own).
 pub struct StatusDelta {
-    pub deployment: Option<String>,
+    pub deployment: Option<DeploymentName>,
     pub by_class: [u64; 5],
 }
 
 /// Per endpoint, which conditions hold now, to raise an alert only on a transition.
 #[derive(Default)]
 pub struct Evaluator {
-    endpoints: HashMap<String, Held>,
+    endpoints: HashMap<EndpointName, Held>,
 }
 
 #[derive(Default)]
 struct Held {
     qps: bool,
     /// Last answer of a status class, per (deployment, class).
-    status: HashMap<(Option<String>, usize), Instant>,
+    status: HashMap<(Option<DeploymentName>, usize), Instant>,
     /// Per (deployment, condition): when the alert was last sent.
-    bounds: HashMap<(String, &'static str), Instant>,
+    bounds: HashMap<(DeploymentName, Condition), Instant>,
 }
 
-fn enabled<'a>(s: &'a AlertSettings, name: &str) -> Option<&'a AlertCondition> {
-    s.conditions.get(name).filter(|c| c.enabled)
+fn enabled(s: &AlertSettings, condition: Condition) -> Option<&AlertCondition> {
+    s.conditions.get(condition.as_str()).filter(|c| c.enabled)
 }
 
-fn subject(endpoint: &str, deployment: Option<&str>) -> String {
+fn subject(endpoint: &EndpointName, deployment: Option<&DeploymentName>) -> String {
     match deployment {
         Some(d) => format!("[kep] endpoint {endpoint}, deployment {d}"),
         None => format!("[kep] endpoint {endpoint}"),
@@ -152,12 +155,12 @@ fn subject(endpoint: &str, deployment: Option<&str>) -> String {
 impl Evaluator {
     /// Forgets what an endpoint held (its settings changed or it was deleted), so a
     /// condition that holds raises its alert anew.
-    pub fn reset(&mut self, endpoint: &str) {
+    pub fn reset(&mut self, endpoint: &EndpointName) {
         self.endpoints.remove(endpoint);
     }
 
     /// Forgets the endpoints `keep` does not name (deleted ones).
-    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(&EndpointName) -> bool) {
         self.endpoints.retain(|e, _| keep(e));
     }
 
@@ -170,24 +173,25 @@ impl Evaluator {
         policy: AlertPolicy,
         now: Instant,
     ) -> Vec<NewAlert> {
-        let held = self.endpoints.entry(m.endpoint.clone()).or_default();
+        let endpoint = EndpointName::from(m.endpoint.as_str());
+        let held = self.endpoints.entry(endpoint.clone()).or_default();
         let mut out = Vec::new();
-        let mut raise = |deployment: Option<&str>, condition: &'static str, what: String| {
+        let mut raise = |deployment: Option<DeploymentName>, condition: Condition, what: String| {
             out.push(NewAlert {
-                endpoint: m.endpoint.clone(),
-                deployment: deployment.map(str::to_owned),
+                text: format!("{}: {what}", subject(&endpoint, deployment.as_ref())),
+                endpoint: endpoint.clone(),
+                deployment,
                 condition,
-                text: format!("{}: {what}", subject(&m.endpoint, deployment)),
             });
         };
 
-        match enabled(settings, "qps").and_then(|c| c.threshold) {
+        match enabled(settings, Condition::Qps).and_then(|c| c.threshold) {
             Some(t) => {
                 let over = m.calls.qps >= t;
                 if over && !held.qps {
                     raise(
                         None,
-                        "qps",
+                        Condition::Qps,
                         format!("QPS {:.1} is at or above the threshold {t}", m.calls.qps),
                     );
                 }
@@ -196,7 +200,10 @@ impl Evaluator {
             None => held.qps = false,
         }
 
-        for (condition, class, label) in [("status_4xx", 3, "4XX"), ("status_5xx", 4, "5XX")] {
+        for (condition, class, label) in [
+            (Condition::Status4xx, 3, "4XX"),
+            (Condition::Status5xx, 4, "5XX"),
+        ] {
             if enabled(settings, condition).is_none() {
                 held.status.retain(|(_, c), _| *c != class);
                 continue;
@@ -210,7 +217,7 @@ impl Evaluator {
                 if quiet {
                     let n = d.by_class[class];
                     raise(
-                        d.deployment.as_deref(),
+                        d.deployment.clone(),
                         condition,
                         format!(
                             "{n} {label} answer{} in the last sample",
@@ -223,18 +230,21 @@ impl Evaluator {
         }
 
         type Read = fn(&InstanceMetrics) -> Option<f64>;
-        let bounds: [(&'static str, &str, bool, Read); 6] = [
-            ("cpu_upper", "CPU", true, |i| i.cpu_percent),
-            ("cpu_lower", "CPU", false, |i| i.cpu_percent),
-            ("memory_upper", "memory", true, |i| i.memory_percent),
-            ("memory_lower", "memory", false, |i| i.memory_percent),
-            ("gpu_upper", "GPU", true, |i| i.gpu_percent),
-            ("gpu_lower", "GPU", false, |i| i.gpu_percent),
+        let bounds: [(Condition, &str, bool, Read); 6] = [
+            (Condition::CpuUpper, "CPU", true, |i| i.cpu_percent),
+            (Condition::CpuLower, "CPU", false, |i| i.cpu_percent),
+            (Condition::MemoryUpper, "memory", true, |i| i.memory_percent),
+            (Condition::MemoryLower, "memory", false, |i| {
+                i.memory_percent
+            }),
+            (Condition::GpuUpper, "GPU", true, |i| i.gpu_percent),
+            (Condition::GpuLower, "GPU", false, |i| i.gpu_percent),
         ];
         for (condition, what, upper, read) in bounds {
             let threshold = enabled(settings, condition).and_then(|c| c.threshold);
             for d in &m.deployments {
-                let key = (d.name.clone(), condition);
+                let name = DeploymentName::from(d.name.as_str());
+                let key = (name.clone(), condition);
                 let Some(t) = threshold else {
                     held.bounds.remove(&key);
                     continue;
@@ -257,13 +267,14 @@ impl Evaluator {
                 let due = match held.bounds.get(&key) {
                     None => true,
                     Some(sent) => {
-                        condition == "cpu_upper" && now.duration_since(*sent) >= policy.cpu_repeat
+                        condition == Condition::CpuUpper
+                            && now.duration_since(*sent) >= policy.cpu_repeat
                     }
                 };
                 if due {
                     let side = if upper { "at or above" } else { "at or below" };
                     raise(
-                        Some(&d.name),
+                        Some(name),
                         condition,
                         format!(
                             "{what} use {value:.1}% of the limit (instance {instance}) is {side} the threshold {t}%"
@@ -278,12 +289,17 @@ impl Evaluator {
 
     /// The alert a deployment-state transition raises, if its condition is on.
     pub fn event(settings: &AlertSettings, e: &NewEvent) -> Option<NewAlert> {
-        if e.kind != "deployment_state" {
+        use DeploymentState::{Available, Progressing};
+        let Change::Deployment {
+            from: Some(from),
+            to,
+        } = e.change
+        else {
             return None;
-        }
-        let condition = match (e.from.as_deref(), e.to.as_deref()) {
-            (Some(AVAILABLE), Some(PROGRESSING)) => "state_progressing",
-            (Some(PROGRESSING), Some(AVAILABLE)) => "state_available",
+        };
+        let condition = match (from, to) {
+            (Available, Progressing) => Condition::StateProgressing,
+            (Progressing, Available) => Condition::StateAvailable,
             _ => return None,
         };
         enabled(settings, condition)?;
@@ -294,8 +310,8 @@ impl Evaluator {
             text: format!(
                 "{}: state changed from {} to {}",
                 subject(&e.endpoint, Some(&e.deployment)),
-                e.from.as_deref().unwrap_or_default(),
-                e.to.as_deref().unwrap_or_default(),
+                from.as_str(),
+                to.as_str(),
             ),
         })
     }
@@ -335,7 +351,7 @@ mod tests {
             },
             deployments: vec![DeploymentMetrics {
                 name: "d".into(),
-                state: AVAILABLE.into(),
+                state: DeploymentState::Available.as_str().into(),
                 calls: CallMetrics::default(),
                 mirror: MirrorMetrics::default(),
                 instances: cpu
@@ -476,7 +492,7 @@ mod tests {
                 t0 + Duration::from_secs(secs),
             )
             .into_iter()
-            .map(|a| a.condition)
+            .map(|a| a.condition.as_str())
             .collect::<Vec<_>>()
         };
         assert_eq!(at(0, &[None]), Vec::<&str>::new(), "no figure yet");
@@ -490,27 +506,24 @@ mod tests {
     #[test]
     fn state_alerts_follow_the_transition_table() {
         let s = settings(&[("state_progressing", None)]);
-        let event = |from: Option<&str>, to: &str| NewEvent {
+        use DeploymentState::{Available, Progressing};
+        let event = |from, to| NewEvent {
             at_ms: 0,
             endpoint: "e".into(),
             deployment: "d".into(),
-            instance: None,
-            kind: "deployment_state",
-            from: from.map(str::to_owned),
-            to: Some(to.to_owned()),
-            reason: None,
+            change: Change::Deployment { from, to },
         };
-        let a = Evaluator::event(&s, &event(Some(AVAILABLE), PROGRESSING)).unwrap();
+        let a = Evaluator::event(&s, &event(Some(Available), Progressing)).unwrap();
         assert_eq!(
             a.text,
             "[kep] endpoint e, deployment d: state changed from Available to Progressing"
         );
         assert!(
-            Evaluator::event(&s, &event(Some(PROGRESSING), AVAILABLE)).is_none(),
+            Evaluator::event(&s, &event(Some(Progressing), Available)).is_none(),
             "off"
         );
         assert!(
-            Evaluator::event(&s, &event(None, PROGRESSING)).is_none(),
+            Evaluator::event(&s, &event(None, Progressing)).is_none(),
             "a creation"
         );
     }

@@ -4,13 +4,15 @@
 //! holding up another endpoint's.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use tokio::sync::mpsc;
 
-use crate::runtime::now_ms;
+use crate::ids::{AlertId, EndpointName};
+use crate::kinds::AlertStatus;
 use crate::store::{AlertRow, NewAlert, Store};
 
 #[derive(Debug, Clone, Copy)]
@@ -26,14 +28,20 @@ pub struct DeliveryPolicy {
 }
 
 pub struct Delivery {
-    store: Store,
+    store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
-    workers: Mutex<HashMap<String, mpsc::Sender<i64>>>,
+    /// What alerts and their deliveries are dated by.
+    clock: Clock,
+    workers: Mutex<HashMap<EndpointName, mpsc::Sender<AlertId>>>,
 }
 
 impl Delivery {
-    pub fn new(store: Store, policy: DeliveryPolicy) -> anyhow::Result<Delivery> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        policy: DeliveryPolicy,
+        clock: Clock,
+    ) -> anyhow::Result<Delivery> {
         let http = reqwest::Client::builder()
             .timeout(policy.timeout)
             .connect_timeout(policy.timeout)
@@ -42,6 +50,7 @@ impl Delivery {
             store,
             http,
             policy,
+            clock,
             workers: Mutex::default(),
         })
     }
@@ -56,26 +65,31 @@ impl Delivery {
 
     /// Records the alert as pending, then queues it.
     pub async fn send(&self, alert: &NewAlert, webhook_url: &str) {
-        match self.store.insert_alert(alert, webhook_url, now_ms()).await {
+        match self
+            .store
+            .insert_alert(alert, webhook_url, self.clock.unix_ms())
+            .await
+        {
             Ok(id) => self.queue(&alert.endpoint, id).await,
             Err(e) => tracing::error!(endpoint = %alert.endpoint, error = %e, "recording an alert"),
         }
     }
 
-    async fn queue(&self, endpoint: &str, id: i64) {
+    async fn queue(&self, endpoint: &EndpointName, id: AlertId) {
         let tx = {
             let mut workers = self
                 .workers
                 .lock()
                 .expect("the workers lock is never poisoned");
             workers
-                .entry(endpoint.to_owned())
+                .entry(endpoint.clone())
                 .or_insert_with(|| {
                     let (tx, rx) = mpsc::channel(self.policy.queue);
                     tokio::spawn(worker(
                         self.store.clone(),
                         self.http.clone(),
                         self.policy,
+                        self.clock.clone(),
                         rx,
                     ));
                     tx
@@ -84,17 +98,17 @@ impl Delivery {
         };
         if tx.try_send(id).is_err() {
             let error = format!("the alert queue of {} alerts is full", self.policy.queue);
-            tracing::warn!(endpoint, id, "{error}");
+            tracing::warn!(%endpoint, id = id.0, "{error}");
             let _ = self
                 .store
-                .alert_attempted(id, "failed", 0, Some(&error), None)
+                .alert_attempted(id, AlertStatus::Failed, 0, Some(&error), None)
                 .await;
         }
     }
 
     /// Ends the workers of endpoints `keep` does not name (deleted ones), once their
     /// queues are empty.
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+    pub fn retain(&self, keep: impl Fn(&EndpointName) -> bool) {
         self.workers
             .lock()
             .expect("the workers lock is never poisoned")
@@ -103,21 +117,28 @@ impl Delivery {
 }
 
 async fn worker(
-    store: Store,
+    store: Arc<dyn Store>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
-    mut rx: mpsc::Receiver<i64>,
+    clock: Clock,
+    mut rx: mpsc::Receiver<AlertId>,
 ) {
     while let Some(id) = rx.recv().await {
         match store.alert(id).await {
-            Ok(Some(row)) => deliver(&store, &http, policy, row).await,
+            Ok(Some(row)) => deliver(store.as_ref(), &http, policy, &clock, row).await,
             Ok(None) => {} // its endpoint was deleted meanwhile
-            Err(e) => tracing::error!(id, error = %e, "reading an alert"),
+            Err(e) => tracing::error!(id = id.0, error = %e, "reading an alert"),
         }
     }
 }
 
-async fn deliver(store: &Store, http: &reqwest::Client, policy: DeliveryPolicy, row: AlertRow) {
+async fn deliver(
+    store: &dyn Store,
+    http: &reqwest::Client,
+    policy: DeliveryPolicy,
+    clock: &Clock,
+    row: AlertRow,
+) {
     let body = serde_json::json!({ "text": row.text });
     let mut waits = policy.retry.waits();
     let mut attempts = row.attempts;
@@ -133,24 +154,24 @@ async fn deliver(store: &Store, http: &reqwest::Client, policy: DeliveryPolicy, 
             Err(e) => Some(format!("the webhook could not be reached: {e}")),
         };
         let (status, sent_at) = match &error {
-            None => ("sent", Some(now_ms())),
-            Some(_) if attempts >= i64::from(policy.attempts) => ("failed", None),
-            Some(_) => ("pending", None),
+            None => (AlertStatus::Sent, Some(clock.unix_ms())),
+            Some(_) if attempts >= i64::from(policy.attempts) => (AlertStatus::Failed, None),
+            Some(_) => (AlertStatus::Pending, None),
         };
         if let Err(e) = store
             .alert_attempted(row.id, status, attempts, error.as_deref(), sent_at)
             .await
         {
-            tracing::error!(id = row.id, error = %e, "recording an alert delivery");
+            tracing::error!(id = row.id.0, error = %e, "recording an alert delivery");
         }
         match error {
             None => return,
-            Some(error) if status == "failed" => {
-                tracing::warn!(endpoint = %row.endpoint, id = row.id, attempts, %error, "alert not delivered");
+            Some(error) if status == AlertStatus::Failed => {
+                tracing::warn!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert not delivered");
                 return;
             }
             Some(error) => {
-                tracing::debug!(endpoint = %row.endpoint, id = row.id, attempts, %error, "alert delivery failed; retrying");
+                tracing::debug!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert delivery failed; retrying");
                 tokio::time::sleep(waits.next_wait()).await;
             }
         }

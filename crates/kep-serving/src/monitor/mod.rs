@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use kep_core::clock::Clock;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ServingError;
-use crate::runtime::{DeploymentKey, DeploymentStatus, PROGRESSING, RuntimeHandle};
+use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
+use crate::kinds::DeploymentState;
+use crate::runtime::{DeploymentStatus, InstanceStatus, RuntimeHandle};
 use crate::store::{AlertRow, NewEvent, Store};
 use alerts::{AlertPolicy, Evaluator, StatusDelta};
 pub use delivery::DeliveryPolicy;
@@ -40,22 +43,25 @@ pub struct MonitorSettings {
 }
 
 pub struct Monitor {
-    store: Store,
-    latest: ArcSwap<HashMap<String, EndpointMetrics>>,
+    store: Arc<dyn Store>,
+    latest: ArcSwap<HashMap<EndpointName, EndpointMetrics>>,
     delivery: delivery::Delivery,
     /// Endpoints whose alert settings changed: what their conditions held is forgotten.
-    resets: mpsc::UnboundedSender<String>,
+    resets: mpsc::UnboundedSender<EndpointName>,
+    /// What samples are dated by.
+    clock: Clock,
 }
 
 impl Monitor {
     pub async fn start(
-        store: Store,
+        store: Arc<dyn Store>,
         runtime: RuntimeHandle,
         meters: Arc<Meters>,
         settings: MonitorSettings,
         events: broadcast::Receiver<NewEvent>,
+        clock: Clock,
     ) -> anyhow::Result<Arc<Monitor>> {
-        let delivery = delivery::Delivery::new(store.clone(), settings.delivery)?;
+        let delivery = delivery::Delivery::new(store.clone(), settings.delivery, clock.clone())?;
         delivery.resume().await?;
         let (resets, reset_rx) = mpsc::unbounded_channel();
         let monitor = Arc::new(Monitor {
@@ -63,6 +69,7 @@ impl Monitor {
             latest: ArcSwap::default(),
             delivery,
             resets,
+            clock,
         });
         let samples_in = |window: Duration| {
             (window
@@ -86,49 +93,64 @@ impl Monitor {
         Ok(monitor)
     }
 
+    /// Refuses an endpoint that does not exist.
+    async fn known(&self, endpoint: &EndpointName) -> Result<(), ServingError> {
+        match self.store.endpoint(endpoint).await? {
+            Some(_) => Ok(()),
+            None => Err(ServingError::NotFound(format!("no endpoint {endpoint}"))),
+        }
+    }
+
     /// The endpoint's numbers as of the last sample; zeros before its first.
-    pub fn metrics(&self, endpoint: &str) -> EndpointMetrics {
-        self.latest
+    pub async fn metrics(&self, endpoint: &EndpointName) -> Result<EndpointMetrics, ServingError> {
+        self.known(endpoint).await?;
+        Ok(self
+            .latest
             .load()
             .get(endpoint)
             .cloned()
             .unwrap_or_else(|| EndpointMetrics {
-                endpoint: endpoint.to_owned(),
-                at: jiff::Timestamp::now().to_string(),
+                endpoint: endpoint.to_string(),
+                at: self.clock.now().to_string(),
                 calls: CallMetrics::default(),
                 deployments: Vec::new(),
-            })
+            }))
     }
 
-    pub async fn alert_settings(&self, endpoint: &str) -> Result<AlertSettings, ServingError> {
+    pub async fn alert_settings(
+        &self,
+        endpoint: &EndpointName,
+    ) -> Result<AlertSettings, ServingError> {
+        self.known(endpoint).await?;
         let stored = self.store.alert_settings().await?;
-        let settings = match stored.iter().find(|(e, _)| e == endpoint) {
-            Some((_, json)) => parse_settings(json)?,
-            None => AlertSettings::default(),
-        };
-        Ok(alerts::complete(settings))
+        let settings = stored.into_iter().find(|(e, _)| e == endpoint);
+        Ok(alerts::complete(
+            settings.map(|(_, s)| s).unwrap_or_default(),
+        ))
     }
 
     pub async fn set_alert_settings(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         settings: AlertSettings,
     ) -> Result<AlertSettings, ServingError> {
+        self.known(endpoint).await?;
         alerts::validate(&settings)?;
-        let json = serde_json::to_string(&settings).map_err(anyhow::Error::from)?;
-        self.store.set_alert_settings(endpoint, &json).await?;
-        let _ = self.resets.send(endpoint.to_owned());
+        self.store.set_alert_settings(endpoint, &settings).await?;
+        let _ = self.resets.send(endpoint.clone());
         Ok(alerts::complete(settings))
     }
 
+    /// The endpoint's last `limit` alerts (1 to 1000), newest first.
     pub async fn alert_history(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         limit: i64,
     ) -> Result<Vec<Alert>, ServingError> {
+        self.known(endpoint).await?;
         Ok(self
             .store
-            .alerts(endpoint, limit)
+            .alerts(endpoint, limit.clamp(1, 1000))
             .await?
             .into_iter()
             .map(alert_view)
@@ -139,7 +161,7 @@ impl Monitor {
         self: Arc<Self>,
         mut s: Sampling,
         mut events: broadcast::Receiver<NewEvent>,
-        mut resets: mpsc::UnboundedReceiver<String>,
+        mut resets: mpsc::UnboundedReceiver<EndpointName>,
     ) {
         let mut tick = tokio::time::interval(s.settings.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -169,7 +191,7 @@ impl Monitor {
         let Some(settings) = active(&all, &e.endpoint) else {
             return;
         };
-        if let (Some(alert), Some(url)) = (Evaluator::event(&settings, e), &settings.webhook_url) {
+        if let (Some(alert), Some(url)) = (Evaluator::event(settings, e), &settings.webhook_url) {
             self.delivery.send(&alert, url).await;
         }
     }
@@ -226,7 +248,7 @@ impl Monitor {
                 .entry(key.endpoint.clone())
                 .or_default()
                 .push(StatusDelta {
-                    deployment: key.deployment.clone(),
+                    deployment: key.deployment.clone().map(DeploymentName::from),
                     by_class,
                 });
             let metrics = CallMetrics {
@@ -241,7 +263,7 @@ impl Monitor {
         s.previous.retain(|k, _| calls.contains_key(k));
         s.windows.retain(|k, _| calls.contains_key(k));
 
-        let at = jiff::Timestamp::now().to_string();
+        let at = self.clock.now().to_string();
         let mut latest = HashMap::new();
         for e in &endpoints {
             let limits = s
@@ -252,14 +274,11 @@ impl Monitor {
                 .unwrap_or_default();
             let mut views = Vec::new();
             for d in deployments.iter().filter(|d| d.endpoint == e.name) {
-                let key = DeploymentKey {
-                    endpoint: e.name.clone(),
-                    deployment: d.name.clone(),
-                };
+                let key = DeploymentKey::new(&e.name, &d.name);
                 let status = statuses.get(&key);
                 let meter = calls.get(&MeterKey {
-                    endpoint: e.name.clone(),
-                    deployment: Some(d.name.clone()),
+                    endpoint: e.name.to_string(),
+                    deployment: Some(d.name.to_string()),
                 });
                 let instances: Vec<InstanceMetrics> = status
                     .map(|st| st.instances.as_slice())
@@ -267,11 +286,11 @@ impl Monitor {
                     .iter()
                     .map(|i| instance_view(i, i.pid.and_then(|p| usage.get(&p)), limits))
                     .collect();
-                let state = status.map_or(PROGRESSING, |st| st.state);
+                let state = status.map_or(DeploymentState::Progressing, |st| st.state);
                 export_gauges(&key, state, &instances);
                 views.push(DeploymentMetrics {
-                    name: d.name.clone(),
-                    state: state.to_owned(),
+                    name: d.name.to_string(),
+                    state: state.as_str().to_owned(),
                     calls: meter.map(|m| m.0.clone()).unwrap_or_default(),
                     mirror: meter.map_or_else(MirrorMetrics::default, |m| MirrorMetrics {
                         answered: m.2.mirror_answered,
@@ -280,7 +299,10 @@ impl Monitor {
                     instances,
                 });
             }
-            let mine: Vec<_> = calls.iter().filter(|(k, _)| k.endpoint == e.name).collect();
+            let mine: Vec<_> = calls
+                .iter()
+                .filter(|(k, _)| e.name == *k.endpoint)
+                .collect();
             let summed: [u64; LATENCY_BUCKETS] =
                 std::array::from_fn(|i| mine.iter().map(|(_, m)| m.1[i]).sum());
             let status: [u64; 5] =
@@ -295,7 +317,7 @@ impl Monitor {
             latest.insert(
                 e.name.clone(),
                 EndpointMetrics {
-                    endpoint: e.name.clone(),
+                    endpoint: e.name.to_string(),
                     at: at.clone(),
                     calls: endpoint_calls,
                     deployments: views,
@@ -303,15 +325,15 @@ impl Monitor {
             );
         }
 
-        for m in latest.values() {
-            let Some(alert_settings) = active(&settings, &m.endpoint) else {
-                s.evaluator.reset(&m.endpoint);
+        for (endpoint, m) in &latest {
+            let Some(alert_settings) = active(&settings, endpoint) else {
+                s.evaluator.reset(endpoint);
                 continue;
             };
-            let deltas = deltas.remove(&m.endpoint).unwrap_or_default();
+            let deltas = deltas.remove(endpoint.as_str()).unwrap_or_default();
             let raised = s
                 .evaluator
-                .sample(&alert_settings, m, &deltas, s.settings.alerts, now);
+                .sample(alert_settings, m, &deltas, s.settings.alerts, now);
             if let Some(url) = &alert_settings.webhook_url {
                 for alert in raised {
                     self.delivery.send(&alert, url).await;
@@ -347,14 +369,12 @@ struct Interval {
     latency: [u64; LATENCY_BUCKETS],
 }
 
-fn parse_settings(json: &str) -> Result<AlertSettings, ServingError> {
-    serde_json::from_str(json).map_err(|e| ServingError::Internal(e.into()))
-}
-
 /// An endpoint's settings when its alert channel is on.
-fn active(all: &[(String, String)], endpoint: &str) -> Option<AlertSettings> {
-    let (_, json) = all.iter().find(|(e, _)| e == endpoint)?;
-    let settings = parse_settings(json).ok()?;
+fn active<'a>(
+    all: &'a [(EndpointName, AlertSettings)],
+    endpoint: &EndpointName,
+) -> Option<&'a AlertSettings> {
+    let (_, settings) = all.iter().find(|(e, _)| e == endpoint)?;
     (settings.enabled && settings.webhook_url.is_some()).then_some(settings)
 }
 
@@ -374,17 +394,13 @@ fn latency(buckets: &[u64; LATENCY_BUCKETS]) -> Option<Latency> {
     })
 }
 
-fn instance_view(
-    i: &kep_api::serving::Instance,
-    usage: Option<&Usage>,
-    limits: Resources,
-) -> InstanceMetrics {
+fn instance_view(i: &InstanceStatus, usage: Option<&Usage>, limits: Resources) -> InstanceMetrics {
     let percent = |used: f64, limit: f64| (limit > 0.0).then(|| used / limit * 100.0);
     let cpu_cores = usage.and_then(|u| u.cpu_cores);
     let memory_bytes = usage.map(|u| u.memory_bytes);
     InstanceMetrics {
-        id: i.id.clone(),
-        state: i.state.clone(),
+        id: i.id.to_string(),
+        state: i.state.as_str().to_owned(),
         ready: i.ready,
         restarts: i.restarts,
         cpu_cores,
@@ -400,20 +416,22 @@ fn instance_view(
 
 /// Per-instance gauges for Prometheus; an instance gone stops being updated and the
 /// exporter drops its series after its idle timeout.
-fn export_gauges(key: &DeploymentKey, state: &str, instances: &[InstanceMetrics]) {
+fn export_gauges(key: &DeploymentKey, state: DeploymentState, instances: &[InstanceMetrics]) {
     let deployment = [
-        ("endpoint", key.endpoint.clone()),
-        ("deployment", key.deployment.clone()),
+        ("endpoint", key.endpoint.to_string()),
+        ("deployment", key.deployment.to_string()),
     ];
-    metrics::gauge!("kep_serving_deployment_available", &deployment).set(if state == PROGRESSING {
-        0.0
-    } else {
-        1.0
-    });
+    metrics::gauge!("kep_serving_deployment_available", &deployment).set(
+        if state == DeploymentState::Progressing {
+            0.0
+        } else {
+            1.0
+        },
+    );
     for i in instances {
         let labels = [
-            ("endpoint", key.endpoint.clone()),
-            ("deployment", key.deployment.clone()),
+            ("endpoint", key.endpoint.to_string()),
+            ("deployment", key.deployment.to_string()),
             ("instance", i.id.clone()),
         ];
         metrics::gauge!("kep_serving_instance_ready", &labels).set(if i.ready { 1.0 } else { 0.0 });
@@ -435,12 +453,12 @@ fn alert_view(row: AlertRow) -> Alert {
         jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
     };
     Alert {
-        id: row.id,
+        id: row.id.0,
         at: time(row.at_ms),
-        condition: row.condition,
-        deployment: row.deployment,
+        condition: row.condition.as_str().to_owned(),
+        deployment: row.deployment.map(DeploymentName::into_string),
         text: row.text,
-        status: row.status,
+        status: row.status.as_str().to_owned(),
         attempts: u32::try_from(row.attempts).unwrap_or(0),
         error: row.error,
         sent_at: row.sent_at_ms.map(time),

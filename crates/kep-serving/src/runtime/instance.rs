@@ -10,24 +10,59 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Launch, RestartPolicy, probe, process};
+use crate::ids::InstanceId;
+use crate::kinds::InstanceState;
 use kep_api::serving::Instance;
 
-pub const PENDING: &str = "Pending";
-pub const RUNNING: &str = "Running";
-pub const TERMINATING: &str = "Terminating";
-pub const TERMINATED: &str = "Terminated";
-pub const FAILED: &str = "Failed";
-pub const UNKNOWN: &str = "Unknown";
+/// An instance as the runtime tracks it.
+#[derive(Debug, Clone)]
+pub struct InstanceStatus {
+    pub id: InstanceId,
+    pub state: InstanceState,
+    pub ready: bool,
+    pub restarts: u32,
+    pub reason: Option<String>,
+    pub pid: Option<u32>,
+    pub port: Option<u16>,
+}
+
+impl InstanceStatus {
+    /// A new instance: pending, no process yet.
+    pub fn new(id: InstanceId) -> Self {
+        InstanceStatus {
+            id,
+            state: InstanceState::Pending,
+            ready: false,
+            restarts: 0,
+            reason: None,
+            pid: None,
+            port: None,
+        }
+    }
+
+    /// As the API shows it.
+    pub fn view(&self) -> Instance {
+        Instance {
+            id: self.id.to_string(),
+            state: self.state.as_str().to_owned(),
+            ready: self.ready,
+            restarts: self.restarts,
+            reason: self.reason.clone(),
+            pid: self.pid,
+            port: self.port,
+        }
+    }
+}
 
 /// What an instance tells its supervisor: its whole status, and whether it has ended.
 #[derive(Debug)]
 pub struct Report {
-    pub status: Instance,
+    pub status: InstanceStatus,
     pub finished: bool,
 }
 
 pub struct InstanceTask {
-    pub id: String,
+    pub id: InstanceId,
     pub launch: Arc<Launch>,
     pub log: PathBuf,
     pub policy: RestartPolicy,
@@ -47,7 +82,7 @@ enum Outcome {
 }
 
 impl InstanceTask {
-    fn report(&self, status: &Instance, finished: bool) {
+    fn report(&self, status: &InstanceStatus, finished: bool) {
         let _ = self.reports.send(Report {
             status: status.clone(),
             finished,
@@ -55,15 +90,7 @@ impl InstanceTask {
     }
 
     pub async fn run(self) {
-        let mut status = Instance {
-            id: self.id.clone(),
-            state: PENDING.into(),
-            ready: false,
-            restarts: 0,
-            reason: None,
-            pid: None,
-            port: None,
-        };
+        let mut status = InstanceStatus::new(self.id.clone());
         self.report(&status, false);
         let mut waits = self.policy.backoff.waits();
         let mut ever_ready = false;
@@ -79,7 +106,7 @@ impl InstanceTask {
                 }
                 Ok(argv) => match self.start(argv, &mut status).await {
                     Err(e) => {
-                        status.state = PENDING.into();
+                        status.state = InstanceState::Pending;
                         status.reason = Some(format!("CommandNotFound: {}: {e}", argv[0]));
                     }
                     Ok(mut child) => {
@@ -88,7 +115,7 @@ impl InstanceTask {
                         status.ready = false;
                         match outcome {
                             Outcome::Cancelled => {
-                                status.state = TERMINATING.into();
+                                status.state = InstanceState::Terminating;
                                 self.report(&status, false);
                                 // Out of rotation already; calls the gateway sent just before
                                 // finish before the process is asked to stop.
@@ -100,17 +127,17 @@ impl InstanceTask {
                                 if let Some(pid) = pid {
                                     process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
                                 }
-                                status.state = FAILED.into();
+                                status.state = InstanceState::Failed;
                                 status.reason = Some(format!("exited: {code}"));
                             }
                             Outcome::LivenessFailed(why) => {
                                 process::terminate(&mut child, self.policy.grace).await;
-                                status.state = PENDING.into();
+                                status.state = InstanceState::Pending;
                                 status.reason = Some(format!("liveness probe failed: {why}"));
                             }
                             Outcome::Unknown(why) => {
                                 // Reported as such, then stopped and started again.
-                                status.state = UNKNOWN.into();
+                                status.state = InstanceState::Unknown;
                                 status.reason = Some(why);
                                 self.report(&status, false);
                                 process::terminate(&mut child, self.policy.grace).await;
@@ -134,17 +161,17 @@ impl InstanceTask {
                 _ = self.cancel.cancelled() => break,
             }
         }
-        status.state = TERMINATED.into();
+        status.state = InstanceState::Terminated;
         status.ready = false;
         status.pid = None;
         status.port = None;
         self.report(&status, true);
     }
 
-    async fn start(&self, argv: &[String], status: &mut Instance) -> std::io::Result<Child> {
+    async fn start(&self, argv: &[String], status: &mut InstanceStatus) -> std::io::Result<Child> {
         let port = process::free_port()?;
         let child = process::spawn(argv, &self.launch.env, port, &self.log, &self.owner)?;
-        status.state = PENDING.into();
+        status.state = InstanceState::Pending;
         status.reason = None;
         status.pid = child.id();
         status.port = Some(port);
@@ -155,7 +182,7 @@ impl InstanceTask {
     async fn watch(
         &self,
         child: &mut Child,
-        status: &mut Instance,
+        status: &mut InstanceStatus,
         ever_ready: &mut bool,
     ) -> Outcome {
         let port = status.port.unwrap_or_default();
@@ -189,7 +216,7 @@ impl InstanceTask {
                         ready_fails = 0;
                         if !status.ready {
                             status.ready = true;
-                            status.state = RUNNING.into();
+                            status.state = InstanceState::Running;
                             status.reason = None;
                             *ever_ready = true;
                             self.report(status, false);
@@ -210,7 +237,7 @@ impl InstanceTask {
                     Ok(()) => live_fails = 0,
                     // A process still starting up is not yet failing: liveness counts from
                     // its first readiness on, so a slow start does not become a crash loop.
-                    Err(_) if status.state != RUNNING => {}
+                    Err(_) if status.state != InstanceState::Running => {}
                     Err(why) => {
                         live_fails += 1;
                         if live_fails >= live_threshold {

@@ -12,20 +12,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use rand::Rng as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{NewEvent, Store};
+use crate::ids::{DeploymentKey, InstanceId};
+use crate::kinds::DeploymentState;
+use crate::store::{Change, NewEvent, Store};
+pub use instance::InstanceStatus;
 use instance::{InstanceTask, Report};
-use kep_api::serving::Instance;
-pub use kep_gateway::DeploymentKey;
 use kep_gateway::RouteUpdate;
 use probe::ProbeSpec;
-
-pub const PROGRESSING: &str = "Progressing";
-pub const AVAILABLE: &str = "Available";
 
 /// What an instance of a deployment runs.
 #[derive(Debug)]
@@ -51,8 +50,8 @@ pub struct RestartPolicy {
 /// A deployment as the runtime sees it now.
 #[derive(Debug, Clone)]
 pub struct DeploymentStatus {
-    pub state: &'static str,
-    pub instances: Vec<Instance>,
+    pub state: DeploymentState,
+    pub instances: Vec<InstanceStatus>,
 }
 
 enum Command {
@@ -134,14 +133,16 @@ pub struct RuntimeContext {
     pub http: reqwest::Client,
     pub routes: mpsc::UnboundedSender<RouteUpdate>,
     pub events: mpsc::UnboundedSender<NewEvent>,
+    /// What events are dated by.
+    pub clock: Clock,
 }
 
 impl RuntimeContext {
     /// Where an instance's stdout and stderr go.
-    pub fn log_path(&self, key: &DeploymentKey, instance: &str) -> PathBuf {
+    pub fn log_path(&self, key: &DeploymentKey, instance: &InstanceId) -> PathBuf {
         self.logs_dir
-            .join(&key.endpoint)
-            .join(&key.deployment)
+            .join(key.endpoint.as_str())
+            .join(key.deployment.as_str())
             .join(format!("{instance}.log"))
     }
 }
@@ -230,7 +231,7 @@ enum SupervisorCommand {
 
 /// One instance as its supervisor tracks it.
 struct Member {
-    status: Instance,
+    status: InstanceStatus,
     generation: u64,
     slot: u32,
     cancel: CancellationToken,
@@ -251,7 +252,7 @@ struct Supervisor {
     count: u32,
     generation: u64,
     members: Vec<Member>,
-    state: Option<&'static str>,
+    state: Option<DeploymentState>,
     ready: Vec<SocketAddr>,
     reports: mpsc::UnboundedSender<Report>,
 }
@@ -319,7 +320,7 @@ impl Supervisor {
             self.publish();
         }
         let _ = self.ctx.routes.send(RouteUpdate::Backends {
-            key: self.key.clone(),
+            key: self.key.gateway(),
             ready: Vec::new(),
         });
         if let Some(done) = stopped {
@@ -329,7 +330,7 @@ impl Supervisor {
 
     fn start_generation(&mut self) {
         for slot in 0..self.count {
-            let id = format!("{}-{}", self.key.deployment, short_id());
+            let id = InstanceId::from(format!("{}-{}", self.key.deployment, short_id()));
             let cancel = CancellationToken::new();
             let task = InstanceTask {
                 id: id.clone(),
@@ -342,15 +343,7 @@ impl Supervisor {
                 cancel: cancel.clone(),
             };
             self.members.push(Member {
-                status: Instance {
-                    id,
-                    state: instance::PENDING.into(),
-                    ready: false,
-                    restarts: 0,
-                    reason: None,
-                    pid: None,
-                    port: None,
-                },
+                status: InstanceStatus::new(id),
                 generation: self.generation,
                 slot,
                 cancel,
@@ -370,26 +363,25 @@ impl Supervisor {
         let new = report.status;
         let old = std::mem::replace(&mut self.members[i].status, new.clone());
         if old.state != new.state {
-            self.event(
-                "instance_state",
-                Some(&new.id),
-                Some(old.state),
-                Some(new.state.clone()),
-                new.reason.clone(),
-            );
+            self.event(Change::Instance {
+                instance: new.id.clone(),
+                from: old.state,
+                to: new.state,
+                reason: new.reason.clone(),
+            });
         }
         if old.ready != new.ready {
-            let word = |r: bool| if r { "ready" } else { "not ready" }.to_owned();
-            self.event(
-                "ready",
-                Some(&new.id),
-                Some(word(old.ready)),
-                Some(word(new.ready)),
-                new.reason.clone(),
-            );
+            self.event(Change::Ready {
+                instance: new.id.clone(),
+                ready: new.ready,
+                reason: new.reason.clone(),
+            });
         }
         if new.restarts > old.restarts {
-            self.event("restart", Some(&new.id), None, None, new.reason.clone());
+            self.event(Change::Restart {
+                instance: new.id.clone(),
+                reason: new.reason.clone(),
+            });
         }
         let (generation, slot) = (self.members[i].generation, self.members[i].slot);
         if new.ready && generation == self.generation {
@@ -405,29 +397,18 @@ impl Supervisor {
         }
     }
 
-    fn event(
-        &self,
-        kind: &'static str,
-        instance: Option<&str>,
-        from: Option<String>,
-        to: Option<String>,
-        reason: Option<String>,
-    ) {
+    fn event(&self, change: Change) {
         let _ = self.ctx.events.send(NewEvent {
-            at_ms: now_ms(),
+            at_ms: self.ctx.clock.unix_ms(),
             endpoint: self.key.endpoint.clone(),
             deployment: self.key.deployment.clone(),
-            instance: instance.map(str::to_owned),
-            kind,
-            from,
-            to,
-            reason,
+            change,
         });
     }
 
     /// Available once every instance of the current generation is ready and no older one
     /// remains; Progressing otherwise (also with zero instances, as the document says).
-    fn deployment_state(&self) -> &'static str {
+    fn deployment_state(&self) -> DeploymentState {
         let current: Vec<&Member> = self
             .members
             .iter()
@@ -437,7 +418,11 @@ impl Supervisor {
             && current.len() == self.count as usize
             && current.iter().all(|m| m.status.ready)
             && self.members.len() == current.len();
-        if settled { AVAILABLE } else { PROGRESSING }
+        if settled {
+            DeploymentState::Available
+        } else {
+            DeploymentState::Progressing
+        }
     }
 
     /// Tells the gateway of a change in the ready set, and records a change of state.
@@ -451,15 +436,14 @@ impl Supervisor {
         if ready != self.ready {
             self.ready = ready.clone();
             let _ = self.ctx.routes.send(RouteUpdate::Backends {
-                key: self.key.clone(),
+                key: self.key.gateway(),
                 ready,
             });
         }
         let state = self.deployment_state();
         if self.state != Some(state) {
-            let from = self.state.map(str::to_owned);
-            self.state = Some(state);
-            self.event("deployment_state", None, from, Some(state.to_owned()), None);
+            let from = self.state.replace(state);
+            self.event(Change::Deployment { from, to: state });
         }
     }
 
@@ -480,15 +464,9 @@ fn short_id() -> String {
         .collect()
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Writes each event to the store and hands it on to whoever listens (alerts).
 pub async fn record_events(
-    store: Store,
+    store: Arc<dyn Store>,
     mut rx: mpsc::UnboundedReceiver<NewEvent>,
     listeners: tokio::sync::broadcast::Sender<NewEvent>,
 ) {
@@ -496,7 +474,7 @@ pub async fn record_events(
         if let Err(err) = store.insert_event(&e).await {
             tracing::warn!(error = %err, "recording a serving event");
         }
-        tracing::debug!(endpoint = %e.endpoint, deployment = %e.deployment, kind = e.kind, from = ?e.from, to = ?e.to, "serving event");
+        tracing::debug!(endpoint = %e.endpoint, deployment = %e.deployment, change = ?e.change, "serving event");
         let _ = listeners.send(e);
     }
 }

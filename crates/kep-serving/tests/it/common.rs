@@ -2,6 +2,7 @@
 //! calls to it as a client makes them.
 use std::time::Duration;
 
+use kep_core::clock::Clock;
 use kep_core::limits::Limits;
 use kep_core::platform::Platform;
 pub use kep_core::service::Service as _;
@@ -24,6 +25,14 @@ pub fn instance_script() -> String {
 }
 
 pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySettings)) -> Server {
+    spawn_on(Clock::system(), configure).await
+}
+
+/// A server whose dates are read from `clock`.
+pub async fn spawn_on(
+    clock: Clock,
+    configure: impl FnOnce(&mut ServingSettings, &mut GatewaySettings),
+) -> Server {
     let mut settings = ServingSettings {
         restart_backoff_ms: 100,
         restart_backoff_max_s: 1,
@@ -39,7 +48,8 @@ pub async fn spawn(configure: impl FnOnce(&mut ServingSettings, &mut GatewaySett
     let dir = tempfile::tempdir().unwrap();
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
-        .unwrap();
+        .unwrap()
+        .with_clock(clock);
     let service = platform
         .start::<ServingService>((settings, gateway_settings))
         .await

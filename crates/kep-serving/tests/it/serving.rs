@@ -955,3 +955,41 @@ async fn a_management_query_that_does_not_parse_is_a_400_in_the_operator_shape()
         assert_eq!(v["error"]["code"], "invalid_query", "{path}: {v}");
     }
 }
+
+/// Created, updated and event dates are read from the platform's clock.
+#[tokio::test]
+async fn dates_are_read_from_the_platform_clock() {
+    let clock =
+        kep_core::clock::Clock::manual(jiff::Timestamp::from_second(1_700_000_000).unwrap());
+    let s = spawn_on(clock.clone(), |_, _| {}).await;
+    s.image("echo").await;
+    assert_eq!(
+        s.get("/images/echo").await["created_at"],
+        "2023-11-14T22:13:20Z"
+    );
+    s.endpoint("dated", 0).await;
+    assert_eq!(
+        s.get("/endpoints/dated").await["created_at"],
+        "2023-11-14T22:13:20Z"
+    );
+    s.deploy("dated", custom("app", json!({}))).await;
+    let events = "/endpoints/dated/deployments/app/events";
+    let first = eventually(Duration::from_secs(10), "the first event", async || {
+        let v = s.get(events).await;
+        v[0].is_object().then(|| v[0].clone()).ok_or(v)
+    })
+    .await;
+    assert_eq!(first["at"], "2023-11-14T22:13:20Z", "{first}");
+
+    clock.advance(Duration::from_secs(60));
+    let (status, d) = s
+        .patch(
+            "/endpoints/dated/deployments/app",
+            json!({"description": "later"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{d}");
+    assert_eq!(d["created_at"], "2023-11-14T22:13:20Z");
+    assert_eq!(d["updated_at"], "2023-11-14T22:14:20Z");
+    s.service.stop().await;
+}

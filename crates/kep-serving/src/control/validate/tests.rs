@@ -354,7 +354,7 @@ fn endpoints_take_the_defaults_and_any_protocol_case() {
         EndpointShape {
             instance_type: "cpu-small".into(),
             instance_count: 1,
-            protocol: "http".into(),
+            protocol: Protocol::Http,
         }
     );
     let grpc = json!({"name": "e1", "instance_type": "gpu-small", "protocol": "GRPC"});
@@ -363,7 +363,7 @@ fn endpoints_take_the_defaults_and_any_protocol_case() {
         EndpointShape {
             instance_type: "gpu-small".into(),
             instance_count: 1,
-            protocol: "grpc".into(),
+            protocol: Protocol::Grpc,
         }
     );
 }

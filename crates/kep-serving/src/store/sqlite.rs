@@ -1,12 +1,21 @@
-//! Persistence of images, models, endpoints, deployments, instance processes and events in
-//! `serving.db`. Deployments keep their resolved spec as JSON.
+//! The serving store on SQLite (`serving.db`). Deployments keep their resolved spec as JSON.
 
 use std::collections::BTreeMap;
 
+use kep_api::serving::AlertSettings;
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
+use sqlx::types::Json;
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+use super::{
+    AlertRow, DeploymentRow, EndpointRow, EventRow, ImageRow, LiveSources, ModelRow, NewAlert,
+    NewEvent, Store,
+};
+use crate::control::DeploymentSpec;
+use crate::ids::{AlertId, DeploymentName, EndpointName, ImageName, ModelName};
+use crate::kinds::AlertStatus;
+
+pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// An alerts query: sqlx takes only static SQL, so the shared columns are pasted in.
 macro_rules! select_alerts {
@@ -19,128 +28,45 @@ macro_rules! select_alerts {
     };
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ImageRow {
-    pub id: String,
-    pub name: String,
-    pub command: String,
-    pub created_at: i64,
+/// An insert's outcome: `Ok(false)` where it hit a unique index (a name already taken).
+fn inserted(done: sqlx::Result<sqlx::sqlite::SqliteQueryResult>) -> sqlx::Result<bool> {
+    match done {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct ModelRow {
-    pub id: String,
-    pub name: String,
-    pub framework: String,
-    pub path: String,
-    pub size: i64,
-    pub sha256: String,
-    pub created_at: i64,
-    /// JSON: `[{name, datatype, shape}]`.
-    pub inputs: String,
-    pub outputs: String,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EndpointRow {
-    pub name: String,
-    pub description: Option<String>,
-    pub instance_type: String,
-    pub instance_count: i64,
-    pub protocol: String,
-    pub key_hash: String,
-    pub mirroring: bool,
-    pub responder: Option<String>,
-    pub created_at: i64,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DeploymentRow {
-    pub endpoint: String,
-    pub name: String,
-    pub spec: String,
-    pub weight: i64,
-    pub created_at: i64,
-    pub updated_at: i64,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct EventRow {
-    pub id: i64,
-    pub at_ms: i64,
-    pub deployment: String,
-    pub instance: Option<String>,
-    pub kind: String,
-    pub from_state: Option<String>,
-    pub to_state: Option<String>,
-    pub reason: Option<String>,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct AlertRow {
-    pub id: i64,
-    pub endpoint: String,
-    pub deployment: Option<String>,
-    pub condition: String,
-    pub text: String,
-    pub webhook_url: String,
-    pub status: String,
-    pub attempts: i64,
-    pub error: Option<String>,
-    pub at_ms: i64,
-    pub sent_at_ms: Option<i64>,
-}
-
-/// An alert raised, before it is queued.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewAlert {
-    pub endpoint: String,
-    pub deployment: Option<String>,
-    pub condition: &'static str,
-    pub text: String,
-}
-
-/// A recorded transition, as the runtime reports it.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    pub at_ms: i64,
-    pub endpoint: String,
-    pub deployment: String,
-    pub instance: Option<String>,
-    pub kind: &'static str,
-    pub from: Option<String>,
-    pub to: Option<String>,
-    pub reason: Option<String>,
-}
-
-/// Whether a failed insert hit a unique index (a name already taken).
-pub fn is_unique_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|d| d.kind() == sqlx::error::ErrorKind::UniqueViolation)
-}
-
-#[derive(Clone)]
-pub struct Store {
+pub struct SqliteStore {
     pool: SqlitePool,
 }
 
-impl Store {
+impl SqliteStore {
     pub fn new(pool: SqlitePool) -> Self {
-        Store { pool }
+        SqliteStore { pool }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn insert_image(&self, row: &ImageRow) -> sqlx::Result<bool> {
+        let done =
+            sqlx::query("INSERT INTO images (id, name, command, created_at) VALUES (?, ?, ?, ?)")
+                .bind(&row.id)
+                .bind(&row.name)
+                .bind(Json(&row.command))
+                .bind(row.created_at)
+                .execute(&self.pool)
+                .await;
+        inserted(done)
     }
 
-    pub async fn insert_image(&self, row: &ImageRow) -> sqlx::Result<()> {
-        sqlx::query("INSERT INTO images (id, name, command, created_at) VALUES (?, ?, ?, ?)")
-            .bind(&row.id)
-            .bind(&row.name)
-            .bind(&row.command)
-            .bind(row.created_at)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    pub async fn images(&self) -> sqlx::Result<Vec<ImageRow>> {
+    async fn images(&self) -> sqlx::Result<Vec<ImageRow>> {
         sqlx::query_as(
             "SELECT id, name, command, created_at FROM images WHERE deleted = 0 ORDER BY name",
         )
@@ -148,7 +74,7 @@ impl Store {
         .await
     }
 
-    pub async fn image(&self, name: &str) -> sqlx::Result<Option<ImageRow>> {
+    async fn image(&self, name: &ImageName) -> sqlx::Result<Option<ImageRow>> {
         sqlx::query_as(
             "SELECT id, name, command, created_at FROM images WHERE deleted = 0 AND name = ?",
         )
@@ -157,8 +83,7 @@ impl Store {
         .await
     }
 
-    /// Soft delete: deployments made from it keep running but can no longer be edited.
-    pub async fn delete_image(&self, name: &str) -> sqlx::Result<bool> {
+    async fn delete_image(&self, name: &ImageName) -> sqlx::Result<bool> {
         let r = sqlx::query("UPDATE images SET deleted = 1 WHERE deleted = 0 AND name = ?")
             .bind(name)
             .execute(&self.pool)
@@ -166,8 +91,8 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    pub async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<()> {
-        sqlx::query(
+    async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<bool> {
+        let done = sqlx::query(
             "INSERT INTO models (id, name, framework, path, size, sha256, created_at, inputs, outputs)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
@@ -178,14 +103,14 @@ impl Store {
         .bind(row.size)
         .bind(&row.sha256)
         .bind(row.created_at)
-        .bind(&row.inputs)
-        .bind(&row.outputs)
+        .bind(Json(&row.inputs))
+        .bind(Json(&row.outputs))
         .execute(&self.pool)
-        .await?;
-        Ok(())
+        .await;
+        inserted(done)
     }
 
-    pub async fn models(&self) -> sqlx::Result<Vec<ModelRow>> {
+    async fn models(&self) -> sqlx::Result<Vec<ModelRow>> {
         sqlx::query_as(
             "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
              WHERE deleted = 0 ORDER BY name",
@@ -194,7 +119,7 @@ impl Store {
         .await
     }
 
-    pub async fn model(&self, name: &str) -> sqlx::Result<Option<ModelRow>> {
+    async fn model(&self, name: &ModelName) -> sqlx::Result<Option<ModelRow>> {
         sqlx::query_as(
             "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
              WHERE deleted = 0 AND name = ?",
@@ -204,8 +129,7 @@ impl Store {
         .await
     }
 
-    /// Soft delete; the file stays while a deployment may still serve it.
-    pub async fn delete_model(&self, name: &str) -> sqlx::Result<bool> {
+    async fn delete_model(&self, name: &ModelName) -> sqlx::Result<bool> {
         let r = sqlx::query("UPDATE models SET deleted = 1 WHERE deleted = 0 AND name = ?")
             .bind(name)
             .execute(&self.pool)
@@ -213,17 +137,23 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    /// Which of these image or model ids are still registered.
-    pub async fn live_sources(&self) -> sqlx::Result<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT id FROM images WHERE deleted = 0 UNION ALL SELECT id FROM models WHERE deleted = 0",
-        )
-        .fetch_all(&self.pool)
-        .await
+    async fn live_sources(&self) -> sqlx::Result<LiveSources> {
+        let mut tx = self.pool.begin().await?;
+        let images = sqlx::query_scalar("SELECT id FROM images WHERE deleted = 0")
+            .fetch_all(&mut *tx)
+            .await?;
+        let models = sqlx::query_scalar("SELECT id FROM models WHERE deleted = 0")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(LiveSources {
+            images: images.into_iter().collect(),
+            models: models.into_iter().collect(),
+        })
     }
 
-    pub async fn insert_endpoint(&self, row: &EndpointRow) -> sqlx::Result<()> {
-        sqlx::query(
+    async fn insert_endpoint(&self, row: &EndpointRow) -> sqlx::Result<bool> {
+        let done = sqlx::query(
             "INSERT INTO endpoints (name, description, instance_type, instance_count, protocol,
                                     key_hash, created_at)
              VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -232,29 +162,28 @@ impl Store {
         .bind(&row.description)
         .bind(&row.instance_type)
         .bind(row.instance_count)
-        .bind(&row.protocol)
+        .bind(row.protocol)
         .bind(&row.key_hash)
         .bind(row.created_at)
         .execute(&self.pool)
-        .await?;
-        Ok(())
+        .await;
+        inserted(done)
     }
 
-    pub async fn endpoints(&self) -> sqlx::Result<Vec<EndpointRow>> {
+    async fn endpoints(&self) -> sqlx::Result<Vec<EndpointRow>> {
         sqlx::query_as("SELECT * FROM endpoints ORDER BY name")
             .fetch_all(&self.pool)
             .await
     }
 
-    pub async fn endpoint(&self, name: &str) -> sqlx::Result<Option<EndpointRow>> {
+    async fn endpoint(&self, name: &EndpointName) -> sqlx::Result<Option<EndpointRow>> {
         sqlx::query_as("SELECT * FROM endpoints WHERE name = ?")
             .bind(name)
             .fetch_optional(&self.pool)
             .await
     }
 
-    /// Deletes the endpoint and, by cascade, its deployments.
-    pub async fn delete_endpoint(&self, name: &str) -> sqlx::Result<bool> {
+    async fn delete_endpoint(&self, name: &EndpointName) -> sqlx::Result<bool> {
         let r = sqlx::query("DELETE FROM endpoints WHERE name = ?")
             .bind(name)
             .execute(&self.pool)
@@ -262,7 +191,7 @@ impl Store {
         Ok(r.rows_affected() > 0)
     }
 
-    pub async fn set_key_hash(&self, endpoint: &str, hash: &str) -> sqlx::Result<()> {
+    async fn set_key_hash(&self, endpoint: &EndpointName, hash: &str) -> sqlx::Result<()> {
         sqlx::query("UPDATE endpoints SET key_hash = ? WHERE name = ?")
             .bind(hash)
             .bind(endpoint)
@@ -271,11 +200,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn set_mirroring(
+    async fn set_mirroring(
         &self,
-        endpoint: &str,
+        endpoint: &EndpointName,
         enabled: bool,
-        responder: Option<&str>,
+        responder: Option<&DeploymentName>,
     ) -> sqlx::Result<()> {
         sqlx::query("UPDATE endpoints SET mirroring = ?, responder = ? WHERE name = ?")
             .bind(enabled)
@@ -286,7 +215,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn insert_deployment(&self, row: &DeploymentRow) -> sqlx::Result<()> {
+    async fn insert_deployment(&self, row: &DeploymentRow) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO deployments (endpoint, name, position, spec, weight, created_at, updated_at)
              VALUES (?, ?, (SELECT COALESCE(MAX(position), 0) + 1 FROM deployments WHERE endpoint = ?),
@@ -295,7 +224,7 @@ impl Store {
         .bind(&row.endpoint)
         .bind(&row.name)
         .bind(&row.endpoint)
-        .bind(&row.spec)
+        .bind(Json(&row.spec))
         .bind(row.weight)
         .bind(row.created_at)
         .bind(row.updated_at)
@@ -304,8 +233,10 @@ impl Store {
         Ok(())
     }
 
-    /// An endpoint's deployments in creation order; every endpoint's when `None`.
-    pub async fn deployments(&self, endpoint: Option<&str>) -> sqlx::Result<Vec<DeploymentRow>> {
+    async fn deployments(
+        &self,
+        endpoint: Option<&EndpointName>,
+    ) -> sqlx::Result<Vec<DeploymentRow>> {
         sqlx::query_as(
             "SELECT endpoint, name, spec, weight, created_at, updated_at FROM deployments
              WHERE ?1 IS NULL OR endpoint = ?1 ORDER BY endpoint, position",
@@ -315,10 +246,10 @@ impl Store {
         .await
     }
 
-    pub async fn deployment(
+    async fn deployment(
         &self,
-        endpoint: &str,
-        name: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
     ) -> sqlx::Result<Option<DeploymentRow>> {
         sqlx::query_as(
             "SELECT endpoint, name, spec, weight, created_at, updated_at FROM deployments
@@ -330,17 +261,17 @@ impl Store {
         .await
     }
 
-    pub async fn update_deployment(
+    async fn update_deployment(
         &self,
-        endpoint: &str,
-        name: &str,
-        spec: &str,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+        spec: &DeploymentSpec,
         now: i64,
     ) -> sqlx::Result<()> {
         sqlx::query(
             "UPDATE deployments SET spec = ?, updated_at = ? WHERE endpoint = ? AND name = ?",
         )
-        .bind(spec)
+        .bind(Json(spec))
         .bind(now)
         .bind(endpoint)
         .bind(name)
@@ -349,7 +280,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn delete_deployment(&self, endpoint: &str, name: &str) -> sqlx::Result<()> {
+    async fn delete_deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<()> {
         sqlx::query("DELETE FROM deployments WHERE endpoint = ? AND name = ?")
             .bind(endpoint)
             .bind(name)
@@ -358,11 +293,10 @@ impl Store {
         Ok(())
     }
 
-    /// Sets every deployment's weight at once.
-    pub async fn set_weights(
+    async fn set_weights(
         &self,
-        endpoint: &str,
-        weights: &BTreeMap<String, u32>,
+        endpoint: &EndpointName,
+        weights: &BTreeMap<DeploymentName, u32>,
     ) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         for (name, w) in weights {
@@ -376,7 +310,8 @@ impl Store {
         tx.commit().await
     }
 
-    pub async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()> {
+    async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()> {
+        let (from, to) = e.change.states();
         sqlx::query(
             "INSERT INTO events (at_ms, endpoint, deployment, instance, kind, from_state, to_state, reason)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -384,21 +319,20 @@ impl Store {
         .bind(e.at_ms)
         .bind(&e.endpoint)
         .bind(&e.deployment)
-        .bind(&e.instance)
-        .bind(e.kind)
-        .bind(&e.from)
-        .bind(&e.to)
-        .bind(&e.reason)
+        .bind(e.change.instance())
+        .bind(e.change.kind())
+        .bind(from)
+        .bind(to)
+        .bind(e.change.reason())
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    /// A deployment's events, newest first.
-    pub async fn events(
+    async fn events(
         &self,
-        endpoint: &str,
-        deployment: &str,
+        endpoint: &EndpointName,
+        deployment: &DeploymentName,
         limit: i64,
     ) -> sqlx::Result<Vec<EventRow>> {
         sqlx::query_as(
@@ -412,55 +346,60 @@ impl Store {
         .await
     }
 
-    pub async fn set_alert_settings(&self, endpoint: &str, json: &str) -> sqlx::Result<()> {
+    async fn set_alert_settings(
+        &self,
+        endpoint: &EndpointName,
+        settings: &AlertSettings,
+    ) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO alert_settings (endpoint, settings) VALUES (?, ?)
              ON CONFLICT (endpoint) DO UPDATE SET settings = excluded.settings",
         )
         .bind(endpoint)
-        .bind(json)
+        .bind(Json(settings))
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    /// Every endpoint's alert settings, as stored JSON.
-    pub async fn alert_settings(&self) -> sqlx::Result<Vec<(String, String)>> {
-        sqlx::query_as("SELECT endpoint, settings FROM alert_settings")
-            .fetch_all(&self.pool)
-            .await
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, AlertSettings)>> {
+        let rows: Vec<(EndpointName, Json<AlertSettings>)> =
+            sqlx::query_as("SELECT endpoint, settings FROM alert_settings")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(e, s)| (e, s.0)).collect())
     }
 
-    pub async fn insert_alert(
+    async fn insert_alert(
         &self,
         a: &NewAlert,
         webhook_url: &str,
         at_ms: i64,
-    ) -> sqlx::Result<i64> {
+    ) -> sqlx::Result<AlertId> {
         let r = sqlx::query(
             "INSERT INTO alerts (endpoint, deployment, condition, text, webhook_url, status, at_ms)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&a.endpoint)
         .bind(&a.deployment)
         .bind(a.condition)
         .bind(&a.text)
         .bind(webhook_url)
+        .bind(AlertStatus::Pending)
         .bind(at_ms)
         .execute(&self.pool)
         .await?;
-        Ok(r.last_insert_rowid())
+        Ok(AlertId(r.last_insert_rowid()))
     }
 
-    pub async fn alert(&self, id: i64) -> sqlx::Result<Option<AlertRow>> {
+    async fn alert(&self, id: AlertId) -> sqlx::Result<Option<AlertRow>> {
         sqlx::query_as(select_alerts!("WHERE id = ?"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await
     }
 
-    /// An endpoint's alerts, newest first.
-    pub async fn alerts(&self, endpoint: &str, limit: i64) -> sqlx::Result<Vec<AlertRow>> {
+    async fn alerts(&self, endpoint: &EndpointName, limit: i64) -> sqlx::Result<Vec<AlertRow>> {
         sqlx::query_as(select_alerts!(
             "WHERE endpoint = ? ORDER BY id DESC LIMIT ?"
         ))
@@ -470,18 +409,17 @@ impl Store {
         .await
     }
 
-    /// Alerts not yet sent nor given up on, oldest first.
-    pub async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>> {
+    async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>> {
+        // The status as a literal, so that SQLite reads the partial index `alerts_pending`.
         sqlx::query_as(select_alerts!("WHERE status = 'pending' ORDER BY id"))
             .fetch_all(&self.pool)
             .await
     }
 
-    /// The outcome of a delivery attempt: `status` stays `pending` while retries remain.
-    pub async fn alert_attempted(
+    async fn alert_attempted(
         &self,
-        id: i64,
-        status: &str,
+        id: AlertId,
+        status: AlertStatus,
         attempts: i64,
         error: Option<&str>,
         sent_at_ms: Option<i64>,
@@ -499,3 +437,6 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! The serving service's storage seam: images, models, endpoints, deployments, events and
+//! alerts behind one [`Store`] interface, so a second backend slots in beside [`sqlite`]
+//! without touching the domain code. [`open`] is the one place that picks the backend.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use kep_api::serving::AlertSettings;
+use kep_core::service::Context;
+use kep_model_server::model::TensorSpec;
+
+use crate::control::DeploymentSpec;
+use crate::ids::{
+    AlertId, DeploymentName, EndpointName, ImageId, ImageName, InstanceId, ModelId, ModelName,
+};
+use crate::kinds::{AlertStatus, Condition, DeploymentState, EventKind, InstanceState, Protocol};
+
+mod sqlite;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ImageRow {
+    pub id: ImageId,
+    pub name: ImageName,
+    /// The argv words.
+    #[sqlx(json)]
+    pub command: Vec<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ModelRow {
+    pub id: ModelId,
+    pub name: ModelName,
+    pub framework: String,
+    pub path: String,
+    pub size: i64,
+    pub sha256: String,
+    pub created_at: i64,
+    /// Its inputs and outputs as read from the artifact.
+    #[sqlx(json)]
+    pub inputs: Vec<TensorSpec>,
+    #[sqlx(json)]
+    pub outputs: Vec<TensorSpec>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EndpointRow {
+    pub name: EndpointName,
+    pub description: Option<String>,
+    pub instance_type: String,
+    pub instance_count: i64,
+    pub protocol: Protocol,
+    pub key_hash: String,
+    pub mirroring: bool,
+    pub responder: Option<DeploymentName>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentRow {
+    pub endpoint: EndpointName,
+    pub name: DeploymentName,
+    #[sqlx(json)]
+    pub spec: DeploymentSpec,
+    pub weight: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// An event as stored: its states are those of its kind ([`Change::states`]).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub id: i64,
+    pub at_ms: i64,
+    pub deployment: DeploymentName,
+    pub instance: Option<InstanceId>,
+    pub kind: EventKind,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AlertRow {
+    pub id: AlertId,
+    pub endpoint: EndpointName,
+    pub deployment: Option<DeploymentName>,
+    pub condition: Condition,
+    pub text: String,
+    pub webhook_url: String,
+    pub status: AlertStatus,
+    pub attempts: i64,
+    pub error: Option<String>,
+    pub at_ms: i64,
+    pub sent_at_ms: Option<i64>,
+}
+
+/// An alert raised, before it is queued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAlert {
+    pub endpoint: EndpointName,
+    pub deployment: Option<DeploymentName>,
+    pub condition: Condition,
+    pub text: String,
+}
+
+/// A recorded transition, as the runtime reports it.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub at_ms: i64,
+    pub endpoint: EndpointName,
+    pub deployment: DeploymentName,
+    pub change: Change,
+}
+
+/// What an event records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// From none when the deployment is made.
+    Deployment {
+        from: Option<DeploymentState>,
+        to: DeploymentState,
+    },
+    Instance {
+        instance: InstanceId,
+        from: InstanceState,
+        to: InstanceState,
+        reason: Option<String>,
+    },
+    /// The instance became ready (`true`) or stopped being.
+    Ready {
+        instance: InstanceId,
+        ready: bool,
+        reason: Option<String>,
+    },
+    Restart {
+        instance: InstanceId,
+        reason: Option<String>,
+    },
+}
+
+/// How readiness reads in an event's states.
+fn ready_word(ready: bool) -> &'static str {
+    if ready { "ready" } else { "not ready" }
+}
+
+/// The event columns every backend stores a change in.
+impl Change {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Change::Deployment { .. } => EventKind::DeploymentState,
+            Change::Instance { .. } => EventKind::InstanceState,
+            Change::Ready { .. } => EventKind::Ready,
+            Change::Restart { .. } => EventKind::Restart,
+        }
+    }
+
+    pub fn instance(&self) -> Option<&InstanceId> {
+        match self {
+            Change::Deployment { .. } => None,
+            Change::Instance { instance, .. }
+            | Change::Ready { instance, .. }
+            | Change::Restart { instance, .. } => Some(instance),
+        }
+    }
+
+    /// The states it went from and to, in its kind's words.
+    pub fn states(&self) -> (Option<&'static str>, Option<&'static str>) {
+        match self {
+            Change::Deployment { from, to } => {
+                (from.map(DeploymentState::as_str), Some(to.as_str()))
+            }
+            Change::Instance { from, to, .. } => (Some(from.as_str()), Some(to.as_str())),
+            Change::Ready { ready, .. } => (Some(ready_word(!ready)), Some(ready_word(*ready))),
+            Change::Restart { .. } => (None, None),
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Change::Deployment { .. } => None,
+            Change::Instance { reason, .. }
+            | Change::Ready { reason, .. }
+            | Change::Restart { reason, .. } => reason.as_deref(),
+        }
+    }
+}
+
+/// The images and models not deleted, by id: a deployment made from another can no longer
+/// be edited.
+#[derive(Debug)]
+pub struct LiveSources {
+    pub images: BTreeSet<ImageId>,
+    pub models: BTreeSet<ModelId>,
+}
+
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Registers an image; `Ok(false)` when one of that name exists.
+    async fn insert_image(&self, row: &ImageRow) -> sqlx::Result<bool>;
+    /// The images not deleted, by name.
+    async fn images(&self) -> sqlx::Result<Vec<ImageRow>>;
+    async fn image(&self, name: &ImageName) -> sqlx::Result<Option<ImageRow>>;
+    /// Soft delete: deployments made from it keep running but can no longer be edited.
+    /// `Ok(false)` for an unknown image.
+    async fn delete_image(&self, name: &ImageName) -> sqlx::Result<bool>;
+
+    /// Registers a model; `Ok(false)` when one of that name exists.
+    async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<bool>;
+    /// The models not deleted, by name.
+    async fn models(&self) -> sqlx::Result<Vec<ModelRow>>;
+    async fn model(&self, name: &ModelName) -> sqlx::Result<Option<ModelRow>>;
+    /// Soft delete; the file stays while a deployment may still serve it. `Ok(false)` for
+    /// an unknown model.
+    async fn delete_model(&self, name: &ModelName) -> sqlx::Result<bool>;
+    async fn live_sources(&self) -> sqlx::Result<LiveSources>;
+
+    /// Creates an endpoint; `Ok(false)` when one of that name exists.
+    async fn insert_endpoint(&self, row: &EndpointRow) -> sqlx::Result<bool>;
+    /// Every endpoint, by name.
+    async fn endpoints(&self) -> sqlx::Result<Vec<EndpointRow>>;
+    async fn endpoint(&self, name: &EndpointName) -> sqlx::Result<Option<EndpointRow>>;
+    /// Deletes the endpoint with its deployments, alert settings and alerts; `Ok(false)`
+    /// for an unknown one.
+    async fn delete_endpoint(&self, name: &EndpointName) -> sqlx::Result<bool>;
+    async fn set_key_hash(&self, endpoint: &EndpointName, hash: &str) -> sqlx::Result<()>;
+    async fn set_mirroring(
+        &self,
+        endpoint: &EndpointName,
+        enabled: bool,
+        responder: Option<&DeploymentName>,
+    ) -> sqlx::Result<()>;
+
+    /// Adds a deployment after the endpoint's others.
+    async fn insert_deployment(&self, row: &DeploymentRow) -> sqlx::Result<()>;
+    /// An endpoint's deployments in creation order; every endpoint's when `None`.
+    async fn deployments(
+        &self,
+        endpoint: Option<&EndpointName>,
+    ) -> sqlx::Result<Vec<DeploymentRow>>;
+    async fn deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<Option<DeploymentRow>>;
+    async fn update_deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+        spec: &DeploymentSpec,
+        now: i64,
+    ) -> sqlx::Result<()>;
+    async fn delete_deployment(
+        &self,
+        endpoint: &EndpointName,
+        name: &DeploymentName,
+    ) -> sqlx::Result<()>;
+    /// Sets these deployments' weights at once.
+    async fn set_weights(
+        &self,
+        endpoint: &EndpointName,
+        weights: &BTreeMap<DeploymentName, u32>,
+    ) -> sqlx::Result<()>;
+
+    async fn insert_event(&self, e: &NewEvent) -> sqlx::Result<()>;
+    /// A deployment's last `limit` events, newest first.
+    async fn events(
+        &self,
+        endpoint: &EndpointName,
+        deployment: &DeploymentName,
+        limit: i64,
+    ) -> sqlx::Result<Vec<EventRow>>;
+
+    async fn set_alert_settings(
+        &self,
+        endpoint: &EndpointName,
+        settings: &AlertSettings,
+    ) -> sqlx::Result<()>;
+    /// Every endpoint's alert settings.
+    async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, AlertSettings)>>;
+    /// Records a raised alert as pending; its id.
+    async fn insert_alert(
+        &self,
+        a: &NewAlert,
+        webhook_url: &str,
+        at_ms: i64,
+    ) -> sqlx::Result<AlertId>;
+    async fn alert(&self, id: AlertId) -> sqlx::Result<Option<AlertRow>>;
+    /// An endpoint's last `limit` alerts, newest first.
+    async fn alerts(&self, endpoint: &EndpointName, limit: i64) -> sqlx::Result<Vec<AlertRow>>;
+    /// Alerts not yet sent nor given up on, oldest first.
+    async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>>;
+    /// The outcome of a delivery attempt: `status` stays `pending` while retries remain.
+    async fn alert_attempted(
+        &self,
+        id: AlertId,
+        status: AlertStatus,
+        attempts: i64,
+        error: Option<&str>,
+        sent_at_ms: Option<i64>,
+    ) -> sqlx::Result<()>;
+}
+
+/// Opens the service's store (`serving.db` under the data dir), migrated.
+pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
+    let pool = ctx.database("serving", &sqlite::MIGRATOR).await?;
+    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+}
