@@ -8,7 +8,7 @@ mod delivery;
 mod gpu;
 mod resources;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,7 @@ impl Monitor {
             windows: HashMap::new(),
             last: Instant::now(),
             evaluator: Evaluator::default(),
+            alerting: Vec::new(),
         };
         tokio::spawn(Arc::clone(&monitor).run(sampling, events, reset_rx));
         Ok(monitor)
@@ -216,14 +217,20 @@ impl Monitor {
         })
         .await?;
         s.sampler = Some(sampler);
-        let settings = self.store.alert_settings().await?;
         // Nothing that can fail comes after the meters are read: their readings become
         // the baseline of the next sample, so a sample that failed past this point would
         // lose its calls, and the alerts they raise, for good.
         let mut calls: HashMap<MeterKey, (CallMetrics, [u64; LATENCY_BUCKETS], Reading)> =
             HashMap::new();
         let mut deltas: HashMap<String, Vec<StatusDelta>> = HashMap::new();
+        let known: HashSet<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
         for (key, reading) in s.meters.read() {
+            // The calls of an endpoint created after this sample read the endpoints wait
+            // for the next sample, which knows it: counted now, they would be judged by no
+            // endpoint and lost.
+            if !known.contains(key.endpoint.as_str()) {
+                continue;
+            }
             let previous = s.previous.insert(key.clone(), reading.clone());
             let previous = previous.unwrap_or_default();
             let by_class: [u64; 5] =
@@ -325,8 +332,15 @@ impl Monitor {
             );
         }
 
+        // Read after the meters: a call counted here came after any settings change it
+        // followed, so the alerts it raises are judged by them. Should the read fail, the
+        // last settings read judge this sample's calls, which are not lost.
+        match self.store.alert_settings().await {
+            Ok(read) => s.alerting = read,
+            Err(e) => tracing::warn!(error = %e, "reading the alert settings; using the last read"),
+        }
         for (endpoint, m) in &latest {
-            let Some(alert_settings) = active(&settings, endpoint) else {
+            let Some(alert_settings) = active(&s.alerting, endpoint) else {
                 s.evaluator.reset(endpoint);
                 continue;
             };
@@ -360,6 +374,8 @@ struct Sampling {
     windows: HashMap<MeterKey, VecDeque<Interval>>,
     last: Instant,
     evaluator: Evaluator,
+    /// The alert settings the last sample read.
+    alerting: Vec<(EndpointName, AlertSettings)>,
 }
 
 /// What one meter counted between two samples.
