@@ -33,6 +33,12 @@ kep_core::string_id!(
 #[sqlx(transparent)]
 pub struct AlertId(pub i64);
 
+impl std::fmt::Display for AlertId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A deployment, by its endpoint's name and its own: the runtime's key. The gateway has
 /// its own untyped key, [`DeploymentKey::gateway`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::listener::App;
+use kep_core::outbox::Policy;
 use kep_core::retry::Backoff;
 use kep_core::service::{Context, ListenerSettings, Service};
 use serde::{Deserialize, Serialize};
@@ -190,18 +191,20 @@ impl Service for ServingService {
                     cpu_repeat: Duration::from_secs(settings.alert_cpu_repeat_s),
                 },
                 delivery: monitor::DeliveryPolicy {
-                    attempts: settings.alert_attempts.max(1),
-                    retry: Backoff {
-                        first: Duration::from_millis(settings.alert_retry_ms),
-                        max: Duration::from_secs(settings.alert_retry_max_s),
+                    outbox: Policy {
+                        attempts: settings.alert_attempts,
+                        retry: Backoff {
+                            first: Duration::from_millis(settings.alert_retry_ms),
+                            max: Duration::from_secs(settings.alert_retry_max_s),
+                        },
+                        queue: settings.alert_queue,
                     },
                     timeout: Duration::from_secs(settings.alert_timeout_s),
-                    queue: settings.alert_queue.max(1),
                 },
                 instance_types: settings.instance_types.clone(),
             },
             listeners.subscribe(),
-            ctx.clock.clone(),
+            ctx,
         )
         .await?;
         let control = Arc::new(control::Control::new(

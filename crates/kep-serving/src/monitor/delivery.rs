@@ -1,15 +1,14 @@
-//! Alert delivery: each alert is written down first, then posted as `{"text": …}` to the
-//! webhook by its endpoint's worker, retried with back-off until the budget is spent.
-//! One worker per endpoint keeps an endpoint's alerts in order, and a slow webhook from
-//! holding up another endpoint's.
+//! Alert delivery, an outbox of the platform's one shape ([`kep_core::outbox`]): each
+//! alert is written down first, then posted as `{"text": …}` to the webhook, retried with
+//! back-off until its attempts are spent. An endpoint's alerts go out in order, and a slow
+//! webhook never holds up another endpoint's.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::clock::Clock;
-use kep_core::retry::Backoff;
-use tokio::sync::mpsc;
+use kep_core::outbox::{Dispatcher, Outbox, Policy};
+use kep_core::service::Context;
 
 use crate::ids::{AlertId, EndpointName};
 use crate::kinds::AlertStatus;
@@ -17,163 +16,120 @@ use crate::store::{AlertRow, NewAlert, Store};
 
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryPolicy {
-    /// Attempts per alert, the first included.
-    pub attempts: u32,
-    /// Waits between attempts.
-    pub retry: Backoff,
+    /// Attempts, back-off, and the alerts waiting per endpoint (one more is recorded as
+    /// failed).
+    pub outbox: Policy,
     /// How long one attempt may take.
     pub timeout: Duration,
-    /// Alerts waiting per endpoint; one more is recorded as failed.
-    pub queue: usize,
 }
 
 pub struct Delivery {
-    store: Arc<dyn Store>,
-    http: reqwest::Client,
-    policy: DeliveryPolicy,
-    /// What alerts and their deliveries are dated by.
-    clock: Clock,
-    workers: Mutex<HashMap<EndpointName, mpsc::Sender<AlertId>>>,
+    dispatcher: Dispatcher<Alerts>,
 }
 
 impl Delivery {
-    pub fn new(
+    /// Queues the alerts a previous run had not delivered.
+    pub async fn start(
         store: Arc<dyn Store>,
         policy: DeliveryPolicy,
-        clock: Clock,
+        ctx: &Context,
     ) -> anyhow::Result<Delivery> {
         let http = reqwest::Client::builder()
             .timeout(policy.timeout)
             .connect_timeout(policy.timeout)
             .build()?;
-        Ok(Delivery {
+        let alerts = Alerts {
             store,
             http,
-            policy,
-            clock,
-            workers: Mutex::default(),
-        })
-    }
-
-    /// Queues the alerts a previous run had not delivered.
-    pub async fn resume(&self) -> anyhow::Result<()> {
-        for row in self.store.pending_alerts().await? {
-            self.queue(&row.endpoint, row.id).await;
-        }
-        Ok(())
+            timeout: policy.timeout,
+            clock: ctx.clock.clone(),
+        };
+        let dispatcher = Dispatcher::new(alerts, policy.outbox, ctx);
+        dispatcher.resume().await?;
+        Ok(Delivery { dispatcher })
     }
 
     /// Records the alert as pending, then queues it.
     pub async fn send(&self, alert: &NewAlert, webhook_url: &str) {
-        match self
-            .store
-            .insert_alert(alert, webhook_url, self.clock.unix_ms())
-            .await
-        {
-            Ok(id) => self.queue(&alert.endpoint, id).await,
+        let alerts = self.dispatcher.outbox();
+        let at = alerts.clock.unix_ms();
+        match alerts.store.insert_alert(alert, webhook_url, at).await {
+            Ok(id) => self.dispatcher.queue(alert.endpoint.clone(), id).await,
             Err(e) => tracing::error!(endpoint = %alert.endpoint, error = %e, "recording an alert"),
         }
     }
-
-    async fn queue(&self, endpoint: &EndpointName, id: AlertId) {
-        let tx = {
-            let mut workers = self
-                .workers
-                .lock()
-                .expect("the workers lock is never poisoned");
-            workers
-                .entry(endpoint.clone())
-                .or_insert_with(|| {
-                    let (tx, rx) = mpsc::channel(self.policy.queue);
-                    tokio::spawn(worker(
-                        self.store.clone(),
-                        self.http.clone(),
-                        self.policy,
-                        self.clock.clone(),
-                        rx,
-                    ));
-                    tx
-                })
-                .clone()
-        };
-        if tx.try_send(id).is_err() {
-            let error = format!("the alert queue of {} alerts is full", self.policy.queue);
-            tracing::warn!(%endpoint, id = id.0, "{error}");
-            let _ = self
-                .store
-                .alert_attempted(id, AlertStatus::Failed, 0, Some(&error), None)
-                .await;
-        }
-    }
-
-    /// Ends the workers of endpoints `keep` does not name (deleted ones), once their
-    /// queues are empty.
-    pub fn retain(&self, keep: impl Fn(&EndpointName) -> bool) {
-        self.workers
-            .lock()
-            .expect("the workers lock is never poisoned")
-            .retain(|e, _| keep(e));
-    }
 }
 
-async fn worker(
+/// The alerts as the outbox sees them.
+struct Alerts {
     store: Arc<dyn Store>,
     http: reqwest::Client,
-    policy: DeliveryPolicy,
+    timeout: Duration,
+    /// What deliveries are dated by.
     clock: Clock,
-    mut rx: mpsc::Receiver<AlertId>,
-) {
-    while let Some(id) = rx.recv().await {
-        match store.alert(id).await {
-            Ok(Some(row)) => deliver(store.as_ref(), &http, policy, &clock, row).await,
-            Ok(None) => {} // its endpoint was deleted meanwhile
-            Err(e) => tracing::error!(id = id.0, error = %e, "reading an alert"),
-        }
-    }
 }
 
-async fn deliver(
-    store: &dyn Store,
-    http: &reqwest::Client,
-    policy: DeliveryPolicy,
-    clock: &Clock,
-    row: AlertRow,
-) {
-    let body = serde_json::json!({ "text": row.text });
-    let mut waits = policy.retry.waits();
-    let mut attempts = row.attempts;
-    loop {
-        attempts += 1;
-        let error = match http.post(&row.webhook_url).json(&body).send().await {
+#[async_trait::async_trait]
+impl Outbox for Alerts {
+    type Key = EndpointName;
+    type Id = AlertId;
+    type Item = AlertRow;
+
+    async fn pending(&self) -> anyhow::Result<Vec<(EndpointName, AlertId)>> {
+        let rows = self.store.pending_alerts().await?;
+        Ok(rows.into_iter().map(|r| (r.endpoint, r.id)).collect())
+    }
+
+    /// Gone with its endpoint, or no longer pending: not sent again.
+    async fn load(&self, id: &AlertId) -> anyhow::Result<Option<(AlertRow, u32)>> {
+        let row = self.store.alert(*id).await?;
+        Ok(row.filter(|r| r.status == AlertStatus::Pending).map(|r| {
+            let made = u32::try_from(r.attempts).unwrap_or(u32::MAX);
+            (r, made)
+        }))
+    }
+
+    async fn attempt(&self, id: &AlertId, row: &AlertRow, attempt: u32) -> Result<(), String> {
+        let body = serde_json::json!({ "text": row.text });
+        let error = match self.http.post(&row.webhook_url).json(&body).send().await {
             Ok(res) if res.status().is_success() => None,
             Ok(res) => Some(format!("the webhook answered {}", res.status())),
             Err(e) if e.is_timeout() => Some(format!(
                 "the webhook did not answer within {} ms",
-                policy.timeout.as_millis()
+                self.timeout.as_millis()
             )),
             Err(e) => Some(format!("the webhook could not be reached: {e}")),
         };
         let (status, sent_at) = match &error {
-            None => (AlertStatus::Sent, Some(clock.unix_ms())),
-            Some(_) if attempts >= i64::from(policy.attempts) => (AlertStatus::Failed, None),
+            None => (AlertStatus::Sent, Some(self.clock.unix_ms())),
             Some(_) => (AlertStatus::Pending, None),
         };
-        if let Err(e) = store
-            .alert_attempted(row.id, status, attempts, error.as_deref(), sent_at)
+        self.record(*id, status, attempt, error.as_deref(), sent_at)
+            .await;
+        error.map_or(Ok(()), Err)
+    }
+
+    async fn give_up(&self, id: &AlertId, attempts: u32, error: &str) {
+        self.record(*id, AlertStatus::Failed, attempts, Some(error), None)
+            .await;
+    }
+}
+
+impl Alerts {
+    async fn record(
+        &self,
+        id: AlertId,
+        status: AlertStatus,
+        attempts: u32,
+        error: Option<&str>,
+        sent_at: Option<i64>,
+    ) {
+        if let Err(e) = self
+            .store
+            .alert_attempted(id, status, i64::from(attempts), error, sent_at)
             .await
         {
-            tracing::error!(id = row.id.0, error = %e, "recording an alert delivery");
-        }
-        match error {
-            None => return,
-            Some(error) if status == AlertStatus::Failed => {
-                tracing::warn!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert not delivered");
-                return;
-            }
-            Some(error) => {
-                tracing::debug!(endpoint = %row.endpoint, id = row.id.0, attempts, %error, "alert delivery failed; retrying");
-                tokio::time::sleep(waits.next_wait()).await;
-            }
+            tracing::error!(id = id.0, error = %e, "recording an alert delivery");
         }
     }
 }

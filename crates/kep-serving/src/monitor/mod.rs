@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use kep_core::clock::Clock;
+use kep_core::service::Context;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ServingError;
@@ -59,17 +60,16 @@ impl Monitor {
         meters: Arc<Meters>,
         settings: MonitorSettings,
         events: broadcast::Receiver<NewEvent>,
-        clock: Clock,
+        ctx: &Context,
     ) -> anyhow::Result<Arc<Monitor>> {
-        let delivery = delivery::Delivery::new(store.clone(), settings.delivery, clock.clone())?;
-        delivery.resume().await?;
+        let delivery = delivery::Delivery::start(store.clone(), settings.delivery, ctx).await?;
         let (resets, reset_rx) = mpsc::unbounded_channel();
         let monitor = Arc::new(Monitor {
             store,
             latest: ArcSwap::default(),
             delivery,
             resets,
-            clock,
+            clock: ctx.clock.clone(),
         });
         let samples_in = |window: Duration| {
             (window
@@ -90,7 +90,7 @@ impl Monitor {
             evaluator: Evaluator::default(),
             alerting: Vec::new(),
         };
-        tokio::spawn(Arc::clone(&monitor).run(sampling, events, reset_rx));
+        ctx.spawn(Arc::clone(&monitor).run(sampling, events, reset_rx));
         Ok(monitor)
     }
 
@@ -355,7 +355,6 @@ impl Monitor {
             }
         }
         s.evaluator.retain(|e| latest.contains_key(e));
-        self.delivery.retain(|e| latest.contains_key(e));
         self.latest.store(Arc::new(latest));
         Ok(())
     }
