@@ -34,6 +34,18 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context outside any platform (a unit test's): its own shutdown token and task
+    /// tracker, the system clock, files under `data_dir`.
+    pub fn standalone(data_dir: &std::path::Path) -> Self {
+        Context {
+            data_dir: data_dir.to_owned(),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            public_url: String::new(),
+            clock: Clock::system(),
+        }
+    }
+
     /// Opens the service's database (`<name>.db` under the data dir), migrated.
     pub async fn database(&self, name: &str, migrator: &Migrator) -> anyhow::Result<SqlitePool> {
         crate::storage::open(&self.data_dir, name, migrator).await

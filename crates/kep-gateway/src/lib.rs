@@ -29,8 +29,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kep_core::limits::{Key, Limiter, Limits, Peer};
 use kep_core::listener::Front;
+use kep_core::service::Context;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 
 use crate::meter::{Meter, Meters};
 use body::{BodyLimits, Held, ProxyBody};
@@ -126,13 +128,17 @@ pub struct Gateway {
     /// Whether plain calls take the fast path (`gateway.fast_path`).
     fast_path: bool,
     limiter: Limiter,
+    /// Where mirrored calls run.
+    mirrors: TaskTracker,
 }
 
 impl Gateway {
-    /// The gateway, and the sender its routing updates go to.
+    /// The gateway, and the sender its routing updates go to. Its tasks (the routing
+    /// updates, mirrored calls) run on the service's tracker.
     pub fn start(
         settings: &GatewaySettings,
         spool: PathBuf,
+        ctx: &Context,
     ) -> (Arc<Gateway>, mpsc::UnboundedSender<RouteUpdate>) {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -164,9 +170,10 @@ impl Gateway {
             metered: settings.metrics,
             fast_path: settings.fast_path,
             limiter: Limiter::new(&settings.limits),
+            mirrors: ctx.tasks.clone(),
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Arc::clone(&gateway).route_updates(rx));
+        ctx.spawn(Arc::clone(&gateway).route_updates(rx));
         (gateway, tx)
     }
 
@@ -364,7 +371,7 @@ impl Gateway {
                 (upstream(instance), self.timeout, Arc::clone(&mirror.name));
             let meter = self.metered.then(|| Arc::clone(&mirror.meter));
             // A mirror's answer is read and dropped; its failure never reaches the caller.
-            tokio::spawn(async move {
+            self.mirrors.spawn(async move {
                 let answered = match tokio::time::timeout(timeout, upstream.send(req)).await {
                     Ok(Ok(res)) => {
                         let _ = http_body_util::BodyExt::collect(res.into_body()).await;
@@ -610,7 +617,9 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, upstream).await });
 
         let dir = tempfile::tempdir().unwrap();
-        let (gateway, routes) = Gateway::start(&GatewaySettings::default(), dir.path().into());
+        let ctx = kep_core::service::Context::standalone(dir.path());
+        let (gateway, routes) =
+            Gateway::start(&GatewaySettings::default(), dir.path().into(), &ctx);
         let key = DeploymentKey {
             endpoint: "g".into(),
             deployment: "d".into(),

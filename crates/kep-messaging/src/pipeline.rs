@@ -304,13 +304,7 @@ mod tests {
 
     async fn deliver_with(failures: usize, max_attempts: i64) -> (MessageRow, usize) {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = kep_core::service::Context {
-            data_dir: dir.path().to_owned(),
-            shutdown: Default::default(),
-            tasks: Default::default(),
-            public_url: String::new(),
-            clock: Clock::system(),
-        };
+        let ctx = Context::standalone(dir.path());
         let store = crate::store::open(&ctx).await.unwrap();
         store
             .insert_client(&ClientId::from("c"), None, "h", 0)

@@ -155,7 +155,7 @@ impl Service for ServingService {
         if killed > 0 {
             tracing::info!(killed, "stopped instance processes left by a previous run");
         }
-        let (gateway, routes) = kep_gateway::Gateway::start(&gateway, root.join("spool"));
+        let (gateway, routes) = kep_gateway::Gateway::start(&gateway, root.join("spool"), ctx);
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let (listeners, _) = tokio::sync::broadcast::channel(1024);
         ctx.spawn(runtime::record_events(
@@ -179,6 +179,7 @@ impl Service for ServingService {
             routes: routes.clone(),
             events: events_tx,
             clock: ctx.clock.clone(),
+            tasks: ctx.tasks.clone(),
         });
         let monitor = monitor::Monitor::start(
             store.clone(),

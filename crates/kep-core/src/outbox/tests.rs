@@ -5,11 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
 use super::*;
-use crate::clock::Clock;
 
 /// Items by id: (key, attempts made, wanted); each attempt fails while `failures` says so.
 #[derive(Default)]
@@ -85,13 +81,7 @@ impl Outbox for Arc<Memory> {
 }
 
 fn ctx() -> Context {
-    Context {
-        data_dir: std::env::temp_dir(),
-        shutdown: CancellationToken::new(),
-        tasks: TaskTracker::new(),
-        public_url: String::new(),
-        clock: Clock::system(),
-    }
+    Context::standalone(&std::env::temp_dir())
 }
 
 fn policy(attempts: u32, queue: usize) -> Policy {

@@ -81,7 +81,9 @@ pub(super) async fn gateway(instance: SocketAddr, fast_path: bool) -> SocketAddr
         fast_path,
         ..GatewaySettings::default()
     };
-    let (gateway, routes) = Gateway::start(&settings, dir.keep());
+    let spool = dir.keep();
+    let ctx = kep_core::service::Context::standalone(&spool);
+    let (gateway, routes) = Gateway::start(&settings, spool, &ctx);
     routes
         .send(RouteUpdate::Endpoint(EndpointRoute {
             name: "e".into(),

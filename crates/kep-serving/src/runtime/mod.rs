@@ -17,6 +17,7 @@ use kep_core::retry::Backoff;
 use rand::Rng as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::ids::{DeploymentKey, InstanceId};
 use crate::kinds::DeploymentState;
@@ -135,6 +136,9 @@ pub struct RuntimeContext {
     pub events: mpsc::UnboundedSender<NewEvent>,
     /// What events are dated by.
     pub clock: Clock,
+    /// The runtime's tasks: they end once the runtime is shut down, and the platform
+    /// waits for them.
+    pub tasks: TaskTracker,
 }
 
 impl RuntimeContext {
@@ -149,7 +153,8 @@ impl RuntimeContext {
 
 pub fn start(ctx: RuntimeContext) -> RuntimeHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(Arc::new(ctx), rx));
+    let tasks = ctx.tasks.clone();
+    tasks.spawn(run(Arc::new(ctx), rx));
     RuntimeHandle { tx }
 }
 
@@ -169,7 +174,7 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
                 let (tx, cmds) = mpsc::unbounded_channel();
                 let (supervisor, reports) =
                     Supervisor::new(Arc::clone(&ctx), key.clone(), launch, count);
-                tokio::spawn(supervisor.run(cmds, reports));
+                ctx.tasks.spawn(supervisor.run(cmds, reports));
                 supervisors.insert(key, tx);
             }
             Command::Remove { key, done } => match supervisors.remove(&key) {
@@ -195,7 +200,7 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
                     })
                     .collect();
                 // Gathered apart, so the loop goes on taking commands meanwhile.
-                tokio::spawn(async move {
+                ctx.tasks.spawn(async move {
                     let mut all = Vec::with_capacity(asks.len());
                     for (key, answer) in asks {
                         if let Ok(status) = answer.await {
@@ -348,7 +353,7 @@ impl Supervisor {
                 slot,
                 cancel,
             });
-            tokio::spawn(task.run());
+            self.ctx.tasks.spawn(task.run());
         }
     }
 
