@@ -477,3 +477,27 @@ pub struct EndpointMetrics {
     pub calls: CallMetrics,
     pub deployments: Vec<DeploymentMetrics>,
 }
+
+/// The paths of the serving routes, as the server routes them (`{name}` marks a path
+/// parameter) and the client fills them.
+pub mod paths {
+    pub const IMAGES: &str = "/admin/v1/serving/images";
+    pub const IMAGE: &str = "/admin/v1/serving/images/{name}";
+    pub const MODELS: &str = "/admin/v1/serving/models";
+    pub const MODEL: &str = "/admin/v1/serving/models/{name}";
+    pub const ENDPOINTS: &str = "/admin/v1/serving/endpoints";
+    pub const ENDPOINT: &str = "/admin/v1/serving/endpoints/{endpoint}";
+    pub const ENDPOINT_API_KEY: &str = "/admin/v1/serving/endpoints/{endpoint}/api-key";
+    pub const DEPLOYMENTS: &str = "/admin/v1/serving/endpoints/{endpoint}/deployments";
+    pub const DEPLOYMENT: &str = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}";
+    pub const DEPLOYMENT_EVENTS: &str =
+        "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}/events";
+    pub const INSTANCE_LOGS: &str =
+        "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}/instances/{instance}/logs";
+    pub const TRAFFIC: &str = "/admin/v1/serving/endpoints/{endpoint}/traffic";
+    pub const MIRRORING: &str = "/admin/v1/serving/endpoints/{endpoint}/mirroring";
+    pub const ALERTS: &str = "/admin/v1/serving/endpoints/{endpoint}/alerts";
+    pub const ALERT_HISTORY: &str = "/admin/v1/serving/endpoints/{endpoint}/alerts/history";
+    pub const METRICS: &str = "/admin/v1/serving/endpoints/{endpoint}/metrics";
+    pub const QUOTA: &str = "/admin/v1/serving/quota";
+}

@@ -12,44 +12,31 @@ pub use kep_api::serving::{
 };
 use reqwest::multipart::{Form, Part};
 
-use crate::{AdminClient, ClientError, seg};
-
-const IMAGES: &str = "/admin/v1/serving/images";
-const MODELS: &str = "/admin/v1/serving/models";
-const ENDPOINTS: &str = "/admin/v1/serving/endpoints";
-
-fn deployment_path(endpoint: &str, deployment: &str) -> String {
-    format!(
-        "{ENDPOINTS}/{}/deployments/{}",
-        seg(endpoint),
-        seg(deployment)
-    )
-}
+use crate::{AdminClient, ClientError, path};
+use kep_api::serving::paths;
 
 impl AdminClient {
     /// `POST /admin/v1/serving/images`
     pub async fn create_image(&self, req: &ImageRequest) -> Result<Image, ClientError> {
-        self.send(self.http.post(self.url(IMAGES)).json(req)).await
+        self.send(self.http.post(self.url(paths::IMAGES)).json(req))
+            .await
     }
 
     /// `GET /admin/v1/serving/images`
     pub async fn images(&self) -> Result<Vec<Image>, ClientError> {
-        self.send(self.http.get(self.url(IMAGES))).await
+        self.send(self.http.get(self.url(paths::IMAGES))).await
     }
 
     /// `GET /admin/v1/serving/images/{name}`
     pub async fn image(&self, name: &str) -> Result<Image, ClientError> {
-        self.send(self.http.get(self.url(&format!("{IMAGES}/{}", seg(name)))))
+        self.send(self.http.get(self.url(&path(paths::IMAGE, &[name]))))
             .await
     }
 
     /// `DELETE /admin/v1/serving/images/{name}`
     pub async fn delete_image(&self, name: &str) -> Result<(), ClientError> {
-        self.send_empty(
-            self.http
-                .delete(self.url(&format!("{IMAGES}/{}", seg(name)))),
-        )
-        .await
+        self.send_empty(self.http.delete(self.url(&path(paths::IMAGE, &[name]))))
+            .await
     }
 
     /// `POST /admin/v1/serving/models`: the file is streamed from `path`, not read whole.
@@ -82,28 +69,25 @@ impl AdminClient {
                 "file",
                 Part::stream_with_length(body, len).file_name(file_name),
             );
-        self.send(self.http.post(self.url(MODELS)).multipart(form))
+        self.send(self.http.post(self.url(paths::MODELS)).multipart(form))
             .await
     }
 
     /// `GET /admin/v1/serving/models`
     pub async fn models(&self) -> Result<Vec<Model>, ClientError> {
-        self.send(self.http.get(self.url(MODELS))).await
+        self.send(self.http.get(self.url(paths::MODELS))).await
     }
 
     /// `GET /admin/v1/serving/models/{name}`
     pub async fn model(&self, name: &str) -> Result<Model, ClientError> {
-        self.send(self.http.get(self.url(&format!("{MODELS}/{}", seg(name)))))
+        self.send(self.http.get(self.url(&path(paths::MODEL, &[name]))))
             .await
     }
 
     /// `DELETE /admin/v1/serving/models/{name}`
     pub async fn delete_model(&self, name: &str) -> Result<(), ClientError> {
-        self.send_empty(
-            self.http
-                .delete(self.url(&format!("{MODELS}/{}", seg(name)))),
-        )
-        .await
+        self.send_empty(self.http.delete(self.url(&path(paths::MODEL, &[name]))))
+            .await
     }
 
     /// `POST /admin/v1/serving/endpoints`: the answer holds the API key, shown this once.
@@ -111,29 +95,26 @@ impl AdminClient {
         &self,
         req: &EndpointRequest,
     ) -> Result<EndpointCreated, ClientError> {
-        self.send(self.http.post(self.url(ENDPOINTS)).json(req))
+        self.send(self.http.post(self.url(paths::ENDPOINTS)).json(req))
             .await
     }
 
     /// `GET /admin/v1/serving/endpoints`
     pub async fn endpoints(&self) -> Result<Vec<Endpoint>, ClientError> {
-        self.send(self.http.get(self.url(ENDPOINTS))).await
+        self.send(self.http.get(self.url(paths::ENDPOINTS))).await
     }
 
     /// `GET /admin/v1/serving/endpoints/{e}`
     pub async fn endpoint(&self, endpoint: &str) -> Result<Endpoint, ClientError> {
-        self.send(
-            self.http
-                .get(self.url(&format!("{ENDPOINTS}/{}", seg(endpoint)))),
-        )
-        .await
+        self.send(self.http.get(self.url(&path(paths::ENDPOINT, &[endpoint]))))
+            .await
     }
 
     /// `DELETE /admin/v1/serving/endpoints/{e}`
     pub async fn delete_endpoint(&self, endpoint: &str) -> Result<(), ClientError> {
         self.send_empty(
             self.http
-                .delete(self.url(&format!("{ENDPOINTS}/{}", seg(endpoint)))),
+                .delete(self.url(&path(paths::ENDPOINT, &[endpoint]))),
         )
         .await
     }
@@ -142,7 +123,7 @@ impl AdminClient {
     pub async fn reissue_api_key(&self, endpoint: &str) -> Result<ApiKey, ClientError> {
         self.send(
             self.http
-                .post(self.url(&format!("{ENDPOINTS}/{}/api-key", seg(endpoint)))),
+                .post(self.url(&path(paths::ENDPOINT_API_KEY, &[endpoint]))),
         )
         .await
     }
@@ -155,7 +136,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .post(self.url(&format!("{ENDPOINTS}/{}/deployments", seg(endpoint))))
+                .post(self.url(&path(paths::DEPLOYMENTS, &[endpoint])))
                 .json(req),
         )
         .await
@@ -165,7 +146,7 @@ impl AdminClient {
     pub async fn deployments(&self, endpoint: &str) -> Result<Vec<Deployment>, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{}/deployments", seg(endpoint)))),
+                .get(self.url(&path(paths::DEPLOYMENTS, &[endpoint]))),
         )
         .await
     }
@@ -178,7 +159,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .get(self.url(&deployment_path(endpoint, deployment))),
+                .get(self.url(&path(paths::DEPLOYMENT, &[endpoint, deployment]))),
         )
         .await
     }
@@ -192,7 +173,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .patch(self.url(&deployment_path(endpoint, deployment)))
+                .patch(self.url(&path(paths::DEPLOYMENT, &[endpoint, deployment])))
                 .json(patch),
         )
         .await
@@ -206,7 +187,7 @@ impl AdminClient {
     ) -> Result<(), ClientError> {
         self.send_empty(
             self.http
-                .delete(self.url(&deployment_path(endpoint, deployment))),
+                .delete(self.url(&path(paths::DEPLOYMENT, &[endpoint, deployment]))),
         )
         .await
     }
@@ -220,7 +201,7 @@ impl AdminClient {
     ) -> Result<Vec<Event>, ClientError> {
         let mut req = self
             .http
-            .get(self.url(&format!("{}/events", deployment_path(endpoint, deployment))));
+            .get(self.url(&path(paths::DEPLOYMENT_EVENTS, &[endpoint, deployment])));
         if let Some(limit) = limit {
             req = req.query(&[("limit", limit)]);
         }
@@ -236,10 +217,9 @@ impl AdminClient {
         instance: &str,
         tail_bytes: Option<u64>,
     ) -> Result<Vec<u8>, ClientError> {
-        let mut req = self.http.get(self.url(&format!(
-            "{}/instances/{}/logs",
-            deployment_path(endpoint, deployment),
-            seg(instance)
+        let mut req = self.http.get(self.url(&path(
+            paths::INSTANCE_LOGS,
+            &[endpoint, deployment, instance],
         )));
         if let Some(tail) = tail_bytes {
             req = req.query(&[("tail_bytes", tail)]);
@@ -255,7 +235,7 @@ impl AdminClient {
     ) -> Result<Traffic, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("{ENDPOINTS}/{}/traffic", seg(endpoint))))
+                .put(self.url(&path(paths::TRAFFIC, &[endpoint])))
                 .json(req),
         )
         .await
@@ -263,11 +243,8 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/endpoints/{e}/traffic`
     pub async fn traffic(&self, endpoint: &str) -> Result<Traffic, ClientError> {
-        self.send(
-            self.http
-                .get(self.url(&format!("{ENDPOINTS}/{}/traffic", seg(endpoint)))),
-        )
-        .await
+        self.send(self.http.get(self.url(&path(paths::TRAFFIC, &[endpoint]))))
+            .await
     }
 
     /// `PUT /admin/v1/serving/endpoints/{e}/mirroring`
@@ -278,7 +255,7 @@ impl AdminClient {
     ) -> Result<Mirroring, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("{ENDPOINTS}/{}/mirroring", seg(endpoint))))
+                .put(self.url(&path(paths::MIRRORING, &[endpoint])))
                 .json(req),
         )
         .await
@@ -288,18 +265,15 @@ impl AdminClient {
     pub async fn mirroring(&self, endpoint: &str) -> Result<Mirroring, ClientError> {
         self.send(
             self.http
-                .get(self.url(&format!("{ENDPOINTS}/{}/mirroring", seg(endpoint)))),
+                .get(self.url(&path(paths::MIRRORING, &[endpoint]))),
         )
         .await
     }
 
     /// `GET /admin/v1/serving/endpoints/{e}/alerts`
     pub async fn alerts(&self, endpoint: &str) -> Result<AlertSettings, ClientError> {
-        self.send(
-            self.http
-                .get(self.url(&format!("{ENDPOINTS}/{}/alerts", seg(endpoint)))),
-        )
-        .await
+        self.send(self.http.get(self.url(&path(paths::ALERTS, &[endpoint]))))
+            .await
     }
 
     /// `PUT /admin/v1/serving/endpoints/{e}/alerts`: replaces the whole settings; a condition
@@ -311,7 +285,7 @@ impl AdminClient {
     ) -> Result<AlertSettings, ClientError> {
         self.send(
             self.http
-                .put(self.url(&format!("{ENDPOINTS}/{}/alerts", seg(endpoint))))
+                .put(self.url(&path(paths::ALERTS, &[endpoint])))
                 .json(settings),
         )
         .await
@@ -326,7 +300,7 @@ impl AdminClient {
     ) -> Result<AlertHistory, ClientError> {
         let mut req = self
             .http
-            .get(self.url(&format!("{ENDPOINTS}/{}/alerts/history", seg(endpoint))));
+            .get(self.url(&path(paths::ALERT_HISTORY, &[endpoint])));
         if let Some(limit) = limit {
             req = req.query(&[("limit", limit)]);
         }
@@ -335,16 +309,12 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/endpoints/{e}/metrics`
     pub async fn endpoint_metrics(&self, endpoint: &str) -> Result<EndpointMetrics, ClientError> {
-        self.send(
-            self.http
-                .get(self.url(&format!("{ENDPOINTS}/{}/metrics", seg(endpoint)))),
-        )
-        .await
+        self.send(self.http.get(self.url(&path(paths::METRICS, &[endpoint]))))
+            .await
     }
 
     /// `GET /admin/v1/serving/quota`
     pub async fn serving_quota(&self) -> Result<Quota, ClientError> {
-        self.send(self.http.get(self.url("/admin/v1/serving/quota")))
-            .await
+        self.send(self.http.get(self.url(paths::QUOTA))).await
     }
 }

@@ -13,6 +13,7 @@ use utoipa::{IntoParams, OpenApi};
 
 use crate::control::{Control, validate};
 use crate::{ServingError, ServingService};
+use kep_api::serving::paths;
 use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
@@ -23,58 +24,38 @@ use kep_api::serving::{
 type Result<T> = std::result::Result<T, ApiError>;
 
 pub(crate) fn router(serving: ServingService) -> Router {
-    const E: &str = "/admin/v1/serving/endpoints/{endpoint}";
-    const D: &str = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}";
     Router::new()
+        .route(paths::IMAGES, post(create_image).get(list_images))
+        .route(paths::IMAGE, get(show_image).delete(delete_image))
         .route(
-            "/admin/v1/serving/images",
-            post(create_image).get(list_images),
-        )
-        .route(
-            "/admin/v1/serving/images/{name}",
-            get(show_image).delete(delete_image),
-        )
-        .route(
-            "/admin/v1/serving/models",
+            paths::MODELS,
             // The artifact is streamed to disk under its own limit.
             post(upload_model)
                 .layer(DefaultBodyLimit::disable())
                 .get(list_models),
         )
+        .route(paths::MODEL, get(show_model).delete(delete_model))
+        .route(paths::ENDPOINTS, post(create_endpoint).get(list_endpoints))
+        .route(paths::ENDPOINT, get(show_endpoint).delete(delete_endpoint))
+        .route(paths::ENDPOINT_API_KEY, post(reissue_key))
         .route(
-            "/admin/v1/serving/models/{name}",
-            get(show_model).delete(delete_model),
-        )
-        .route(
-            "/admin/v1/serving/endpoints",
-            post(create_endpoint).get(list_endpoints),
-        )
-        .route(E, get(show_endpoint).delete(delete_endpoint))
-        .route(&format!("{E}/api-key"), post(reissue_key))
-        .route(
-            &format!("{E}/deployments"),
+            paths::DEPLOYMENTS,
             post(create_deployment).get(list_deployments),
         )
         .route(
-            D,
+            paths::DEPLOYMENT,
             get(show_deployment)
                 .patch(patch_deployment)
                 .delete(delete_deployment),
         )
-        .route(&format!("{D}/events"), get(deployment_events))
-        .route(
-            &format!("{D}/instances/{{instance}}/logs"),
-            get(instance_logs),
-        )
-        .route(&format!("{E}/traffic"), put(set_traffic).get(show_traffic))
-        .route(
-            &format!("{E}/mirroring"),
-            put(set_mirroring).get(show_mirroring),
-        )
-        .route(&format!("{E}/alerts"), put(set_alerts).get(show_alerts))
-        .route(&format!("{E}/alerts/history"), get(alert_history))
-        .route(&format!("{E}/metrics"), get(endpoint_metrics))
-        .route("/admin/v1/serving/quota", get(show_quota))
+        .route(paths::DEPLOYMENT_EVENTS, get(deployment_events))
+        .route(paths::INSTANCE_LOGS, get(instance_logs))
+        .route(paths::TRAFFIC, put(set_traffic).get(show_traffic))
+        .route(paths::MIRRORING, put(set_mirroring).get(show_mirroring))
+        .route(paths::ALERTS, put(set_alerts).get(show_alerts))
+        .route(paths::ALERT_HISTORY, get(alert_history))
+        .route(paths::METRICS, get(endpoint_metrics))
+        .route(paths::QUOTA, get(show_quota))
         .with_state(serving)
 }
 
@@ -147,7 +128,7 @@ fn control(s: &ServingService) -> &Control {
     &s.control
 }
 
-#[utoipa::path(post, path = "/admin/v1/serving/images", request_body = ImageRequest,
+#[utoipa::path(post, path = paths::IMAGES, request_body = ImageRequest,
     responses((status = 201, body = Image), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("operator" = [])))]
 async fn create_image(
@@ -158,12 +139,12 @@ async fn create_image(
     Ok((StatusCode::CREATED, Json(image)))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/images", responses((status = 200, body = Vec<Image>)), security(("operator" = [])))]
+#[utoipa::path(get, path = paths::IMAGES, responses((status = 200, body = Vec<Image>)), security(("operator" = [])))]
 async fn list_images(State(s): State<ServingService>) -> Result<Json<Vec<Image>>> {
     Ok(Json(control(&s).images().await?))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/images/{name}",
+#[utoipa::path(get, path = paths::IMAGE,
     responses((status = 200, body = Image), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_image(
     State(s): State<ServingService>,
@@ -173,7 +154,7 @@ async fn show_image(
 }
 
 /// Deployments made from it keep running, but can no longer be edited.
-#[utoipa::path(delete, path = "/admin/v1/serving/images/{name}",
+#[utoipa::path(delete, path = paths::IMAGE,
     responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn delete_image(
     State(s): State<ServingService>,
@@ -185,7 +166,7 @@ async fn delete_image(
 
 /// Multipart `name`, `framework` (`tensorflow`, `pytorch` or `onnx`) and `file`; the file
 /// is streamed to disk.
-#[utoipa::path(post, path = "/admin/v1/serving/models", request_body(content_type = "multipart/form-data", content = String),
+#[utoipa::path(post, path = paths::MODELS, request_body(content_type = "multipart/form-data", content = String),
     responses((status = 201, body = Model), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)),
     security(("operator" = [])))]
 async fn upload_model(
@@ -219,12 +200,12 @@ async fn upload_model(
     Ok((StatusCode::CREATED, Json(model)))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/models", responses((status = 200, body = Vec<Model>)), security(("operator" = [])))]
+#[utoipa::path(get, path = paths::MODELS, responses((status = 200, body = Vec<Model>)), security(("operator" = [])))]
 async fn list_models(State(s): State<ServingService>) -> Result<Json<Vec<Model>>> {
     Ok(Json(control(&s).models().await?))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/models/{name}",
+#[utoipa::path(get, path = paths::MODEL,
     responses((status = 200, body = Model), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_model(
     State(s): State<ServingService>,
@@ -233,7 +214,7 @@ async fn show_model(
     Ok(Json(control(&s).model(&name.into()).await?))
 }
 
-#[utoipa::path(delete, path = "/admin/v1/serving/models/{name}",
+#[utoipa::path(delete, path = paths::MODEL,
     responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn delete_model(
     State(s): State<ServingService>,
@@ -244,7 +225,7 @@ async fn delete_model(
 }
 
 /// The API key is shown in this answer only.
-#[utoipa::path(post, path = "/admin/v1/serving/endpoints", request_body = EndpointRequest,
+#[utoipa::path(post, path = paths::ENDPOINTS, request_body = EndpointRequest,
     responses((status = 201, body = EndpointCreated), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("operator" = [])))]
 async fn create_endpoint(
@@ -258,12 +239,12 @@ async fn create_endpoint(
     ))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints", responses((status = 200, body = Vec<Endpoint>)), security(("operator" = [])))]
+#[utoipa::path(get, path = paths::ENDPOINTS, responses((status = 200, body = Vec<Endpoint>)), security(("operator" = [])))]
 async fn list_endpoints(State(s): State<ServingService>) -> Result<Json<Vec<Endpoint>>> {
     Ok(Json(control(&s).endpoints().await?))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}",
+#[utoipa::path(get, path = paths::ENDPOINT,
     responses((status = 200, body = Endpoint), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_endpoint(
     State(s): State<ServingService>,
@@ -273,7 +254,7 @@ async fn show_endpoint(
 }
 
 /// Stops every deployment's instances and forgets the endpoint.
-#[utoipa::path(delete, path = "/admin/v1/serving/endpoints/{endpoint}",
+#[utoipa::path(delete, path = paths::ENDPOINT,
     responses((status = 204), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn delete_endpoint(
     State(s): State<ServingService>,
@@ -284,7 +265,7 @@ async fn delete_endpoint(
 }
 
 /// A new API key; the old one stops working at once.
-#[utoipa::path(post, path = "/admin/v1/serving/endpoints/{endpoint}/api-key",
+#[utoipa::path(post, path = paths::ENDPOINT_API_KEY,
     responses((status = 200, body = ApiKey), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn reissue_key(
     State(s): State<ServingService>,
@@ -295,7 +276,7 @@ async fn reissue_key(
     }))
 }
 
-#[utoipa::path(post, path = "/admin/v1/serving/endpoints/{endpoint}/deployments", request_body = DeploymentRequest,
+#[utoipa::path(post, path = paths::DEPLOYMENTS, request_body = DeploymentRequest,
     responses((status = 201, body = Deployment), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("operator" = [])))]
 async fn create_deployment(
@@ -309,7 +290,7 @@ async fn create_deployment(
     Ok((StatusCode::CREATED, Json(d)))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments",
+#[utoipa::path(get, path = paths::DEPLOYMENTS,
     responses((status = 200, body = Vec<Deployment>), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn list_deployments(
     State(s): State<ServingService>,
@@ -318,7 +299,7 @@ async fn list_deployments(
     Ok(Json(control(&s).deployments(&e.into()).await?))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}",
+#[utoipa::path(get, path = paths::DEPLOYMENT,
     responses((status = 200, body = Deployment), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_deployment(
     State(s): State<ServingService>,
@@ -328,7 +309,7 @@ async fn show_deployment(
 }
 
 /// Only the editable fields; the name, the type and the instance configuration are fixed.
-#[utoipa::path(patch, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}", request_body = DeploymentPatch,
+#[utoipa::path(patch, path = paths::DEPLOYMENT, request_body = DeploymentPatch,
     responses((status = 200, body = Deployment), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("operator" = [])))]
 async fn patch_deployment(
@@ -345,7 +326,7 @@ async fn patch_deployment(
     ))
 }
 
-#[utoipa::path(delete, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}",
+#[utoipa::path(delete, path = paths::DEPLOYMENT,
     responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)), security(("operator" = [])))]
 async fn delete_deployment(
     State(s): State<ServingService>,
@@ -361,7 +342,7 @@ struct EventsQuery {
     limit: Option<i64>,
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}/events", params(EventsQuery),
+#[utoipa::path(get, path = paths::DEPLOYMENT_EVENTS, params(EventsQuery),
     responses((status = 200, body = Vec<Event>), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn deployment_events(
     State(s): State<ServingService>,
@@ -382,7 +363,7 @@ struct LogsQuery {
 }
 
 /// What the instance wrote to stdout and stderr, across its restarts.
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/deployments/{deployment}/instances/{instance}/logs", params(LogsQuery),
+#[utoipa::path(get, path = paths::INSTANCE_LOGS, params(LogsQuery),
     responses((status = 200, content_type = "text/plain", body = String), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn instance_logs(
     State(s): State<ServingService>,
@@ -402,7 +383,7 @@ async fn instance_logs(
 
 /// `{"weights": {"d1": 30, "d2": 70}}` (steps of 5, summing to 100) or
 /// `{"ratio": "1:2", "deployments": ["d1", "d2"]}`.
-#[utoipa::path(put, path = "/admin/v1/serving/endpoints/{endpoint}/traffic", request_body = TrafficRequest,
+#[utoipa::path(put, path = paths::TRAFFIC, request_body = TrafficRequest,
     responses((status = 200, body = Traffic), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn set_traffic(
     State(s): State<ServingService>,
@@ -414,7 +395,7 @@ async fn set_traffic(
     ))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/traffic",
+#[utoipa::path(get, path = paths::TRAFFIC,
     responses((status = 200, body = Traffic), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_traffic(
     State(s): State<ServingService>,
@@ -424,7 +405,7 @@ async fn show_traffic(
 }
 
 /// With mirroring on, every deployment gets each call and the responder's answer is returned.
-#[utoipa::path(put, path = "/admin/v1/serving/endpoints/{endpoint}/mirroring", request_body = Mirroring,
+#[utoipa::path(put, path = paths::MIRRORING, request_body = Mirroring,
     responses((status = 200, body = Mirroring), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn set_mirroring(
     State(s): State<ServingService>,
@@ -438,7 +419,7 @@ async fn set_mirroring(
     ))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/mirroring",
+#[utoipa::path(get, path = paths::MIRRORING,
     responses((status = 200, body = Mirroring), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_mirroring(
     State(s): State<ServingService>,
@@ -449,7 +430,7 @@ async fn show_mirroring(
 
 /// Replaces the endpoint's alert settings: the channel toggle, the webhook URL and each
 /// condition (a condition left out is off).
-#[utoipa::path(put, path = "/admin/v1/serving/endpoints/{endpoint}/alerts", request_body = AlertSettings,
+#[utoipa::path(put, path = paths::ALERTS, request_body = AlertSettings,
     responses((status = 200, body = AlertSettings), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("operator" = [])))]
 async fn set_alerts(
@@ -464,7 +445,7 @@ async fn set_alerts(
 }
 
 /// The endpoint's alert settings, every condition listed.
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/alerts",
+#[utoipa::path(get, path = paths::ALERTS,
     responses((status = 200, body = AlertSettings), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn show_alerts(
     State(s): State<ServingService>,
@@ -474,7 +455,7 @@ async fn show_alerts(
 }
 
 /// The alerts raised for the endpoint, sent, pending or failed, newest first.
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/alerts/history", params(EventsQuery),
+#[utoipa::path(get, path = paths::ALERT_HISTORY, params(EventsQuery),
     responses((status = 200, body = AlertHistory), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn alert_history(
     State(s): State<ServingService>,
@@ -488,7 +469,7 @@ async fn alert_history(
 }
 
 /// The endpoint's calls, deployments and instances as of the last sample (once a second).
-#[utoipa::path(get, path = "/admin/v1/serving/endpoints/{endpoint}/metrics",
+#[utoipa::path(get, path = paths::METRICS,
     responses((status = 200, body = EndpointMetrics), (status = 404, body = ErrorBody)), security(("operator" = [])))]
 async fn endpoint_metrics(
     State(s): State<ServingService>,
@@ -497,7 +478,7 @@ async fn endpoint_metrics(
     Ok(Json(s.monitor.metrics(&e.into()).await?))
 }
 
-#[utoipa::path(get, path = "/admin/v1/serving/quota", responses((status = 200, body = Quota)), security(("operator" = [])))]
+#[utoipa::path(get, path = paths::QUOTA, responses((status = 200, body = Quota)), security(("operator" = [])))]
 async fn show_quota(State(s): State<ServingService>) -> Result<Json<Quota>> {
     Ok(Json(control(&s).quota().await?))
 }
