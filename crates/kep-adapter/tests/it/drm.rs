@@ -521,12 +521,7 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
         .create_org(&oauth2_org(&agent_srv.host))
         .await
         .unwrap();
-    let ask = DrmRequest {
-        org_login_type_id: org.id,
-        file_id: "f".into(),
-        file_type: FileType::Drm,
-        user: None,
-    };
+    let ask = drm_file_f(org.id);
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
     next_notice(&mut agent_srv).await;
     // The agent has the notice before the server has its 204: the last attempt is recorded
@@ -599,12 +594,7 @@ async fn sessions_expire() {
         .await
         .unwrap();
     let agent = AgentClient::new(&srv.adapter_url, org.id, "Secret", &org.secret_key);
-    let ask = DrmRequest {
-        org_login_type_id: org.id,
-        file_id: "f".into(),
-        file_type: FileType::Drm,
-        user: None,
-    };
+    let ask = drm_file_f(org.id);
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
     next_notice(&mut agent_srv).await;
     srv.clock.advance(Duration::from_millis(999));
@@ -646,12 +636,7 @@ async fn a_notification_a_stop_cut_off_is_sent_after_the_restart() {
         .create_org(&oauth2_org(&agent_srv.host))
         .await
         .unwrap();
-    let ask = DrmRequest {
-        org_login_type_id: org.id,
-        file_id: "f".into(),
-        file_type: FileType::Drm,
-        user: None,
-    };
+    let ask = drm_file_f(org.id);
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
     eventually(
         Duration::from_secs(10),
@@ -693,4 +678,14 @@ async fn a_notification_a_stop_cut_off_is_sent_after_the_restart() {
         [(1, Some(500)), (2, Some(204))],
         "counted on from before the stop"
     );
+}
+
+/// A release request for the DRM file `f` of the org.
+fn drm_file_f(org_login_type_id: i64) -> DrmRequest {
+    DrmRequest {
+        org_login_type_id,
+        file_id: "f".into(),
+        file_type: FileType::Drm,
+        user: None,
+    }
 }
