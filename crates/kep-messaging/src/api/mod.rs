@@ -1,5 +1,6 @@
 //! Wire types and handlers of the messaging API.
 
+mod auth;
 pub mod operator;
 mod rcs;
 mod uploads;
@@ -23,7 +24,7 @@ use crate::model::Channel;
 use crate::search::{Page, status_filter};
 use crate::send::Sendable;
 use crate::store::SearchFilter;
-use crate::{MessagingError, MessagingService, OAuthError, oauth, xms};
+use crate::{MessagingError, MessagingService, OAuthError, xms};
 use kep_api::messaging::paths;
 use kep_api::messaging::{
     Detail, SendAnswer, TokenAnswer, XmsDetailAnswer, XmsSearch, XmsSearchAnswer, XmsSearchRow,
@@ -205,7 +206,7 @@ pub(crate) async fn token(
 ) -> Result<Response, OAuthError> {
     let form: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
     // The credentials may be in the form, so the limits come once the body is read.
-    let client = m.0.tokens.authenticate(&headers, &form).await;
+    let client = authenticate(&m, &headers, &form).await;
     let key = match &client {
         Ok(client_id) => Key::client(client_id.as_str()),
         Err(_) => Key::peer(peer),
@@ -213,7 +214,7 @@ pub(crate) async fn token(
     let _in_flight = m.0.limiter.admit(key)?;
     let issued =
         m.0.tokens
-            .issue(client?, m.0.settings.token_ttl_s, &form)
+            .issue(client?, m.0.settings.token_ttl_s, auth::grant_type(&form))
             .await?;
     let answer = TokenAnswer {
         access_token: issued.access_token,
@@ -221,6 +222,19 @@ pub(crate) async fn token(
         expires_in: issued.expires_in,
     };
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(answer)).into_response())
+}
+
+/// The client whose credentials a token request carries (the form must name a grant type).
+async fn authenticate(
+    m: &MessagingService,
+    headers: &HeaderMap,
+    form: &[(String, String)],
+) -> Result<ClientId, OAuthError> {
+    if auth::grant_type(form).is_none() {
+        return Err(OAuthError::InvalidRequest("grant_type is required"));
+    }
+    let (client_id, secret) = auth::client_credentials(headers, form)?;
+    m.0.tokens.authenticate(&client_id, &secret).await
 }
 
 /// `POST /v2/send/xms`: validated, stored durably, then answered; delivery follows.
@@ -253,7 +267,10 @@ impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK>
         parts: &mut Parts,
         m: &MessagingService,
     ) -> Result<Self, MessagingError> {
-        let client = m.0.tokens.authorize(&parts.headers, BARE_OK).await;
+        let client = match auth::bearer(&parts.headers, BARE_OK) {
+            Ok(token) => m.0.tokens.authorize(token).await,
+            Err(e) => Err(e),
+        };
         let key = match &client {
             Ok(client_id) => Key::client(client_id.as_str()),
             Err(_) => Key::peer(Peer::of(&parts.extensions)),
@@ -279,7 +296,7 @@ pub(crate) async fn send<T: Sendable>(
         client_id,
         _in_flight,
     } = caller;
-    oauth::check_accept(&headers)?;
+    auth::check_accept(&headers)?;
     let (send, raw): (T, Value) = json_body(&headers, body)?;
     let (uid, cid) = m.0.send(client_id, &send, &raw).await?;
     Ok(Json(SendAnswer {
@@ -301,7 +318,7 @@ pub(crate) async fn search_xms(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, MessagingError> {
     let client_id = &caller.client_id;
-    oauth::check_accept(&headers)?;
+    auth::check_accept(&headers)?;
     let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
     let filters = [
         q.status_code.as_deref().map(status_filter),
@@ -375,7 +392,7 @@ pub(crate) async fn xms_detail(
     Path(uid): Path<String>,
 ) -> Result<Json<XmsDetailAnswer>, MessagingError> {
     let client_id = &caller.client_id;
-    oauth::check_accept(&headers)?;
+    auth::check_accept(&headers)?;
     let r =
         m.0.store
             .message(client_id, Channel::Xms, &MessageUid::from(uid.as_str()))

@@ -13,7 +13,7 @@ use crate::ids::{MessageUid, ReportGroupId};
 use crate::model::Channel;
 use crate::search::{Page, service_type_filter, status_filter};
 use crate::store::GroupCompletion;
-use crate::{MessagingError, MessagingService, oauth, rcs};
+use crate::{MessagingError, MessagingService, rcs};
 use kep_api::messaging::paths;
 use kep_api::messaging::{
     CodeAnswer, Detail, RcsResult, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsSearchRow,
@@ -43,7 +43,7 @@ pub(crate) async fn results(
     headers: HeaderMap,
 ) -> Result<Json<RcsResultsAnswer>, MessagingError> {
     let client_id = &caller.client_id;
-    oauth::check_accept(&headers)?;
+    super::auth::check_accept(&headers)?;
     let (report_group_id, rows) = m.0.hand_out_results(client_id).await?;
     let results = rows
         .into_iter()
@@ -76,7 +76,7 @@ pub(crate) async fn complete(
     Path(group): Path<String>,
 ) -> Result<Json<CodeAnswer>, MessagingError> {
     let client_id = &caller.client_id;
-    oauth::check_accept(&headers)?;
+    super::auth::check_accept(&headers)?;
     let group = ReportGroupId::from(group);
     match m.0.complete_results(client_id, &group).await? {
         GroupCompletion::Done => Ok(Json(CodeAnswer {
@@ -105,7 +105,7 @@ async fn search(
     q: RcsSearch,
 ) -> Result<Json<RcsSearchAnswer>, MessagingError> {
     let client_id = &caller.client_id;
-    oauth::check_accept(&headers)?;
+    super::auth::check_accept(&headers)?;
     let mut filters = Vec::new();
     if let Some(s) = &q.status {
         filters.push(status_filter(s));

@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 
 use super::Caller;
 use crate::uploads::{MMS_MAX_FILES, MMS_MAX_TOTAL_BYTES, RCS_MAX_BYTES, check_mms_file};
-use crate::{MessagingError, MessagingService, oauth};
+use crate::{MessagingError, MessagingService};
 use kep_api::messaging::paths;
 use kep_api::messaging::{Detail, MmsUploadAnswer, RcsUploadAnswer};
 
@@ -113,7 +113,7 @@ pub(crate) async fn upload_rcs(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<RcsUploadAnswer>, MessagingError> {
-    oauth::check_accept(&headers)?;
+    super::auth::check_accept(&headers)?;
     let (image, description) = rcs_parts(form(multipart)?).await?;
     let row =
         m.0.uploads
@@ -139,7 +139,7 @@ pub(crate) async fn upload_mms(
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Json<MmsUploadAnswer>, MessagingError> {
-    oauth::check_accept(&headers)?;
+    super::auth::check_accept(&headers)?;
     let files = mms_files(form(multipart)?).await?;
     let content_group_id = m.0.uploads.mms(&caller.client_id, files).await?;
     Ok(Json(MmsUploadAnswer {
