@@ -270,6 +270,39 @@ pub fn operations_mut(
     })
 }
 
+/// Declares every `{name}` of a path that its operation does not declare as a required
+/// string path parameter. utoipa infers them only from a literal path, and the routes' paths
+/// are kep-api's constants; an operation that declares one itself (an integer id) keeps it.
+pub fn declare_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::{Required, schema::Type};
+    for (path, op) in operations_mut(doc) {
+        let names: Vec<&str> = path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+            .collect();
+        if names.is_empty() {
+            continue;
+        }
+        let params = op.parameters.get_or_insert_with(Vec::new);
+        for name in names {
+            let declared = params
+                .iter()
+                .any(|p| p.name == name && p.parameter_in == ParameterIn::Path);
+            if !declared {
+                params.push(
+                    ParameterBuilder::new()
+                        .name(name)
+                        .parameter_in(ParameterIn::Path)
+                        .required(Required::True)
+                        .schema(Some(utoipa::openapi::Object::with_type(Type::String)))
+                        .build(),
+                );
+            }
+        }
+    }
+}
+
 /// Adds to an operator API document the answers every call can give and the handlers'
 /// annotations leave out: 401 and 429 to every call (the operator-token guard and the admin
 /// listener's limits), 400 to every call with path or query parameters (one that does not
@@ -361,5 +394,48 @@ impl utoipa::Modify for LimitAnswers {
                 .entry("429".into())
                 .or_insert_with(|| RefOr::T(answer.clone()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::OpenApi as _;
+    use utoipa::openapi::path::ParameterIn;
+
+    const THING: &str = "/things/{kind}/{id}";
+
+    /// A handler documented on a path constant, declaring `id` itself as an integer.
+    #[utoipa::path(get, path = THING, params(("id" = i64, Path)), responses((status = 200)))]
+    #[allow(dead_code, reason = "only its document is used")]
+    async fn thing() {}
+
+    #[derive(utoipa::OpenApi)]
+    #[openapi(paths(thing))]
+    struct Doc;
+
+    #[test]
+    fn undeclared_path_parameters_are_declared_as_strings_and_declared_ones_kept() {
+        let mut doc = Doc::openapi();
+        super::declare_path_parameters(&mut doc);
+        let op = doc.paths.paths[THING].get.as_ref().unwrap();
+        let params = op.parameters.as_ref().unwrap();
+        let described: Vec<_> = params
+            .iter()
+            .map(|p| {
+                let schema = serde_json::to_value(&p.schema).unwrap();
+                (
+                    p.name.as_str(),
+                    p.parameter_in == ParameterIn::Path,
+                    schema["type"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                ("id", true, serde_json::json!("integer")),
+                ("kind", true, serde_json::json!("string"))
+            ]
+        );
     }
 }

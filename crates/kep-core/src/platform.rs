@@ -88,7 +88,8 @@ impl Platform {
         self.operator_routes =
             std::mem::take(&mut self.operator_routes).merge(service.admin_router());
         self.admin_doc.merge(S::admin_doc());
-        if let Some(doc) = S::api_doc() {
+        if let Some(mut doc) = S::api_doc() {
+            crate::http::declare_path_parameters(&mut doc);
             let doc = Arc::new(doc);
             self.open_routes = std::mem::take(&mut self.open_routes).route(
                 &format!("/openapi/{}.json", S::NAME),
@@ -126,6 +127,7 @@ impl Platform {
             addresses,
             ..
         } = self;
+        crate::http::declare_path_parameters(&mut admin_doc);
         crate::http::document_operator_answers(&mut admin_doc);
         let admin_doc = Arc::new(admin_doc);
         let admin_router = Router::new()
