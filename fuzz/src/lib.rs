@@ -34,15 +34,14 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 /// outlives the process: `parsers.sh` points `TMPDIR` into its own work dir and removes
 /// that); `public_url` is its listener's.
 pub fn context(public_url: &str) -> kep_core::service::Context {
+    let data_dir = tempfile::Builder::new()
+        .prefix("kep-fuzz-")
+        .tempdir()
+        .expect("a temp dir")
+        .keep();
     kep_core::service::Context {
-        data_dir: tempfile::Builder::new()
-            .prefix("kep-fuzz-")
-            .tempdir()
-            .expect("a temp dir")
-            .keep(),
-        shutdown: tokio_util::sync::CancellationToken::new(),
-        tasks: tokio_util::task::TaskTracker::new(),
         public_url: public_url.into(),
+        ..kep_core::service::Context::standalone(&data_dir)
     }
 }
 
