@@ -115,7 +115,13 @@ impl<O: Outbox> Dispatcher<O> {
                     .spawn(Arc::clone(&self.inner).work(key.clone(), rx));
                 tx
             });
-            tx.try_send(id.clone()).is_err()
+            match tx.try_send(id.clone()) {
+                Ok(()) => false,
+                Err(mpsc::error::TrySendError::Full(_)) => true,
+                // The worker was cut off by the platform's stop: the item stays written down
+                // and is resumed at the next start.
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
         };
         if full {
             let error = format!(

@@ -186,3 +186,22 @@ async fn resume_sends_what_a_previous_run_left_and_gives_up_what_it_had_spent() 
         ["1#1 sent", "2 given up after 2: its attempts were spent"]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_item_queued_as_the_platform_stops_is_left_for_the_next_start() {
+    let memory = Arc::new(Memory::default());
+    let ctx = ctx();
+    let outbox = Dispatcher::new(Arc::clone(&memory), policy(3, 8), &ctx);
+    memory.write(1, "a", u32::MAX); // waiting on its back-off when the stop comes
+    outbox.queue("a", 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ctx.shutdown.cancel();
+    drained(&ctx).await;
+    memory.write(2, "a", 0);
+    outbox.queue("a", 2).await;
+    assert_eq!(memory.log(), ["1#1 failed"], "neither sent nor given up");
+    assert_eq!(
+        outbox.outbox().pending().await.unwrap(),
+        [("a", 1), ("a", 2)]
+    );
+}
