@@ -165,6 +165,12 @@ fn normalise(dm: &mut DataModel) -> Result<(), ApiError> {
         required(&format!("{p}.response_type"), &o.response_type)?;
         required(&format!("{p}.client_id"), &o.client_id)?;
         required(&format!("{p}.client_secret"), &o.client_secret)?;
+        if o.scopes.is_empty() || o.scopes.iter().any(|s| s.trim().is_empty()) {
+            return Err(ApiError::invalid_field(
+                format!("{p}.scopes"),
+                "a non-empty list of non-empty scopes",
+            ));
+        }
     }
     if let Some(s) = &login.saml2 {
         let p = "data_model.login.saml2";

@@ -130,6 +130,8 @@ pub struct OAuth2Login {
     pub response_type: String,
     pub client_id: String,
     pub client_secret: String,
+    /// At least one, none blank.
+    #[schema(min_items = 1)]
     pub scopes: Vec<String>,
 }
 

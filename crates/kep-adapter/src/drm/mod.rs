@@ -209,6 +209,9 @@ impl Drm {
         if body.reason.trim().is_empty() {
             return Err(AdapterError::BadRequest("reason is required".into()));
         }
+        if body.extra.as_ref().is_some_and(|e| !e.is_object()) {
+            return Err(AdapterError::BadRequest("extra must be an object".into()));
+        }
         if view.status != SessionStatus::Pending {
             return Err(out_of_order(view.status));
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kep_api::adapter::{DrmRequest, FileType, SessionStatus};
+use kep_api::adapter::{DrmRequest, FileType, SessionStatus, UploadResult};
 use kep_client::adapter::AgentClient;
 use reqwest::multipart::Part;
 use serde_json::{Value, json};
@@ -188,10 +188,33 @@ async fn plain_files_and_out_of_order_calls() {
         .await
         .unwrap_err();
     assert_eq!(api_status(&e).0, 409);
-    agent
-        .upload_result(&plain, "plain-1", FileType::Plain, &result("FAILURE"))
-        .await
-        .unwrap();
+    // `extra` is an object, or absent.
+    for extra in [json!("10.0.0.1"), json!([1]), json!(null)] {
+        let answer = agent
+            .upload_result(
+                &plain,
+                "plain-1",
+                FileType::Plain,
+                &UploadResult {
+                    extra: Some(extra.clone()),
+                    ..result("FAILURE")
+                },
+            )
+            .await;
+        if extra.is_null() {
+            // JSON's null is no `extra` at all: the field is optional.
+            assert!(answer.is_ok(), "{answer:?}");
+            break;
+        }
+        assert_eq!(
+            api_status(&answer.unwrap_err()),
+            (
+                400,
+                json!({"_code": 400, "_message": "extra must be an object"})
+            ),
+            "{extra}"
+        );
+    }
     assert_eq!(
         srv.admin.drm_session(&plain).await.unwrap().status,
         SessionStatus::Denied

@@ -41,6 +41,11 @@ async fn the_operator_manages_org_login_types() {
     let mut b = base.clone();
     b["data_model"]["login"]["oauth2"]["scopes"] = json!("openid");
     cases.push((b, "data_model.login.oauth2.scopes"));
+    for scopes in [json!([]), json!(["openid", " "])] {
+        let mut b = base.clone();
+        b["data_model"]["login"]["oauth2"]["scopes"] = scopes;
+        cases.push((b, "data_model.login.oauth2.scopes"));
+    }
     let mut b = base.clone();
     b["data_model"]["login"]["oauth2"]["token_endpoint"] = json!("");
     cases.push((b, "data_model.login.oauth2.token_endpoint"));
