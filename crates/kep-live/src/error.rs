@@ -37,6 +37,9 @@ pub enum LiveError {
     /// The body is not declared as JSON (HTTP 415).
     #[error("Invalid Request")]
     UnsupportedMediaType,
+    /// Not a POST (HTTP 405).
+    #[error("Invalid Request")]
+    MethodNotAllowed,
     /// Over the caller's rate or requests in flight (HTTP 429, `Retry-After`); the code is
     /// the one JSON-RPC servers commonly give a limit (EIP-1474's "Limit exceeded").
     #[error("Limit exceeded")]
@@ -64,7 +67,8 @@ impl LiveError {
             LiveError::Parse(_) => -32700,
             LiveError::InvalidRequest(_)
             | LiveError::PayloadTooLarge { .. }
-            | LiveError::UnsupportedMediaType => -32600,
+            | LiveError::UnsupportedMediaType
+            | LiveError::MethodNotAllowed => -32600,
             LiveError::MethodNotFound(_) => -32601,
             LiveError::InvalidParams { .. } => -32602,
             LiveError::Unauthorized { .. } => -11002,
@@ -96,6 +100,7 @@ impl LiveError {
             LiveError::UnsupportedMediaType => {
                 Some(json!({ "reason": "Content-Type must be application/json" }))
             }
+            LiveError::MethodNotAllowed => Some(json!({ "reason": "a JSON-RPC call is a POST" })),
             LiveError::TooManyRequests(refusal) => Some(json!({
                 "reason": refusal.to_string(),
                 "retryAfter": refusal.retry_after_s(),
@@ -109,6 +114,7 @@ impl LiveError {
         match self {
             LiveError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             LiveError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            LiveError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             LiveError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::OK,
         }

@@ -17,7 +17,7 @@ use kep_api::live::paths;
 
 pub(crate) fn router(live: LiveService) -> Router {
     Router::new()
-        .route(paths::RPC, post(rpc::rpc))
+        .route(paths::RPC, post(rpc::rpc).fallback(rpc::not_post))
         .route(paths::WS, get(ws::participant_socket))
         .with_state(live)
 }

@@ -171,6 +171,21 @@ pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Respon
     res
 }
 
+/// Any other method on `/api/rpc`: 405, with a JSON-RPC error as the body.
+pub(crate) async fn not_post() -> Response {
+    let err = LiveError::MethodNotAllowed;
+    let error = Bytes::from(err.to_error_object().to_string());
+    let mut res = Response::new(Body::new(Answer::new("null", "error", error)));
+    *res.status_mut() = err.http_status();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    res
+}
+
 /// The request body's schema: one request object per method, with that method's params.
 /// Every answer to it is HTTP 200 (a JSON-RPC `error` included), so a body outside this
 /// schema is answered -32600, -32601 or -32602, not refused at the HTTP level.
@@ -191,14 +206,10 @@ impl utoipa::PartialSchema for RpcCall {
                 },
             })
         };
-        let call = |methods: &[&str], params: serde_json::Value, required: bool| {
-            let mut required_fields = vec!["jsonrpc", "id", "method"];
-            if required {
-                required_fields.push("params");
-            }
+        let call = |methods: &[&str], params: serde_json::Value| {
             json!({
                 "type": "object",
-                "required": required_fields,
+                "required": ["jsonrpc", "id", "method", "params"],
                 "properties": {
                     "jsonrpc": { "type": "string", "enum": ["2.0"] },
                     "id": { "type": ["string", "integer"] },
@@ -209,14 +220,13 @@ impl utoipa::PartialSchema for RpcCall {
         };
         let body = json!({
             "oneOf": [
-                call(&["Provision"], schema("ProvisionParams"), true),
-                call(&["Room.ListRooms"], schema("VersionParams"), false),
-                call(&["Room.ListParticipants", "Room.DestroyRoom"], schema("RoomParams"), true),
-                call(&["Room.KickParticipant"], targets("ParticipantTarget"), true),
+                call(&["Provision"], schema("ProvisionParams")),
+                call(&["Room.ListRooms"], schema("VersionParams")),
+                call(&["Room.ListParticipants", "Room.DestroyRoom"], schema("RoomParams")),
+                call(&["Room.KickParticipant"], targets("ParticipantTarget")),
                 call(
                     &["Room.InactiveStream", "Room.InactivateStream"],
                     targets("StreamTarget"),
-                    true,
                 ),
             ],
         });
@@ -332,8 +342,10 @@ async fn handle(
             "`method` must be a string".into(),
         ));
     };
+    // The seed requires `params` of every method (`{}` where a method takes none); JSON's
+    // `null` is no params.
     let params = match envelope.params.map(|raw| raw.get()) {
-        None => "{}",
+        None => return Err(LiveError::invalid_params("params", "required")),
         Some(raw) if raw.starts_with('{') => raw,
         Some(_) => return Err(LiveError::invalid_params("params", "must be an object")),
     };

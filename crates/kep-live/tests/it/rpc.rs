@@ -296,6 +296,40 @@ async fn envelope_errors_have_their_codes() {
         assert_eq!(answer["jsonrpc"], "2.0");
         assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
     }
+    // `params` is required of every method, `{}` where it takes none (seed 000).
+    for body in [
+        r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms"}"#,
+        r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListParticipants","params":null}"#,
+        r#"{"jsonrpc":"2.0","id":"1","method":"Provision"}"#,
+    ] {
+        let (status, answer) = srv.raw_rpc(j, None, body).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(answer["id"], "1", "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], -32602, "{body}: {answer}");
+        assert_eq!(
+            answer["error"]["data"]["field"], "params",
+            "{body}: {answer}"
+        );
+    }
+    // Another HTTP method: 405, with a JSON-RPC error as its body.
+    for method in [
+        reqwest::Method::GET,
+        reqwest::Method::PUT,
+        reqwest::Method::DELETE,
+    ] {
+        let res = reqwest::Client::new()
+            .request(method.clone(), format!("{}/api/rpc", srv.live_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 405, "{method}");
+        assert_eq!(res.headers()["allow"], "POST");
+        let answer: Value = res.json().await.unwrap();
+        assert_eq!(answer["jsonrpc"], "2.0");
+        assert_eq!(answer["id"], Value::Null);
+        assert_eq!(answer["error"]["code"], -32600, "{method}: {answer}");
+    }
+
     // The id is echoed whatever its form.
     let (_, answer) = srv
         .raw_rpc(j, None, r#"{"jsonrpc":"2.0","id":7,"method":"Room.Nope"}"#)
