@@ -308,7 +308,7 @@ pub(crate) async fn send<T: Sendable>(
 }
 
 /// `POST /v2/info/message/search`: one page of the caller's XMS messages, oldest first.
-#[utoipa::path(post, path = paths::XMS_SEARCH, request_body = XmsSearch,
+#[utoipa::path(post, path = paths::XMS_SEARCH, request_body = Option<XmsSearch>,
     responses((status = 200, body = XmsSearchAnswer), (status = 400, description = "code 410"), (status = 401, description = "code 400")),
     security(("bearer" = [])))]
 pub(crate) async fn search_xms(
@@ -319,7 +319,11 @@ pub(crate) async fn search_xms(
 ) -> Result<Response, MessagingError> {
     let client_id = &caller.client_id;
     auth::check_accept(&headers)?;
-    let (q, _): (XmsSearch, Value) = json_body(&headers, body)?;
+    // Every field is optional: no body at all (or JSON's `null`) is today's search.
+    let q: XmsSearch = match &body {
+        Ok(bytes) if matches!(bytes.trim_ascii(), b"" | b"null") => XmsSearch::default(),
+        _ => json_body(&headers, body)?.0,
+    };
     let filters = [
         q.status_code.as_deref().map(status_filter),
         q.etc1.clone().map(|v| Some(SearchFilter::Etc1(v))),

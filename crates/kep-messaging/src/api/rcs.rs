@@ -79,17 +79,14 @@ pub(crate) async fn complete(
     super::auth::check_accept(&headers)?;
     let group = ReportGroupId::from(group);
     match m.0.complete_results(client_id, &group).await? {
-        GroupCompletion::Done => Ok(Json(CodeAnswer {
+        // Twice is as once: a client retrying after a lost answer sees success.
+        GroupCompletion::Done | GroupCompletion::AlreadyCompleted => Ok(Json(CodeAnswer {
             code: "200".into(),
             code_detail: Detail::ok("completed"),
         })),
         GroupCompletion::Unknown => Err(MessagingError::invalid(
             "report_group_id",
             "no such open group",
-        )),
-        GroupCompletion::AlreadyCompleted => Err(MessagingError::invalid(
-            "report_group_id",
-            "already completed",
         )),
         GroupCompletion::Expired => Err(MessagingError::invalid(
             "report_group_id",

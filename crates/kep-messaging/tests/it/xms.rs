@@ -251,6 +251,20 @@ async fn search_pages_by_uid_within_the_callers_messages() {
         )
         .await;
     assert_eq!(v["count"], 5);
+    // Every field is optional: no body at all (nor a Content-Type) is today's search.
+    let res = srv
+        .http
+        .post(format!("{}/v2/info/message/search", srv.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.json::<Value>().await.unwrap()["count"], 5);
+    let (status, v) = srv
+        .post(&token, "/v2/info/message/search", &Value::Null)
+        .await;
+    assert_eq!((status.as_u16(), &v["count"]), (200, &json!(5)));
     let y = today.yesterday().unwrap().to_string();
     let (_, v) = srv
         .post(
