@@ -7,7 +7,7 @@ use crate::MessagingError;
 use crate::ids::{ClientId, FileId};
 use crate::model::{Channel, MessageType};
 use crate::send::{Head, Sendable};
-use crate::text::{check_digits, check_head, check_text, require_text};
+use crate::text::{check_chars, check_digits, check_head, check_text, require_text};
 use crate::uploads::Uploads;
 
 /// An RCS send as it arrives; every field optional here so a missing one is named.
@@ -231,7 +231,7 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
     }
     for (field, value) in [("tax_cd1", &send.tax_cd1), ("tax_cd2", &send.tax_cd2)] {
         if let Some(v) = value {
-            check_text(field, v, 50)?;
+            check_chars(field, v, 50)?;
         }
     }
     Ok(message_type)

@@ -38,6 +38,19 @@ pub fn check_text(field: &str, text: &str, max: usize) -> Result<(), MessagingEr
     }
 }
 
+/// A customer-defined value (`tax_cd1`, `etc1` …), which the seed limits in characters, not
+/// bytes: at most `max` of them.
+pub fn check_chars(field: &str, text: &str, max: usize) -> Result<(), MessagingError> {
+    let n = text.chars().count();
+    if n > max {
+        return Err(MessagingError::invalid(
+            field,
+            format!("{n} characters, at most {max}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A required text field: present, non-empty, at most `max` bytes.
 pub fn require_text(field: &str, text: Option<&str>, max: usize) -> Result<(), MessagingError> {
     match text {

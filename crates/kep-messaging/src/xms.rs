@@ -6,7 +6,7 @@ use crate::MessagingError;
 use crate::ids::{ClientId, ContentGroupId};
 use crate::model::{Channel, MessageType};
 use crate::send::{Head, Sendable};
-use crate::text::{check_digits, check_head, check_text, require_text};
+use crate::text::{check_chars, check_digits, check_head, check_text, require_text};
 use crate::uploads::Uploads;
 
 /// An XMS send as it arrives; every field optional here so a missing one is named.
@@ -131,7 +131,7 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<MessageType, MessagingEr
     ];
     for (field, value) in optional {
         if let Some(v) = value {
-            check_text(field, v, 50)?;
+            check_chars(field, v, 50)?;
         }
     }
     Ok(message_type)

@@ -324,6 +324,11 @@ pub(crate) async fn search_xms(
         Ok(bytes) if matches!(bytes.trim_ascii(), b"" | b"null") => XmsSearch::default(),
         _ => json_body(&headers, body)?.0,
     };
+    for (field, value) in [("etc1", &q.etc1), ("etc2", &q.etc2)] {
+        if let Some(v) = value {
+            crate::text::check_chars(field, v, 50)?;
+        }
+    }
     let filters = [
         q.status_code.as_deref().map(status_filter),
         q.etc1.clone().map(|v| Some(SearchFilter::Etc1(v))),

@@ -119,6 +119,7 @@ async fn every_rule_of_an_xms_send_is_a_410_naming_its_field() {
         (with("client_id", json!("someone-else")), "client_id"),
         (with("content_group_id", json!("g")), "content_group_id"),
         (with("tax_cd1", json!("x".repeat(51))), "tax_cd1"),
+        (with("etc10", json!("가".repeat(51))), "etc10"),
         (
             json!({"cid": "c", "message_type": "LM", "phone_number": "821012345678", "message": "m", "sender_no": "02", "title": "가".repeat(31)}),
             "title",
@@ -150,6 +151,13 @@ async fn every_rule_of_an_xms_send_is_a_410_naming_its_field() {
         )
         .await;
     assert_eq!(status, 200);
+    // Customer-defined values count characters, as the seed says: 50 Hangul syllables are
+    // 100 CP949 bytes, and fit.
+    let mut at = with("tax_cd2", json!("가".repeat(50)));
+    at["cid"] = json!("c-chars");
+    at["etc1"] = json!("가".repeat(50));
+    let (status, v) = srv.post(&token, "/v2/send/xms", &at).await;
+    assert_eq!(status, 200, "{v}");
 
     // Transport: malformed JSON, a wrong content type, an accept that refuses JSON.
     let raw = |ct: &'static str, accept: &'static str, body: &'static str| {
@@ -288,6 +296,8 @@ async fn search_pages_by_uid_within_the_callers_messages() {
             "start_date",
         ),
         (json!({"last_uid": "abc"}), "last_uid"),
+        (json!({"etc1": "가".repeat(51)}), "etc1"),
+        (json!({"etc2": "x".repeat(51)}), "etc2"),
     ] {
         let (status, v) = srv.post(&token, "/v2/info/message/search", &body).await;
         assert_eq!(
