@@ -5,6 +5,8 @@ mod cli;
 mod model_server;
 mod serve;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// Small per-request allocations (headers, bodies, futures) are a measurable share of a
@@ -36,8 +38,19 @@ enum Command {
     ModelServer(model_server::ModelServerArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// An error ends the process with one line, its causes joined, and exit code 1: never a
+/// Debug dump or a backtrace, whatever `RUST_BACKTRACE` says.
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kep: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args)),

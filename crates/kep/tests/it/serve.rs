@@ -66,3 +66,21 @@ fn settings_come_from_flags_then_env_then_toml() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown service"));
 }
+
+#[test]
+fn a_cli_error_is_one_line_and_exit_code_1_even_with_backtraces_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    // No server has ever run in this data dir: there is nothing to call.
+    let out = Command::new(KEP)
+        .args(["serving", "image", "list"])
+        .env("KEP_DATA_DIR", dir.path())
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("kep: "), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+}
