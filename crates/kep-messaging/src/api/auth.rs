@@ -93,8 +93,11 @@ pub fn check_accept(headers: &HeaderMap) -> Result<(), MessagingError> {
     };
     let accept = accept.to_str().unwrap_or("");
     let takes_json = accept.split(',').any(|r| {
+        // Media types are case-insensitive (RFC 9110 §8.3.1).
         let media = r.split(';').next().unwrap_or("").trim();
-        matches!(media, "*/*" | "application/*" | "application/json")
+        ["*/*", "application/*", "application/json"]
+            .iter()
+            .any(|m| media.eq_ignore_ascii_case(m))
     });
     if takes_json {
         Ok(())

@@ -194,15 +194,17 @@ pub(crate) struct RcsSearchParams {
     service_type: Option<String>,
 }
 
-/// `GET /v2/info/rcs/search/detail/{uid}`: 200, 401, 404. Another client's message is a
-/// 404 as one that does not exist: a 403 would tell the caller the uid is someone's.
+/// `GET /v2/info/rcs/search/detail/{uid}`: 200, 401, 404 (and 400 for an `accept` that
+/// refuses JSON). Another client's message is a 404 as one that does not exist: a 403
+/// would tell the caller the uid is someone's.
 #[utoipa::path(get, path = paths::RCS_DETAIL, params(("uid" = String, Path)),
-    responses((status = 200, description = "the message"), (status = 401, description = "code 401"),
+    responses((status = 200, description = "the message"), (status = 400, description = "code 400: an accept that refuses JSON"), (status = 401, description = "code 401"),
               (status = 404, description = "code 404: no message of the caller's has this uid")),
     security(("bearer" = [])))]
 pub(crate) async fn detail(
     State(m): State<MessagingService>,
     caller: Result<Caller, MessagingError>,
+    headers: HeaderMap,
     Path(uid): Path<String>,
 ) -> Response {
     // This call's codes are HTTP-style (the seed): 401 rather than 400 for a bad token.
@@ -228,6 +230,9 @@ pub(crate) async fn detail(
             return res;
         }
     };
+    if let Err(e) = super::auth::check_accept(&headers) {
+        return detail_answer(StatusCode::BAD_REQUEST, &e.to_string());
+    }
     let uid = MessageUid::from(uid);
     let r = match m
         .0

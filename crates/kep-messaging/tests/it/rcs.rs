@@ -270,6 +270,25 @@ async fn rcs_falls_back_and_results_are_handed_out_in_groups() {
         (status, v["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("401"))
     );
+    // It checks `accept` as every messaging call does.
+    let res = srv
+        .http
+        .get(format!("{}/v2/info/rcs/search/detail/{}", srv.url, uids[1]))
+        .bearer_auth(&token)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["code"], "400", "{v}");
+    assert!(
+        v["code_detail"]["detail_message"]
+            .as_str()
+            .unwrap()
+            .starts_with("accept:"),
+        "{v}"
+    );
     let (_, v) = srv
         .get(&token, &format!("/v2/info/rcs/search/detail/{}", uids[1]))
         .await;

@@ -178,6 +178,19 @@ async fn every_rule_of_an_xms_send_is_a_410_naming_its_field() {
         assert_eq!(res.status(), 400, "{ct} {accept} {body}");
         assert_eq!(res.json::<Value>().await.unwrap()["code"], "410");
     }
+    // Media types are case-insensitive.
+    let mut send = base.clone();
+    send["cid"] = json!("c-accept");
+    let res = srv
+        .http
+        .post(format!("{}/v2/send/xms", srv.url))
+        .bearer_auth(&token)
+        .header("accept", "Application/JSON")
+        .json(&send)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
 
     // No token, a forged one: 401 with code 400 and WWW-Authenticate.
     for auth in [None, Some("Bearer forged"), Some("Basic abc")] {
