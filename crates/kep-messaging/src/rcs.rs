@@ -121,7 +121,13 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
         .sender_no
         .as_deref()
         .ok_or_else(|| MessagingError::invalid("sender_no", "required"))?;
-    check_digits("sender_no", sender, 16)?;
+    // The seed: "used for alternative sending; any value when unused". A number only when
+    // the fall back sends with it.
+    if send.fall_back_yn == Some(true) {
+        check_digits("sender_no", sender, 16)?;
+    } else {
+        check_text("sender_no", sender, 16)?;
+    }
     match body_limits(message_type) {
         Some((max_bodies, max_buttons, max_bytes)) => {
             let bodies = send.body.as_deref().unwrap_or_default();

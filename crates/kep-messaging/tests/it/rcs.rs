@@ -43,12 +43,13 @@ async fn every_rule_of_an_rcs_send_is_a_410_naming_its_field() {
                 .collect::<Vec<_>>()
         )
     };
-    let cases = vec![
+    let mut cases = vec![
         (set(&["cid"], Value::Null), "cid"),
         (set(&["message_type"], Value::Null), "message_type"),
         (set(&["phone_number"], Value::Null), "phone_number"),
         (set(&["phone_number"], json!("01012345678")), "phone_number"),
         (set(&["sender_no"], Value::Null), "sender_no"),
+        (set(&["sender_no"], json!("x".repeat(17))), "sender_no"),
         (set(&["ad_flag"], Value::Null), "ad_flag"),
         (set(&["template_code"], Value::Null), "template_code"),
         (
@@ -77,6 +78,12 @@ async fn every_rule_of_an_rcs_send_is_a_410_naming_its_field() {
         ),
         (set(&["message_type"], json!("RCSTMPL")), "tmpl_decription"),
     ];
+    // With fall back, sender_no is the number the SMS comes from.
+    let mut number_used = set(&["sender_no"], json!("not-digits"));
+    number_used["fall_back_yn"] = json!(true);
+    number_used["fall_back_message_type"] = json!("SM");
+    number_used["fall_back_message"] = json!("m");
+    cases.push((number_used, "sender_no"));
     for (body, field) in cases {
         let (status, v) = srv.post(&token, "/v2/send/rcs", &body).await;
         assert_eq!(
@@ -110,6 +117,8 @@ async fn every_rule_of_an_rcs_send_is_a_410_naming_its_field() {
     let mut tmpl = set(&["message_type"], json!("RCSTMPL"));
     tmpl["tmpl_variable"] = json!({"name": "가".repeat(45)});
     ok.push(tmpl.clone());
+    // Without fall back, sender_no is "any value when unused" (text(16)).
+    ok.push(set(&["sender_no"], json!("unused-sender")));
     for (i, mut body) in ok.into_iter().enumerate() {
         body["cid"] = json!(format!("ok-{i}"));
         let (status, v) = srv.post(&token, "/v2/send/rcs", &body).await;
