@@ -258,7 +258,10 @@ pub struct Deployment {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
     pub env: BTreeMap<String, String>,
-    pub port: u16,
+    /// The port its instances listen on: a Custom Image's own (8080 unless set); a model
+    /// server's is kep's business and not shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Probe>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -82,6 +82,13 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServingError> {
                 "PORT is set by the runtime to the instance's port",
             ));
         }
+        // No process environment can hold a NUL: the instance would never start.
+        if value.contains('\0') {
+            return Err(ServingError::field(
+                field,
+                "a variable value cannot hold a NUL character",
+            ));
+        }
         if value.chars().count() > ENV_VALUE_MAX {
             return Err(ServingError::field(
                 field,

@@ -176,7 +176,7 @@ impl Control {
             model: spec.model.map(|m| m.name.into_string()),
             script: spec.script,
             env: spec.env,
-            port: spec.port,
+            port: (spec.kind == DeploymentType::CustomImage).then_some(spec.port),
             readiness: spec.readiness,
             liveness: spec.liveness,
             state: (status.as_ref())

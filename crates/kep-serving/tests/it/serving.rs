@@ -563,6 +563,9 @@ async fn every_field_rule_at_under_and_over_its_bound() {
     )
     .await;
     bad(with(base("e5"), "env", json!({"PORT": "1"})), "env.PORT").await;
+    // No process environment holds a NUL: refused at creation, not an instance that
+    // never starts.
+    bad(with(base("e6"), "env", json!({"AB": "a\0b"})), "env.AB").await;
     bad(
         with(
             base("p1"),
@@ -751,8 +754,14 @@ async fn models_follow_the_type_rules_and_at_most_two_per_endpoint() {
         (StatusCode::BAD_REQUEST, Some("model")),
         "TF Serving takes TensorFlow only"
     );
-    s.deploy("models", d("one", "tensorflow-serving", "tf-a"))
+    let one = s
+        .deploy("models", d("one", "tensorflow-serving", "tf-a"))
         .await;
+    assert_eq!(
+        one.get("port"),
+        None,
+        "a model server's port is kep's business"
+    );
     s.deploy("models", d("two", "triton", "pt-c")).await;
     s.deploy("models", d("again", "triton", "tf-a")).await;
     let (status, v) = s
