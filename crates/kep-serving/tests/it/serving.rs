@@ -187,6 +187,26 @@ async fn traffic_follows_the_weights_exactly_and_mirroring_answers_from_one() {
     );
     let seen = count(99).await;
     assert_eq!((seen["blue"], seen["green"]), (33, 66));
+    // Shown percentages sum to exactly 100 (largest remainder), not 33.3 + 66.7.
+    assert_eq!(
+        (
+            t["percent"]["blue"].as_f64(),
+            t["percent"]["green"].as_f64()
+        ),
+        (Some(33.0), Some(67.0))
+    );
+    // A 0 part gives its deployment no calls, as long as one part is not 0.
+    let (status, t) = s
+        .put("/endpoints/split/traffic", json!({"ratio": "0:1"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    assert_eq!(t["percent"]["blue"], 0.0);
+    let seen = count(10).await;
+    assert_eq!((seen.get("blue"), seen["green"]), (None, 10));
+    let (status, t) = s
+        .put("/endpoints/split/traffic", json!({"ratio": "0:0"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{t}");
     let (status, _) = s
         .put(
             "/endpoints/split/traffic",
@@ -204,7 +224,7 @@ async fn traffic_follows_the_weights_exactly_and_mirroring_answers_from_one() {
         json!({"weights": {"blue": 50, "green": 55}}),
         json!({"weights": {"blue": 50, "ghost": 50}}),
         json!({"weights": {"blue": 105}}),
-        json!({"ratio": "1:0"}),
+        json!({"ratio": "1:10001"}),
         json!({"ratio": "a:b"}),
         json!({"ratio": "1:2:3"}),
         json!({"ratio": "1:2", "deployments": ["blue", "ghost"]}),
