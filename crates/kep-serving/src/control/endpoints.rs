@@ -15,6 +15,7 @@ impl Control {
         req: EndpointRequest,
     ) -> Result<(Endpoint, String), ServingError> {
         let shape = validate::endpoint(&req, &self.settings)?;
+        self.check_endpoint_fits(&shape.instance_type, i64::from(shape.instance_count))?;
         let api_key = kep_core::secret::new_secret();
         let row = EndpointRow {
             name: EndpointName::from(req.name),

@@ -18,7 +18,39 @@ impl Control {
     /// Whether one more deployment on endpoint `e` fits in what the quota has left.
     pub(super) async fn check_quota(&self, e: &EndpointRow) -> Result<(), ServingError> {
         let used = self.used().await?;
-        let need = self.resources(&e.instance_type, e.instance_count);
+        self.fits(&used, &e.instance_type, e.instance_count)
+            .map_err(|(what, left, need)| {
+                ServingError::QuotaExceeded(format!(
+                    "the workspace quota has {left} {what} left; {} × {} needs {need}",
+                    e.instance_count, e.instance_type
+                ))
+            })
+    }
+
+    /// Whether an endpoint's deployments could ever run: one of them, alone in the
+    /// workspace, within the whole quota. Its instance type and count cannot change later.
+    pub(super) fn check_endpoint_fits(
+        &self,
+        instance_type: &str,
+        count: i64,
+    ) -> Result<(), ServingError> {
+        self.fits(&Resources::default(), instance_type, count)
+            .map_err(|(what, total, need)| {
+                ServingError::QuotaExceeded(format!(
+                    "{count} × {instance_type} needs {need} {what}, and the whole workspace quota is {total}: no deployment of it could ever run"
+                ))
+            })
+    }
+
+    /// `Err((what, left, need))` when `count` instances of `instance_type` do not fit beside
+    /// `used`.
+    fn fits(
+        &self,
+        used: &Resources,
+        instance_type: &str,
+        count: i64,
+    ) -> Result<(), (&'static str, f64, f64)> {
+        let need = self.resources(instance_type, count);
         let total = self.settings.quota;
         for (what, used, need, total) in [
             ("cpu", used.cpu, need.cpu, total.cpu),
@@ -36,12 +68,7 @@ impl Control {
             ),
         ] {
             if need > 0.0 && used + need > total {
-                return Err(ServingError::QuotaExceeded(format!(
-                    "the workspace quota has {} {what} left; {} × {} needs {need}",
-                    total - used,
-                    e.instance_count,
-                    e.instance_type
-                )));
+                return Err((what, total - used, need));
             }
         }
         Ok(())

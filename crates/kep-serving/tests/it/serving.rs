@@ -632,6 +632,21 @@ async fn every_field_rule_at_under_and_over_its_bound() {
         "{v}"
     );
     assert_eq!(s.get("/quota").await["used"]["cpu"], 3.0);
+    // An endpoint none of whose deployments could ever fit the whole quota (4 × 1 cpu of
+    // 3) is refused at creation: its instance settings cannot change later. At the quota
+    // (3 × 1 cpu) it is created, though this workspace is full now.
+    let (status, v) = s
+        .post("/endpoints", json!({"name": "huge", "instance_count": 4}))
+        .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("quota_exceeded")),
+        "{v}"
+    );
+    let (status, v) = s
+        .post("/endpoints", json!({"name": "fits", "instance_count": 3}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
 
     // Unknown endpoint and deployment.
     let (status, _) = s.post("/endpoints/ghost/deployments", base("x1")).await;
