@@ -22,9 +22,6 @@ pub enum MessagingError {
         message: String,
         too_large: bool,
     },
-    /// A message, group or file that is not the caller's or does not exist.
-    #[error("{0}")]
-    NotFound(String),
     /// Over the client's (or, without a valid token, the peer's) rate or calls in flight:
     /// 429 with code `429`, and `Retry-After`.
     #[error(transparent)]
@@ -64,7 +61,6 @@ impl MessagingError {
                 too_large: true, ..
             } => (StatusCode::PAYLOAD_TOO_LARGE, "420"),
             MessagingError::File { .. } => (StatusCode::BAD_REQUEST, "420"),
-            MessagingError::NotFound(_) => (StatusCode::NOT_FOUND, "404"),
             MessagingError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "429"),
             MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
         }
@@ -73,6 +69,14 @@ impl MessagingError {
 
 impl IntoResponse for MessagingError {
     fn into_response(self) -> Response {
+        self.answer("result")
+    }
+}
+
+impl MessagingError {
+    /// The answer in the messaging shape, its detail under `key`: `result` for most calls,
+    /// `code_detail` for the XMS detail, whose success answer names it so.
+    pub fn answer(self, key: &str) -> Response {
         if let MessagingError::Internal(e) = &self {
             tracing::error!(error = ?e, "messaging internal error");
         }
@@ -81,10 +85,8 @@ impl IntoResponse for MessagingError {
             MessagingError::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
         };
-        let body = json!({
-            "code": code,
-            "result": { "detail_code": format!("API_{code}"), "detail_message": message },
-        });
+        let mut body = json!({ "code": code });
+        body[key] = json!({ "detail_code": format!("API_{code}"), "detail_message": message });
         let mut res = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             res.headers_mut().insert(

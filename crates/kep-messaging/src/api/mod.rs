@@ -61,7 +61,8 @@ pub(crate) fn router(m: MessagingService) -> Router {
         .route(paths::RCS_DETAIL, get(rcs::detail))
         .route(paths::XMS_SEARCH, post(search_xms))
         .route(paths::XMS_DETAIL, get(xms_detail))
-        .fallback(|| async { MessagingError::NotFound("no such API".into()) })
+        // A path of no API is invalid input, in the table's codes and the detail's shape.
+        .fallback(|| async { MessagingError::invalid("path", "no such API").answer("code_detail") })
         .layer(axum::extract::DefaultBodyLimit::max(
             m.0.settings.body_limit_bytes,
         ))
@@ -390,23 +391,38 @@ impl ShownFields {
     }
 }
 
-/// `GET /v2/info/message/search/detail/{uid}`
+/// `GET /v2/info/message/search/detail/{uid}`: refusals in the codes of the result-code
+/// table (an unknown uid, or another client's, is invalid input: 410) and, like the
+/// answer, with `code_detail`.
 #[utoipa::path(get, path = paths::XMS_DETAIL, params(("uid" = String, Path)),
-    responses((status = 200, body = XmsDetailAnswer), (status = 401, description = "code 400"), (status = 404, description = "not the caller's")),
+    responses((status = 200, body = XmsDetailAnswer), (status = 400, description = "code 410: no message of the caller's has this uid"), (status = 401, description = "code 400")),
     security(("bearer" = [])))]
 pub(crate) async fn xms_detail(
     State(m): State<MessagingService>,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
     Path(uid): Path<String>,
-) -> Result<Json<XmsDetailAnswer>, MessagingError> {
+) -> Response {
+    match xms_detail_of(&m, caller, &headers, &uid).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => e.answer("code_detail"),
+    }
+}
+
+async fn xms_detail_of(
+    m: &MessagingService,
+    caller: Result<Caller, MessagingError>,
+    headers: &HeaderMap,
+    uid: &str,
+) -> Result<XmsDetailAnswer, MessagingError> {
+    let caller = caller?;
     let client_id = &caller.client_id;
-    auth::check_accept(&headers)?;
+    auth::check_accept(headers)?;
     let r =
         m.0.store
-            .message(client_id, Channel::Xms, &MessageUid::from(uid.as_str()))
+            .message(client_id, Channel::Xms, &MessageUid::from(uid))
             .await?
-            .ok_or_else(|| MessagingError::NotFound(format!("no message {uid}")))?;
+            .ok_or_else(|| MessagingError::invalid("uid", "no such message"))?;
     let zone = &m.0.zone;
     let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
     let mut result = serde_json::Map::new();
@@ -435,9 +451,9 @@ pub(crate) async fn xms_detail(
     ] {
         put(key, request_field(&request, key));
     }
-    Ok(Json(XmsDetailAnswer {
+    Ok(XmsDetailAnswer {
         code: "200".into(),
         code_detail: Detail::ok("ok"),
         result,
-    }))
+    })
 }

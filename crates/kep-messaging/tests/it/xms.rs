@@ -84,8 +84,24 @@ async fn an_xms_send_is_delivered_and_its_result_read_back() {
     let (status, v) = srv
         .get(&token2, &format!("/v2/info/message/search/detail/{uid}"))
         .await;
-    assert_eq!(status, 404);
-    assert_eq!(v["code"], "404");
+    // A code of the result-code table (invalid input), with `code_detail` as the answer.
+    assert_eq!(status, 400);
+    assert_eq!(
+        v,
+        json!({"code": "410", "code_detail": {"detail_code": "API_410", "detail_message": "uid: no such message"}})
+    );
+    let (status, v) = srv
+        .get("forged", &format!("/v2/info/message/search/detail/{uid}"))
+        .await;
+    assert_eq!((status.as_u16(), &v["code"]), (401, &json!("400")));
+    assert!(v["code_detail"].is_object(), "{v}");
+    // A path of no API answers in the same shape.
+    let (status, v) = srv.get(&token2, "/v2/info/nothing/here").await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        v,
+        json!({"code": "410", "code_detail": {"detail_code": "API_410", "detail_message": "path: no such API"}})
+    );
 }
 
 #[tokio::test]

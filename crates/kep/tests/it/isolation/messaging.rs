@@ -315,9 +315,10 @@ impl Messaging {
                 ),
             )
         };
-        let detail = |code: u16, message: &str| {
+        // The detail calls' refusals carry `code_detail`, as their answers do.
+        let detail = |status: u16, code: &str, message: &str| {
             expect(
-                code,
+                status,
                 &format!(
                     r#"{{"code":"{code}","code_detail":{{"detail_code":"API_{code}","detail_message":"{message}"}}}}"#
                 ),
@@ -326,20 +327,24 @@ impl Messaging {
         let unknown_token = "invalid token: unknown or expired access token";
         let card = json!({"title": "t", "description": "d"});
         let mut calls = vec![
-            call(
-                "GET /v2/info/message/search/detail/{uid}",
-                bearer("GET", "/v2/info/message/search/detail/{uid}", None),
-                uids.clone(),
-                refusal(404, "404", "no message {uid}"),
-            ),
+            Call {
+                // Codes of the result-code table: 400 for a bad token, 410 for a uid.
+                unauthorized: Some(detail(401, "400", unknown_token)),
+                ..call(
+                    "GET /v2/info/message/search/detail/{uid}",
+                    bearer("GET", "/v2/info/message/search/detail/{uid}", None),
+                    uids.clone(),
+                    detail(400, "410", "uid: no such message"),
+                )
+            },
             Call {
                 // This call's codes are HTTP-style (seed 002), a bad token's included.
-                unauthorized: Some(detail(401, unknown_token)),
+                unauthorized: Some(detail(401, "401", unknown_token)),
                 ..call(
                     "GET /v2/info/rcs/search/detail/{uid}",
                     bearer("GET", "/v2/info/rcs/search/detail/{uid}", None),
                     uids,
-                    detail(404, "no such message"),
+                    detail(404, "404", "no such message"),
                 )
             },
             call(
