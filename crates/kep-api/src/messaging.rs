@@ -27,7 +27,8 @@ pub struct ErrorAnswer {
     pub result: Detail,
 }
 
-/// A refusal of `GET /v2/info/rcs/search/detail/{uid}`, whose codes are HTTP-style.
+/// A refusal of the detail calls (`GET /v2/info/{rcs|message}/search/detail/{uid}`), whose
+/// answers name their detail `code_detail`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DetailErrorAnswer {
     pub code: String,

@@ -119,8 +119,10 @@ impl utoipa::Modify for ErrorAnswers {
         for (path, op) in kep_core::http::operations_mut(doc) {
             let (schema, bearer) = match path {
                 paths::TOKEN => ("OAuthErrorAnswer", false),
-                // HTTP-style codes, and no `Accept` check.
+                // HTTP-style codes; its 400 for `Accept` is documented with the call.
                 paths::RCS_DETAIL => ("DetailErrorAnswer", false),
+                // The table's codes, with `code_detail` as its answer has it.
+                paths::XMS_DETAIL => ("DetailErrorAnswer", true),
                 _ => ("ErrorAnswer", true),
             };
             let answers = &mut op.responses.responses;
