@@ -154,6 +154,11 @@ impl InstanceTask {
             status.port = None;
             if !ever_ready && let Some(r) = &status.reason {
                 status.reason = Some(format!("CrashLoopBackOff: {r}"));
+                // The seed shows an instance that keeps starting and stopping as `Running`,
+                // with the restart back-off as its reason.
+                if status.state == InstanceState::Failed {
+                    status.state = InstanceState::Running;
+                }
             }
             self.report(&status, false);
             tokio::select! {

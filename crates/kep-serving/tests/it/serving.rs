@@ -423,15 +423,19 @@ async fn broken_commands_get_clear_states_and_disturb_nothing_else() {
         (d["state"].as_str(), d["instances"][0]["state"].as_str()),
         (Some("Progressing"), Some("Pending"))
     );
+    s.wait_for("bad", "exits", "crash-looped", |d| {
+        d["instances"][0]["restarts"].as_u64() >= Some(2)
+    })
+    .await;
     let d = s
-        .wait_for("bad", "exits", "crash-looped", |d| {
-            d["instances"][0]["restarts"].as_u64() >= Some(2)
+        .wait_for("bad", "exits", "shown in back-off", |d| {
+            reason(d).contains("CrashLoopBackOff")
         })
         .await;
-    assert!(
-        reason(&d).contains("CrashLoopBackOff") || reason(&d).contains("exit"),
-        "{d}"
-    );
+    // The seed: instances that repeatedly start and stop are shown `Running`, with the
+    // restart back-off as the cause.
+    assert_eq!(d["instances"][0]["state"], "Running", "{d}");
+    assert_eq!(d["instances"][0]["ready"], false, "{d}");
     s.wait_for("bad", "silent", "failed its probe", |d| {
         reason(d).contains("readiness probe failed")
     })
