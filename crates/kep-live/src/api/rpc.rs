@@ -112,12 +112,13 @@ fn parse_targets<T: Target>(params: &str, max: usize) -> Result<TargetsParams<T>
 /// A JSON-RPC request, borrowed from the body.
 #[derive(serde::Deserialize)]
 struct Envelope<'a> {
+    // Raw, so that a member of the wrong type is refused naming it, with the request's id.
     #[serde(borrow, default)]
-    jsonrpc: Option<Cow<'a, str>>,
+    jsonrpc: Option<&'a RawValue>,
     #[serde(borrow, default)]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
+    method: Option<&'a RawValue>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
 }
@@ -332,12 +333,12 @@ async fn handle(
             ));
         }
     }
-    if envelope.jsonrpc.as_deref() != Some("2.0") {
+    if envelope.jsonrpc.and_then(string).as_deref() != Some("2.0") {
         return Err(LiveError::InvalidRequest(
             "`jsonrpc` must be \"2.0\"".into(),
         ));
     }
-    let Some(method) = envelope.method else {
+    let Some(method) = envelope.method.and_then(string) else {
         return Err(LiveError::InvalidRequest(
             "`method` must be a string".into(),
         ));
@@ -351,6 +352,15 @@ async fn handle(
     };
     let op = Operation::parse(&method, params, live.0.settings.max_targets)?;
     execute(live, service, op).await
+}
+
+/// A member that is a JSON string, borrowed where it has no escapes.
+fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let json = raw.get();
+    if let Ok(s) = serde_json::from_str::<&str>(json) {
+        return Some(Cow::Borrowed(s));
+    }
+    serde_json::from_str::<String>(json).ok().map(Cow::Owned)
 }
 
 async fn execute(

@@ -296,6 +296,41 @@ async fn envelope_errors_have_their_codes() {
         assert_eq!(answer["jsonrpc"], "2.0");
         assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
     }
+    // A member of the wrong type is -32600 naming it, and the request's id is kept; an
+    // escaped string is still a string.
+    for (body, id, field) in [
+        (
+            r#"{"jsonrpc":2,"id":"7","method":"Room.ListRooms","params":{}}"#,
+            "7",
+            "jsonrpc",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"8","method":5,"params":{}}"#,
+            "8",
+            "method",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"9","method":null,"params":{}}"#,
+            "9",
+            "method",
+        ),
+    ] {
+        let (status, answer) = srv.raw_rpc(j, None, body).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(answer["id"], id, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{body}: {answer}");
+        let reason = answer["error"]["data"]["reason"].as_str().unwrap();
+        assert!(reason.contains(&format!("`{field}`")), "{body}: {answer}");
+    }
+    let (_, answer) = srv
+        .raw_rpc(
+            j,
+            None,
+            r#"{"jsonrpc":"2\u002e0","id":"1","method":"Room.Nope","params":{}}"#,
+        )
+        .await;
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+
     // `params` is required of every method, `{}` where it takes none (seed 000).
     for body in [
         r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms"}"#,
