@@ -8,8 +8,8 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use kep_adapter::{AdapterService, AdapterSettings};
 use kep_api::adapter::{
-    AgentNotification, DataModel, LoginModel, OAuth2Login, OrgLoginTypeRequest, Synchronization,
-    UploadResult, UserModel,
+    AgentNotification, DataModel, LoginModel, NotificationAttempt, OAuth2Login,
+    OrgLoginTypeRequest, Synchronization, UploadResult, UserModel,
 };
 use kep_client::{AdminClient, ClientError};
 use kep_core::clock::Clock;
@@ -67,6 +67,23 @@ async fn start_in(
 }
 
 impl Server {
+    /// The session's notification attempts, once exactly `n` are recorded (the agent may
+    /// have a notice a moment before the server records its answer).
+    pub async fn attempts(&self, session: &str, n: usize) -> Vec<NotificationAttempt> {
+        eventually(
+            Duration::from_secs(10),
+            &format!("{n} attempts recorded"),
+            async || {
+                let attempts = self.admin.drm_session(session).await.unwrap().notifications;
+                match attempts.len() {
+                    len if len == n => Ok(attempts),
+                    len => Err(format!("{len} attempts")),
+                }
+            },
+        )
+        .await
+    }
+
     /// Stops the platform and starts it again on the same data dir and clock.
     pub async fn restart(self, configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         self.running.stop(Duration::from_secs(5)).await;

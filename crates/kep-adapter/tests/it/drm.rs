@@ -549,19 +549,12 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
     next_notice(&mut agent_srv).await;
     // The agent has the notice before the server has its 204: the last attempt is recorded
     // a moment later.
-    let statuses = eventually(
-        Duration::from_secs(10),
-        "three attempts recorded",
-        async || {
-            let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
-            let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
-            match statuses.len() {
-                3 => Ok(statuses),
-                _ => Err(format!("{statuses:?}")),
-            }
-        },
-    )
-    .await;
+    let statuses: Vec<_> = srv
+        .attempts(&session, 3)
+        .await
+        .iter()
+        .map(|a| a.status)
+        .collect();
     assert_eq!(statuses, [Some(500), Some(500), Some(204)]);
 
     // An agent that is down: every attempt fails, each recorded with its error.
@@ -579,18 +572,7 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
         .await
         .unwrap()
         .session_id;
-    let attempts = eventually(
-        Duration::from_secs(10),
-        "four attempts recorded",
-        async || {
-            let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
-            match attempts.len() {
-                4 => Ok(attempts),
-                n => Err(format!("{n} attempts")),
-            }
-        },
-    )
-    .await;
+    let attempts = srv.attempts(&session, 4).await;
     assert_eq!(attempts.len(), 4);
     assert!(
         attempts
@@ -661,41 +643,17 @@ async fn a_notification_a_stop_cut_off_is_sent_after_the_restart() {
         .unwrap();
     let ask = drm_file_f(org.id);
     let session = srv.admin.drm_request(&ask).await.unwrap().session_id;
-    eventually(
-        Duration::from_secs(10),
-        "the first attempt recorded",
-        async || match srv
-            .admin
-            .drm_session(&session)
-            .await
-            .unwrap()
-            .notifications
-            .len()
-        {
-            1 => Ok(()),
-            n => Err(format!("{n} attempts")),
-        },
-    )
-    .await;
+    srv.attempts(&session, 1).await;
 
     let srv = srv.restart(|s| s.notify_attempts = 5).await;
     let (_, notice) = next_notice(&mut agent_srv).await;
     assert_eq!(notice.session_id, session);
-    let statuses = eventually(
-        Duration::from_secs(10),
-        "the second attempt recorded",
-        async || {
-            let attempts = srv.admin.drm_session(&session).await.unwrap().notifications;
-            match attempts.len() {
-                2 => Ok(attempts
-                    .iter()
-                    .map(|a| (a.attempt, a.status))
-                    .collect::<Vec<_>>()),
-                n => Err(format!("{n} attempts")),
-            }
-        },
-    )
-    .await;
+    let statuses: Vec<_> = srv
+        .attempts(&session, 2)
+        .await
+        .iter()
+        .map(|a| (a.attempt, a.status))
+        .collect();
     assert_eq!(
         statuses,
         [(1, Some(500)), (2, Some(204))],
