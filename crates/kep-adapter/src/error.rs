@@ -81,6 +81,12 @@ pub fn status_body(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
+/// A refusal made before routing (a head too large or malformed), in the `{_code,
+/// _message}` shape. It carries no `X-Request-Id`: the request was never read.
+pub fn unrouted(status: StatusCode, why: &str) -> serde_json::Value {
+    serde_json::json!({ "_code": status.as_u16(), "_message": why })
+}
+
 impl IntoResponse for AdapterError {
     fn into_response(self) -> Response {
         if let AdapterError::Internal(e) = &self {

@@ -127,7 +127,7 @@ impl Service for AdapterService {
 
     /// `/api/trust/...`.
     fn app(&self) -> App {
-        api::router(self.clone()).into()
+        App::new(api::router(self.clone()), error::unrouted)
     }
 
     /// The operator routes under `/admin/v1/adapter`.

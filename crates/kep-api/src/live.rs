@@ -172,6 +172,15 @@ pub struct RpcResponse {
     pub error: Option<RpcError>,
 }
 
+/// What `POST /api/rpc` answers: one answer, or for a batch the array of its answers in
+/// the order of its calls.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum RpcReply {
+    One(RpcResponse),
+    Batch(Vec<RpcResponse>),
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RpcError {
     pub code: i64,

@@ -24,6 +24,9 @@ impl Detail {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorAnswer {
     pub code: String,
+    /// A send's `cid`, when its body had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cid: Option<String>,
     pub result: Detail,
 }
 

@@ -207,6 +207,13 @@ pub struct OperatorGuard {
 /// The one client of the operator API: whoever holds the operator token.
 const OPERATOR: &str = "operator";
 
+/// The credentials of an `Authorization` value in `scheme`: the scheme word is matched
+/// case-insensitively (RFC 9110 §11.1: `bearer`, `BEARER`), then one or more spaces.
+pub fn credentials<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
+    let (word, rest) = value.split_once(' ')?;
+    word.eq_ignore_ascii_case(scheme).then(|| rest.trim())
+}
+
 /// `router` with every route behind the operator token and the admin listener's limits.
 pub fn operator_only(router: axum::Router, token: &str, limiter: Limiter) -> axum::Router {
     router.route_layer(axum::middleware::from_fn_with_state(
@@ -230,8 +237,8 @@ pub async fn require_operator(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let operator = presented.is_some_and(|p| constant_time_eq(p.trim(), &guard.token));
+        .and_then(|v| credentials(v, "Bearer"));
+    let operator = presented.is_some_and(|p| constant_time_eq(p, &guard.token));
     let key = if operator {
         Key::client(OPERATOR)
     } else {

@@ -229,6 +229,7 @@ fn serve(
             router: app.router.layer(TraceLayer::new_for_http()),
             front: None,
             workers: app.workers,
+            unrouted: app.unrouted,
         };
     }
     let shutdown = shutdown.clone();

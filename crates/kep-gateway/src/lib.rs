@@ -253,6 +253,7 @@ impl Gateway {
                 .fast_path
                 .then(|| Arc::new(h1::GatewayFront(Arc::clone(self))) as Arc<dyn Front>),
             workers: self.pools.workers,
+            unrouted: kep_core::listener::operator_shape,
         }
     }
 
@@ -451,9 +452,9 @@ fn split_path(path: &str) -> Option<(&str, &str)> {
 fn authorized(authorization: Option<&[u8]>, key_hash: &[u8; 32]) -> bool {
     authorization
         .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| kep_core::http::credentials(v, "Bearer"))
         // Digests are compared: timing can tell nothing about the key itself.
-        .is_some_and(|key| kep_core::secret::sha256(key.trim()) == *key_hash)
+        .is_some_and(|key| kep_core::secret::sha256(key) == *key_hash)
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).

@@ -10,7 +10,7 @@ pub enum LiveError {
     /// The body is not JSON.
     #[error("Parse error")]
     Parse(String),
-    /// JSON, but not a JSON-RPC 2.0 request (wrong `jsonrpc`, no `method`, no `id`, a batch).
+    /// JSON, but not a JSON-RPC 2.0 request (wrong `jsonrpc`, no `method`, no `id`, an empty batch).
     #[error("Invalid Request")]
     InvalidRequest(String),
     /// A method the API does not have.
@@ -46,6 +46,13 @@ pub enum LiveError {
     TooManyRequests(#[from] Refusal),
     #[error("Internal error")]
     Internal(#[from] anyhow::Error),
+}
+
+/// A refusal made before routing (a head too large or malformed): a JSON-RPC -32600 with
+/// no id, as for a body that is no request.
+pub fn unrouted(_: StatusCode, why: &str) -> Value {
+    let error = LiveError::InvalidRequest(why.to_owned()).to_error_object();
+    json!({ "jsonrpc": "2.0", "id": null, "error": error })
 }
 
 impl From<sqlx::Error> for LiveError {

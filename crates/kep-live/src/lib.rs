@@ -130,7 +130,7 @@ impl Service for LiveService {
 
     /// `POST /api/rpc`, `GET /api/ws`.
     fn app(&self) -> App {
-        api::router(self.clone()).into()
+        App::new(api::router(self.clone()), error::unrouted)
     }
 
     /// The operator routes under `/admin/v1/live`.

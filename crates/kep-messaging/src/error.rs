@@ -22,6 +22,9 @@ pub enum MessagingError {
         message: String,
         too_large: bool,
     },
+    /// A method the path does not take: 405 with code `410` (invalid input) and `Allow`.
+    #[error("this API does not take {0}")]
+    MethodNotAllowed(axum::http::Method),
     /// Over the client's (or, without a valid token, the peer's) rate or calls in flight:
     /// 429 with code `429`, and `Retry-After`.
     #[error(transparent)]
@@ -61,10 +64,17 @@ impl MessagingError {
                 too_large: true, ..
             } => (StatusCode::PAYLOAD_TOO_LARGE, "420"),
             MessagingError::File { .. } => (StatusCode::BAD_REQUEST, "420"),
+            MessagingError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "410"),
             MessagingError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "429"),
             MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
         }
     }
+}
+
+/// A refusal made before routing (a head too large or malformed): invalid input, code
+/// `410`, whatever the HTTP status.
+pub fn unrouted(_: StatusCode, why: &str) -> serde_json::Value {
+    json!({ "code": "410", "result": { "detail_code": "API_410", "detail_message": why } })
 }
 
 impl IntoResponse for MessagingError {
@@ -77,6 +87,12 @@ impl MessagingError {
     /// The answer in the messaging shape, its detail under `key`: `result` for most calls,
     /// `code_detail` for the XMS detail, whose success answer names it so.
     pub fn answer(self, key: &str) -> Response {
+        self.answer_echoing(key, None)
+    }
+
+    /// [`MessagingError::answer`] echoing a send's `cid`, so that a client matches the
+    /// refusal to its message.
+    pub fn answer_echoing(self, key: &str, cid: Option<String>) -> Response {
         if let MessagingError::Internal(e) = &self {
             tracing::error!(error = ?e, "messaging internal error");
         }
@@ -86,6 +102,9 @@ impl MessagingError {
             other => other.to_string(),
         };
         let mut body = json!({ "code": code });
+        if let Some(cid) = cid {
+            body["cid"] = json!(cid);
+        }
         body[key] = json!({ "detail_code": format!("API_{code}"), "detail_message": message });
         let mut res = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {

@@ -173,7 +173,7 @@ impl Service for MessagingService {
 
     /// `/v2/...`.
     fn app(&self) -> App {
-        api::router(self.clone()).into()
+        App::new(api::router(self.clone()), error::unrouted)
     }
 
     /// The operator routes under `/admin/v1/messaging`.

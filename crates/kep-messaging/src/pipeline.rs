@@ -225,20 +225,34 @@ impl<C: Carrier> Dispatcher<C> {
     }
 
     async fn process(&self, mut m: MessageRow) {
-        let first_route = m.channel.route();
+        let request = (m.channel == Channel::Rcs)
+            .then(|| serde_json::from_str::<serde_json::Value>(&m.request).unwrap_or_default());
         let mut handovers = Vec::new();
-        let Some(outcome) = self.hand_over(&mut m, first_route, &mut handovers).await else {
-            return;
+        // An RCS message its carrier would refuse fails without being handed over.
+        let refused = request
+            .as_ref()
+            .and_then(|r| crate::rcs::undeliverable(m.message_type, r));
+        let outcome = match refused {
+            Some(why) => {
+                m.error_message = Some(why);
+                CarrierOutcome::Failed
+            }
+            None => {
+                let route = m.channel.route();
+                let Some(outcome) = self.hand_over(&mut m, route, &mut handovers).await else {
+                    return;
+                };
+                outcome
+            }
         };
         let mut last = outcome;
-        if m.channel == Channel::Rcs {
+        if let Some(request) = &request {
             let delivered = outcome == CarrierOutcome::Delivered;
             m.rcs_status = Some(if delivered {
                 RcsStatus::Success
             } else {
                 RcsStatus::Fail
             });
-            let request: serde_json::Value = serde_json::from_str(&m.request).unwrap_or_default();
             let fall_back = request["fall_back_yn"].as_bool().unwrap_or(false);
             if !delivered && fall_back {
                 let route = match request["fall_back_message_type"].as_str() {

@@ -7,7 +7,9 @@ use crate::MessagingError;
 use crate::ids::{ClientId, FileId};
 use crate::model::{Channel, MessageType};
 use crate::send::{Head, Sendable};
-use crate::text::{check_chars, check_digits, check_head, check_text, require_text};
+use crate::text::{
+    check_chars, check_digits, check_head, check_text, empty_as_none, require_text, strip_empty,
+};
 use crate::uploads::Uploads;
 
 /// An RCS send as it arrives; every field optional here so a missing one is named.
@@ -18,8 +20,10 @@ pub struct RcsSend {
     pub phone_number: Option<String>,
     pub template_code: Option<String>,
     pub agency_id: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub client_id: Option<String>,
     pub ad_flag: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub footer: Option<String>,
     pub sender_no: Option<String>,
     #[expect(
@@ -32,6 +36,7 @@ pub struct RcsSend {
     pub tmpl_variable: Option<std::collections::BTreeMap<String, String>>,
     pub biz_no: Option<String>,
     pub fall_back_yn: Option<bool>,
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub fall_back_message_type: Option<String>,
     pub fall_back_title: Option<String>,
     pub fall_back_message: Option<String>,
@@ -62,6 +67,15 @@ fn body_limits(message_type: MessageType) -> Option<(usize, usize, usize)> {
         MessageType::RcsMms => Some((6, 2, 1300)),
         _ => None,
     }
+}
+
+/// Why an accepted RCS message cannot be delivered, if it cannot: the seed's "delivery fails
+/// if the per-type limit is exceeded" for more bodies than its type carries.
+pub fn undeliverable(message_type: MessageType, request: &Value) -> Option<String> {
+    let (max, _, _) = body_limits(message_type)?;
+    let bodies = request["body"].as_array().map_or(0, Vec::len);
+    (bodies > max)
+        .then(|| format!("{message_type} carries at most {max} bodies; {bodies} were sent"))
 }
 
 /// RCS text is carried as UTF-8: a character CP949 has counts as its CP949 bytes, any
@@ -129,18 +143,14 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
         check_text("sender_no", sender, 16)?;
     }
     match body_limits(message_type) {
-        Some((max_bodies, max_buttons, max_bytes)) => {
+        // More bodies than the type carries is no refusal: the seed says delivery fails
+        // (`undeliverable`).
+        Some((_, max_buttons, max_bytes)) => {
             let bodies = send.body.as_deref().unwrap_or_default();
             if bodies.is_empty() {
                 return Err(MessagingError::invalid(
                     "body",
                     format!("{message_type} needs a body"),
-                ));
-            }
-            if bodies.len() > max_bodies {
-                return Err(MessagingError::invalid(
-                    "body",
-                    format!("{message_type} has at most {max_bodies} bodies"),
                 ));
             }
             for (i, b) in bodies.iter().enumerate() {
@@ -249,6 +259,10 @@ impl Sendable for RcsSend {
     fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
         let message_type = validate(self, caller.as_str())?;
         Ok(Head::new(&self.cid, message_type, &self.phone_number))
+    }
+
+    fn strip(_: &Head, raw: &mut serde_json::Value) {
+        strip_empty(raw, &["client_id", "footer", "fall_back_message_type"]);
     }
 
     async fn check_files(

@@ -34,25 +34,29 @@ pub trait Sendable: DeserializeOwned {
     const CHANNEL: Channel;
     /// Checks the send's rules for `caller`.
     fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError>;
+    /// Drops from the request as it will be stored and handed over what is not sent: an
+    /// optional field given as `""`, a field its type does not carry.
+    fn strip(head: &Head, raw: &mut Value);
     /// The uploads the send names must be the caller's and unexpired (a file error).
     async fn check_files(&self, uploads: &Uploads, caller: &ClientId)
     -> Result<(), MessagingError>;
 }
 
 impl Messaging {
-    /// Checks `send` (`raw` is its body as it came) for `caller`, stores it durably and
+    /// Checks `send` (`raw` is its body as it came, an object) for `caller`, stores it durably and
     /// wakes the dispatcher: its uid and cid. The same cid with the same body answers the
     /// first uid and sends nothing; another body is a 410.
     pub async fn send<T: Sendable>(
         &self,
         caller: ClientId,
         send: &T,
-        raw: &Value,
+        mut raw: Value,
     ) -> Result<(MessageUid, String), MessagingError> {
         let head = send.validate(&caller)?;
         send.check_files(&self.uploads, &caller).await?;
+        T::strip(&head, &mut raw);
         let cid = head.cid.clone();
-        let request = serde_json::to_string(raw).expect("JSON serialises");
+        let request = serde_json::to_string(&raw).expect("JSON serialises");
         let request_hash = sha256_hex(&request);
         let now = self.clock.unix_ms();
         let row = MessageRow {

@@ -60,6 +60,25 @@ pub fn require_text(field: &str, text: Option<&str>, max: usize) -> Result<(), M
     }
 }
 
+/// An optional text field where `""` means absent, as clients that send every field of a
+/// form send the ones left blank. The field is then also dropped from the stored request
+/// ([`crate::send::Sendable::strip`]).
+pub fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(<Option<String> as serde::Deserialize>::deserialize(d)?.filter(|s| !s.is_empty()))
+}
+
+/// Removes the fields of `raw` named in `fields` whose value is `""`.
+pub fn strip_empty(raw: &mut serde_json::Value, fields: &[&str]) {
+    let Some(raw) = raw.as_object_mut() else {
+        return;
+    };
+    for field in fields {
+        if raw.get(*field).and_then(serde_json::Value::as_str) == Some("") {
+            raw.remove(*field);
+        }
+    }
+}
+
 /// Digits only, 1 to `max` of them.
 pub fn check_digits(field: &str, value: &str, max: usize) -> Result<(), MessagingError> {
     if value.is_empty() || value.len() > max || !value.bytes().all(|b| b.is_ascii_digit()) {

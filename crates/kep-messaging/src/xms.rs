@@ -6,20 +6,26 @@ use crate::MessagingError;
 use crate::ids::{ClientId, ContentGroupId};
 use crate::model::{Channel, MessageType};
 use crate::send::{Head, Sendable};
-use crate::text::{check_chars, check_digits, check_head, check_text, require_text};
+use crate::text::{
+    check_chars, check_digits, check_head, check_text, empty_as_none, require_text, strip_empty,
+};
 use crate::uploads::Uploads;
 
 /// An XMS send as it arrives; every field optional here so a missing one is named.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 pub struct XmsSend {
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub client_id: Option<String>,
     pub cid: Option<String>,
     pub message_type: Option<String>,
     pub phone_number: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub nat_cd: Option<String>,
     pub message: Option<String>,
     pub sender_no: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub title: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
     pub content_group_id: Option<String>,
     pub biz_no: Option<String>,
     pub tax_cd1: Option<String>,
@@ -51,6 +57,11 @@ pub fn message_limit(message_type: MessageType) -> usize {
         MessageType::Sm | MessageType::Ism => 90,
         _ => 2000,
     }
+}
+
+/// Whether a message of the type carries a title (LM, MM, ILM).
+fn has_title(message_type: MessageType) -> bool {
+    !matches!(message_type, MessageType::Sm | MessageType::Ism)
 }
 
 /// Checks `send` for `client_id` (the caller); on success its type.
@@ -97,13 +108,10 @@ pub fn validate(send: &XmsSend, caller: &str) -> Result<MessageType, MessagingEr
         .as_deref()
         .ok_or_else(|| MessagingError::invalid("sender_no", "required"))?;
     check_digits("sender_no", sender, 16)?;
-    if let Some(title) = &send.title {
-        if matches!(message_type, MessageType::Sm | MessageType::Ism) {
-            return Err(MessagingError::invalid(
-                "title",
-                "only LM, MM and ILM messages have a title",
-            ));
-        }
+    // An SM or ISM has no title: one sent with it is accepted, and not delivered (strip).
+    if let Some(title) = &send.title
+        && has_title(message_type)
+    {
         check_text("title", title, 60)?;
     }
     if send.content_group_id.is_some() && message_type != MessageType::Mm {
@@ -143,6 +151,15 @@ impl Sendable for XmsSend {
     fn validate(&self, caller: &ClientId) -> Result<Head, MessagingError> {
         let message_type = validate(self, caller.as_str())?;
         Ok(Head::new(&self.cid, message_type, &self.phone_number))
+    }
+
+    fn strip(head: &Head, raw: &mut serde_json::Value) {
+        strip_empty(raw, &["client_id", "nat_cd", "title", "content_group_id"]);
+        if let Some(raw) = raw.as_object_mut()
+            && !has_title(head.message_type)
+        {
+            raw.remove("title");
+        }
     }
 
     async fn check_files(

@@ -24,6 +24,7 @@ pub(super) struct Acceptor {
     pub(super) front: Option<Arc<dyn Front>>,
     pub(super) router: Router,
     pub(super) conn: ConnectionLimits,
+    pub(super) unrouted: super::Unrouted,
     pub(super) shutdown: CancellationToken,
     /// A worker's place among its listener's workers.
     pub(super) share: Option<(Arc<Share>, usize)>,
@@ -112,6 +113,7 @@ impl Acceptor {
                 self.front.clone(),
                 self.router.clone(),
                 self.conn.clone(),
+                self.unrouted,
                 self.shutdown.clone(),
             ));
         }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use tower_http::timeout::TimeoutBody;
 use super::accept::Opened;
 use super::body::{BodyMemory, Tracked};
 use super::front::{Front, FrontLimits, Handover};
+use super::unrouted::{Unrouted, Watch};
 
 #[derive(Clone)]
 pub(super) struct ConnectionLimits {
@@ -57,13 +58,17 @@ pub(super) async fn connection(
     front: Option<Arc<dyn Front>>,
     router: Router,
     limits: ConnectionLimits,
+    unrouted: Unrouted,
     shutdown: CancellationToken,
 ) {
-    let io = match front {
-        None => Replayed {
-            read: Bytes::new(),
-            io,
-        },
+    let lookalikes = Arc::new(AtomicUsize::new(0));
+    let watch = Watch {
+        unrouted,
+        max_head: limits.max_head,
+        lookalikes: Arc::clone(&lookalikes),
+    };
+    let (read, io) = match front {
+        None => (Bytes::new(), io),
         Some(front) => {
             let at = FrontLimits {
                 head_timeout: limits.head,
@@ -72,10 +77,16 @@ pub(super) async fn connection(
                 shutdown: shutdown.clone(),
             };
             match front.serve(io, at).await {
-                Some(Handover { io, read }) => Replayed { read, io },
+                Some(Handover { io, read }) => (read, io),
                 None => return,
             }
         }
+    };
+    let io = Replayed {
+        read,
+        io,
+        watch,
+        replacing: None,
     };
     let started = Arc::new(AtomicBool::new(false));
     let head = limits.head;
@@ -93,8 +104,13 @@ pub(super) async fn connection(
             });
             req.extensions_mut().insert(ConnectInfo(peer));
             let answer = router.clone().call(req);
+            let lookalikes = Arc::clone(&lookalikes);
             async move {
                 let mut res = answer.await?;
+                if h1 {
+                    let empty = http_body::Body::is_end_stream(res.body());
+                    Watch::routed(&lookalikes, res.status(), empty);
+                }
                 // Answered before its body was read to the end (a 413, say): hyper closes
                 // the connection after the answer, and says so, as nginx does, so that the
                 // client does not send its next request down a closing connection.
@@ -178,9 +194,40 @@ impl Drop for Connection {
 }
 
 /// A connection whose first bytes were read by a [`Front`]: they are read again first.
+/// What hyper writes goes out as written, but for its own refusals ([`Watch`]).
 struct Replayed {
     read: Bytes,
     io: Connection,
+    watch: Watch,
+    /// The answer going out instead of a write of hyper's, and that write's length.
+    replacing: Option<(Bytes, usize)>,
+}
+
+impl Replayed {
+    /// Writes what replaces `written`, if anything does: then `Some`, with the length
+    /// hyper is told was written.
+    fn poll_replace(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: &[u8],
+    ) -> Option<Poll<std::io::Result<usize>>> {
+        if self.replacing.is_none() {
+            self.replacing = Some((self.watch.replace(written)?, written.len()));
+        }
+        let (answer, len) = self.replacing.as_mut()?;
+        while !answer.is_empty() {
+            match Pin::new(self.io.stream()).poll_write(cx, answer) {
+                Poll::Ready(Ok(0)) => {
+                    return Some(Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())));
+                }
+                Poll::Ready(Ok(n)) => drop(answer.split_to(n)),
+                other => return Some(other),
+            }
+        }
+        let len = *len;
+        self.replacing = None;
+        Some(Poll::Ready(Ok(len)))
+    }
 }
 
 impl AsyncRead for Replayed {
@@ -205,7 +252,11 @@ impl AsyncWrite for Replayed {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(self.get_mut().io.stream()).poll_write(cx, buf)
+        let this = self.get_mut();
+        if let Some(replaced) = this.poll_replace(cx, buf) {
+            return replaced;
+        }
+        Pin::new(this.io.stream()).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -213,7 +264,15 @@ impl AsyncWrite for Replayed {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(self.get_mut().io.stream()).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        // hyper's own refusal is a head alone: one buffer.
+        let mut written = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (written.next(), written.next())
+            && let Some(replaced) = this.poll_replace(cx, only)
+        {
+            return replaced;
+        }
+        Pin::new(this.io.stream()).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

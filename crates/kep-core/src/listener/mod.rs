@@ -9,6 +9,7 @@ mod files;
 mod front;
 #[cfg(test)]
 mod tests;
+mod unrouted;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub use connection::Connection;
 use connection::ConnectionLimits;
 pub use files::{operator_token, write_addresses, write_private};
 pub use front::{Front, FrontLimits, Handover};
+pub use unrouted::{Unrouted, operator_shape};
 
 /// A bound listener and the address it got.
 pub struct Bound {
@@ -71,6 +73,7 @@ pub async fn serve(
         router,
         front,
         workers,
+        unrouted,
     } = app.into();
     let timeout = |s: u64| (s > 0).then(|| Duration::from_secs(s));
     // hyper's floor: its buffer must hold the smallest head it reads.
@@ -95,6 +98,7 @@ pub async fn serve(
         front,
         router,
         conn,
+        unrouted,
         shutdown,
         share: None,
     };
@@ -157,14 +161,28 @@ pub struct App {
     /// own, as nginx's worker processes do; 0: the connections are tasks of the caller's
     /// runtime.
     pub workers: usize,
+    /// How its API words a refusal made before routing (a head too large or malformed).
+    pub unrouted: Unrouted,
 }
 
+impl App {
+    /// `router` on the caller's runtime, its refusals before routing worded by `unrouted`.
+    pub fn new(router: Router, unrouted: Unrouted) -> App {
+        App {
+            unrouted,
+            ..App::from(router)
+        }
+    }
+}
+
+/// A router of the operator API's shape.
 impl From<Router> for App {
     fn from(router: Router) -> App {
         App {
             router,
             front: None,
             workers: 0,
+            unrouted: operator_shape,
         }
     }
 }

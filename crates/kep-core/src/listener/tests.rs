@@ -198,6 +198,24 @@ async fn a_head_over_its_limit_is_a_431() {
         .unwrap();
     let answer = until_closed(&mut tcp).await;
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    // With a body in the listener's error shape, as every refusal made before routing.
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "header_too_large", "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "the request head is over 8192 bytes"
+    );
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nbad header\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = until_closed(&mut tcp).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "bad_request", "{body}");
 }
 
 /// A body whose first piece is `len` bytes and that then never ends.

@@ -129,7 +129,7 @@ struct Envelope<'a> {
     path = paths::RPC,
     request_body(content = RpcCall, description = "A JSON-RPC 2.0 request: `Provision`, `Room.ListRooms`, `Room.ListParticipants`, `Room.DestroyRoom`, `Room.KickParticipant`, `Room.InactiveStream` (also `Room.InactivateStream`)"),
     responses(
-        (status = 200, description = "A JSON-RPC answer, `result` or `error`", body = kep_api::live::RpcResponse),
+        (status = 200, description = "A JSON-RPC answer, `result` or `error`; for a batch, the array of its answers", body = kep_api::live::RpcReply),
         (status = 413, description = "Body over the size limit", body = kep_api::live::RpcResponse),
         (status = 415, description = "Content-Type is not application/json", body = kep_api::live::RpcResponse),
     ),
@@ -139,7 +139,6 @@ struct Envelope<'a> {
 pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Response {
     // The request taken whole: a `HeaderMap` extractor would clone every header.
     let (parts, body) = req.into_parts();
-    let mut id = String::from("null");
     // The token says who calls before the body is read, so the limits come first; a call
     // without a valid token (Provision among them) counts against its peer.
     let service = token_service(&live.0, &parts.headers);
@@ -147,20 +146,30 @@ pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Respon
         Some(service) => Key::Client(Arc::clone(service)),
         None => Key::peer(Peer::of(&parts.extensions)),
     };
-    let outcome = match live.0.limiter.admit(key) {
-        Ok(_in_flight) => handle(&live, &parts.headers, service, body, &mut id).await,
-        Err(refusal) => Err(refusal.into()),
+    let reply = match live.0.limiter.admit(key) {
+        Ok(_in_flight) => match read_body(&live, &parts.headers, body).await {
+            Ok(bytes) if bytes.trim_ascii_start().starts_with(b"[") => {
+                batch(&live, service, &bytes).await
+            }
+            Ok(bytes) => {
+                let mut id = String::from("null");
+                let outcome = call(&live, service, &bytes, &mut id).await;
+                Reply::One(id, outcome)
+            }
+            Err(e) => Reply::One("null".into(), Err(e)),
+        },
+        Err(refusal) => Reply::One("null".into(), Err(refusal.into())),
     };
     let mut retry_after = None;
-    let (status, answer) = match outcome {
-        Ok(result) => (StatusCode::OK, Answer::new(&id, "result", result)),
-        Err(err) => {
+    let (status, body) = match reply {
+        Reply::One(id, Ok(result)) => (StatusCode::OK, Body::new(Answer::new(&id, Ok(result)))),
+        Reply::One(id, Err(err)) => {
             retry_after = err.refusal().cloned();
-            let error = Bytes::from(err.to_error_object().to_string());
-            (err.http_status(), Answer::new(&id, "error", error))
+            (err.http_status(), Body::new(Answer::new(&id, Err(err))))
         }
+        Reply::Batch(answers) => (StatusCode::OK, Body::from(answers)),
     };
-    let mut res = Response::new(Body::new(answer));
+    let mut res = Response::new(body);
     *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -172,12 +181,42 @@ pub(crate) async fn rpc(State(live): State<LiveService>, req: Request) -> Respon
     res
 }
 
+/// What a POST is answered: one call's outcome with its id, or a batch's array of answers.
+enum Reply {
+    One(String, Result<Bytes, LiveError>),
+    Batch(Vec<u8>),
+}
+
+/// A batch (JSON-RPC 2.0 §6): each call is run in turn and answered in the array, in
+/// order; an empty array is one -32600, not an empty array.
+async fn batch(live: &LiveService, service: Option<Arc<str>>, bytes: &[u8]) -> Reply {
+    let calls: Vec<&RawValue> = match serde_json::from_slice(bytes) {
+        Ok(calls) => calls,
+        Err(e) => return Reply::One("null".into(), Err(LiveError::Parse(e.to_string()))),
+    };
+    if calls.is_empty() {
+        let empty = LiveError::InvalidRequest("an empty batch".into());
+        return Reply::One("null".into(), Err(empty));
+    }
+    let mut answers = Vec::with_capacity(bytes.len());
+    for (i, raw) in calls.into_iter().enumerate() {
+        answers.push(if i == 0 { b'[' } else { b',' });
+        let mut id = String::from("null");
+        let outcome = call(live, service.clone(), raw.get().as_bytes(), &mut id).await;
+        for piece in Answer::new(&id, outcome).pieces {
+            answers.extend_from_slice(&piece);
+        }
+    }
+    answers.push(b']');
+    Reply::Batch(answers)
+}
+
 /// Any other method on `/api/rpc`: 405, with a JSON-RPC error as the body.
 pub(crate) async fn not_post() -> Response {
     let err = LiveError::MethodNotAllowed;
-    let error = Bytes::from(err.to_error_object().to_string());
-    let mut res = Response::new(Body::new(Answer::new("null", "error", error)));
-    *res.status_mut() = err.http_status();
+    let status = err.http_status();
+    let mut res = Response::new(Body::new(Answer::new("null", Err(err))));
+    *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -187,7 +226,8 @@ pub(crate) async fn not_post() -> Response {
     res
 }
 
-/// The request body's schema: one request object per method, with that method's params.
+/// The request body's schema: one request object per method, with that method's params, or
+/// a batch of them.
 /// Every answer to it is HTTP 200 (a JSON-RPC `error` included), so a body outside this
 /// schema is answered -32600, -32601 or -32602, not refused at the HTTP level.
 pub(crate) struct RpcCall;
@@ -219,18 +259,23 @@ impl utoipa::PartialSchema for RpcCall {
                 },
             })
         };
-        let body = json!({
-            "oneOf": [
-                call(&["Provision"], schema("ProvisionParams")),
-                call(&["Room.ListRooms"], schema("VersionParams")),
-                call(&["Room.ListParticipants", "Room.DestroyRoom"], schema("RoomParams")),
-                call(&["Room.KickParticipant"], targets("ParticipantTarget")),
-                call(
-                    &["Room.InactiveStream", "Room.InactivateStream"],
-                    targets("StreamTarget"),
-                ),
-            ],
-        });
+        let calls = [
+            call(&["Provision"], schema("ProvisionParams")),
+            call(&["Room.ListRooms"], schema("VersionParams")),
+            call(
+                &["Room.ListParticipants", "Room.DestroyRoom"],
+                schema("RoomParams"),
+            ),
+            call(&["Room.KickParticipant"], targets("ParticipantTarget")),
+            call(
+                &["Room.InactiveStream", "Room.InactivateStream"],
+                targets("StreamTarget"),
+            ),
+        ];
+        // One call, or a batch of them (JSON-RPC 2.0 §6).
+        let batch = json!({ "type": "array", "minItems": 1, "items": { "oneOf": calls } });
+        let mut body = json!({ "oneOf": calls });
+        body["oneOf"].as_array_mut().expect("an array").push(batch);
         serde_json::from_value(body).expect("the request schema is a schema")
     }
 }
@@ -245,7 +290,11 @@ struct Answer {
 }
 
 impl Answer {
-    fn new(id: &str, key: &str, json: Bytes) -> Self {
+    fn new(id: &str, outcome: Result<Bytes, LiveError>) -> Self {
+        let (key, json) = match outcome {
+            Ok(result) => ("result", result),
+            Err(err) => ("error", Bytes::from(err.to_error_object().to_string())),
+        };
         let head = format!(r#"{{"jsonrpc":"2.0","id":{id},"{key}":"#);
         Answer {
             pieces: [Bytes::from(head), json, Bytes::from_static(b"}")],
@@ -285,14 +334,11 @@ impl http_body::Body for Answer {
     }
 }
 
-/// Runs one call of `service` (the token's, if it had a valid one); on success the JSON of
-/// its `result`. `id` is filled in as soon as known.
-async fn handle(
+/// The body of a call declared as JSON, within the body limit.
+async fn read_body(
     live: &LiveService,
     headers: &HeaderMap,
-    service: Option<Arc<str>>,
     body: Body,
-    id: &mut String,
 ) -> Result<Bytes, LiveError> {
     let json_type = headers
         .get(header::CONTENT_TYPE)
@@ -303,22 +349,30 @@ async fn handle(
         return Err(LiveError::UnsupportedMediaType);
     }
     let limit = live.0.settings.body_limit_bytes;
-    let bytes = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(LiveError::PayloadTooLarge { limit });
+            Err(LiveError::PayloadTooLarge { limit })
         }
-        Err(e) => {
-            return Err(LiveError::InvalidRequest(format!(
-                "reading the body failed: {e}"
-            )));
-        }
-    };
+        Err(e) => Err(LiveError::InvalidRequest(format!(
+            "reading the body failed: {e}"
+        ))),
+    }
+}
+
+/// Runs one call of `service` (the token's, if it had a valid one); on success the JSON of
+/// its `result`. `id` is filled in as soon as known.
+async fn call(
+    live: &LiveService,
+    service: Option<Arc<str>>,
+    bytes: &[u8],
+    id: &mut String,
+) -> Result<Bytes, LiveError> {
     // Borrowed pieces of the envelope: nothing is copied before the method is known.
-    let envelope: Envelope = serde_json::from_slice(&bytes).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => LiveError::InvalidRequest(
-            "the body must be one JSON-RPC request object (batches are not supported)".into(),
-        ),
+    let envelope: Envelope = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => {
+            LiveError::InvalidRequest("a JSON-RPC request must be an object".into())
+        }
         _ => LiveError::Parse(e.to_string()),
     })?;
     match envelope.id.map(|raw| raw.get()) {
@@ -408,6 +462,6 @@ fn token_service(live: &crate::Live, headers: &HeaderMap) -> Option<Arc<str>> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|token| live.access.authorize(token.trim()))
+        .and_then(|v| kep_core::http::credentials(v, "Bearer"))
+        .and_then(|token| live.access.authorize(token))
 }

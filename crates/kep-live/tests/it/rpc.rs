@@ -265,7 +265,7 @@ async fn external_scheme_asks_the_customers_verifier() {
 async fn envelope_errors_have_their_codes() {
     let srv = spawn(|s| s.body_limit_bytes = 256).await;
     let j = "application/json";
-    let cases: [(&str, i64); 8] = [
+    let cases: [(&str, i64); 7] = [
         ("{not json", -32700),
         (
             r#"{"jsonrpc":"1.0","id":"1","method":"Room.ListRooms","params":{}}"#,
@@ -276,10 +276,6 @@ async fn envelope_errors_have_their_codes() {
             -32600,
         ),
         (r#"{"jsonrpc":"2.0","id":"1","params":{}}"#, -32600),
-        (
-            r#"[{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{}}]"#,
-            -32600,
-        ),
         (r#""just a string""#, -32600),
         (
             r#"{"jsonrpc":"2.0","id":"1","method":"Room.Nope","params":{}}"#,
@@ -409,4 +405,74 @@ async fn envelope_errors_have_their_codes() {
     let (status, answer) = srv.raw_rpc(j, None, over).await;
     assert_eq!(status, 413);
     assert_eq!(answer["error"]["code"], -32600);
+}
+
+#[tokio::test]
+async fn a_batch_answers_an_array_in_order() {
+    let srv = spawn(|_| {}).await;
+    let secrets = srv.create_service("svc").await;
+    let token = LiveClient::new(&srv.live_url)
+        .provision("svc", &secrets.admin_secret)
+        .await
+        .unwrap()
+        .token;
+    let j = "application/json";
+    // Every answer of its own: a result, errors of every kind, a member that is no object.
+    let batch = r#" [
+        {"jsonrpc":"2.0","id":"a","method":"Room.ListRooms","params":{}},
+        {"jsonrpc":"2.0","id":2,"method":"Room.Nope","params":{}},
+        {"jsonrpc":"2.0","id":"c","method":"Room.ListParticipants","params":{}},
+        5,
+        {"jsonrpc":"2.0","id":"e","method":"Room.DestroyRoom","params":{"roomId":"nope"}}
+    ]"#;
+    let (status, answer) = srv.raw_rpc(j, Some(&token), batch).await;
+    assert_eq!(status, 200);
+    let answers = answer.as_array().expect("an array of answers");
+    let got: Vec<(Value, Value)> = answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a["jsonrpc"], "2.0", "{a}");
+            (a["id"].clone(), a["error"]["code"].clone())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (json!("a"), Value::Null),
+            (json!(2), json!(-32601)),
+            (json!("c"), json!(-32602)),
+            (Value::Null, json!(-32600)),
+            (json!("e"), json!(-11004)),
+        ]
+    );
+    assert_eq!(answers[0]["result"], json!([]), "{answer}");
+    // One call is a batch of one: an array of one answer.
+    let (_, answer) = srv
+        .raw_rpc(
+            j,
+            Some(&token),
+            r#"[{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{}}]"#,
+        )
+        .await;
+    assert_eq!(answer.as_array().map(Vec::len), Some(1), "{answer}");
+    // The scheme word of the token is case-insensitive (RFC 9110 §11.1).
+    for scheme in ["bearer", "BEARER"] {
+        let res = reqwest::Client::new()
+            .post(format!("{}/api/rpc", srv.live_url))
+            .header("authorization", format!("{scheme} {token}"))
+            .header("content-type", j)
+            .body(r#"{"jsonrpc":"2.0","id":"1","method":"Room.ListRooms","params":{}}"#)
+            .send()
+            .await
+            .unwrap();
+        let answer: Value = res.json().await.unwrap();
+        assert_eq!(answer["result"], json!([]), "{scheme}: {answer}");
+    }
+    // An empty array is one -32600, not an array; a broken one is a parse error.
+    for (body, code) in [("[]", -32600), (" [ ] ", -32600), ("[{]", -32700)] {
+        let (status, answer) = srv.raw_rpc(j, Some(&token), body).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(answer["id"], Value::Null, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+    }
 }

@@ -26,10 +26,8 @@ pub fn client_credentials(
         None => None,
         Some(value) => {
             let value = value.to_str().map_err(|_| OAuthError::InvalidClient)?;
-            let rest = value
-                .strip_prefix("Basic ")
-                .ok_or(OAuthError::InvalidClient)?
-                .trim();
+            let rest =
+                kep_core::http::credentials(value, "Basic").ok_or(OAuthError::InvalidClient)?;
             Some(match rest.split_once(' ') {
                 // The service's own form: `Basic <client_id> <client_secret>`.
                 Some((id, secret)) => (id.to_owned(), secret.trim().to_owned()),
@@ -77,8 +75,8 @@ pub fn bearer(headers: &HeaderMap, bare_ok: bool) -> Result<&str, MessagingError
         .ok_or(MessagingError::Unauthorized("Authorization is required"))?
         .to_str()
         .map_err(|_| MessagingError::Unauthorized("malformed Authorization"))?;
-    match value.strip_prefix("Bearer ") {
-        Some(t) => Ok(t.trim()),
+    match kep_core::http::credentials(value, "Bearer") {
+        Some(t) => Ok(t),
         None if bare_ok && !value.contains(' ') => Ok(value.trim()),
         None => Err(MessagingError::Unauthorized(
             "expected Bearer <access token>",

@@ -8,7 +8,7 @@ use kep_api::messaging as wire;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
@@ -63,10 +63,25 @@ pub(crate) fn router(m: MessagingService) -> Router {
         .route(paths::XMS_DETAIL, get(xms_detail))
         // A path of no API is invalid input, in the table's codes and the detail's shape.
         .fallback(|| async { MessagingError::invalid("path", "no such API").answer("code_detail") })
+        .method_not_allowed_fallback(wrong_method)
         .layer(axum::extract::DefaultBodyLimit::max(
             m.0.settings.body_limit_bytes,
         ))
         .with_state(m)
+}
+
+/// A method a path does not take, answered in the shape of that path's refusals (axum adds
+/// `Allow`).
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    let e = MessagingError::MethodNotAllowed(method);
+    if path.starts_with(paths::RCS_DETAIL.trim_end_matches("{uid}")) {
+        return rcs::detail_answer(axum::http::StatusCode::METHOD_NOT_ALLOWED, &e.to_string());
+    }
+    if path.starts_with(paths::XMS_DETAIL.trim_end_matches("{uid}")) {
+        return e.answer("code_detail");
+    }
+    e.into_response()
 }
 
 /// OpenAPI of the messaging listener.
@@ -247,11 +262,11 @@ async fn authenticate(
     security(("bearer" = [])))]
 pub(crate) async fn send_xms(
     State(m): State<MessagingService>,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<SendAnswer>, MessagingError> {
-    send::<xms::XmsSend>(m, caller, headers, body).await
+    req: axum::extract::Request,
+) -> Response {
+    send::<xms::XmsSend>(m, caller, headers, req).await
 }
 
 /// The caller of a message call: the client of its access token, known before the body is
@@ -287,27 +302,49 @@ impl<const BARE_OK: bool> FromRequestParts<MessagingService> for Caller<BARE_OK>
 }
 
 /// Every send of the caller: `accept`, the body, its rules and files, then the durable
-/// store.
+/// store. A refusal echoes the body's `cid`, when it had one; one over a limit is answered
+/// before the body is read, which is what the limit spares.
 pub(crate) async fn send<T: Sendable>(
     m: MessagingService,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<SendAnswer>, MessagingError> {
+    req: axum::extract::Request,
+) -> Response {
+    // Within the listener's body limit (the router's `DefaultBodyLimit` travels with `req`).
+    let body = match caller {
+        Err(e @ MessagingError::TooManyRequests(_)) => return e.into_response(),
+        _ => Bytes::from_request(req, &()).await,
+    };
+    // Read for the cid only when refused (a `Bytes` clone shares the body).
+    let read = body.as_ref().ok().cloned();
+    let cid_of = |bytes: Option<Bytes>| {
+        #[derive(serde::Deserialize)]
+        struct Cid {
+            cid: Option<Value>,
+        }
+        let cid = serde_json::from_slice::<Cid>(&bytes?).ok()?.cid?;
+        cid.as_str().map(str::to_owned)
+    };
     // The admission stays bound to the end: the send is in flight until it is stored.
-    let Caller {
-        client_id,
-        _in_flight,
-    } = caller;
-    auth::check_accept(&headers)?;
-    let (send, raw): (T, Value) = json_body(&headers, body)?;
-    let (uid, cid) = m.0.send(client_id, &send, &raw).await?;
-    Ok(Json(SendAnswer {
-        code: "200".into(),
-        uid: uid.into_string(),
-        cid,
-        result: Detail::ok("accepted"),
-    }))
+    let caller = match caller {
+        Ok(caller) => caller,
+        Err(e) => return e.answer_echoing("result", cid_of(read)),
+    };
+    let accepted = async {
+        auth::check_accept(&headers)?;
+        let (send, raw): (T, Value) = json_body(&headers, body)?;
+        m.0.send(caller.client_id.clone(), &send, raw).await
+    };
+    match accepted.await {
+        Ok((uid, cid)) => Json(SendAnswer {
+            code: "200".into(),
+            uid: uid.into_string(),
+            cid,
+            result: Detail::ok("accepted"),
+        })
+        .into_response(),
+        Err(e) => e.answer_echoing("result", cid_of(read)),
+    }
 }
 
 /// `POST /v2/info/message/search`: one page of the caller's XMS messages, oldest first.

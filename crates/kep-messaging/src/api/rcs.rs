@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Caller, json_body, request_field};
 use crate::ids::{MessageUid, ReportGroupId};
-use crate::model::Channel;
+use crate::model::{Channel, MessageType};
 use crate::search::{Page, service_type_filter, status_filter};
 use crate::store::GroupCompletion;
 use crate::{MessagingError, MessagingService, rcs};
@@ -27,11 +27,11 @@ use kep_api::messaging::{
     security(("bearer" = [])))]
 pub(crate) async fn send_rcs(
     State(m): State<MessagingService>,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<SendAnswer>, MessagingError> {
-    super::send::<rcs::RcsSend>(m, caller, headers, body).await
+    req: axum::extract::Request,
+) -> Response {
+    super::send::<rcs::RcsSend>(m, caller, headers, req).await
 }
 
 /// `GET|POST /v2/info/rcs/results`: up to 1000 finished results no open group holds, as a
@@ -207,12 +207,6 @@ pub(crate) async fn detail(
     headers: HeaderMap,
     Path(uid): Path<String>,
 ) -> Response {
-    // This call's codes are HTTP-style (the seed): 401 rather than 400 for a bad token.
-    let detail_answer = |status: StatusCode, message: &str| {
-        let code = status.as_u16().to_string();
-        (status, Json(json!({"code": code, "code_detail": {"detail_code": format!("API_{code}"), "detail_message": message}})))
-            .into_response()
-    };
     let caller = match caller {
         Ok(caller) => caller,
         Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
@@ -258,7 +252,7 @@ pub(crate) async fn detail(
         "uid": r.uid, "client_id": r.client_id, "cid": r.cid, "reg_date": zone.format(r.reg_date),
         "phone_number": r.phone_number, "callback": request_field(&request, "sender_no"),
         "message_base_id": request_field(&request, "template_code"), "message_group_id": r.uid,
-        "service_type": r.message_type.as_str(), "body": request.get("body").map(|b| b.to_string()),
+        "service_type": r.message_type.as_str(), "body": shown_body(r.message_type, &request),
         "fallback_type": request_field(&request, "fall_back_message_type"),
         "fallback_calback": request_field(&request, "sender_no"),
         "fallback_subject": request_field(&request, "fall_back_title"),
@@ -279,6 +273,24 @@ pub(crate) async fn detail(
         Json(json!({"code": "200", "code_detail": Detail::ok("ok"), "result": result})),
     )
         .into_response()
+}
+
+/// The detail's `body`: the bodies as sent, or for RCSTMPL its template text (the free text,
+/// or the cell-type variables as a JSON object).
+fn shown_body(message_type: MessageType, request: &Value) -> Option<String> {
+    if message_type == MessageType::RcsTmpl {
+        return request_field(request, "tmpl_decription")
+            .or_else(|| request.get("tmpl_variable").map(Value::to_string));
+    }
+    request.get("body").map(Value::to_string)
+}
+
+/// A refusal of the RCS detail, whose codes are HTTP-style (the seed): 401 rather than 400
+/// for a bad token.
+pub(crate) fn detail_answer(status: StatusCode, message: &str) -> Response {
+    let code = status.as_u16().to_string();
+    let detail = json!({"detail_code": format!("API_{code}"), "detail_message": message});
+    (status, Json(json!({"code": code, "code_detail": detail}))).into_response()
 }
 
 /// The simulated carrier of a number: one of the three Korean mobile carriers.

@@ -2,6 +2,7 @@
 //! delivery pipeline, uploads, search and detail.
 
 mod common;
+mod edges;
 mod limits;
 mod rcs;
 mod tokens;

@@ -131,7 +131,6 @@ async fn every_rule_of_an_xms_send_is_a_410_naming_its_field() {
         (with("phone_number", json!("01012345678")), "phone_number"),
         (with("message", json!("가".repeat(46))), "message"),
         (with("message", json!("emoji 😀")), "message"),
-        (with("title", json!("a title")), "title"),
         (with("client_id", json!("someone-else")), "client_id"),
         (with("content_group_id", json!("g")), "content_group_id"),
         (with("tax_cd1", json!("x".repeat(51))), "tax_cd1"),
@@ -157,6 +156,9 @@ async fn every_rule_of_an_xms_send_is_a_410_naming_its_field() {
             message.starts_with(&format!("{field}:")),
             "{body}: {message}"
         );
+        // The refusal echoes the cid, when the body had one.
+        let cid = body["cid"].as_str();
+        assert_eq!(v["cid"].as_str(), cid, "{body}: {v}");
     }
     // At the limits: 45 Hangul syllables in an SM, a 30-syllable LM title.
     let (status, _) = srv

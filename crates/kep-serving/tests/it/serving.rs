@@ -81,6 +81,17 @@ async fn a_custom_image_is_deployed_probed_and_called_with_its_key() {
         let v: Value = res.json().await.unwrap();
         assert_eq!(v["error"]["code"], "unauthorized");
     }
+    // The scheme word is case-insensitive (RFC 9110 §11.1).
+    for scheme in ["bearer", "BEARER"] {
+        let res = s
+            .http
+            .get(format!("{}/endpoints/demo/x", s.gateway))
+            .header("authorization", format!("{scheme} {key}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{scheme}");
+    }
     // An endpoint with no deployment: a clear 503.
     let (status, v) = s.invoke("other", Some(&other_key), "/").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

@@ -316,6 +316,64 @@ fn every_listener_closes_a_connection_that_sends_no_request_in_time() {
     }
 }
 
+/// What a listener answers to a raw request: (status, body as JSON).
+fn raw_answer(addr: &str, request: &[u8]) -> (u16, Value) {
+    use std::io::{Read as _, Write as _};
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    tcp.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    // The server may close with unread bytes (a reset) once it has answered.
+    let _ = tcp.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn every_listener_refuses_what_it_cannot_route_in_its_apis_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[("KEP_ADMIN_TOKEN", "op")]);
+    // A head over the 64 KiB limit, and one that is no HTTP.
+    let fat = format!(
+        "GET / HTTP/1.1\r\nhost: x\r\n{}\r\n",
+        "x-fat: 0123456789abcdef0123456789abcdef\r\n".repeat(2048)
+    );
+    let malformed = "GET / HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n";
+    for listener in ["admin", "live", "adapter", "messaging", "gateway"] {
+        let addr = srv.url(listener).replace("http://", "");
+        for (request, status) in [(fat.as_str(), 431), (malformed, 400)] {
+            let (got, body) = raw_answer(&addr, request.as_bytes());
+            assert_eq!(got, status, "{listener}: {body}");
+            let shaped = match listener {
+                "live" => body["jsonrpc"] == "2.0" && body["error"]["code"] == -32600,
+                "adapter" => body["_code"] == status && body["_message"].is_string(),
+                "messaging" => body["code"] == "410" && body["result"]["detail_code"] == "API_410",
+                _ => body["error"]["code"].is_string() && body["error"]["message"].is_string(),
+            };
+            assert!(shaped, "{listener} {status}: {body}");
+        }
+    }
+
+    // The authentication scheme is case-insensitive (RFC 9110 §11.1).
+    let client = reqwest::blocking::Client::new();
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let res = client
+            .get(format!("{}/admin/v1/live/services", srv.admin))
+            .header("authorization", format!("{scheme} op"))
+            .send()
+            .unwrap();
+        assert_eq!(res.status(), 200, "{scheme}");
+    }
+    let res = client
+        .get(format!("{}/admin/v1/live/services", srv.admin))
+        .header("authorization", "Bearerop")
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 401);
+}
+
 /// Kills a child process when dropped, so a failed test leaves nothing running.
 struct KillOnDrop<'a>(&'a mut Child);
 
