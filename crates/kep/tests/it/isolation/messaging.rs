@@ -315,6 +315,15 @@ impl Messaging {
                 ),
             )
         };
+        // A send's refusals echo its cid.
+        let send_refusal = |status: u16, code: &str, message: &str, cid: &str| {
+            expect(
+                status,
+                &format!(
+                    r#"{{"cid":"{cid}","code":"{code}","result":{{"detail_code":"API_{code}","detail_message":"{message}"}}}}"#
+                ),
+            )
+        };
         // The detail calls' refusals carry `code_detail`, as their answers do.
         let detail = |status: u16, code: &str, message: &str| {
             expect(
@@ -359,70 +368,82 @@ impl Messaging {
                 .collect(),
                 refusal(400, "410", "report_group_id: no such open group"),
             ),
-            call(
-                "POST /v2/send/rcs, media of B's upload",
-                bearer(
-                    "POST",
-                    "/v2/send/rcs",
-                    Some(rcs(
+            Call {
+                unauthorized: Some(send_refusal(401, "400", unknown_token, "a-media-cid")),
+                ..call(
+                    "POST /v2/send/rcs, media of B's upload",
+                    bearer(
+                        "POST",
+                        "/v2/send/rcs",
+                        Some(rcs(
+                            "a-media-cid",
+                            A_PHONE,
+                            json!({"title": "t", "description": "d", "media": "maapfile://{file}"}),
+                        )),
+                    ),
+                    vec![one(
+                        "B's RCS file",
+                        "file",
+                        &self.rcs_file,
+                        "no-such-rcs-file",
+                    )],
+                    send_refusal(
+                        400,
+                        "420",
+                        "body[0].media: no such RCS upload, or it expired",
                         "a-media-cid",
-                        A_PHONE,
-                        json!({"title": "t", "description": "d", "media": "maapfile://{file}"}),
-                    )),
-                ),
-                vec![one(
-                    "B's RCS file",
-                    "file",
-                    &self.rcs_file,
-                    "no-such-rcs-file",
-                )],
-                refusal(
-                    400,
-                    "420",
-                    "body[0].media: no such RCS upload, or it expired",
-                ),
-            ),
-            call(
-                "POST /v2/send/xms, content_group_id of B's upload",
-                bearer(
-                    "POST",
-                    "/v2/send/xms",
-                    Some(xms(
+                    ),
+                )
+            },
+            Call {
+                unauthorized: Some(send_refusal(401, "400", unknown_token, "a-mms-cid")),
+                ..call(
+                    "POST /v2/send/xms, content_group_id of B's upload",
+                    bearer(
+                        "POST",
+                        "/v2/send/xms",
+                        Some(xms(
+                            "a-mms-cid",
+                            A_PHONE,
+                            json!({"message_type": "MM", "content_group_id": "{group}"}),
+                        )),
+                    ),
+                    vec![one(
+                        "B's MMS files",
+                        "group",
+                        &self.mms_group,
+                        "no-such-mms-group",
+                    )],
+                    send_refusal(
+                        400,
+                        "420",
+                        "content_group_id: no such MMS upload, or it expired",
                         "a-mms-cid",
-                        A_PHONE,
-                        json!({"message_type": "MM", "content_group_id": "{group}"}),
-                    )),
-                ),
-                vec![one(
-                    "B's MMS files",
-                    "group",
-                    &self.mms_group,
-                    "no-such-mms-group",
-                )],
-                refusal(
-                    400,
-                    "420",
-                    "content_group_id: no such MMS upload, or it expired",
-                ),
-            ),
-            call(
-                "POST /v2/send/xms, client_id of B",
-                bearer(
-                    "POST",
-                    "/v2/send/xms",
-                    Some(xms(
+                    ),
+                )
+            },
+            Call {
+                unauthorized: Some(send_refusal(401, "400", unknown_token, "a-client-cid")),
+                ..call(
+                    "POST /v2/send/xms, client_id of B",
+                    bearer(
+                        "POST",
+                        "/v2/send/xms",
+                        Some(xms(
+                            "a-client-cid",
+                            A_PHONE,
+                            json!({"client_id": "{client}"}),
+                        )),
+                    ),
+                    b_client(),
+                    send_refusal(
+                        400,
+                        "410",
+                        "client_id: is not the client of the access token",
                         "a-client-cid",
-                        A_PHONE,
-                        json!({"client_id": "{client}"}),
-                    )),
-                ),
-                b_client(),
-                refusal(
-                    400,
-                    "410",
-                    "client_id: is not the client of the access token",
-                ),
-            ),
+                    ),
+                )
+            },
         ];
         // A cid is the client's own key: B's is a fresh one to A, and A's send is A's own.
         let accepted = r#"{"code":"200","uid":"{uid}","cid":"{cid}","result":{"detail_code":"API_200","detail_message":"accepted"}}"#;
@@ -432,6 +453,7 @@ impl Messaging {
         ] {
             calls.push(Call {
                 masked: &["/uid"],
+                unauthorized: Some(send_refusal(401, "400", unknown_token, "{cid}")),
                 ..call(
                     format!("POST /v2/send/{channel}, cid of B's"),
                     bearer("POST", &format!("/v2/send/{channel}"), Some(body)),
