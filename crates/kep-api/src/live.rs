@@ -210,13 +210,20 @@ fn rpc_id() -> utoipa::openapi::Object {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ClientMessage {
+    /// With the challenge answered (`serviceId`, `roomId`, `participantId`?, `value`), or
+    /// with a join token alone (`token`), which names all three.
     #[serde(rename_all = "camelCase")]
     Join {
-        service_id: String,
-        room_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        service_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        room_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         participant_id: Option<String>,
-        value: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     Publish,
     #[serde(rename_all = "camelCase")]
@@ -285,6 +292,31 @@ pub struct Event {
 /// `value` of a participant's join: the provision rule with the ordinary service secret.
 pub fn join_value(service_id: &str, service_secret: &str, nonce: &str) -> String {
     provision_value(service_id, service_secret, nonce)
+}
+
+/// A join token's claims (CONTRACT §1 "Media"): a JWT signed HS256 with
+/// [`join_token_key`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JoinClaims {
+    /// The service.
+    pub iss: String,
+    pub room: String,
+    /// The participant.
+    pub sub: String,
+    /// Expiry, unix seconds.
+    pub exp: i64,
+    /// May publish streams (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<bool>,
+    /// May subscribe to streams (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscribe: Option<bool>,
+}
+
+/// The HS256 key of a service's join tokens, as UTF-8 text: `sha256hex(serviceId:secret)`
+/// with the service secret, the hash a join value starts from (kep stores only it).
+pub fn join_token_key(service_id: &str, service_secret: &str) -> String {
+    sha256_hex(&format!("{service_id}:{service_secret}"))
 }
 
 /// `value` of Provision step 2: `sha256hex(sha256hex(serviceId:secret) + ":" + nonce)`.

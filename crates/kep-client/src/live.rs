@@ -2,7 +2,7 @@
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use kep_api::live::{
-    ClientMessage, CreateServiceRequest, DestroyRoomResult, ListParticipantsResult,
+    ClientMessage, CreateServiceRequest, DestroyRoomResult, JoinClaims, ListParticipantsResult,
     ParticipantTarget, ProvisionAuth, ProvisionParams, ProvisionResult, RoomParams, RpcRequest,
     RpcResponse, Scheme, ServerMessage, ServiceList, ServiceSecrets, ServiceSummary, StreamTarget,
     TargetsParams, UpdateServiceRequest, VersionParams, provision_value,
@@ -271,6 +271,18 @@ pub struct Participant {
     pub joined: ServerMessage,
 }
 
+/// A join token for `claims`, signed HS256 with the service's key
+/// ([`kep_api::live::join_token_key`]): what a customer's server hands its participants.
+pub fn join_token(service_id: &str, service_secret: &str, claims: &JoinClaims) -> String {
+    let key = kep_api::live::join_token_key(service_id, service_secret);
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(key.as_bytes()),
+    )
+    .expect("HS256 signs any claims")
+}
+
 /// A closed socket: the close frame's code and reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Closed {
@@ -287,6 +299,33 @@ impl Participant {
         service_secret: &str,
         room_id: &str,
         participant_id: Option<&str>,
+    ) -> Result<Self, ClientError> {
+        Self::join_as(base, |nonce| ClientMessage::Join {
+            service_id: Some(service_id.into()),
+            room_id: Some(room_id.into()),
+            participant_id: participant_id.map(str::to_owned),
+            value: Some(kep_api::live::join_value(service_id, service_secret, nonce)),
+            token: None,
+        })
+        .await
+    }
+
+    /// Joins with a join token ([`join_token`]), which names the room and participant.
+    pub async fn join_with_token(base: &str, token: &str) -> Result<Self, ClientError> {
+        Self::join_as(base, |_| ClientMessage::Join {
+            service_id: None,
+            room_id: None,
+            participant_id: None,
+            value: None,
+            token: Some(token.into()),
+        })
+        .await
+    }
+
+    /// Opens the socket and sends the join `join` makes of the challenge's nonce.
+    async fn join_as(
+        base: &str,
+        join: impl FnOnce(&str) -> ClientMessage,
     ) -> Result<Self, ClientError> {
         let url = format!(
             "{}/api/ws",
@@ -307,15 +346,9 @@ impl Participant {
                 )));
             }
         };
-        let join = ClientMessage::Join {
-            service_id: service_id.into(),
-            room_id: room_id.into(),
-            participant_id: participant_id.map(str::to_owned),
-            value: kep_api::live::join_value(service_id, service_secret, &nonce),
-        };
         socket
             .send(Message::text(
-                serde_json::to_string(&join).expect("serialises"),
+                serde_json::to_string(&join(&nonce)).expect("serialises"),
             ))
             .await?;
         match next_message(&mut socket).await? {

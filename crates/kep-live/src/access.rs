@@ -82,6 +82,11 @@ impl Access {
         })
     }
 
+    /// The clock tokens expire by.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     pub fn service(&self, service_id: &str) -> Option<Service> {
         self.services
             .read()

@@ -22,6 +22,9 @@ pub enum LiveError {
     /// Provisioning failed (with the fresh nonce), or a Room call has no valid token.
     #[error("Unauthorized")]
     Unauthorized { nonce: Option<String> },
+    /// A join token that is malformed, not signed by its service, or expired.
+    #[error("Unauthorized")]
+    InvalidToken(String),
     /// No such room in the caller's service.
     #[error("Not found")]
     RoomNotFound { room_id: String },
@@ -78,7 +81,7 @@ impl LiveError {
             | LiveError::MethodNotAllowed => -32600,
             LiveError::MethodNotFound(_) => -32601,
             LiveError::InvalidParams { .. } => -32602,
-            LiveError::Unauthorized { .. } => -11002,
+            LiveError::Unauthorized { .. } | LiveError::InvalidToken(_) => -11002,
             LiveError::RoomNotFound { .. }
             | LiveError::TargetsNotFound { .. }
             | LiveError::StreamNotFound { .. } => -11004,
@@ -90,9 +93,9 @@ impl LiveError {
     /// The JSON-RPC `error.data`, where the error has one.
     pub fn data(&self) -> Option<Value> {
         match self {
-            LiveError::Parse(reason) | LiveError::InvalidRequest(reason) => {
-                Some(json!({ "reason": reason }))
-            }
+            LiveError::Parse(reason)
+            | LiveError::InvalidRequest(reason)
+            | LiveError::InvalidToken(reason) => Some(json!({ "reason": reason })),
             LiveError::MethodNotFound(method) => Some(json!({ "method": method })),
             LiveError::InvalidParams { field, reason } => {
                 Some(json!({ "field": field, "reason": reason }))

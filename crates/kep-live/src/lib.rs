@@ -6,6 +6,7 @@ mod access;
 pub mod api;
 mod error;
 pub mod ids;
+mod join_token;
 mod provision;
 mod rooms;
 mod store;

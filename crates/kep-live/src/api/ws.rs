@@ -46,6 +46,8 @@ struct Member {
     service_id: Arc<str>,
     room_id: String,
     participant_id: String,
+    /// Whether it may publish (a join token's `publish`).
+    publish: bool,
     conn: ConnId,
 }
 
@@ -191,6 +193,9 @@ async fn run(
                             close_with(socket, close::NORMAL, "left").await;
                             return End::Left;
                         }
+                        Ok(ClientMessage::Publish) if !m.publish => Err(LiveError::InvalidToken(
+                            "the join token does not allow publishing".into(),
+                        )),
                         Ok(ClientMessage::Publish) => live
                             .rooms
                             .publish(&m.service_id, &m.room_id, &m.participant_id, m.conn)
@@ -285,19 +290,50 @@ async fn read_join(socket: &mut WebSocket) -> Option<Result<ClientMessage, LiveE
     }
 }
 
-/// Checks a join against the service secret's hash and the challenge nonce.
+/// Checks a join: a join token, or the service secret's hash with the challenge nonce.
 fn admit(live: &Live, join: ClientMessage, nonce: &str) -> Result<Member, LiveError> {
     let ClientMessage::Join {
         service_id,
         room_id,
         participant_id,
         value,
+        token,
     } = join
     else {
         return Err(LiveError::InvalidRequest(
             "the first message must be a join".into(),
         ));
     };
+    if let Some(token) = token {
+        // The token names all three; a join that also names them must agree with it.
+        let grant = live.access.join_grant(&token)?;
+        for (field, given, granted) in [
+            ("serviceId", &service_id, &grant.service_id),
+            ("roomId", &room_id, &grant.room_id),
+            ("participantId", &participant_id, &grant.participant_id),
+        ] {
+            if given.as_ref().is_some_and(|g| g != granted) {
+                return Err(LiveError::InvalidToken(format!(
+                    "the token is not for this {field}"
+                )));
+            }
+        }
+        return Ok(Member {
+            service_id: grant.service_id.into(),
+            room_id: grant.room_id,
+            participant_id: grant.participant_id,
+            publish: grant.publish,
+            conn: next_conn_id(),
+        });
+    }
+    let required = |field: &str, v: Option<String>| {
+        v.ok_or_else(|| LiveError::invalid_params(field, "required (or a join token)"))
+    };
+    let (service_id, room_id) = (
+        required("serviceId", service_id)?,
+        required("roomId", room_id)?,
+    );
+    let value = required("value", value)?;
     check_id("serviceId", &service_id)?;
     check_id("roomId", &room_id)?;
     if let Some(pid) = &participant_id {
@@ -315,6 +351,7 @@ fn admit(live: &Live, join: ClientMessage, nonce: &str) -> Result<Member, LiveEr
         service_id: service_id.into(),
         room_id,
         participant_id: participant_id.unwrap_or_else(new_uuid),
+        publish: true,
         conn: next_conn_id(),
     })
 }

@@ -5,3 +5,4 @@ mod limits;
 mod operator;
 mod rooms;
 mod rpc;
+mod tokens;

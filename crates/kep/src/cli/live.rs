@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use kep_api::live::{ClientMessage, CreateServiceRequest, ProvisionResult};
-use kep_client::live::{LiveClient, Participant};
+use kep_api::live::{ClientMessage, CreateServiceRequest, JoinClaims, ProvisionResult};
+use kep_client::live::{LiveClient, Participant, join_token};
 use serde::{Deserialize, Serialize};
 
 use super::{Common, listener_url, print_json};
@@ -59,22 +59,71 @@ enum LiveCommand {
     Destroy { room: String },
     /// Join a room as a participant and print every message that arrives, one JSON per line.
     Join {
-        room: String,
-        #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
-        service_id: String,
+        /// The room (a join token names its own).
+        #[arg(required_unless_present = "token")]
+        room: Option<String>,
+        #[arg(long, env = "KEP_LIVE_SERVICE_ID", required_unless_present = "token")]
+        service_id: Option<String>,
         #[arg(
             long,
             env = "KEP_LIVE_SERVICE_SECRET",
             hide_env_values = true,
-            allow_hyphen_values = true
+            allow_hyphen_values = true,
+            required_unless_present = "token"
         )]
-        service_secret: String,
+        service_secret: Option<String>,
         #[arg(long)]
         participant_id: Option<String>,
+        /// Join with a join token instead of the service secret.
+        #[arg(long, env = "KEP_LIVE_JOIN_TOKEN", hide_env_values = true, conflicts_with_all = ["room", "participant_id"])]
+        token: Option<String>,
         /// Publish a stream once joined.
         #[arg(long)]
         publish: bool,
     },
+    /// Mint a join token (a JWT, HS256, keyed by the service secret's hash), as a
+    /// customer's server does for its participants.
+    Token {
+        room: String,
+        participant: String,
+        #[command(flatten)]
+        service: ServiceSecret,
+        /// The token may not publish.
+        #[arg(long)]
+        no_publish: bool,
+        /// The token may not subscribe.
+        #[arg(long)]
+        no_subscribe: bool,
+        /// How long it is valid: `90s`, `30m`, `1h`, `2d`.
+        #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+        ttl: i64,
+    },
+}
+
+/// A live service and its (ordinary) service secret.
+#[derive(Args)]
+struct ServiceSecret {
+    #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
+    service_id: String,
+    #[arg(
+        long,
+        env = "KEP_LIVE_SERVICE_SECRET",
+        hide_env_values = true,
+        allow_hyphen_values = true
+    )]
+    service_secret: String,
+}
+
+/// A duration as `jiff` reads one (`1h`, `30m`, `1h30m`), in whole seconds, at least 1.
+fn parse_ttl(s: &str) -> Result<i64, String> {
+    let span: jiff::Span = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let seconds = span
+        .total(jiff::Unit::Second)
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    if seconds < 1.0 {
+        return Err(format!("{s:?}: at least one second"));
+    }
+    Ok(seconds as i64)
 }
 
 #[derive(Subcommand)]
@@ -206,32 +255,45 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
             service_id,
             service_secret,
             participant_id,
+            token,
             publish,
         } => {
-            join(
-                &args.live_url(),
-                room,
-                service_id,
-                service_secret,
-                participant_id.as_deref(),
-                *publish,
-            )
-            .await
+            let base = args.live_url();
+            let p = match (token, service_id, service_secret, room) {
+                (Some(token), ..) => Participant::join_with_token(&base, token).await?,
+                (None, Some(id), Some(secret), Some(room)) => {
+                    Participant::join(&base, id, secret, room, participant_id.as_deref()).await?
+                }
+                _ => anyhow::bail!("a room with --service-id and --service-secret, or --token"),
+            };
+            join(p, *publish).await
+        }
+        LiveCommand::Token {
+            room,
+            participant,
+            service,
+            no_publish,
+            no_subscribe,
+            ttl,
+        } => {
+            let exp = jiff::Timestamp::now().as_second() + ttl;
+            let claims = JoinClaims {
+                iss: service.service_id.clone(),
+                room: room.clone(),
+                sub: participant.clone(),
+                exp,
+                publish: no_publish.then_some(false),
+                subscribe: no_subscribe.then_some(false),
+            };
+            let token = join_token(&service.service_id, &service.service_secret, &claims);
+            print_json(&serde_json::json!({ "token": token, "exp": exp }))
         }
     }
 }
 
 /// A participant in the terminal: prints what arrives until the server closes the socket;
 /// Ctrl-C leaves the room.
-async fn join(
-    base: &str,
-    room: &str,
-    service_id: &str,
-    secret: &str,
-    pid: Option<&str>,
-    publish: bool,
-) -> anyhow::Result<()> {
-    let mut p = Participant::join(base, service_id, secret, room, pid).await?;
+async fn join(mut p: Participant, publish: bool) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string(&p.joined)?);
     if publish {
         p.send(&ClientMessage::Publish).await?;

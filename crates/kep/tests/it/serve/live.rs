@@ -113,6 +113,36 @@ fn serve_and_the_cli_run_the_live_api_end_to_end() {
     assert_eq!(joiner.next()["event"], "RoomDestroyed");
     joiner.exits();
 
+    // A join token minted by the CLI, as a customer's server mints one, joins by itself.
+    let minted = cli(
+        &srv,
+        &[
+            "live",
+            "token",
+            "stage",
+            "viewer",
+            "--service-id",
+            "demo",
+            "--service-secret",
+            &secret,
+            "--no-publish",
+            "--ttl",
+            "10m",
+        ],
+    );
+    let token = minted["token"].as_str().unwrap();
+    let joiner = Joiner::start(&srv, &["--token", token, "--publish"]);
+    let joined = joiner.next();
+    assert_eq!(
+        (joined["roomId"].as_str(), joined["participantId"].as_str()),
+        (Some("stage"), Some("viewer"))
+    );
+    // `--no-publish`: its publish is refused, and it stays in the room.
+    assert_eq!(joiner.next()["code"], -11002);
+    cli(&srv, &["live", "destroy", "stage"]);
+    assert_eq!(joiner.next()["event"], "RoomDestroyed");
+    joiner.exits();
+
     // A token from KEP_LIVE_TOKEN instead of the saved provision.
     let out = Command::new(KEP)
         .args(["live", "rooms", "--live-url", &srv.live])
