@@ -42,7 +42,7 @@ run_config() {
         "KEP_${L}_BODY_MEMORY_BYTES=0" "KEP_${L}_MAX_HEADER_BYTES=417792")
     done
   fi
-  env "${env[@]}" "$KEP" serve --data-dir "$data" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
+  env "${env[@]}" "$KEP" serve --data-dir "$data" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 \
     --adapter-addr 127.0.0.1:0 --messaging-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 \
     >"$data.log" 2>&1 &
   local kep=$!

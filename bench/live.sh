@@ -20,7 +20,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)"
 
-KEP_LOG=warn $KEP serve --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 >/dev/null 2>&1 &
+KEP_LOG=warn $KEP serve --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 >/dev/null 2>&1 &
 pids+=($!); SERVER=$!
 for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
 ADMIN=http://$(jq -r .admin "$DATA/addresses.json"); LIVE=http://$(jq -r .live "$DATA/addresses.json")

@@ -23,7 +23,7 @@ echo "== machine: $(machine)"
 # measured beside a compilation are only indicative.
 DATA=$WORK/data
 KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator KEP_SIMULATOR_DELAY_MS=50 \
-  "$KEP" serve --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
+  "$KEP" serve --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 \
   --adapter-addr 127.0.0.1:0 --messaging-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 \
   >"$WORK/kep.log" 2>&1 &
 pids+=($!)

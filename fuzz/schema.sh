@@ -62,7 +62,7 @@ trap 'exit 130' INT TERM
 
 # --- a real server, every listener on a free port of 127.0.0.1 -------------------------------
 data=$work/data
-KEP_ADMIN_ADDR=127.0.0.1:0 KEP_LIVE_ADDR=127.0.0.1:0 KEP_ADAPTER_ADDR=127.0.0.1:0 \
+KEP_ADMIN_ADDR=127.0.0.1:0 KEP_LIVE_ADDR=127.0.0.1:0 KEP_LIVE_MEDIA_ADDR=127.0.0.1:0 KEP_ADAPTER_ADDR=127.0.0.1:0 \
   KEP_MESSAGING_ADDR=127.0.0.1:0 KEP_GATEWAY_ADDR=127.0.0.1:0 \
   KEP_SIMULATOR_DELAY_MS=20 KEP_SERVING_TERMINATION_GRACE_S=1 \
   "$kep" serve --data-dir "$data" >"$work/serve.log" 2>&1 &

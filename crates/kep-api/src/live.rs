@@ -369,4 +369,10 @@ pub mod paths {
     pub const SERVICE_SECRETS: &str = "/admin/v1/live/services/{id}/secrets";
     pub const RPC: &str = "/api/rpc";
     pub const WS: &str = "/api/ws";
+    /// WHIP: publish a stream into the room.
+    pub const WHIP: &str = "/api/whip/{room_id}";
+    pub const WHIP_SESSION: &str = "/api/whip/{room_id}/{session}";
+    /// WHEP: subscribe to a stream of the room.
+    pub const WHEP: &str = "/api/whep/{room_id}/{stream_id}";
+    pub const WHEP_SESSION: &str = "/api/whep/{room_id}/{stream_id}/{session}";
 }

@@ -22,6 +22,12 @@ pub enum LiveError {
     /// Provisioning failed (with the fresh nonce), or a Room call has no valid token.
     #[error("Unauthorized")]
     Unauthorized { nonce: Option<String> },
+    /// An SDP offer kep cannot answer (HTTP 400 on WHIP and WHEP).
+    #[error("Invalid params")]
+    InvalidOffer(String),
+    /// A valid join token that does not allow this (another room; no `publish`).
+    #[error("Forbidden")]
+    Forbidden(String),
     /// A join token that is malformed, not signed by its service, or expired.
     #[error("Unauthorized")]
     InvalidToken(String),
@@ -31,6 +37,9 @@ pub enum LiveError {
     /// Some targets of a Kick or Inactivate call do not exist; nothing was done.
     #[error("Not found")]
     TargetsNotFound { missing: Vec<Value> },
+    /// No media session of the caller's has this id (WHIP/WHEP `DELETE`).
+    #[error("Not found")]
+    SessionNotFound,
     /// A participant named a stream it does not own.
     #[error("Not found")]
     StreamNotFound { stream_id: i64 },
@@ -54,8 +63,7 @@ pub enum LiveError {
 /// A refusal made before routing (a head too large or malformed): a JSON-RPC -32600 with
 /// no id, as for a body that is no request.
 pub fn unrouted(_: StatusCode, why: &str) -> Value {
-    let error = LiveError::InvalidRequest(why.to_owned()).to_error_object();
-    json!({ "jsonrpc": "2.0", "id": null, "error": error })
+    LiveError::InvalidRequest(why.to_owned()).to_answer()
 }
 
 impl From<sqlx::Error> for LiveError {
@@ -80,11 +88,14 @@ impl LiveError {
             | LiveError::UnsupportedMediaType
             | LiveError::MethodNotAllowed => -32600,
             LiveError::MethodNotFound(_) => -32601,
-            LiveError::InvalidParams { .. } => -32602,
-            LiveError::Unauthorized { .. } | LiveError::InvalidToken(_) => -11002,
+            LiveError::InvalidParams { .. } | LiveError::InvalidOffer(_) => -32602,
+            LiveError::Unauthorized { .. }
+            | LiveError::InvalidToken(_)
+            | LiveError::Forbidden(_) => -11002,
             LiveError::RoomNotFound { .. }
             | LiveError::TargetsNotFound { .. }
-            | LiveError::StreamNotFound { .. } => -11004,
+            | LiveError::StreamNotFound { .. }
+            | LiveError::SessionNotFound => -11004,
             LiveError::TooManyRequests(_) => -32005,
             LiveError::Internal(_) => -32603,
         }
@@ -95,7 +106,9 @@ impl LiveError {
         match self {
             LiveError::Parse(reason)
             | LiveError::InvalidRequest(reason)
-            | LiveError::InvalidToken(reason) => Some(json!({ "reason": reason })),
+            | LiveError::InvalidToken(reason)
+            | LiveError::InvalidOffer(reason)
+            | LiveError::Forbidden(reason) => Some(json!({ "reason": reason })),
             LiveError::MethodNotFound(method) => Some(json!({ "method": method })),
             LiveError::InvalidParams { field, reason } => {
                 Some(json!({ "field": field, "reason": reason }))
@@ -104,6 +117,7 @@ impl LiveError {
             LiveError::RoomNotFound { room_id } => Some(json!({ "roomId": room_id })),
             LiveError::TargetsNotFound { missing } => Some(json!({ "missing": missing })),
             LiveError::StreamNotFound { stream_id } => Some(json!({ "streamId": stream_id })),
+            LiveError::SessionNotFound => Some(json!({ "reason": "no such session" })),
             LiveError::PayloadTooLarge { limit } => {
                 Some(json!({ "reason": format!("the body is over {limit} bytes") }))
             }
@@ -136,6 +150,12 @@ impl LiveError {
             LiveError::TooManyRequests(refusal) => Some(refusal),
             _ => None,
         }
+    }
+
+    /// A JSON-RPC answer with this error and no id: the body of a refusal outside a call
+    /// (before routing; WHIP and WHEP).
+    pub fn to_answer(&self) -> Value {
+        json!({ "jsonrpc": "2.0", "id": null, "error": self.to_error_object() })
     }
 
     /// The JSON-RPC `error` object.

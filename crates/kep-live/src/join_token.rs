@@ -16,6 +16,7 @@ pub struct JoinGrant {
     pub room_id: String,
     pub participant_id: String,
     pub publish: bool,
+    pub subscribe: bool,
 }
 
 impl Access {
@@ -47,6 +48,7 @@ impl Access {
             room_id: claims.room,
             participant_id: claims.sub,
             publish: claims.publish.unwrap_or(true),
+            subscribe: claims.subscribe.unwrap_or(true),
         })
     }
 }

@@ -7,6 +7,7 @@ pub mod api;
 mod error;
 pub mod ids;
 mod join_token;
+mod media;
 mod provision;
 mod rooms;
 mod store;
@@ -47,6 +48,11 @@ pub struct LiveSettings {
     pub external_verifier_timeout_s: u64,
     /// A participant that does not take its messages within this long is disconnected.
     pub send_timeout_s: u64,
+    /// The one UDP address of all media (WHIP and WHEP sessions); port 0 picks one.
+    pub media_addr: SocketAddr,
+    /// The address put in SDP answers instead of `media_addr`'s, behind NAT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_public_ip: Option<std::net::IpAddr>,
     /// Per service (a Room call's token; a participant's join), else per peer address.
     #[serde(flatten)]
     pub limits: Limits,
@@ -66,6 +72,8 @@ impl Default for LiveSettings {
             max_targets: 1000,
             external_verifier_timeout_s: 5,
             send_timeout_s: 10,
+            media_addr: SocketAddr::from(([127, 0, 0, 1], 8805)),
+            media_public_ip: None,
             limits: Limits {
                 // Participant sockets stay open: 10,000 of them is the benchmark's load.
                 max_connections: 12_288,
@@ -80,14 +88,37 @@ pub(crate) struct Live {
     access: access::Access,
     provisioner: provision::Provisioner,
     rooms: Arc<rooms::Rooms>,
+    media: Arc<media::Media>,
     limiter: Limiter,
     shutdown: CancellationToken,
     sockets: TaskTracker,
 }
 
+/// What ends with a media session: its datagrams' route, a publisher's stream, and the
+/// participant's presence when that was all that kept it in the room.
+async fn sessions_ended(
+    mut gone: tokio::sync::mpsc::UnboundedReceiver<media::Gone>,
+    media: Arc<media::Media>,
+    rooms: Arc<rooms::Rooms>,
+) {
+    while let Some(g) = gone.recv().await {
+        media.forget(&g);
+        let (service, room) = &g.room;
+        let stream = g.publisher.then_some(g.stream_id);
+        rooms.media_ended(service, room, &g.participant_id, stream);
+    }
+}
+
 /// The running live service; cheap to clone.
 #[derive(Clone)]
 pub struct LiveService(Arc<Live>);
+
+impl LiveService {
+    /// The bound media address (UDP).
+    pub fn media_addr(&self) -> SocketAddr {
+        self.0.media.local_addr()
+    }
+}
 
 impl Service for LiveService {
     type Settings = LiveSettings;
@@ -113,17 +144,31 @@ impl Service for LiveService {
             Duration::from_secs(settings.external_verifier_timeout_s),
             ctx.clock.clone(),
         );
-        let rooms = Arc::new(rooms::Rooms::new(
-            Duration::from_secs(settings.empty_room_grace_s),
+        let (media, gone) = media::Media::bind(
+            settings.media_addr,
+            settings.media_public_ip,
             ctx.tasks.clone(),
             ctx.shutdown.clone(),
-        ));
+        )
+        .await?;
+        tracing::info!(addr = %media.local_addr(), "media listening (UDP)");
+        let media = Arc::new(media);
+        let rooms = Arc::new(
+            rooms::Rooms::new(
+                Duration::from_secs(settings.empty_room_grace_s),
+                ctx.tasks.clone(),
+                ctx.shutdown.clone(),
+            )
+            .with_media(Arc::clone(&media)),
+        );
+        ctx.spawn(sessions_ended(gone, Arc::clone(&media), Arc::clone(&rooms)));
         Ok(LiveService(Arc::new(Live {
             limiter: Limiter::new(&settings.limits),
             settings,
             access,
             provisioner,
             rooms,
+            media,
             shutdown: ctx.shutdown.clone(),
             sockets: TaskTracker::new(),
         })))

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::LiveError;
+use crate::media::Media;
 use kep_api::live::{
     Event, EventKind, ParticipantInfo, ParticipantTarget, ServerMessage, StreamInfo, StreamTarget,
 };
@@ -50,9 +51,23 @@ pub fn next_conn_id() -> ConnId {
 }
 
 struct Participant {
+    /// Its socket's connection; 0 while it is in the room by its media alone.
     conn: ConnId,
-    outbox: Outbox,
+    /// Its socket, if it has one: a WHIP publisher is in the room without one.
+    outbox: Option<Outbox>,
     streams: BTreeSet<i64>,
+    /// Which of `streams` are WHIP streams (media sessions), not the socket's.
+    media: BTreeSet<i64>,
+    /// Its WHEP sessions: a subscriber is in the room while it watches.
+    watching: usize,
+}
+
+impl Participant {
+    fn send(&self, message: Outbound) {
+        if let Some(outbox) = &self.outbox {
+            let _ = outbox.send(message);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -83,6 +98,8 @@ pub struct Rooms {
     /// Where the grace timers run: tracked, and cut short when the platform stops.
     timers: TaskTracker,
     shutdown: CancellationToken,
+    /// The rooms' media: what a Room method or a leaving participant ends there too.
+    media: Option<Arc<Media>>,
 }
 
 /// A participant's view right after joining.
@@ -114,12 +131,37 @@ impl RoomState {
         self.listing = None;
     }
 
+    /// The participant leaves: the others are told.
+    fn remove(&mut self, room_id: &str, participant_id: &str) {
+        self.participants.shift_remove(participant_id);
+        let ev = event(
+            EventKind::ParticipantLeft,
+            room_id,
+            Some(participant_id),
+            None,
+        );
+        self.broadcast(&ev, None);
+    }
+
     /// Queues `text` to everyone in the room but `except`.
     fn broadcast(&self, text: &Bytes, except: Option<&str>) {
         for (pid, p) in &self.participants {
             if Some(pid.as_str()) != except {
-                let _ = p.outbox.send(Outbound::Text(text.clone()));
+                p.send(Outbound::Text(text.clone()));
             }
+        }
+    }
+
+    /// Tells the others that these streams of `participant_id` ended.
+    fn unpublished(&self, room_id: &str, participant_id: &str, streams: &BTreeSet<i64>) {
+        for &sid in streams {
+            let ev = event(
+                EventKind::StreamUnpublished,
+                room_id,
+                Some(participant_id),
+                Some(sid),
+            );
+            self.broadcast(&ev, Some(participant_id));
         }
     }
 
@@ -149,29 +191,36 @@ impl Room {
         if st.closed {
             return None;
         }
-        let fresh = Participant {
-            conn,
-            outbox,
-            streams: BTreeSet::new(),
-        };
         match st.participants.get_mut(participant_id) {
+            // In by its media alone: the socket is its own from now on.
+            Some(existing) if existing.outbox.is_none() => {
+                existing.conn = conn;
+                existing.outbox = Some(outbox);
+            }
             Some(existing) => {
-                let old = std::mem::replace(existing, fresh);
-                let _ = old.outbox.send(Outbound::Close {
+                existing.send(Outbound::Close {
                     code: close::POLICY,
                     reason: "replaced",
                 });
-                for sid in old.streams {
-                    let ev = event(
-                        EventKind::StreamUnpublished,
-                        &self.room_id,
-                        Some(participant_id),
-                        Some(sid),
-                    );
-                    st.broadcast(&ev, Some(participant_id));
-                }
+                existing.conn = conn;
+                existing.outbox = Some(outbox);
+                // The old socket's streams end with it; its media streams do not.
+                let socket: BTreeSet<i64> = existing
+                    .streams
+                    .difference(&existing.media)
+                    .copied()
+                    .collect();
+                existing.streams = existing.media.clone();
+                st.unpublished(&self.room_id, participant_id, &socket);
             }
             None => {
+                let fresh = Participant {
+                    conn,
+                    outbox: Some(outbox),
+                    streams: BTreeSet::new(),
+                    media: BTreeSet::new(),
+                    watching: 0,
+                };
                 st.participants.insert(participant_id.to_owned(), fresh);
                 let ev = event(
                     EventKind::ParticipantJoined,
@@ -188,25 +237,25 @@ impl Room {
         })
     }
 
-    /// Removes the participant if `conn` is still its connection; true when the room is
-    /// empty afterwards.
+    /// The participant's socket `conn` ended: it leaves, unless its media keep it in the
+    /// room (then only the socket's streams end). True when the room is empty afterwards.
     fn leave(&self, participant_id: &str, conn: ConnId) -> bool {
         let mut st = self.lock();
-        if st
+        let Some(p) = st
             .participants
-            .get(participant_id)
-            .is_some_and(|p| p.conn == conn)
-        {
-            st.participants.shift_remove(participant_id);
-            st.changed();
-            let ev = event(
-                EventKind::ParticipantLeft,
-                &self.room_id,
-                Some(participant_id),
-                None,
-            );
-            st.broadcast(&ev, None);
+            .get_mut(participant_id)
+            .filter(|p| p.conn == conn && p.outbox.is_some())
+        else {
+            return st.participants.is_empty() && !st.closed;
+        };
+        if p.media.is_empty() && p.watching == 0 {
+            st.remove(&self.room_id, participant_id);
+        } else {
+            let socket: BTreeSet<i64> = p.streams.difference(&p.media).copied().collect();
+            (p.conn, p.outbox, p.streams) = (0, None, p.media.clone());
+            st.unpublished(&self.room_id, participant_id, &socket);
         }
+        st.changed();
         st.participants.is_empty() && !st.closed
     }
 
@@ -216,7 +265,7 @@ impl Room {
         let p = st
             .participants
             .get_mut(participant_id)
-            .filter(|p| p.conn == conn)?;
+            .filter(|p| p.conn == conn && p.outbox.is_some())?;
         st.next_stream_id += 1;
         let sid = st.next_stream_id;
         p.streams.insert(sid);
@@ -233,10 +282,11 @@ impl Room {
 
     fn unpublish(&self, participant_id: &str, conn: ConnId, stream_id: i64) -> bool {
         let mut st = self.lock();
+        // A socket unpublishes its own streams; a WHIP stream ends with its session.
         let Some(p) = st
             .participants
             .get_mut(participant_id)
-            .filter(|p| p.conn == conn)
+            .filter(|p| p.conn == conn && p.outbox.is_some() && !p.media.contains(&stream_id))
         else {
             return false;
         };
@@ -253,6 +303,80 @@ impl Room {
         st.broadcast(&ev, Some(participant_id));
         true
     }
+
+    /// A media session of the participant starts: it is in the room from then on, socket or
+    /// not. A publisher's gets a new stream (its id); `None` if the room closed meanwhile.
+    fn media_started(&self, participant_id: &str, publisher: bool) -> Option<Option<i64>> {
+        let mut st = self.lock();
+        if st.closed {
+            return None;
+        }
+        let st = &mut *st;
+        if !st.participants.contains_key(participant_id) {
+            let present = Participant {
+                conn: 0,
+                outbox: None,
+                streams: BTreeSet::new(),
+                media: BTreeSet::new(),
+                watching: 0,
+            };
+            st.participants.insert(participant_id.to_owned(), present);
+            st.changed();
+            let ev = event(
+                EventKind::ParticipantJoined,
+                &self.room_id,
+                Some(participant_id),
+                None,
+            );
+            st.broadcast(&ev, Some(participant_id));
+        }
+        let p = st
+            .participants
+            .get_mut(participant_id)
+            .expect("just made sure");
+        if !publisher {
+            p.watching += 1;
+            return Some(None);
+        }
+        st.next_stream_id += 1;
+        let sid = st.next_stream_id;
+        p.streams.insert(sid);
+        p.media.insert(sid);
+        st.changed();
+        let ev = event(
+            EventKind::StreamPublished,
+            &self.room_id,
+            Some(participant_id),
+            Some(sid),
+        );
+        st.broadcast(&ev, Some(participant_id));
+        Some(Some(sid))
+    }
+
+    /// A media session ended: a publisher's stream with it. A participant in the room by
+    /// its media alone leaves with its last session. True when the room is empty afterwards.
+    fn media_ended(&self, participant_id: &str, stream_id: Option<i64>) -> bool {
+        let mut st = self.lock();
+        let Some(p) = st.participants.get_mut(participant_id) else {
+            return st.participants.is_empty() && !st.closed;
+        };
+        let ended = match stream_id {
+            Some(sid) => p.media.remove(&sid) && p.streams.remove(&sid),
+            None => {
+                p.watching = p.watching.saturating_sub(1);
+                false
+            }
+        };
+        let alone = p.outbox.is_none() && p.streams.is_empty() && p.watching == 0;
+        if let Some(sid) = stream_id.filter(|_| ended) {
+            st.unpublished(&self.room_id, participant_id, &BTreeSet::from([sid]));
+        }
+        if alone {
+            st.remove(&self.room_id, participant_id);
+        }
+        st.changed();
+        st.participants.is_empty() && !st.closed
+    }
 }
 
 impl Rooms {
@@ -266,11 +390,76 @@ impl Rooms {
             empty_room_grace,
             timers,
             shutdown,
+            media: None,
+        }
+    }
+
+    /// Rooms whose Room methods also act on `media`'s sessions.
+    pub fn with_media(mut self, media: Arc<Media>) -> Self {
+        self.media = Some(media);
+        self
+    }
+
+    fn media(&self) -> Option<&Media> {
+        self.media.as_deref()
+    }
+
+    /// A media session of the participant, who is in the room (made if needed) from now
+    /// on: a publisher's gets a new stream, whose id it returns.
+    pub fn media_started(
+        &self,
+        service_id: &Arc<str>,
+        room_id: &str,
+        participant_id: &str,
+        publisher: bool,
+    ) -> Option<i64> {
+        self.in_room(service_id, room_id, |room| {
+            room.media_started(participant_id, publisher)
+        })
+    }
+
+    /// A media session ended (a publisher's stream with it).
+    pub fn media_ended(
+        self: &Arc<Self>,
+        service_id: &Arc<str>,
+        room_id: &str,
+        participant_id: &str,
+        stream_id: Option<i64>,
+    ) {
+        if let Some(room) = self.get(service_id, room_id)
+            && room.media_ended(participant_id, stream_id)
+        {
+            self.release_if_empty(service_id.clone(), room_id.to_owned());
         }
     }
 
     fn service(&self, service_id: &str) -> Option<Arc<ServiceRooms>> {
         self.services.get(service_id).map(|r| r.clone())
+    }
+
+    /// `change` made in the room, which is made if there is none; a room that closed
+    /// between the lookup and its lock (`change` gave `None`) is gone: it looks again.
+    fn in_room<T>(
+        &self,
+        service_id: &Arc<str>,
+        room_id: &str,
+        change: impl Fn(&Room) -> Option<T>,
+    ) -> T {
+        let rooms = self.services.entry(service_id.clone()).or_default().clone();
+        loop {
+            let room = rooms
+                .entry(room_id.to_owned())
+                .or_insert_with(|| {
+                    Arc::new(Room {
+                        room_id: room_id.to_owned(),
+                        state: Mutex::default(),
+                    })
+                })
+                .clone();
+            if let Some(done) = change(&room) {
+                return done;
+            }
+        }
     }
 
     fn get(&self, service_id: &str, room_id: &str) -> Option<Arc<Room>> {
@@ -286,22 +475,9 @@ impl Rooms {
         conn: ConnId,
         outbox: Outbox,
     ) -> Joined {
-        let rooms = self.services.entry(service_id.clone()).or_default().clone();
-        loop {
-            let room = rooms
-                .entry(room_id.to_owned())
-                .or_insert_with(|| {
-                    Arc::new(Room {
-                        room_id: room_id.to_owned(),
-                        state: Mutex::default(),
-                    })
-                })
-                .clone();
-            // A room that closed between the lookup and the lock is gone: look again.
-            if let Some(joined) = room.join(participant_id, conn, outbox.clone()) {
-                return joined;
-            }
-        }
+        self.in_room(service_id, room_id, |room| {
+            room.join(participant_id, conn, outbox.clone())
+        })
     }
 
     /// The participant's socket ended (or it said `leave`).
@@ -362,13 +538,16 @@ impl Rooms {
         let Some(rooms) = self.service(service_id) else {
             return;
         };
-        rooms.remove_if(room_id, |_, room| {
+        let removed = rooms.remove_if(room_id, |_, room| {
             let mut st = room.lock();
             if st.participants.is_empty() {
                 st.closed = true;
             }
             st.closed
         });
+        if let (Some(_), Some(media)) = (removed, self.media()) {
+            media.end_room(&(service_id.clone(), room_id.clone()));
+        }
     }
 
     // ---- Room API ----
@@ -424,10 +603,13 @@ impl Rooms {
             })?;
         let mut st = room.lock();
         st.closed = true;
+        if let Some(media) = self.media() {
+            media.end_room(&(service_id.clone(), room_id.to_owned()));
+        }
         let ev = event(EventKind::RoomDestroyed, room_id, None, None);
         for (_, p) in st.participants.drain(..) {
-            let _ = p.outbox.send(Outbound::Text(ev.clone()));
-            let _ = p.outbox.send(Outbound::Close {
+            p.send(Outbound::Text(ev.clone()));
+            p.send(Outbound::Close {
                 code: close::NORMAL,
                 reason: "room destroyed",
             });
@@ -457,9 +639,15 @@ impl Rooms {
                 let Some(p) = st.participants.shift_remove(&t.participant_id) else {
                     continue;
                 };
+                if let Some(media) = self.media() {
+                    media.end_participant(
+                        &(service_id.clone(), room_id.to_owned()),
+                        &t.participant_id,
+                    );
+                }
                 let ev = event(EventKind::Kicked, room_id, Some(&t.participant_id), None);
-                let _ = p.outbox.send(Outbound::Text(ev));
-                let _ = p.outbox.send(Outbound::Close {
+                p.send(Outbound::Text(ev));
+                p.send(Outbound::Close {
                     code: close::POLICY,
                     reason: "kicked",
                 });
@@ -508,13 +696,18 @@ impl Rooms {
             if !p.streams.remove(&t.stream_id) {
                 continue;
             }
+            if p.media.remove(&t.stream_id)
+                && let Some(media) = self.media()
+            {
+                media.end_stream(&(service_id.clone(), room_id.to_owned()), t.stream_id);
+            }
             let owner = event(
                 EventKind::InactivatedStream,
                 room_id,
                 Some(&t.participant_id),
                 Some(t.stream_id),
             );
-            let _ = p.outbox.send(Outbound::Text(owner));
+            p.send(Outbound::Text(owner));
             let others = event(
                 EventKind::StreamUnpublished,
                 room_id,

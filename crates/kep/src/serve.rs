@@ -45,6 +45,9 @@ pub struct ServeArgs {
     /// Live-streaming JSON-RPC and participant WebSocket [KEP_LIVE_ADDR; default 127.0.0.1:8801].
     #[arg(long)]
     live_addr: Option<SocketAddr>,
+    /// The UDP address of all live media, WHIP and WHEP [KEP_LIVE_MEDIA_ADDR; default 127.0.0.1:8805].
+    #[arg(long)]
+    media_addr: Option<SocketAddr>,
     /// Account adapter API [KEP_ADAPTER_ADDR; default 127.0.0.1:8802].
     #[arg(long)]
     adapter_addr: Option<SocketAddr>,
@@ -161,6 +164,9 @@ impl ServeArgs {
         }
         if let Some(a) = self.live_addr {
             o.push(("live.addr".into(), Value::from(a.to_string())));
+        }
+        if let Some(a) = self.media_addr {
+            o.push(("live.media_addr".into(), Value::from(a.to_string())));
         }
         if let Some(a) = self.adapter_addr {
             o.push(("adapter.addr".into(), Value::from(a.to_string())));

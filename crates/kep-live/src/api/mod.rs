@@ -1,5 +1,6 @@
 //! Wire types and handlers of the live API.
 
+mod media;
 pub mod operator;
 mod rpc;
 use kep_api::live as wire;
@@ -8,7 +9,7 @@ mod ws;
 pub use ws::parse_message;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::de::DeserializeOwned;
 use utoipa::OpenApi;
 
@@ -16,9 +17,20 @@ use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 
 pub(crate) fn router(live: LiveService) -> Router {
+    let offers = axum::extract::DefaultBodyLimit::max(live.0.settings.body_limit_bytes);
     Router::new()
         .route(paths::RPC, post(rpc::rpc).fallback(rpc::not_post))
         .route(paths::WS, get(ws::participant_socket))
+        .route(paths::WHIP, post(media::publish).layer(offers))
+        .route(
+            paths::WHIP_SESSION,
+            delete(media::end_publish).patch(media::no_trickle),
+        )
+        .route(paths::WHEP, post(media::subscribe).layer(offers))
+        .route(
+            paths::WHEP_SESSION,
+            delete(media::end_subscribe).patch(media::no_trickle),
+        )
         .with_state(live)
 }
 

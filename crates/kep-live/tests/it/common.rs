@@ -26,6 +26,7 @@ pub struct TestServer {
 pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
     let mut settings = LiveSettings {
         addr: "127.0.0.1:0".parse().unwrap(),
+        media_addr: "127.0.0.1:0".parse().unwrap(),
         ..LiveSettings::default()
     };
     configure(&mut settings);

@@ -2,6 +2,7 @@
 
 mod common;
 mod limits;
+mod media;
 mod operator;
 mod rooms;
 mod rpc;

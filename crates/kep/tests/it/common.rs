@@ -95,6 +95,8 @@ pub fn port0() -> Vec<&'static str> {
         "127.0.0.1:0",
         "--live-addr",
         "127.0.0.1:0",
+        "--media-addr",
+        "127.0.0.1:0",
         "--adapter-addr",
         "127.0.0.1:0",
         "--messaging-addr",

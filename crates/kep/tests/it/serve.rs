@@ -28,6 +28,7 @@ fn settings_come_from_flags_then_env_then_toml() {
         &["--config", config.to_str().unwrap()],
         &[
             ("KEP_LIVE_ADDR", "127.0.0.1:0"),
+            ("KEP_LIVE_MEDIA_ADDR", "127.0.0.1:0"),
             ("KEP_ADMIN_TOKEN", "from-env"),
         ],
     );

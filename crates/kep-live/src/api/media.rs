@@ -1,0 +1,255 @@
+//! WHIP publish and WHEP subscribe (RFC 9725 and the WHEP draft; CONTRACT §1 "Media"): an
+//! SDP offer with a join token as Bearer answers `201`, the SDP answer and `Location`;
+//! `DELETE` of the Location ends the session. The answer carries kep's one candidate, so
+//! no trickle is needed: `PATCH` is 405. Refusals are JSON-RPC error answers with an HTTP
+//! status of their own (400 offer, 401 token, 403 not allowed, 404 no such stream or
+//! session, 413, 415, 429).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kep_core::limits::{Admission, Key, Peer};
+
+use crate::join_token::JoinGrant;
+use crate::media::Role;
+use crate::{LiveError, LiveService};
+use kep_api::live::paths;
+
+/// `POST /api/whip/{room_id}`: publishes the offer's tracks as a new stream of the token's
+/// participant.
+pub(crate) async fn publish(
+    State(live): State<LiveService>,
+    Path(room_id): Path<String>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let published = async {
+        let (grant, _in_flight) = admit(&live, &headers, peer, &room_id)?;
+        if !grant.publish {
+            return Err(LiveError::Forbidden(
+                "the join token does not allow publishing".into(),
+            ));
+        }
+        let offer = sdp_body(&headers, body, live.0.settings.body_limit_bytes)?;
+        let media = &live.0.media;
+        let negotiated = media.negotiate(&offer, &Role::Publish)?;
+        let service: std::sync::Arc<str> = grant.service_id.into();
+        let rooms = &live.0.rooms;
+        let stream_id = rooms
+            .media_started(&service, &room_id, &grant.participant_id, true)
+            .expect("a publisher gets a stream");
+        let key = (service, room_id.clone());
+        let answer = negotiated.answer.clone();
+        let session = media
+            .start(
+                &key,
+                &grant.participant_id,
+                stream_id,
+                Role::Publish,
+                negotiated,
+            )
+            .await?;
+        let location = kep_api::path(paths::WHIP_SESSION, &[&room_id, &session]);
+        Ok((answer, location, stream_id))
+    };
+    match published.await {
+        Ok((answer, location, stream_id)) => {
+            let mut res = created(answer, &location);
+            res.headers_mut()
+                .insert("kep-stream-id", HeaderValue::from(stream_id));
+            res
+        }
+        Err(e) => refuse(e),
+    }
+}
+
+/// `POST /api/whep/{room_id}/{stream_id}`: subscribes the token's participant to the stream.
+pub(crate) async fn subscribe(
+    State(live): State<LiveService>,
+    Path((room_id, stream_id)): Path<(String, String)>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let subscribed = async {
+        let (grant, _in_flight) = admit(&live, &headers, peer, &room_id)?;
+        if !grant.subscribe {
+            return Err(LiveError::Forbidden(
+                "the join token does not allow subscribing".into(),
+            ));
+        }
+        let stream: i64 = stream_id
+            .parse()
+            .map_err(|_| LiveError::invalid_params("streamId", "an integer"))?;
+        let offer = sdp_body(&headers, body, live.0.settings.body_limit_bytes)?;
+        let media = &live.0.media;
+        let negotiated = media.negotiate(&offer, &Role::Subscribe)?;
+        let key: crate::media::RoomKey = (grant.service_id.into(), room_id.clone());
+        let answer = negotiated.answer.clone();
+        // Present while it watches; a refused subscribe takes that back.
+        let rooms = &live.0.rooms;
+        rooms.media_started(&key.0, &room_id, &grant.participant_id, false);
+        let session = media
+            .start(
+                &key,
+                &grant.participant_id,
+                stream,
+                Role::Subscribe,
+                negotiated,
+            )
+            .await
+            .inspect_err(|_| rooms.media_ended(&key.0, &room_id, &grant.participant_id, None))?;
+        let location = kep_api::path(paths::WHEP_SESSION, &[&room_id, &stream_id, &session]);
+        Ok((answer, location))
+    };
+    match subscribed.await {
+        Ok((answer, location)) => created(answer, &location),
+        Err(e) => refuse(e),
+    }
+}
+
+/// `DELETE /api/whip/{room_id}/{session}`, with the token of the session's participant.
+pub(crate) async fn end_publish(
+    State(live): State<LiveService>,
+    Path((room_id, session)): Path<(String, String)>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    end(&live, &room_id, &session, peer, &headers)
+}
+
+/// `DELETE /api/whep/{room_id}/{stream_id}/{session}`, likewise.
+pub(crate) async fn end_subscribe(
+    State(live): State<LiveService>,
+    Path((room_id, _stream_id, session)): Path<(String, String, String)>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    end(&live, &room_id, &session, peer, &headers)
+}
+
+fn end(
+    live: &LiveService,
+    room_id: &str,
+    session: &str,
+    peer: std::net::IpAddr,
+    headers: &HeaderMap,
+) -> Response {
+    let ended = || {
+        let (grant, _in_flight) = admit(live, headers, peer, room_id)?;
+        let key = (grant.service_id.into(), room_id.to_owned());
+        let media = &live.0.media;
+        if !media.end_session(&key, &grant.participant_id, session) {
+            return Err(LiveError::SessionNotFound);
+        }
+        Ok(())
+    };
+    match ended() {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => refuse(e),
+    }
+}
+
+/// Trickle ICE is not needed (the answer has kep's only candidate) and not taken.
+pub(crate) async fn no_trickle() -> Response {
+    let mut res = refuse(LiveError::MethodNotAllowed);
+    res.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("DELETE"));
+    res
+}
+
+/// The join token's grant, for this room, within its service's limits (a call without a
+/// valid token counts against its peer).
+fn admit(
+    live: &LiveService,
+    headers: &HeaderMap,
+    peer: std::net::IpAddr,
+    room_id: &str,
+) -> Result<(JoinGrant, Admission), LiveError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| kep_core::http::credentials(v, "Bearer"));
+    let grant = match token {
+        Some(token) => live.0.access.join_grant(token),
+        None => Err(LiveError::InvalidToken(
+            "Authorization: Bearer <join token> is required".into(),
+        )),
+    };
+    let key = match &grant {
+        Ok(g) => Key::Client(g.service_id.as_str().into()),
+        Err(_) => Key::peer(peer),
+    };
+    let admission = live.0.limiter.admit(key)?;
+    let grant = grant?;
+    if grant.room_id != room_id {
+        return Err(LiveError::Forbidden(
+            "the join token is for another room".into(),
+        ));
+    }
+    Ok((grant, admission))
+}
+
+/// The offer: an `application/sdp` body within the body limit.
+fn sdp_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<String, LiveError> {
+    let sdp = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/sdp"));
+    if !sdp {
+        return Err(LiveError::UnsupportedMediaType);
+    }
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => LiveError::PayloadTooLarge { limit },
+        _ => LiveError::InvalidOffer(e.body_text()),
+    })?;
+    String::from_utf8(body.to_vec()).map_err(|_| LiveError::InvalidOffer("not UTF-8".into()))
+}
+
+fn created(answer: String, location: &str) -> Response {
+    let mut res = (StatusCode::CREATED, answer).into_response();
+    let headers = res.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
+    if let Ok(location) = HeaderValue::from_str(location) {
+        headers.insert(header::LOCATION, location);
+    }
+    res
+}
+
+fn refuse(e: LiveError) -> Response {
+    let status = match &e {
+        LiveError::InvalidOffer(_)
+        | LiveError::InvalidParams { .. }
+        | LiveError::InvalidRequest(_)
+        | LiveError::Parse(_) => StatusCode::BAD_REQUEST,
+        LiveError::InvalidToken(_) | LiveError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+        LiveError::Forbidden(_) => StatusCode::FORBIDDEN,
+        LiveError::RoomNotFound { .. }
+        | LiveError::StreamNotFound { .. }
+        | LiveError::TargetsNotFound { .. }
+        | LiveError::SessionNotFound
+        | LiveError::MethodNotFound(_) => StatusCode::NOT_FOUND,
+        LiveError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        other => other.http_status(),
+    };
+    let mut res = (status, axum::Json(e.to_answer())).into_response();
+    if let LiveError::TooManyRequests(refusal) = &e {
+        refusal.set_retry_after(res.headers_mut());
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        res.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    res
+}

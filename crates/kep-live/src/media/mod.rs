@@ -1,0 +1,274 @@
+//! Media (CONTRACT §1 "Media"): a WebRTC SFU on str0m. A WHIP publisher's stream is
+//! received in its room's task and forwarded as sent, frame by frame and never transcoded,
+//! to the stream's WHEP subscribers. All of it goes through one UDP address
+//! (`live.media_addr`); ICE is lite (kep only answers), DTLS-SRTP protects the media, and
+//! str0m handles RTCP (receiver reports, NACK and retransmission); keyframe requests are
+//! handed from subscribers to their publisher.
+
+mod room;
+mod udp;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+use kep_core::secret::random_token;
+use str0m::change::SdpOffer;
+use str0m::media::{MediaKind, Mid};
+use str0m::{Candidate, IceCreds, Rtc};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::LiveError;
+use room::{Command, Session};
+use udp::Route;
+
+/// A room of a service.
+pub type RoomKey = (Arc<str>, String);
+
+/// A session that ended, for whoever keeps the rooms: a publisher's stream is then gone.
+pub struct Gone {
+    pub room: RoomKey,
+    pub session_id: String,
+    ufrag: Arc<str>,
+    pub participant_id: String,
+    /// The stream it published or subscribed to.
+    pub stream_id: i64,
+    pub publisher: bool,
+}
+
+/// The tracks an answer accepted for `role`: its media sections that are not rejected
+/// (port 0), go the role's way (kep receives a publisher's, sends to a subscriber) and
+/// kept a codec. (str0m tells of the tracks only once connected.)
+fn tracks_of(answer: &str, role: &Role) -> Vec<(Mid, MediaKind)> {
+    let wanted = match role {
+        Role::Publish => "a=recvonly",
+        Role::Subscribe => "a=sendonly",
+    };
+    answer
+        .split("\r\nm=")
+        .skip(1)
+        .filter_map(|section| {
+            let mut words = section.lines().next()?.split(' ');
+            let kind = match words.next()? {
+                "audio" => MediaKind::Audio,
+                "video" => MediaKind::Video,
+                _ => return None,
+            };
+            let accepted = words.next()? != "0" && words.nth(1).is_some();
+            let mid = section.lines().find_map(|l| l.strip_prefix("a=mid:"))?;
+            let goes = section.lines().any(|l| l == wanted || l == "a=sendrecv");
+            (accepted && goes).then(|| (Mid::from(mid.trim()), kind))
+        })
+        .collect()
+}
+
+/// What a session is for.
+pub enum Role {
+    Publish,
+    Subscribe,
+}
+
+/// An offer answered: the session, ready to start in its room.
+pub struct Negotiated {
+    rtc: Rtc,
+    ufrag: Arc<str>,
+    tracks: Vec<(Mid, MediaKind)>,
+    pub answer: String,
+}
+
+pub struct Media {
+    socket: Arc<UdpSocket>,
+    local: SocketAddr,
+    /// The address put in answers: the bound one, or `media_public_ip` with its port.
+    candidate: SocketAddr,
+    routes: mpsc::UnboundedSender<Route>,
+    rooms: DashMap<RoomKey, mpsc::UnboundedSender<Command>>,
+    /// Every live session: its room and participant, for `DELETE`.
+    sessions: DashMap<String, (RoomKey, String)>,
+    gone: mpsc::UnboundedSender<Gone>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl Media {
+    /// Binds the media address and starts its reader. Sessions that end are told to
+    /// `gone`'s receiver.
+    pub async fn bind(
+        addr: SocketAddr,
+        public_ip: Option<IpAddr>,
+        tasks: TaskTracker,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<(Media, mpsc::UnboundedReceiver<Gone>)> {
+        let socket = UdpSocket::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("binding the media address {addr}: {e}"))?;
+        let local = socket.local_addr()?;
+        let socket = Arc::new(socket);
+        let (routes, routed) = mpsc::unbounded_channel();
+        tasks.spawn(udp::read(Arc::clone(&socket), routed, shutdown.clone()));
+        let (gone, gone_rx) = mpsc::unbounded_channel();
+        let media = Media {
+            candidate: SocketAddr::new(public_ip.unwrap_or(local.ip()), local.port()),
+            socket,
+            local,
+            routes,
+            rooms: DashMap::new(),
+            sessions: DashMap::new(),
+            gone,
+            tasks,
+            shutdown,
+        };
+        Ok((media, gone_rx))
+    }
+
+    /// The bound media address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Answers an SDP offer for `role`: 400 when it is no offer, or has no track kep can
+    /// take (publish: Opus or VP8/H.264 it sends; subscribe: that it receives).
+    pub fn negotiate(&self, offer: &str, role: &Role) -> Result<Negotiated, LiveError> {
+        let bad = |why: String| LiveError::InvalidOffer(why);
+        let offer =
+            SdpOffer::from_sdp_string(offer).map_err(|e| bad(format!("not an SDP offer: {e}")))?;
+        let creds = IceCreds::new();
+        let ufrag: Arc<str> = creds.ufrag.as_str().into();
+        let mut rtc = Rtc::builder()
+            .set_ice_lite(true)
+            .set_local_ice_credentials(creds)
+            .clear_codecs()
+            .enable_opus(true, false)
+            .enable_vp8(true)
+            .enable_h264(true)
+            .build(Instant::now());
+        let candidate = Candidate::host(self.candidate, "udp")
+            .map_err(|e| LiveError::Internal(anyhow::anyhow!("media candidate: {e}")))?;
+        rtc.add_local_candidate(candidate);
+        let answer = rtc
+            .sdp_api()
+            .accept_offer(offer)
+            .map_err(|e| bad(format!("the offer cannot be answered: {e}")))?;
+        let answer = answer.to_sdp_string();
+        let tracks = tracks_of(&answer, role);
+        if tracks.is_empty() {
+            let what = match role {
+                Role::Publish => "sends",
+                Role::Subscribe => "receives",
+            };
+            return Err(bad(format!(
+                "the offer has no track kep can use: one that {what} Opus, VP8 or H.264"
+            )));
+        }
+        Ok(Negotiated {
+            rtc,
+            ufrag,
+            tracks,
+            answer,
+        })
+    }
+
+    /// Starts a negotiated session in its room: a publisher of `stream_id`, or a subscriber
+    /// to it (404 when the room has no such stream's publisher). Its id, for `DELETE`.
+    pub async fn start(
+        &self,
+        room: &RoomKey,
+        participant_id: &str,
+        stream_id: i64,
+        role: Role,
+        n: Negotiated,
+    ) -> Result<String, LiveError> {
+        let session = Session {
+            id: random_token(16),
+            ufrag: n.ufrag.clone(),
+            participant_id: participant_id.to_owned(),
+            stream_id,
+            publisher: matches!(role, Role::Publish),
+            rtc: n.rtc,
+            tracks: n.tracks,
+            last_keyframe_request: None,
+        };
+        let id = session.id.clone();
+        self.sessions
+            .insert(id.clone(), (room.clone(), participant_id.to_owned()));
+        let tx = self.room(room);
+        let _ = self.routes.send(Route::Add(n.ufrag.clone(), tx.clone()));
+        match role {
+            Role::Publish => {
+                let _ = tx.send(Command::Publisher(session));
+            }
+            Role::Subscribe => {
+                let (reply, answer) = oneshot::channel();
+                let _ = tx.send(Command::Subscriber(session, reply));
+                if answer.await != Ok(true) {
+                    self.sessions.remove(&id);
+                    let _ = self.routes.send(Route::Forget(n.ufrag));
+                    return Err(LiveError::StreamNotFound { stream_id });
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    /// The room's task, started if it has none.
+    fn room(&self, key: &RoomKey) -> mpsc::UnboundedSender<Command> {
+        self.rooms
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let room = room::Room {
+                    key: key.clone(),
+                    socket: Arc::clone(&self.socket),
+                    local: self.local,
+                    sessions: Vec::new(),
+                    gone: self.gone.clone(),
+                };
+                self.tasks.spawn(room.run(rx, self.shutdown.clone()));
+                tx
+            })
+            .clone()
+    }
+
+    fn tell(&self, room: &RoomKey, command: Command) {
+        if let Some(tx) = self.rooms.get(room) {
+            let _ = tx.send(command);
+        }
+    }
+
+    /// Ends the participant's session in the room; false when it has no such session.
+    pub fn end_session(&self, room: &RoomKey, participant_id: &str, session_id: &str) -> bool {
+        let theirs = self
+            .sessions
+            .get(session_id)
+            .is_some_and(|s| s.0 == *room && s.1 == participant_id);
+        if theirs {
+            self.tell(room, Command::EndSession(session_id.to_owned()));
+        }
+        theirs
+    }
+
+    pub fn end_stream(&self, room: &RoomKey, stream_id: i64) {
+        self.tell(room, Command::EndStream(stream_id));
+    }
+
+    pub fn end_participant(&self, room: &RoomKey, participant_id: &str) {
+        self.tell(room, Command::EndParticipant(participant_id.to_owned()));
+    }
+
+    /// The room is gone: its task ends, and every session in it.
+    pub fn end_room(&self, room: &RoomKey) {
+        if let Some((_, tx)) = self.rooms.remove(room) {
+            let _ = tx.send(Command::EndRoom);
+        }
+    }
+
+    /// A session's end has been seen to: its datagrams go nowhere from now on.
+    pub fn forget(&self, gone: &Gone) {
+        self.sessions.remove(&gone.session_id);
+        let _ = self.routes.send(Route::Forget(gone.ufrag.clone()));
+    }
+}

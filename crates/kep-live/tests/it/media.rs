@@ -1,0 +1,432 @@
+//! Real media through kep's rooms: aiortc publishes over WHIP and subscribes over WHEP
+//! (tests/media_peer.py), every peer on 127.0.0.1; the Room methods act on the sessions.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use kep_api::live::{EventKind, JoinClaims, ServerMessage};
+use kep_client::live::{LiveClient, Participant, join_token};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use crate::common::{TestServer, next, spawn};
+
+/// A peer process and the JSON lines it prints.
+struct Peer {
+    /// Killed when the peer is dropped.
+    _child: Child,
+    lines: mpsc::UnboundedReceiver<Value>,
+    what: String,
+}
+
+impl Peer {
+    fn start(what: &str, args: &[&str]) -> Peer {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/media_peer.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(args)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 with aiortc (the test command installs it)");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Peer {
+            _child: child,
+            lines,
+            what: what.to_owned(),
+        }
+    }
+
+    /// The next line whose `event` is `event`, within 30 s; the lines before it are passed.
+    async fn until(&mut self, event: &str) -> Value {
+        self.until_kind(event, None).await
+    }
+
+    /// [`Peer::until`] a line of that `kind` too (`video`, `audio`), if given.
+    async fn until_kind(&mut self, event: &str, kind: Option<&str>) -> Value {
+        let wait = async {
+            while let Some(line) = self.lines.recv().await {
+                if line["event"] == event && kind.is_none_or(|k| line["kind"] == k) {
+                    return line;
+                }
+                if line["event"] == "error" || line["event"] == "refused" {
+                    panic!("{}: {line}", self.what);
+                }
+            }
+            panic!("{}: ended before {event}", self.what);
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .unwrap_or_else(|_| panic!("{}: no {event} within 30 s", self.what))
+    }
+}
+
+fn token(srv: &TestServer, secret: &str, room: &str, who: &str) -> String {
+    let claims = JoinClaims {
+        iss: "svc".into(),
+        room: room.into(),
+        sub: who.into(),
+        exp: srv.clock.unix_s() + 600,
+        publish: None,
+        subscribe: None,
+    };
+    join_token("svc", secret, &claims)
+}
+
+#[tokio::test]
+async fn media_flows_from_a_whip_publisher_to_whep_subscribers_until_the_room_stops_it() {
+    let srv = spawn(|_| {}).await;
+    let (s, rooms) = srv.room_client("svc").await;
+    let live = &srv.live_url;
+    // The owner is also on the socket, to hear what happens to its stream.
+    let alice = token(&srv, &s.service_secret, "room", "alice");
+    let mut owner = Participant::join_with_token(live, &alice).await.unwrap();
+
+    let whip = format!("{live}/api/whip/room");
+    let mut publisher = Peer::start("publisher", &["publish", "--url", &whip, "--token", &alice]);
+    let answered = publisher.until("answered").await;
+    let stream_id = answered["stream_id"]
+        .as_str()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap();
+    assert!(
+        answered["location"]
+            .as_str()
+            .unwrap()
+            .starts_with("/api/whip/room/")
+    );
+    publisher.until("connected").await;
+    let listing = rooms.list_participants("room").await.unwrap();
+    assert_eq!(listing.participants[0].participant_id, "alice");
+    assert_eq!(listing.participants[0].streams[0].stream_id, stream_id);
+
+    // Two subscribers decode what alice sends.
+    let whep = format!("{live}/api/whep/room/{stream_id}");
+    let mut subscribers: Vec<Peer> = ["bob", "carol"]
+        .into_iter()
+        .map(|who| {
+            let t = token(&srv, &s.service_secret, "room", who);
+            Peer::start(
+                who,
+                &["subscribe", "--url", &whep, "--token", &t, "--frames", "30"],
+            )
+        })
+        .collect();
+    for sub in &mut subscribers {
+        let first = sub.until_kind("frame", Some("video")).await;
+        assert_eq!(
+            (first["width"].as_i64(), first["height"].as_i64()),
+            (Some(320), Some(240)),
+            "{first}"
+        );
+        sub.until("enough").await;
+    }
+
+    // Room.InactiveStream: the frames stop for every subscriber, the owner is told, and the
+    // publishing session ends.
+    let started = std::time::Instant::now();
+    rooms
+        .inactivate("room", &[("alice".into(), stream_id)])
+        .await
+        .unwrap();
+    for sub in &mut subscribers {
+        sub.until("stalled").await;
+    }
+    eprintln!(
+        "media: frames stopped {:?} after Room.InactiveStream",
+        started.elapsed()
+    );
+    // The subscribers joined the room meanwhile (ParticipantJoined first).
+    let inactivated = loop {
+        match next(&mut owner).await {
+            Ok(ServerMessage::Event(e)) if e.event == EventKind::InactivatedStream => break e,
+            Ok(ServerMessage::Event(e)) if e.event == EventKind::ParticipantJoined => {}
+            other => panic!("expected InactivatedStream, got {other:?}"),
+        }
+    };
+    assert_eq!(
+        (inactivated.participant_id.as_deref(), inactivated.stream_id),
+        (Some("alice"), Some(stream_id))
+    );
+    publisher.until("closed").await;
+    let listing = rooms.list_participants("room").await.unwrap();
+    assert!(listing.participants[0].streams.is_empty(), "{listing:?}");
+}
+
+#[tokio::test]
+async fn kick_and_destroy_end_every_session() {
+    let srv = spawn(|_| {}).await;
+    let (s, rooms) = srv.room_client("svc").await;
+    let live = &srv.live_url;
+    let dave = token(&srv, &s.service_secret, "stage", "dave");
+    let mut publisher = Peer::start(
+        "publisher",
+        &[
+            "publish",
+            "--url",
+            &format!("{live}/api/whip/stage"),
+            "--token",
+            &dave,
+        ],
+    );
+    let stream_id = publisher.until("answered").await["stream_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let erin = token(&srv, &s.service_secret, "stage", "erin");
+    let whep = format!("{live}/api/whep/stage/{stream_id}");
+    let mut erin_sub = Peer::start("erin", &["subscribe", "--url", &whep, "--token", &erin]);
+    erin_sub.until("frame").await;
+    // A subscriber is in the room while it watches; kicking it ends its session, and the
+    // publisher goes on.
+    let listing = rooms.list_participants("stage").await.unwrap();
+    let present: Vec<&str> = listing
+        .participants
+        .iter()
+        .map(|p| p.participant_id.as_str())
+        .collect();
+    assert_eq!(present, ["dave", "erin"]);
+    rooms.kick("stage", &["erin".into()]).await.unwrap();
+    erin_sub.until("stalled").await;
+    let frank = token(&srv, &s.service_secret, "stage", "frank");
+    let mut frank_sub = Peer::start("frank", &["subscribe", "--url", &whep, "--token", &frank]);
+    frank_sub.until("frame").await;
+    // Destroying the room ends the publisher and the subscriber.
+    rooms.destroy_room("stage").await.unwrap();
+    frank_sub.until("stalled").await;
+    publisher.until("closed").await;
+    assert!(rooms.list_rooms().await.unwrap().is_empty());
+    drop((erin_sub, publisher));
+}
+
+#[tokio::test]
+async fn bad_offers_tokens_and_garbage_are_refused_and_touch_nothing_else() {
+    let srv = spawn(|_| {}).await;
+    let (s, _rooms) = srv.room_client("svc").await;
+    let other = srv.create_service("other").await;
+    let live = &srv.live_url;
+    let http = reqwest::Client::new();
+    let post = |url: String, token: Option<String>, ct: &'static str, body: &'static str| {
+        let mut req = http.post(url).header("content-type", ct).body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let good = token(&srv, &s.service_secret, "room", "gina");
+    let mut viewer = JoinClaims {
+        iss: "svc".into(),
+        room: "room".into(),
+        sub: "v".into(),
+        exp: srv.clock.unix_s() + 60,
+        publish: Some(false),
+        subscribe: Some(false),
+    };
+    let viewer_token = join_token("svc", &s.service_secret, &viewer);
+    viewer.iss = "other".into();
+    let other_token = join_token("other", &other.service_secret, &viewer);
+    let whip = format!("{live}/api/whip/room");
+    let cases = [
+        (
+            post(whip.clone(), None, "application/sdp", "v=0"),
+            401,
+            "no token",
+        ),
+        (
+            post(whip.clone(), Some("nope".into()), "application/sdp", "v=0"),
+            401,
+            "not a token",
+        ),
+        (
+            post(
+                format!("{live}/api/whip/elsewhere"),
+                Some(good.clone()),
+                "application/sdp",
+                "v=0",
+            ),
+            403,
+            "another room",
+        ),
+        (
+            post(
+                whip.clone(),
+                Some(viewer_token.clone()),
+                "application/sdp",
+                "v=0",
+            ),
+            403,
+            "publish: false",
+        ),
+        (
+            post(
+                format!("{live}/api/whep/room/1"),
+                Some(viewer_token),
+                "application/sdp",
+                "v=0",
+            ),
+            403,
+            "subscribe: false",
+        ),
+        (
+            post(whip.clone(), Some(other_token), "application/sdp", "v=0"),
+            403,
+            "another service's room",
+        ),
+        (
+            post(whip.clone(), Some(good.clone()), "text/plain", "v=0"),
+            415,
+            "not SDP",
+        ),
+        (
+            post(
+                whip.clone(),
+                Some(good.clone()),
+                "application/sdp",
+                "v=0\r\nnonsense",
+            ),
+            400,
+            "malformed SDP",
+        ),
+        (
+            post(
+                format!("{live}/api/whep/room/x"),
+                Some(good.clone()),
+                "application/sdp",
+                "v=0",
+            ),
+            400,
+            "stream id",
+        ),
+    ];
+    for (call, status, what) in cases {
+        let res = call.await.unwrap();
+        assert_eq!(res.status().as_u16(), status, "{what}");
+        let body: Value = res.json().await.unwrap();
+        assert!(body["error"]["code"].is_i64(), "{what}: {body}");
+    }
+    // An offer with no codec kep takes: 400 naming why.
+    let g722_only = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n\
+        m=audio 9 UDP/TLS/RTP/SAVPF 9\r\nc=IN IP4 127.0.0.1\r\na=mid:0\r\na=sendonly\r\n\
+        a=rtpmap:9 G722/8000\r\na=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n\
+        a=fingerprint:sha-256 00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF:00:11:22:33:44:55:66:77:88:99:AA:BB:CC:DD:EE:FF\r\n\
+        a=setup:actpass\r\na=rtcp-mux\r\n";
+    let res = post(
+        whip.clone(),
+        Some(good.clone()),
+        "application/sdp",
+        g722_only,
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 400);
+    let body: Value = res.json().await.unwrap();
+    assert!(
+        body["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no track"),
+        "{body}"
+    );
+
+    // A real session, then garbage at the media port from another socket: the session
+    // goes on, and an unknown stream or session is a 404.
+    let mut publisher = Peer::start("publisher", &["publish", "--url", &whip, "--token", &good]);
+    let stream_id = publisher.until("answered").await["stream_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hal = token(&srv, &s.service_secret, "room", "hal");
+    let whep = format!("{live}/api/whep/room/{stream_id}");
+    let mut sub = Peer::start(
+        "hal",
+        &[
+            "subscribe",
+            "--url",
+            &whep,
+            "--token",
+            &hal,
+            "--frames",
+            "60",
+        ],
+    );
+    sub.until("frame").await;
+    let flood = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let media = srv.service.media_addr();
+    for i in 0..20_000u32 {
+        let mut junk = [0u8; 200];
+        junk[..4].copy_from_slice(&i.to_be_bytes());
+        // Some of it looks like STUN, RTP and DTLS by its first byte.
+        junk[0] = [0x00, 0x80, 0x16, 0xff][i as usize % 4];
+        let _ = flood.send_to(&junk, media).await;
+    }
+    sub.until("enough").await;
+    let res = post(
+        format!("{live}/api/whep/room/999"),
+        Some(hal.clone()),
+        "application/sdp",
+        "v=0",
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(res.status().as_u16(), 400 | 404),
+        "{}",
+        res.status()
+    );
+    let res = http
+        .delete(format!("{live}/api/whip/room/no-such-session"))
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    drop(publisher);
+}
+
+/// Subscribing to a stream that ended, or never had media, is a 404.
+#[tokio::test]
+async fn a_subscribe_to_a_stream_without_a_publisher_is_a_404() {
+    let srv = spawn(|_| {}).await;
+    let (s, _rooms) = srv.room_client("svc").await;
+    let live = &srv.live_url;
+    let ivy = token(&srv, &s.service_secret, "room", "ivy");
+    // A stream published over the socket carries no media.
+    let mut p = Participant::join_with_token(live, &ivy).await.unwrap();
+    p.send(&kep_api::live::ClientMessage::Publish)
+        .await
+        .unwrap();
+    let mut sub = Peer::start(
+        "sub",
+        &[
+            "subscribe",
+            "--url",
+            &format!("{live}/api/whep/room/1"),
+            "--token",
+            &ivy,
+        ],
+    );
+    let refused = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = sub.lines.recv().await.expect("a line");
+            if line["event"] == "refused" {
+                return line;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused["status"], 404, "{refused}");
+    let _ = LiveClient::new(live);
+}
