@@ -128,6 +128,18 @@ pub struct StreamTarget {
 #[serde(rename_all = "camelCase")]
 pub struct StreamInfo {
     pub stream_id: i64,
+    /// A WHIP stream's tracks; a stream published over the socket has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracks: Vec<TrackInfo>,
+}
+
+/// A track of a WHIP stream, as its offer's answer set it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TrackInfo {
+    /// `audio` or `video`.
+    pub kind: String,
+    /// The codec the publisher sends: `opus`, `VP8`, `H264`.
+    pub codec: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -5,7 +5,7 @@
 //! the participants' sockets before the lock is released, so a `Room.*` call that follows
 //! sees the change, and every participant sees a room's events in one order.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use crate::LiveError;
 use crate::media::Media;
 use kep_api::live::{
     Event, EventKind, ParticipantInfo, ParticipantTarget, ServerMessage, StreamInfo, StreamTarget,
+    TrackInfo,
 };
 
 /// What a participant's socket task is told to do.
@@ -56,13 +57,24 @@ struct Participant {
     /// Its socket, if it has one: a WHIP publisher is in the room without one.
     outbox: Option<Outbox>,
     streams: BTreeSet<i64>,
-    /// Which of `streams` are WHIP streams (media sessions), not the socket's.
-    media: BTreeSet<i64>,
+    /// Which of `streams` are WHIP streams (media sessions), not the socket's, with their
+    /// tracks.
+    media: BTreeMap<i64, Vec<TrackInfo>>,
     /// Its WHEP sessions: a subscriber is in the room while it watches.
     watching: usize,
 }
 
 impl Participant {
+    /// Drops the streams its socket published (they end with it); their ids.
+    fn drop_socket_streams(&mut self) -> BTreeSet<i64> {
+        let media = &self.media;
+        let (kept, dropped) = std::mem::take(&mut self.streams)
+            .into_iter()
+            .partition(|sid| media.contains_key(sid));
+        self.streams = kept;
+        dropped
+    }
+
     fn send(&self, message: Outbound) {
         if let Some(outbox) = &self.outbox {
             let _ = outbox.send(message);
@@ -173,7 +185,10 @@ impl RoomState {
                 streams: p
                     .streams
                     .iter()
-                    .map(|&stream_id| StreamInfo { stream_id })
+                    .map(|&stream_id| StreamInfo {
+                        stream_id,
+                        tracks: p.media.get(&stream_id).cloned().unwrap_or_default(),
+                    })
                     .collect(),
             })
             .collect()
@@ -205,12 +220,7 @@ impl Room {
                 existing.conn = conn;
                 existing.outbox = Some(outbox);
                 // The old socket's streams end with it; its media streams do not.
-                let socket: BTreeSet<i64> = existing
-                    .streams
-                    .difference(&existing.media)
-                    .copied()
-                    .collect();
-                existing.streams = existing.media.clone();
+                let socket = existing.drop_socket_streams();
                 st.unpublished(&self.room_id, participant_id, &socket);
             }
             None => {
@@ -218,7 +228,7 @@ impl Room {
                     conn,
                     outbox: Some(outbox),
                     streams: BTreeSet::new(),
-                    media: BTreeSet::new(),
+                    media: BTreeMap::new(),
                     watching: 0,
                 };
                 st.participants.insert(participant_id.to_owned(), fresh);
@@ -251,8 +261,8 @@ impl Room {
         if p.media.is_empty() && p.watching == 0 {
             st.remove(&self.room_id, participant_id);
         } else {
-            let socket: BTreeSet<i64> = p.streams.difference(&p.media).copied().collect();
-            (p.conn, p.outbox, p.streams) = (0, None, p.media.clone());
+            let socket = p.drop_socket_streams();
+            (p.conn, p.outbox) = (0, None);
             st.unpublished(&self.room_id, participant_id, &socket);
         }
         st.changed();
@@ -286,7 +296,7 @@ impl Room {
         let Some(p) = st
             .participants
             .get_mut(participant_id)
-            .filter(|p| p.conn == conn && p.outbox.is_some() && !p.media.contains(&stream_id))
+            .filter(|p| p.conn == conn && p.outbox.is_some() && !p.media.contains_key(&stream_id))
         else {
             return false;
         };
@@ -305,8 +315,13 @@ impl Room {
     }
 
     /// A media session of the participant starts: it is in the room from then on, socket or
-    /// not. A publisher's gets a new stream (its id); `None` if the room closed meanwhile.
-    fn media_started(&self, participant_id: &str, publisher: bool) -> Option<Option<i64>> {
+    /// not. A publisher's (`published`, its tracks) gets a new stream (its id); `None` if
+    /// the room closed meanwhile.
+    fn media_started(
+        &self,
+        participant_id: &str,
+        published: Option<Vec<TrackInfo>>,
+    ) -> Option<Option<i64>> {
         let mut st = self.lock();
         if st.closed {
             return None;
@@ -317,7 +332,7 @@ impl Room {
                 conn: 0,
                 outbox: None,
                 streams: BTreeSet::new(),
-                media: BTreeSet::new(),
+                media: BTreeMap::new(),
                 watching: 0,
             };
             st.participants.insert(participant_id.to_owned(), present);
@@ -334,14 +349,14 @@ impl Room {
             .participants
             .get_mut(participant_id)
             .expect("just made sure");
-        if !publisher {
+        let Some(tracks) = published else {
             p.watching += 1;
             return Some(None);
-        }
+        };
         st.next_stream_id += 1;
         let sid = st.next_stream_id;
         p.streams.insert(sid);
-        p.media.insert(sid);
+        p.media.insert(sid, tracks);
         st.changed();
         let ev = event(
             EventKind::StreamPublished,
@@ -361,7 +376,7 @@ impl Room {
             return st.participants.is_empty() && !st.closed;
         };
         let ended = match stream_id {
-            Some(sid) => p.media.remove(&sid) && p.streams.remove(&sid),
+            Some(sid) => p.media.remove(&sid).is_some() && p.streams.remove(&sid),
             None => {
                 p.watching = p.watching.saturating_sub(1);
                 false
@@ -411,10 +426,10 @@ impl Rooms {
         service_id: &Arc<str>,
         room_id: &str,
         participant_id: &str,
-        publisher: bool,
+        published: Option<Vec<TrackInfo>>,
     ) -> Option<i64> {
         self.in_room(service_id, room_id, |room| {
-            room.media_started(participant_id, publisher)
+            room.media_started(participant_id, published.clone())
         })
     }
 
@@ -696,7 +711,7 @@ impl Rooms {
             if !p.streams.remove(&t.stream_id) {
                 continue;
             }
-            if p.media.remove(&t.stream_id)
+            if p.media.remove(&t.stream_id).is_some()
                 && let Some(media) = self.media()
             {
                 media.end_stream(&(service_id.clone(), room_id.to_owned()), t.stream_id);

@@ -39,7 +39,12 @@ pub(crate) async fn publish(
         let service: std::sync::Arc<str> = grant.service_id.into();
         let rooms = &live.0.rooms;
         let stream_id = rooms
-            .media_started(&service, &room_id, &grant.participant_id, true)
+            .media_started(
+                &service,
+                &room_id,
+                &grant.participant_id,
+                Some(negotiated.tracks()),
+            )
             .expect("a publisher gets a stream");
         let key = (service, room_id.clone());
         let answer = negotiated.answer.clone();
@@ -91,7 +96,7 @@ pub(crate) async fn subscribe(
         let answer = negotiated.answer.clone();
         // Present while it watches; a refused subscribe takes that back.
         let rooms = &live.0.rooms;
-        rooms.media_started(&key.0, &room_id, &grant.participant_id, false);
+        rooms.media_started(&key.0, &room_id, &grant.participant_id, None);
         let session = media
             .start(
                 &key,

@@ -42,8 +42,8 @@ pub struct Gone {
 
 /// The tracks an answer accepted for `role`: its media sections that are not rejected
 /// (port 0), go the role's way (kep receives a publisher's, sends to a subscriber) and
-/// kept a codec. (str0m tells of the tracks only once connected.)
-fn tracks_of(answer: &str, role: &Role) -> Vec<(Mid, MediaKind)> {
+/// kept a codec, with the name of the first. (str0m tells of tracks only once connected.)
+fn tracks_of(answer: &str, role: &Role) -> Vec<(Mid, MediaKind, String)> {
     let wanted = match role {
         Role::Publish => "a=recvonly",
         Role::Subscribe => "a=sendonly",
@@ -58,10 +58,16 @@ fn tracks_of(answer: &str, role: &Role) -> Vec<(Mid, MediaKind)> {
                 "video" => MediaKind::Video,
                 _ => return None,
             };
-            let accepted = words.next()? != "0" && words.nth(1).is_some();
+            let accepted = words.next()? != "0";
+            let pt = words.nth(1)?;
             let mid = section.lines().find_map(|l| l.strip_prefix("a=mid:"))?;
             let goes = section.lines().any(|l| l == wanted || l == "a=sendrecv");
-            (accepted && goes).then(|| (Mid::from(mid.trim()), kind))
+            let rtpmap = format!("a=rtpmap:{pt} ");
+            let codec = section
+                .lines()
+                .find_map(|l| l.strip_prefix(rtpmap.as_str()))
+                .and_then(|c| c.split('/').next())?;
+            (accepted && goes).then(|| (Mid::from(mid.trim()), kind, codec.to_owned()))
         })
         .collect()
 }
@@ -76,8 +82,21 @@ pub enum Role {
 pub struct Negotiated {
     rtc: Rtc,
     ufrag: Arc<str>,
-    tracks: Vec<(Mid, MediaKind)>,
+    tracks: Vec<(Mid, MediaKind, String)>,
     pub answer: String,
+}
+
+impl Negotiated {
+    /// Its tracks as `Room.ListParticipants` shows them.
+    pub fn tracks(&self) -> Vec<kep_api::live::TrackInfo> {
+        self.tracks
+            .iter()
+            .map(|(_, kind, codec)| kep_api::live::TrackInfo {
+                kind: kind.to_string(),
+                codec: codec.clone(),
+            })
+            .collect()
+    }
 }
 
 pub struct Media {
@@ -189,7 +208,11 @@ impl Media {
             stream_id,
             publisher: matches!(role, Role::Publish),
             rtc: n.rtc,
-            tracks: n.tracks,
+            tracks: n
+                .tracks
+                .into_iter()
+                .map(|(mid, kind, _)| (mid, kind))
+                .collect(),
             last_keyframe_request: None,
         };
         let id = session.id.clone();

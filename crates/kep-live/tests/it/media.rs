@@ -111,6 +111,13 @@ async fn media_flows_from_a_whip_publisher_to_whep_subscribers_until_the_room_st
     let listing = rooms.list_participants("room").await.unwrap();
     assert_eq!(listing.participants[0].participant_id, "alice");
     assert_eq!(listing.participants[0].streams[0].stream_id, stream_id);
+    // Its tracks, as the offer's answer set them: aiortc offers VP8 first, then Opus.
+    let tracks: Vec<(&str, &str)> = listing.participants[0].streams[0]
+        .tracks
+        .iter()
+        .map(|t| (t.kind.as_str(), t.codec.as_str()))
+        .collect();
+    assert_eq!(tracks, [("video", "VP8"), ("audio", "opus")], "{listing:?}");
 
     // Two subscribers decode what alice sends.
     let whep = format!("{live}/api/whep/room/{stream_id}");
