@@ -387,4 +387,7 @@ pub mod paths {
     /// WHEP: subscribe to a stream of the room.
     pub const WHEP: &str = "/api/whep/{room_id}/{stream_id}";
     pub const WHEP_SESSION: &str = "/api/whep/{room_id}/{stream_id}/{session}";
+    /// The browser client SDK (an ES module) and its demo page.
+    pub const SDK: &str = "/sdk/kep-live.js";
+    pub const DEMO: &str = "/demo";
 }

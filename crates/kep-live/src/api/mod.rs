@@ -31,7 +31,25 @@ pub(crate) fn router(live: LiveService) -> Router {
             paths::WHEP_SESSION,
             delete(media::end_subscribe).patch(media::no_trickle),
         )
+        .route(paths::SDK, get(sdk))
+        .route(paths::DEMO, get(demo))
         .with_state(live)
+}
+
+/// The browser client SDK, built into the binary.
+async fn sdk() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/javascript; charset=utf-8",
+        )],
+        include_str!("../../web/kep-live.js"),
+    )
+}
+
+/// A page that joins a room with a join token, publishes its camera and shows the others.
+async fn demo() -> axum::response::Html<&'static str> {
+    axum::response::Html(include_str!("../../web/demo.html"))
 }
 
 /// The 429 of `POST /api/rpc`: a JSON-RPC answer, error -32005.

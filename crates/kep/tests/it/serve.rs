@@ -1,6 +1,7 @@
 //! The real `kep` binary: `kep serve` on port 0, driven by curl-like calls and by the CLI.
 
 mod adapter;
+mod browser;
 mod live;
 mod messaging;
 mod models;

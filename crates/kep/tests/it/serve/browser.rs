@@ -1,0 +1,54 @@
+//! Headless Chromium on the demo page and the browser SDK (tests/browser.py): one page
+//! publishes Chromium's fake camera over WHIP, another decodes it over WHEP, and the Room
+//! methods act on them. Run in a network namespace of the test's own, with only `lo`, so
+//! that the browser's media can go nowhere but loopback.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::KEP;
+
+#[test]
+fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser.py");
+    let out = Command::new("unshare")
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            r#"ip link set lo up && exec python3 "$0" "$1""#,
+        ])
+        .args([script, KEP])
+        .output()
+        .expect("unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["published", "decoding", "listed", "stopped", "destroyed"]
+    );
+    // The publisher's stream, with the tracks Chromium sent.
+    let listed = &events[2]["participants"][0];
+    assert_eq!(listed["participantId"], "alice");
+    let kinds: Vec<&str> = listed["streams"][0]["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"video") && kinds.contains(&"audio"),
+        "{listed}"
+    );
+}
