@@ -9,6 +9,7 @@ mod ws;
 pub use ws::parse_message;
 
 use axum::Router;
+use axum::http::{HeaderName, Method, header};
 use axum::routing::{delete, get, post};
 use serde::de::DeserializeOwned;
 use utoipa::OpenApi;
@@ -18,9 +19,14 @@ use kep_api::live::paths;
 
 pub(crate) fn router(live: LiveService) -> Router {
     let offers = axum::extract::DefaultBodyLimit::max(live.0.settings.body_limit_bytes);
-    Router::new()
-        .route(paths::RPC, post(rpc::rpc).fallback(rpc::not_post))
-        .route(paths::WS, get(ws::participant_socket))
+    // A web app of any origin may load the SDK and make WHIP and WHEP calls: they carry
+    // a join token in a header, never a cookie, so no origin gains anything by it.
+    let cors = tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::Any)
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::PATCH])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .expose_headers([header::LOCATION, HeaderName::from_static("kep-stream-id")]);
+    let media = Router::new()
         .route(paths::WHIP, post(media::publish).layer(offers))
         .route(
             paths::WHIP_SESSION,
@@ -32,7 +38,12 @@ pub(crate) fn router(live: LiveService) -> Router {
             delete(media::end_subscribe).patch(media::no_trickle),
         )
         .route(paths::SDK, get(sdk))
+        .layer(cors);
+    Router::new()
+        .route(paths::RPC, post(rpc::rpc).fallback(rpc::not_post))
+        .route(paths::WS, get(ws::participant_socket))
         .route(paths::DEMO, get(demo))
+        .merge(media)
         .with_state(live)
 }
 

@@ -323,6 +323,34 @@ async fn bad_offers_tokens_and_garbage_are_refused_and_touch_nothing_else() {
         let body: Value = res.json().await.unwrap();
         assert!(body["error"]["code"].is_i64(), "{what}: {body}");
     }
+    // A web page of another origin may call (CORS): the preflight allows it, and the
+    // answer's Location and Kep-Stream-Id are exposed to it.
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, &whip)
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization,content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    assert_eq!(preflight.headers()["access-control-allow-origin"], "*");
+    let sdk = http
+        .get(format!("{live}/sdk/kep-live.js"))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sdk.headers()["access-control-allow-origin"], "*");
+    assert!(
+        sdk.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
     // An offer with no codec kep takes: 400 naming why.
     let g722_only = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\na=group:BUNDLE 0\r\n\
         m=audio 9 UDP/TLS/RTP/SAVPF 9\r\nc=IN IP4 127.0.0.1\r\na=mid:0\r\na=sendonly\r\n\
