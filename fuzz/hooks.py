@@ -21,3 +21,20 @@ if _same_origin_path is not None:
             return None
 
     observations._same_origin_path = _skipping_unparsable
+
+
+# WHIP and WHEP take an SDP offer (`application/sdp`), which schemathesis has no generator
+# for: offers of every sort, from none at all to one with no usable codec, and any text.
+from hypothesis import strategies as st  # noqa: E402
+import schemathesis  # noqa: E402
+
+_OFFERS = [
+    b"",
+    b"v=0\r\n",
+    b"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 9\r\n"
+    b"a=mid:0\r\na=sendonly\r\na=rtpmap:9 G722/8000\r\n",
+]
+schemathesis.openapi.media_type(
+    "application/sdp",
+    st.one_of(st.sampled_from(_OFFERS), st.text().map(str.encode)),
+)

@@ -1,7 +1,7 @@
 //! WHIP publish and WHEP subscribe (RFC 9725 and the WHEP draft; CONTRACT §1 "Media"): an
 //! SDP offer with a join token as Bearer answers `201`, the SDP answer and `Location`;
 //! `DELETE` of the Location ends the session. The answer carries kep's one candidate, so
-//! no trickle is needed: `PATCH` is 405. Refusals are JSON-RPC error answers with an HTTP
+//! no trickle is needed: `PATCH` (any other method) is 405. Refusals are JSON-RPC error answers with an HTTP
 //! status of their own (400 offer, 401 token, 403 not allowed, 404 no such stream or
 //! session, 413, 415, 429).
 
@@ -19,6 +19,17 @@ use kep_api::live::paths;
 
 /// `POST /api/whip/{room_id}`: publishes the offer's tracks as a new stream of the token's
 /// participant.
+#[utoipa::path(post, path = paths::WHIP, params(("room_id" = String, Path)),
+    request_body(content = String, content_type = "application/sdp", description = "An SDP offer"),
+    responses(
+        (status = 201, description = "The SDP answer; `Location` is the session, `Kep-Stream-Id` the stream", content_type = "application/sdp", body = String),
+        (status = 400, description = "An offer that does not parse, or has no track kep can use", body = kep_api::live::RpcResponse),
+        (status = 401, description = "No, a malformed, an expired or another service's join token", body = kep_api::live::RpcResponse),
+        (status = 403, description = "A join token of another room, or one that does not allow this", body = kep_api::live::RpcResponse),
+        (status = 413, description = "An offer over the body limit", body = kep_api::live::RpcResponse),
+        (status = 415, description = "A body that is not application/sdp", body = kep_api::live::RpcResponse),
+    ),
+    security(("bearer" = [])))]
 pub(crate) async fn publish(
     State(live): State<LiveService>,
     Path(room_id): Path<String>,
@@ -72,6 +83,18 @@ pub(crate) async fn publish(
 }
 
 /// `POST /api/whep/{room_id}/{stream_id}`: subscribes the token's participant to the stream.
+#[utoipa::path(post, path = paths::WHEP, params(("room_id" = String, Path), ("stream_id" = String, Path)),
+    request_body(content = String, content_type = "application/sdp", description = "An SDP offer"),
+    responses(
+        (status = 201, description = "The SDP answer; `Location` is the session", content_type = "application/sdp", body = String),
+        (status = 400, description = "An offer that does not parse, or has no track kep can use", body = kep_api::live::RpcResponse),
+        (status = 401, description = "No, a malformed, an expired or another service's join token", body = kep_api::live::RpcResponse),
+        (status = 403, description = "A join token of another room, or one that does not allow this", body = kep_api::live::RpcResponse),
+        (status = 413, description = "An offer over the body limit", body = kep_api::live::RpcResponse),
+        (status = 415, description = "A body that is not application/sdp", body = kep_api::live::RpcResponse),
+        (status = 404, description = "No such stream with a publisher in the room", body = kep_api::live::RpcResponse),
+    ),
+    security(("bearer" = [])))]
 pub(crate) async fn subscribe(
     State(live): State<LiveService>,
     Path((room_id, stream_id)): Path<(String, String)>,
@@ -117,6 +140,14 @@ pub(crate) async fn subscribe(
 }
 
 /// `DELETE /api/whip/{room_id}/{session}`, with the token of the session's participant.
+#[utoipa::path(delete, path = paths::WHIP_SESSION, params(("room_id" = String, Path), ("session" = String, Path)),
+    responses(
+        (status = 200, description = "The session ended"),
+        (status = 401, description = "No valid join token", body = kep_api::live::RpcResponse),
+        (status = 403, description = "A join token of another room", body = kep_api::live::RpcResponse),
+        (status = 404, description = "No such session of the token's participant", body = kep_api::live::RpcResponse),
+    ),
+    security(("bearer" = [])))]
 pub(crate) async fn end_publish(
     State(live): State<LiveService>,
     Path((room_id, session)): Path<(String, String)>,
@@ -127,6 +158,14 @@ pub(crate) async fn end_publish(
 }
 
 /// `DELETE /api/whep/{room_id}/{stream_id}/{session}`, likewise.
+#[utoipa::path(delete, path = paths::WHEP_SESSION, params(("room_id" = String, Path), ("stream_id" = String, Path), ("session" = String, Path)),
+    responses(
+        (status = 200, description = "The session ended"),
+        (status = 401, description = "No valid join token", body = kep_api::live::RpcResponse),
+        (status = 403, description = "A join token of another room", body = kep_api::live::RpcResponse),
+        (status = 404, description = "No such session of the token's participant", body = kep_api::live::RpcResponse),
+    ),
+    security(("bearer" = [])))]
 pub(crate) async fn end_subscribe(
     State(live): State<LiveService>,
     Path((room_id, _stream_id, session)): Path<(String, String, String)>,
@@ -158,8 +197,9 @@ fn end(
     }
 }
 
-/// Trickle ICE is not needed (the answer has kep's only candidate) and not taken.
-pub(crate) async fn no_trickle() -> Response {
+/// A session takes `DELETE` only: trickle ICE (`PATCH`) is not needed, since the answer
+/// has kep's only candidate.
+pub(crate) async fn only_delete() -> Response {
     let mut res = refuse(LiveError::MethodNotAllowed);
     res.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static("DELETE"));

@@ -23,19 +23,19 @@ pub(crate) fn router(live: LiveService) -> Router {
     // a join token in a header, never a cookie, so no origin gains anything by it.
     let cors = tower_http::cors::CorsLayer::new()
         .allow_origin(tower_http::cors::Any)
-        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::PATCH])
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
         .expose_headers([header::LOCATION, HeaderName::from_static("kep-stream-id")]);
     let media = Router::new()
         .route(paths::WHIP, post(media::publish).layer(offers))
         .route(
             paths::WHIP_SESSION,
-            delete(media::end_publish).patch(media::no_trickle),
+            delete(media::end_publish).fallback(media::only_delete),
         )
         .route(paths::WHEP, post(media::subscribe).layer(offers))
         .route(
             paths::WHEP_SESSION,
-            delete(media::end_subscribe).patch(media::no_trickle),
+            delete(media::end_subscribe).fallback(media::only_delete),
         )
         .route(paths::SDK, get(sdk))
         .layer(cors);
@@ -74,7 +74,13 @@ const LIMIT_ANSWERS: kep_core::http::LimitAnswers =
         title = "kep live API",
         description = "Provision and Room.* over JSON-RPC 2.0 (seed 000)"
     ),
-    paths(rpc::rpc),
+    paths(
+        rpc::rpc,
+        media::publish,
+        media::subscribe,
+        media::end_publish,
+        media::end_subscribe
+    ),
     modifiers(&LIMIT_ANSWERS),
     components(schemas(
         wire::RpcResponse,
@@ -89,6 +95,7 @@ const LIMIT_ANSWERS: kep_core::http::LimitAnswers =
         wire::ListParticipantsResult,
         wire::ParticipantInfo,
         wire::StreamInfo,
+        wire::TrackInfo,
         wire::DestroyRoomResult,
         wire::Scheme
     ))
