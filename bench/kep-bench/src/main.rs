@@ -1,6 +1,7 @@
 //! Load helpers that `bench/*.sh` drive against a real `kep serve`.
 
 mod flood;
+mod media;
 
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,9 @@ enum Cmd {
     /// Hostile clients of one listener for `bench/limits.sh`: slowloris heads, stalled and
     /// whole large bodies.
     Flood(flood::Flood),
+    /// A WHIP publisher and steps of WHEP subscribers (str0m peers): what kep forwards per
+    /// core, loss, RSS per subscriber, join to first frame.
+    Media(media::MediaArgs),
     /// Join `participants` to one room, call Room.DestroyRoom, and report the time from the
     /// call until each participant got RoomDestroyed.
     Destroy {
@@ -96,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
         } => destroy(service, &token, participants, &room).await,
         Cmd::Soak(args) => soak::soak(args).await,
         Cmd::Flood(args) => flood::flood(args).await,
+        Cmd::Media(args) => media::media(args).await,
     }
 }
 

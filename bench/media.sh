@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Live media benchmark (BENCHMARKS.md): one WHIP publisher (~1 Mbit/s of VP8-framed video
+# and Opus-sized audio) and steps of WHEP subscribers, str0m peers in kep-bench, all on
+# 127.0.0.1. Per step: forwarded packets/s and Mbit/s, per core of kep's CPU time, CPU per
+# forwarded Mbit, RSS per subscriber, loss, join -> first video frame (p50/p99).
+#
+#   bench/media.sh                      # steps 1,10,50,100,200
+#   STEPS=1,25,50,100,150,200,300 SECONDS_PER_STEP=10 bench/media.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-1,10,50,100,200}
+SECONDS_PER_STEP=${SECONDS_PER_STEP:-10}
+
+cargo build --release -q -p kep -p kep-bench
+KEP=target/release/kep
+BENCH=target/release/kep-bench
+DATA=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DATA"; }
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)"
+
+KEP_LOG=warn $KEP serve --only live --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
+  --media-addr 127.0.0.1:0 >/dev/null 2>&1 &
+pids+=($!); SERVER=$!
+for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
+ADMIN=http://$(jq -r .admin "$DATA/addresses.json"); LIVE=http://$(jq -r .live "$DATA/addresses.json")
+OP=$(cat "$DATA/admin-token")
+SVC=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' "$ADMIN/admin/v1/live/services" -d '{"serviceId":"bench"}')
+
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+$BENCH media --live "$LIVE" --service-id bench --service-secret "$(jq -r .serviceSecret <<<"$SVC")" \
+  --kep-pid "$SERVER" --steps "$STEPS" --seconds "$SECONDS_PER_STEP"
