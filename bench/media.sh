@@ -11,14 +11,9 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-1,10,50,100,200}
 SECONDS_PER_STEP=${SECONDS_PER_STEP:-10}
 
-cargo build --release -q -p kep -p kep-bench
-KEP=target/release/kep
-BENCH=target/release/kep-bench
-DATA=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DATA"; }
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
+. bench/lib.sh
+bench_init kep kep-bench
+DATA=$WORK/data
 
 KEP_LOG=warn $KEP serve --only live --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
   --media-addr 127.0.0.1:0 >/dev/null 2>&1 &

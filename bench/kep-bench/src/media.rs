@@ -62,7 +62,8 @@ pub async fn media(args: MediaArgs) -> anyhow::Result<()> {
     let sent = Arc::new(Counters::default());
     let stop = CancellationToken::new();
     let whip = format!("{}/api/whip/media", svc.live);
-    let (publisher, answer) = Peer::connect(&whip, &token("publisher"), Direction::SendOnly).await?;
+    let (publisher, answer) =
+        Peer::connect(&whip, &token("publisher"), Direction::SendOnly).await?;
     let stream_id = answer.stream_id.context("no Kep-Stream-Id")?;
     tokio::spawn(publisher.run(Role::Publish(Arc::clone(&sent)), stop.clone()));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -249,7 +250,8 @@ impl Peer {
                     Ok(Output::Transmit(t)) => {
                         if let Role::Publish(sent) = &role {
                             sent.datagrams.fetch_add(1, Ordering::Relaxed);
-                            sent.bytes.fetch_add(t.contents.len() as u64, Ordering::Relaxed);
+                            sent.bytes
+                                .fetch_add(t.contents.len() as u64, Ordering::Relaxed);
                         }
                         let _ = self.socket.send_to(&t.contents, t.destination).await;
                     }

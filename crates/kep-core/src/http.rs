@@ -207,6 +207,16 @@ pub struct OperatorGuard {
 /// The one client of the operator API: whoever holds the operator token.
 const OPERATOR: &str = "operator";
 
+/// Whether the request's `Content-Type` is `media` (parameters such as `charset` aside;
+/// media types are case-insensitive, RFC 9110 §8.3.1).
+pub fn content_type_is(headers: &axum::http::HeaderMap, media: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(media))
+}
+
 /// The credentials of an `Authorization` value in `scheme`: the scheme word is matched
 /// case-insensitively (RFC 9110 §11.1: `bearer`, `BEARER`), then one or more spaces.
 pub fn credentials<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {

@@ -143,6 +143,24 @@ impl RoomState {
         self.listing = None;
     }
 
+    /// A new stream of the participant: the others are told. Its id.
+    fn add_stream(&mut self, room_id: &str, participant_id: &str) -> i64 {
+        self.next_stream_id += 1;
+        let sid = self.next_stream_id;
+        if let Some(p) = self.participants.get_mut(participant_id) {
+            p.streams.insert(sid);
+        }
+        self.changed();
+        let ev = event(
+            EventKind::StreamPublished,
+            room_id,
+            Some(participant_id),
+            Some(sid),
+        );
+        self.broadcast(&ev, Some(participant_id));
+        sid
+    }
+
     /// The participant leaves: the others are told.
     fn remove(&mut self, room_id: &str, participant_id: &str) {
         self.participants.shift_remove(participant_id);
@@ -271,23 +289,10 @@ impl Room {
 
     fn publish(&self, participant_id: &str, conn: ConnId) -> Option<i64> {
         let mut st = self.lock();
-        let st = &mut *st;
-        let p = st
-            .participants
-            .get_mut(participant_id)
+        st.participants
+            .get(participant_id)
             .filter(|p| p.conn == conn && p.outbox.is_some())?;
-        st.next_stream_id += 1;
-        let sid = st.next_stream_id;
-        p.streams.insert(sid);
-        st.changed();
-        let ev = event(
-            EventKind::StreamPublished,
-            &self.room_id,
-            Some(participant_id),
-            Some(sid),
-        );
-        st.broadcast(&ev, Some(participant_id));
-        Some(sid)
+        Some(st.add_stream(&self.room_id, participant_id))
     }
 
     fn unpublish(&self, participant_id: &str, conn: ConnId, stream_id: i64) -> bool {
@@ -353,18 +358,10 @@ impl Room {
             p.watching += 1;
             return Some(None);
         };
-        st.next_stream_id += 1;
-        let sid = st.next_stream_id;
-        p.streams.insert(sid);
-        p.media.insert(sid, tracks);
-        st.changed();
-        let ev = event(
-            EventKind::StreamPublished,
-            &self.room_id,
-            Some(participant_id),
-            Some(sid),
-        );
-        st.broadcast(&ev, Some(participant_id));
+        let sid = st.add_stream(&self.room_id, participant_id);
+        if let Some(p) = st.participants.get_mut(participant_id) {
+            p.media.insert(sid, tracks);
+        }
         Some(Some(sid))
     }
 

@@ -38,15 +38,9 @@ pub(crate) async fn publish(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let published = async {
-        let (grant, _in_flight) = admit(&live, &headers, peer, &room_id)?;
-        if !grant.publish {
-            return Err(LiveError::Forbidden(
-                "the join token does not allow publishing".into(),
-            ));
-        }
-        let offer = sdp_body(&headers, body, live.0.settings.body_limit_bytes)?;
+        let (grant, _in_flight, negotiated) =
+            answer_offer(&live, &headers, peer, &room_id, body, &Role::Publish)?;
         let media = &live.0.media;
-        let negotiated = media.negotiate(&offer, &Role::Publish)?;
         let service: std::sync::Arc<str> = grant.service_id.into();
         let rooms = &live.0.rooms;
         let stream_id = rooms
@@ -83,7 +77,7 @@ pub(crate) async fn publish(
 }
 
 /// `POST /api/whep/{room_id}/{stream_id}`: subscribes the token's participant to the stream.
-#[utoipa::path(post, path = paths::WHEP, params(("room_id" = String, Path), ("stream_id" = String, Path)),
+#[utoipa::path(post, path = paths::WHEP, params(("room_id" = String, Path), ("stream_id" = i64, Path)),
     request_body(content = String, content_type = "application/sdp", description = "An SDP offer"),
     responses(
         (status = 201, description = "The SDP answer; `Location` is the session", content_type = "application/sdp", body = String),
@@ -103,18 +97,12 @@ pub(crate) async fn subscribe(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let subscribed = async {
-        let (grant, _in_flight) = admit(&live, &headers, peer, &room_id)?;
-        if !grant.subscribe {
-            return Err(LiveError::Forbidden(
-                "the join token does not allow subscribing".into(),
-            ));
-        }
         let stream: i64 = stream_id
             .parse()
             .map_err(|_| LiveError::invalid_params("streamId", "an integer"))?;
-        let offer = sdp_body(&headers, body, live.0.settings.body_limit_bytes)?;
+        let (grant, _in_flight, negotiated) =
+            answer_offer(&live, &headers, peer, &room_id, body, &Role::Subscribe)?;
         let media = &live.0.media;
-        let negotiated = media.negotiate(&offer, &Role::Subscribe)?;
         let key: crate::media::RoomKey = (grant.service_id.into(), room_id.clone());
         let answer = negotiated.answer.clone();
         // Present while it watches; a refused subscribe takes that back.
@@ -158,7 +146,7 @@ pub(crate) async fn end_publish(
 }
 
 /// `DELETE /api/whep/{room_id}/{stream_id}/{session}`, likewise.
-#[utoipa::path(delete, path = paths::WHEP_SESSION, params(("room_id" = String, Path), ("stream_id" = String, Path), ("session" = String, Path)),
+#[utoipa::path(delete, path = paths::WHEP_SESSION, params(("room_id" = String, Path), ("stream_id" = i64, Path), ("session" = String, Path)),
     responses(
         (status = 200, description = "The session ended"),
         (status = 401, description = "No valid join token", body = kep_api::live::RpcResponse),
@@ -206,6 +194,31 @@ pub(crate) async fn only_delete() -> Response {
     res
 }
 
+/// What a WHIP and a WHEP POST share: the join token's grant for the room (with its
+/// admission, held until answered), the right the role needs, and the offer answered.
+fn answer_offer(
+    live: &LiveService,
+    headers: &HeaderMap,
+    peer: std::net::IpAddr,
+    room_id: &str,
+    body: Result<Bytes, BytesRejection>,
+    role: &Role,
+) -> Result<(JoinGrant, Admission, crate::media::Negotiated), LiveError> {
+    let (grant, admission) = admit(live, headers, peer, room_id)?;
+    let (allowed, what) = match role {
+        Role::Publish => (grant.publish, "publishing"),
+        Role::Subscribe => (grant.subscribe, "subscribing"),
+    };
+    if !allowed {
+        return Err(LiveError::Forbidden(format!(
+            "the join token does not allow {what}"
+        )));
+    }
+    let offer = sdp_body(headers, body, live.0.settings.body_limit_bytes)?;
+    let negotiated = live.0.media.negotiate(&offer, role)?;
+    Ok((grant, admission, negotiated))
+}
+
 /// The join token's grant, for this room, within its service's limits (a call without a
 /// valid token counts against its peer).
 fn admit(
@@ -244,12 +257,7 @@ fn sdp_body(
     body: Result<Bytes, BytesRejection>,
     limit: usize,
 ) -> Result<String, LiveError> {
-    let sdp = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/sdp"));
-    if !sdp {
+    if !kep_core::http::content_type_is(headers, "application/sdp") {
         return Err(LiveError::UnsupportedMediaType);
     }
     let body = body.map_err(|e| match e.status() {

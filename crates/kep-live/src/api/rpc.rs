@@ -340,12 +340,7 @@ async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, LiveError> {
-    let json_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !json_type {
+    if !kep_core::http::content_type_is(headers, "application/json") {
         return Err(LiveError::UnsupportedMediaType);
     }
     let limit = live.0.settings.body_limit_bytes;

@@ -184,12 +184,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(T, Value), MessagingError> {
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !is_json {
+    if !kep_core::http::content_type_is(headers, "application/json") {
         return Err(MessagingError::invalid(
             "Content-Type",
             "must be application/json",

@@ -121,15 +121,25 @@ impl Server {
         res.json().await.unwrap()
     }
 
-    /// The detail once the message left status 100.
+    /// The XMS detail once the message left status 100.
     pub async fn settled(&self, token: &str, uid: &str) -> Value {
         let path = format!("/v2/info/message/search/detail/{uid}");
+        self.settle(token, &path, "status_code").await
+    }
+
+    /// The RCS detail once the message left status 100.
+    pub async fn rcs_settled(&self, token: &str, uid: &str) -> Value {
+        let path = format!("/v2/info/rcs/search/detail/{uid}");
+        self.settle(token, &path, "status").await
+    }
+
+    async fn settle(&self, token: &str, path: &str, status: &str) -> Value {
         eventually(
             Duration::from_secs(30),
-            &format!("{uid} settles"),
+            &format!("{path} settles"),
             async || {
-                let (_, v) = self.get(token, &path).await;
-                if v["result"]["status_code"] == "API_100" {
+                let (_, v) = self.get(token, path).await;
+                if v["result"][status] == "API_100" {
                     Err(v)
                 } else {
                     Ok(v["result"].clone())

@@ -102,7 +102,7 @@ async fn more_bodies_than_the_type_carries_fail_delivery_with_the_reason() {
             let (status, v) = srv.post(&token, "/v2/send/rcs", &send).await;
             assert_eq!(status, 200, "{message_type} with {n} bodies: {v}");
             let uid = v["uid"].as_str().unwrap();
-            let detail = rcs_settled(&srv, &token, uid).await;
+            let detail = srv.rcs_settled(&token, uid).await;
             if n == max {
                 assert_eq!(detail["status"], "API_200", "{detail}");
                 continue;
@@ -118,23 +118,6 @@ async fn more_bodies_than_the_type_carries_fail_delivery_with_the_reason() {
     // Refused before the carrier: only the deliverable ones were handed over.
     let outbox = srv.outbox().await;
     assert_eq!(outbox.as_array().unwrap().len(), 3, "{outbox}");
-}
-
-async fn rcs_settled(srv: &crate::common::Server, token: &str, uid: &str) -> Value {
-    let path = format!("/v2/info/rcs/search/detail/{uid}");
-    crate::common::eventually(
-        std::time::Duration::from_secs(30),
-        &format!("{uid} settles"),
-        async || {
-            let (_, d) = srv.get(token, &path).await;
-            if d["result"]["status"] == "API_100" {
-                Err(d)
-            } else {
-                Ok(d["result"].clone())
-            }
-        },
-    )
-    .await
 }
 
 #[tokio::test]
@@ -159,7 +142,7 @@ async fn a_template_messages_detail_shows_its_text_as_body() {
     ] {
         let (status, v) = srv.post(&token, "/v2/send/rcs", &send).await;
         assert_eq!(status, 200, "{v}");
-        let detail = rcs_settled(&srv, &token, v["uid"].as_str().unwrap()).await;
+        let detail = srv.rcs_settled(&token, v["uid"].as_str().unwrap()).await;
         assert_eq!(detail["service_type"], "RCSTMPL");
         assert_eq!(detail["body"], body, "{detail}");
     }

@@ -154,20 +154,7 @@ async fn rcs_falls_back_and_results_are_handed_out_in_groups() {
     for (body, status, rcs_status, fallback) in &cases {
         let (_, v) = srv.post(&token, "/v2/send/rcs", body).await;
         let uid = v["uid"].as_str().unwrap().to_owned();
-        let path = format!("/v2/info/rcs/search/detail/{uid}");
-        let detail = eventually(
-            Duration::from_secs(30),
-            &format!("{uid} settles"),
-            async || {
-                let (_, d) = srv.get(&token, &path).await;
-                if d["result"]["status"] == "API_100" {
-                    Err(d)
-                } else {
-                    Ok(d["result"].clone())
-                }
-            },
-        )
-        .await;
+        let detail = srv.rcs_settled(&token, &uid).await;
         assert_eq!(detail["status"], *status, "{body}");
         assert_eq!(detail["rcs_status"].as_str(), *rcs_status, "{body}");
         assert_eq!(detail["fallback_status"].as_str(), *fallback, "{body}");
