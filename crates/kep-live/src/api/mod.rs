@@ -72,7 +72,7 @@ const LIMIT_ANSWERS: kep_core::http::LimitAnswers =
 #[openapi(
     info(
         title = "kep live API",
-        description = "Provision and Room.* over JSON-RPC 2.0 (seed 000)"
+        description = "Provision and Room.* over JSON-RPC 2.0 (seed 000); WHIP publish and WHEP subscribe with join tokens"
     ),
     paths(
         rpc::rpc,
