@@ -105,9 +105,15 @@ impl Room {
             let deadline = self.drive();
             tokio::select! {
                 command = commands.recv() => match command {
-                    // The room ended: its sessions end with it.
-                    Some(Command::EndRoom) | None => break,
-                    Some(command) => self.command(command),
+                    Some(command) => {
+                        // The room ended: its sessions end with it, and so does the task.
+                        let ending = matches!(command, Command::EndRoom);
+                        self.command(command);
+                        if ending {
+                            break;
+                        }
+                    }
+                    None => break,
                 },
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     let now = Instant::now();
@@ -122,6 +128,9 @@ impl Room {
             }
             self.reap();
         }
+        // The room ended (or the platform stops): every session says goodbye, then goes.
+        self.end(|_| true);
+        self.drive();
         for s in &mut self.sessions {
             s.rtc.disconnect();
         }
@@ -172,9 +181,13 @@ impl Room {
         }
     }
 
+    /// Closes the sessions: an RTCP BYE and a DTLS close_notify tell the peer at once (a
+    /// session that never connected is just dropped); each goes once that is sent.
     fn end(&mut self, which: impl Fn(&Session) -> bool) {
         for s in self.sessions.iter_mut().filter(|s| which(s)) {
-            s.rtc.disconnect();
+            if s.rtc.close().is_err() {
+                s.rtc.disconnect();
+            }
         }
     }
 

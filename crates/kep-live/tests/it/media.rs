@@ -141,18 +141,18 @@ async fn media_flows_from_a_whip_publisher_to_whep_subscribers_until_the_room_st
         sub.until("enough").await;
     }
 
-    // Room.InactiveStream: the frames stop for every subscriber, the owner is told, and the
-    // publishing session ends.
+    // Room.InactiveStream: every subscriber's session is closed (its frames stop), the
+    // owner is told, and the publishing session ends.
     let started = std::time::Instant::now();
     rooms
         .inactivate("room", &[("alice".into(), stream_id)])
         .await
         .unwrap();
     for sub in &mut subscribers {
-        sub.until("stalled").await;
+        sub.until("closed").await;
     }
     eprintln!(
-        "media: frames stopped {:?} after Room.InactiveStream",
+        "media: subscribers closed {:?} after Room.InactiveStream",
         started.elapsed()
     );
     // The subscribers joined the room meanwhile (ParticipantJoined first).
@@ -206,13 +206,13 @@ async fn kick_and_destroy_end_every_session() {
         .collect();
     assert_eq!(present, ["dave", "erin"]);
     rooms.kick("stage", &["erin".into()]).await.unwrap();
-    erin_sub.until("stalled").await;
+    erin_sub.until("closed").await;
     let frank = token(&srv, &s.service_secret, "stage", "frank");
     let mut frank_sub = Peer::start("frank", &["subscribe", "--url", &whep, "--token", &frank]);
     frank_sub.until("frame").await;
     // Destroying the room ends the publisher and the subscriber.
     rooms.destroy_room("stage").await.unwrap();
-    frank_sub.until("stalled").await;
+    frank_sub.until("closed").await;
     publisher.until("closed").await;
     assert!(rooms.list_rooms().await.unwrap().is_empty());
     drop((erin_sub, publisher));
