@@ -156,13 +156,7 @@ async fn media_flows_from_a_whip_publisher_to_whep_subscribers_until_the_room_st
         started.elapsed()
     );
     // The subscribers joined the room meanwhile (ParticipantJoined first).
-    let inactivated = loop {
-        match next(&mut owner).await {
-            Ok(ServerMessage::Event(e)) if e.event == EventKind::InactivatedStream => break e,
-            Ok(ServerMessage::Event(e)) if e.event == EventKind::ParticipantJoined => {}
-            other => panic!("expected InactivatedStream, got {other:?}"),
-        }
-    };
+    let inactivated = until_event(&mut owner, EventKind::InactivatedStream).await;
     assert_eq!(
         (inactivated.participant_id.as_deref(), inactivated.stream_id),
         (Some("alice"), Some(stream_id))
@@ -464,4 +458,51 @@ async fn a_subscribe_to_a_stream_without_a_publisher_is_a_404() {
     .unwrap();
     assert_eq!(refused["status"], 404, "{refused}");
     let _ = LiveClient::new(live);
+}
+
+/// A publisher that vanishes without a word (killed): its session ends once ICE hears
+/// nothing from it (15 s, str0m's lite agent), and the room is told its stream ended.
+#[tokio::test]
+async fn a_publisher_that_vanishes_is_unpublished_when_ice_lapses() {
+    let srv = spawn(|_| {}).await;
+    let (s, rooms) = srv.room_client("svc").await;
+    let live = &srv.live_url;
+    let watcher = token(&srv, &s.service_secret, "room", "watcher");
+    let mut watcher = Participant::join_with_token(live, &watcher).await.unwrap();
+    let jo = token(&srv, &s.service_secret, "room", "jo");
+    let mut publisher = Peer::start(
+        "publisher",
+        &[
+            "publish",
+            "--url",
+            &format!("{live}/api/whip/room"),
+            "--token",
+            &jo,
+        ],
+    );
+    publisher.until("connected").await;
+    let published = until_event(&mut watcher, EventKind::StreamPublished).await;
+    drop(publisher);
+    let started = std::time::Instant::now();
+    let unpublished = until_event(&mut watcher, EventKind::StreamUnpublished).await;
+    eprintln!(
+        "media: a vanished publisher unpublished after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(unpublished.stream_id, published.stream_id);
+    let left = until_event(&mut watcher, EventKind::ParticipantLeft).await;
+    assert_eq!(left.participant_id.as_deref(), Some("jo"));
+    let listing = rooms.list_participants("room").await.unwrap();
+    assert_eq!(listing.participants.len(), 1, "{listing:?}");
+}
+
+/// The next event of `kind` the participant gets, the others passed over.
+async fn until_event(p: &mut Participant, kind: EventKind) -> kep_api::live::Event {
+    loop {
+        match next(p).await {
+            Ok(ServerMessage::Event(e)) if e.event == kind => return e,
+            Ok(_) => {}
+            Err(closed) => panic!("closed waiting for {kind:?}: {closed:?}"),
+        }
+    }
 }
