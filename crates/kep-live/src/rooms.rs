@@ -151,26 +151,61 @@ impl RoomState {
             p.streams.insert(sid);
         }
         self.changed();
-        let ev = event(
+        self.announce(
             EventKind::StreamPublished,
             room_id,
-            Some(participant_id),
+            participant_id,
             Some(sid),
+            Some(participant_id),
         );
-        self.broadcast(&ev, Some(participant_id));
         sid
+    }
+
+    /// A participant comes in (with its socket, or by its media alone: `conn` 0, no
+    /// outbox): the others are told.
+    fn enter(&mut self, room_id: &str, participant_id: &str, conn: ConnId, outbox: Option<Outbox>) {
+        let fresh = Participant {
+            conn,
+            outbox,
+            streams: BTreeSet::new(),
+            media: BTreeMap::new(),
+            watching: 0,
+        };
+        self.participants.insert(participant_id.to_owned(), fresh);
+        self.changed();
+        let pid = Some(participant_id);
+        self.announce(
+            EventKind::ParticipantJoined,
+            room_id,
+            participant_id,
+            None,
+            pid,
+        );
     }
 
     /// The participant leaves: the others are told.
     fn remove(&mut self, room_id: &str, participant_id: &str) {
         self.participants.shift_remove(participant_id);
-        let ev = event(
+        self.announce(
             EventKind::ParticipantLeft,
             room_id,
-            Some(participant_id),
+            participant_id,
+            None,
             None,
         );
-        self.broadcast(&ev, None);
+    }
+
+    /// Tells everyone but `except` what happened to the participant (and its stream).
+    fn announce(
+        &self,
+        kind: EventKind,
+        room_id: &str,
+        participant_id: &str,
+        stream_id: Option<i64>,
+        except: Option<&str>,
+    ) {
+        let ev = event(kind, room_id, Some(participant_id), stream_id);
+        self.broadcast(&ev, except);
     }
 
     /// Queues `text` to everyone in the room but `except`.
@@ -185,13 +220,13 @@ impl RoomState {
     /// Tells the others that these streams of `participant_id` ended.
     fn unpublished(&self, room_id: &str, participant_id: &str, streams: &BTreeSet<i64>) {
         for &sid in streams {
-            let ev = event(
+            self.announce(
                 EventKind::StreamUnpublished,
                 room_id,
-                Some(participant_id),
+                participant_id,
                 Some(sid),
+                Some(participant_id),
             );
-            self.broadcast(&ev, Some(participant_id));
         }
     }
 
@@ -241,23 +276,7 @@ impl Room {
                 let socket = existing.drop_socket_streams();
                 st.unpublished(&self.room_id, participant_id, &socket);
             }
-            None => {
-                let fresh = Participant {
-                    conn,
-                    outbox: Some(outbox),
-                    streams: BTreeSet::new(),
-                    media: BTreeMap::new(),
-                    watching: 0,
-                };
-                st.participants.insert(participant_id.to_owned(), fresh);
-                let ev = event(
-                    EventKind::ParticipantJoined,
-                    &self.room_id,
-                    Some(participant_id),
-                    None,
-                );
-                st.broadcast(&ev, Some(participant_id));
-            }
+            None => st.enter(&self.room_id, participant_id, conn, Some(outbox)),
         }
         st.changed();
         Some(Joined {
@@ -309,13 +328,13 @@ impl Room {
             return false;
         }
         st.changed();
-        let ev = event(
+        st.announce(
             EventKind::StreamUnpublished,
             &self.room_id,
-            Some(participant_id),
+            participant_id,
             Some(stream_id),
+            Some(participant_id),
         );
-        st.broadcast(&ev, Some(participant_id));
         true
     }
 
@@ -333,22 +352,7 @@ impl Room {
         }
         let st = &mut *st;
         if !st.participants.contains_key(participant_id) {
-            let present = Participant {
-                conn: 0,
-                outbox: None,
-                streams: BTreeSet::new(),
-                media: BTreeMap::new(),
-                watching: 0,
-            };
-            st.participants.insert(participant_id.to_owned(), present);
-            st.changed();
-            let ev = event(
-                EventKind::ParticipantJoined,
-                &self.room_id,
-                Some(participant_id),
-                None,
-            );
-            st.broadcast(&ev, Some(participant_id));
+            st.enter(&self.room_id, participant_id, 0, None);
         }
         let p = st
             .participants
@@ -663,13 +667,13 @@ impl Rooms {
                     code: close::POLICY,
                     reason: "kicked",
                 });
-                let left = event(
+                st.announce(
                     EventKind::ParticipantLeft,
                     room_id,
-                    Some(&t.participant_id),
+                    &t.participant_id,
+                    None,
                     None,
                 );
-                st.broadcast(&left, None);
             }
             st.changed();
             st.participants.is_empty()
@@ -720,13 +724,8 @@ impl Rooms {
                 Some(t.stream_id),
             );
             p.send(Outbound::Text(owner));
-            let others = event(
-                EventKind::StreamUnpublished,
-                room_id,
-                Some(&t.participant_id),
-                Some(t.stream_id),
-            );
-            st.broadcast(&others, Some(&t.participant_id));
+            let (pid, sid) = (t.participant_id.as_str(), Some(t.stream_id));
+            st.announce(EventKind::StreamUnpublished, room_id, pid, sid, Some(pid));
         }
         st.changed();
         Ok(())
