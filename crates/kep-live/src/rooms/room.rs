@@ -1,0 +1,344 @@
+//! A room's state under its lock: its participants, their streams and sockets, and how a
+//! change is told to the others.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use bytes::Bytes;
+use indexmap::IndexMap;
+
+use super::{ConnId, Joined, Outbound, Outbox, close};
+use kep_api::live::{Event, EventKind, ParticipantInfo, ServerMessage, StreamInfo, TrackInfo};
+
+pub(super) struct Participant {
+    /// Its socket's connection; 0 while it is in the room by its media alone.
+    pub(super) conn: ConnId,
+    /// Its socket, if it has one: a WHIP publisher is in the room without one.
+    pub(super) outbox: Option<Outbox>,
+    pub(super) streams: BTreeSet<i64>,
+    /// Which of `streams` are WHIP streams (media sessions), not the socket's, with their
+    /// tracks.
+    pub(super) media: BTreeMap<i64, Vec<TrackInfo>>,
+    /// Its WHEP sessions: a subscriber is in the room while it watches.
+    pub(super) watching: usize,
+}
+
+impl Participant {
+    /// Drops the streams its socket published (they end with it); their ids.
+    pub(super) fn drop_socket_streams(&mut self) -> BTreeSet<i64> {
+        let media = &self.media;
+        let (kept, dropped) = std::mem::take(&mut self.streams)
+            .into_iter()
+            .partition(|sid| media.contains_key(sid));
+        self.streams = kept;
+        dropped
+    }
+
+    pub(super) fn send(&self, message: Outbound) {
+        if let Some(outbox) = &self.outbox {
+            let _ = outbox.send(message);
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct RoomState {
+    /// Set once the room left the registry; whoever holds a stale handle must look again.
+    pub(super) closed: bool,
+    pub(super) participants: IndexMap<String, Participant>,
+    pub(super) next_stream_id: i64,
+    /// `Room.ListParticipants`' result, kept until the next change.
+    pub(super) listing: Option<Bytes>,
+}
+
+pub(super) struct Room {
+    pub(super) room_id: String,
+    pub(super) state: Mutex<RoomState>,
+}
+
+pub(super) fn event(
+    kind: EventKind,
+    room_id: &str,
+    participant_id: Option<&str>,
+    stream_id: Option<i64>,
+) -> Bytes {
+    let at = jiff::Timestamp::now()
+        .round(jiff::Unit::Millisecond)
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let msg = ServerMessage::Event(Event {
+        event: kind,
+        room_id: room_id.to_owned(),
+        participant_id: participant_id.map(str::to_owned),
+        stream_id,
+        at: format!("{at:.3}"),
+    });
+    Bytes::from(serde_json::to_vec(&msg).expect("events serialise"))
+}
+
+impl RoomState {
+    pub(super) fn changed(&mut self) {
+        self.listing = None;
+    }
+
+    /// A new stream of the participant: the others are told. Its id.
+    pub(super) fn add_stream(&mut self, room_id: &str, participant_id: &str) -> i64 {
+        self.next_stream_id += 1;
+        let sid = self.next_stream_id;
+        if let Some(p) = self.participants.get_mut(participant_id) {
+            p.streams.insert(sid);
+        }
+        self.changed();
+        self.announce(
+            EventKind::StreamPublished,
+            room_id,
+            participant_id,
+            Some(sid),
+            Some(participant_id),
+        );
+        sid
+    }
+
+    /// A participant comes in (with its socket, or by its media alone: `conn` 0, no
+    /// outbox): the others are told.
+    pub(super) fn enter(
+        &mut self,
+        room_id: &str,
+        participant_id: &str,
+        conn: ConnId,
+        outbox: Option<Outbox>,
+    ) {
+        let fresh = Participant {
+            conn,
+            outbox,
+            streams: BTreeSet::new(),
+            media: BTreeMap::new(),
+            watching: 0,
+        };
+        self.participants.insert(participant_id.to_owned(), fresh);
+        self.changed();
+        let pid = Some(participant_id);
+        self.announce(
+            EventKind::ParticipantJoined,
+            room_id,
+            participant_id,
+            None,
+            pid,
+        );
+    }
+
+    /// The participant leaves: the others are told.
+    pub(super) fn remove(&mut self, room_id: &str, participant_id: &str) {
+        self.participants.shift_remove(participant_id);
+        self.announce(
+            EventKind::ParticipantLeft,
+            room_id,
+            participant_id,
+            None,
+            None,
+        );
+    }
+
+    /// Tells everyone but `except` what happened to the participant (and its stream).
+    pub(super) fn announce(
+        &self,
+        kind: EventKind,
+        room_id: &str,
+        participant_id: &str,
+        stream_id: Option<i64>,
+        except: Option<&str>,
+    ) {
+        let ev = event(kind, room_id, Some(participant_id), stream_id);
+        self.broadcast(&ev, except);
+    }
+
+    /// Queues `text` to everyone in the room but `except`.
+    pub(super) fn broadcast(&self, text: &Bytes, except: Option<&str>) {
+        for (pid, p) in &self.participants {
+            if Some(pid.as_str()) != except {
+                p.send(Outbound::Text(text.clone()));
+            }
+        }
+    }
+
+    /// Tells the others that these streams of `participant_id` ended.
+    pub(super) fn unpublished(&self, room_id: &str, participant_id: &str, streams: &BTreeSet<i64>) {
+        for &sid in streams {
+            self.announce(
+                EventKind::StreamUnpublished,
+                room_id,
+                participant_id,
+                Some(sid),
+                Some(participant_id),
+            );
+        }
+    }
+
+    pub(super) fn info(&self) -> Vec<ParticipantInfo> {
+        self.participants
+            .iter()
+            .map(|(pid, p)| ParticipantInfo {
+                participant_id: pid.clone(),
+                streams: p
+                    .streams
+                    .iter()
+                    .map(|&stream_id| StreamInfo {
+                        stream_id,
+                        tracks: p.media.get(&stream_id).cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+impl Room {
+    pub(super) fn lock(&self) -> MutexGuard<'_, RoomState> {
+        self.state.lock().expect("room lock")
+    }
+
+    /// Adds (or replaces) a participant; `None` if the room closed meanwhile.
+    pub(super) fn join(
+        &self,
+        participant_id: &str,
+        conn: ConnId,
+        outbox: Outbox,
+    ) -> Option<Joined> {
+        let mut st = self.lock();
+        if st.closed {
+            return None;
+        }
+        match st.participants.get_mut(participant_id) {
+            // In by its media alone: the socket is its own from now on.
+            Some(existing) if existing.outbox.is_none() => {
+                existing.conn = conn;
+                existing.outbox = Some(outbox);
+            }
+            Some(existing) => {
+                existing.send(Outbound::Close {
+                    code: close::POLICY,
+                    reason: "replaced",
+                });
+                existing.conn = conn;
+                existing.outbox = Some(outbox);
+                // The old socket's streams end with it; its media streams do not.
+                let socket = existing.drop_socket_streams();
+                st.unpublished(&self.room_id, participant_id, &socket);
+            }
+            None => st.enter(&self.room_id, participant_id, conn, Some(outbox)),
+        }
+        st.changed();
+        Some(Joined {
+            participants: st.info(),
+        })
+    }
+
+    /// The participant's socket `conn` ended: it leaves, unless its media keep it in the
+    /// room (then only the socket's streams end). True when the room is empty afterwards.
+    pub(super) fn leave(&self, participant_id: &str, conn: ConnId) -> bool {
+        let mut st = self.lock();
+        let Some(p) = st
+            .participants
+            .get_mut(participant_id)
+            .filter(|p| p.conn == conn && p.outbox.is_some())
+        else {
+            return st.participants.is_empty() && !st.closed;
+        };
+        if p.media.is_empty() && p.watching == 0 {
+            st.remove(&self.room_id, participant_id);
+        } else {
+            let socket = p.drop_socket_streams();
+            (p.conn, p.outbox) = (0, None);
+            st.unpublished(&self.room_id, participant_id, &socket);
+        }
+        st.changed();
+        st.participants.is_empty() && !st.closed
+    }
+
+    pub(super) fn publish(&self, participant_id: &str, conn: ConnId) -> Option<i64> {
+        let mut st = self.lock();
+        st.participants
+            .get(participant_id)
+            .filter(|p| p.conn == conn && p.outbox.is_some())?;
+        Some(st.add_stream(&self.room_id, participant_id))
+    }
+
+    pub(super) fn unpublish(&self, participant_id: &str, conn: ConnId, stream_id: i64) -> bool {
+        let mut st = self.lock();
+        // A socket unpublishes its own streams; a WHIP stream ends with its session.
+        let Some(p) = st
+            .participants
+            .get_mut(participant_id)
+            .filter(|p| p.conn == conn && p.outbox.is_some() && !p.media.contains_key(&stream_id))
+        else {
+            return false;
+        };
+        if !p.streams.remove(&stream_id) {
+            return false;
+        }
+        st.changed();
+        st.announce(
+            EventKind::StreamUnpublished,
+            &self.room_id,
+            participant_id,
+            Some(stream_id),
+            Some(participant_id),
+        );
+        true
+    }
+
+    /// A media session of the participant starts: it is in the room from then on, socket or
+    /// not. A publisher's (`published`, its tracks) gets a new stream (its id); `None` if
+    /// the room closed meanwhile.
+    pub(super) fn media_started(
+        &self,
+        participant_id: &str,
+        published: Option<Vec<TrackInfo>>,
+    ) -> Option<Option<i64>> {
+        let mut st = self.lock();
+        if st.closed {
+            return None;
+        }
+        let st = &mut *st;
+        if !st.participants.contains_key(participant_id) {
+            st.enter(&self.room_id, participant_id, 0, None);
+        }
+        let p = st
+            .participants
+            .get_mut(participant_id)
+            .expect("just made sure");
+        let Some(tracks) = published else {
+            p.watching += 1;
+            return Some(None);
+        };
+        let sid = st.add_stream(&self.room_id, participant_id);
+        if let Some(p) = st.participants.get_mut(participant_id) {
+            p.media.insert(sid, tracks);
+        }
+        Some(Some(sid))
+    }
+
+    /// A media session ended: a publisher's stream with it. A participant in the room by
+    /// its media alone leaves with its last session. True when the room is empty afterwards.
+    pub(super) fn media_ended(&self, participant_id: &str, stream_id: Option<i64>) -> bool {
+        let mut st = self.lock();
+        let Some(p) = st.participants.get_mut(participant_id) else {
+            return st.participants.is_empty() && !st.closed;
+        };
+        let ended = match stream_id {
+            Some(sid) => p.media.remove(&sid).is_some() && p.streams.remove(&sid),
+            None => {
+                p.watching = p.watching.saturating_sub(1);
+                false
+            }
+        };
+        let alone = p.outbox.is_none() && p.streams.is_empty() && p.watching == 0;
+        if let Some(sid) = stream_id.filter(|_| ended) {
+            st.unpublished(&self.room_id, participant_id, &BTreeSet::from([sid]));
+        }
+        if alone {
+            st.remove(&self.room_id, participant_id);
+        }
+        st.changed();
+        st.participants.is_empty() && !st.closed
+    }
+}

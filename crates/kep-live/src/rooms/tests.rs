@@ -1,0 +1,97 @@
+//! The rooms' own rules, without sockets.
+
+use super::*;
+
+fn participant(
+    rooms: &Rooms,
+    svc: &Arc<str>,
+    room: &str,
+    pid: &str,
+) -> (ConnId, mpsc::UnboundedReceiver<Outbound>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let conn = next_conn_id();
+    rooms.join(svc, room, pid, conn, tx);
+    (conn, rx)
+}
+
+fn texts(rx: &mut mpsc::UnboundedReceiver<Outbound>) -> Vec<serde_json::Value> {
+    let mut out = vec![];
+    while let Ok(m) = rx.try_recv() {
+        match m {
+            Outbound::Text(t) => out.push(serde_json::from_slice(&t).unwrap()),
+            Outbound::Close { reason, .. } => out.push(serde_json::json!({ "close": reason })),
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn kick_is_all_or_nothing() {
+    let rooms = Arc::new(Rooms::new(
+        Duration::ZERO,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    ));
+    let svc: Arc<str> = "svc".into();
+    let (_, mut a) = participant(&rooms, &svc, "r", "a");
+    let (_, mut b) = participant(&rooms, &svc, "r", "b");
+    texts(&mut a);
+    let targets = [
+        ParticipantTarget {
+            participant_id: "a".into(),
+        },
+        ParticipantTarget {
+            participant_id: "zz".into(),
+        },
+    ];
+    let err = rooms.kick(&svc, "r", &targets).unwrap_err();
+    assert!(matches!(err, LiveError::TargetsNotFound { ref missing } if missing.len() == 1));
+    assert!(texts(&mut a).is_empty(), "nothing happened");
+    let listing = rooms.list_participants(&svc, "r").unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&listing)
+            .matches("participantId")
+            .count(),
+        2
+    );
+
+    rooms.kick(&svc, "r", &targets[..1]).unwrap();
+    let got = texts(&mut a);
+    assert_eq!(got[0]["event"], "Kicked");
+    assert_eq!(got[1]["close"], "kicked");
+    let got = texts(&mut b);
+    assert_eq!(got.last().unwrap()["event"], "ParticipantLeft");
+}
+
+#[tokio::test]
+async fn the_last_leave_ends_the_room_and_a_stale_socket_never_removes_its_replacement() {
+    let rooms = Arc::new(Rooms::new(
+        Duration::ZERO,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    ));
+    let svc: Arc<str> = "svc".into();
+    let (old, mut old_rx) = participant(&rooms, &svc, "r", "a");
+    let (new, _new_rx) = participant(&rooms, &svc, "r", "a");
+    assert!(matches!(texts(&mut old_rx).last(), Some(v) if v["close"] == "replaced"));
+    rooms.leave(&svc, "r", "a", old);
+    assert_eq!(rooms.list_rooms("svc"), vec!["r".to_owned()]);
+    rooms.leave(&svc, "r", "a", new);
+    assert!(rooms.list_rooms("svc").is_empty());
+}
+
+#[tokio::test]
+async fn the_listing_is_rebuilt_after_a_change() {
+    let rooms = Arc::new(Rooms::new(
+        Duration::ZERO,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    ));
+    let svc: Arc<str> = "svc".into();
+    let (conn, _rx) = participant(&rooms, &svc, "r", "a");
+    let before = rooms.list_participants(&svc, "r").unwrap();
+    let sid = rooms.publish(&svc, "r", "a", conn).unwrap();
+    let after = rooms.list_participants(&svc, "r").unwrap();
+    assert_ne!(before, after);
+    assert!(String::from_utf8_lossy(&after).contains(&format!("\"streamId\":{sid}")));
+}
