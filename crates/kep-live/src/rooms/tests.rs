@@ -95,3 +95,53 @@ async fn the_listing_is_rebuilt_after_a_change() {
     assert_ne!(before, after);
     assert!(String::from_utf8_lossy(&after).contains(&format!("\"streamId\":{sid}")));
 }
+
+#[tokio::test]
+async fn a_participant_in_by_its_media_keeps_it_across_a_socket() {
+    let rooms = Arc::new(Rooms::new(
+        Duration::ZERO,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    ));
+    let svc: Arc<str> = "svc".into();
+    let (_, mut watcher) = participant(&rooms, &svc, "r", "w");
+    let video = vec![TrackInfo {
+        kind: "video".into(),
+        codec: "VP8".into(),
+    }];
+    // A WHIP publish brings the participant in, with no socket.
+    let media = rooms.media_started(&svc, "r", "m", Some(video)).unwrap();
+    let seen: Vec<String> = texts(&mut watcher)
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(seen, ["ParticipantJoined", "StreamPublished"]);
+    // Its socket joins later: the same participant, nobody told of a second join.
+    let (conn, mut socket) = participant(&rooms, &svc, "r", "m");
+    assert!(texts(&mut watcher).is_empty());
+    assert!(texts(&mut socket).is_empty());
+    let own = rooms.publish(&svc, "r", "m", conn).unwrap();
+    // A socket cannot unpublish the WHIP stream; its own, yes.
+    assert!(!rooms.unpublish(&svc, "r", "m", conn, media));
+    // The socket goes: its stream ends with it, the WHIP stream and the participant stay.
+    texts(&mut watcher);
+    rooms.leave(&svc, "r", "m", conn);
+    let got = texts(&mut watcher);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0]["event"].as_str(), got[0]["streamId"].as_i64()),
+        (Some("StreamUnpublished"), Some(own))
+    );
+    let listing = String::from_utf8(rooms.list_participants(&svc, "r").unwrap().to_vec()).unwrap();
+    assert!(
+        listing.contains(r#""participantId":"m","streams":[{"streamId":"#),
+        "{listing}"
+    );
+    // Its last session ends: it leaves.
+    rooms.media_ended(&svc, "r", "m", Some(media));
+    let seen: Vec<String> = texts(&mut watcher)
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(seen, ["StreamUnpublished", "ParticipantLeft"]);
+}
