@@ -214,6 +214,7 @@ impl Media {
                 .map(|(mid, kind, _)| (mid, kind))
                 .collect(),
             last_keyframe_request: None,
+            ending: false,
         };
         let id = session.id.clone();
         self.sessions

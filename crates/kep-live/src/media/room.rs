@@ -46,6 +46,8 @@ pub(super) struct Session {
     /// The tracks it carries, as the offer's answer set them.
     pub(super) tracks: Vec<(Mid, MediaKind)>,
     pub(super) last_keyframe_request: Option<Instant>,
+    /// Closed by kep: it goes once its goodbye (BYE, close_notify) is sent.
+    pub(super) ending: bool,
 }
 
 impl Session {
@@ -144,7 +146,7 @@ impl Room {
                 let live = self
                     .sessions
                     .iter_mut()
-                    .find(|p| p.publisher && p.stream_id == s.stream_id);
+                    .find(|p| p.publisher && p.stream_id == s.stream_id && !p.ending);
                 match live {
                     Some(publisher) => {
                         // A keyframe soon, so the newcomer can decode at once.
@@ -185,6 +187,7 @@ impl Room {
     /// session that never connected is just dropped); each goes once that is sent.
     fn end(&mut self, which: impl Fn(&Session) -> bool) {
         for s in self.sessions.iter_mut().filter(|s| which(s)) {
+            s.ending = true;
             if s.rtc.close().is_err() {
                 s.rtc.disconnect();
             }
@@ -206,6 +209,11 @@ impl Room {
                             let _ = self.socket.try_send_to(&t.contents, t.destination);
                         }
                         Ok(Output::Timeout(t)) => {
+                            // What a closed session had to say is sent: it goes now,
+                            // rather than when str0m's drain ends.
+                            if s.ending {
+                                s.rtc.disconnect();
+                            }
                             deadline = deadline.min(t);
                             break;
                         }

@@ -48,6 +48,21 @@ impl Peer {
         }
     }
 
+    /// How kep refused the peer's offer (the `refused` line, with the HTTP status).
+    async fn refused(&mut self) -> Value {
+        let wait = async {
+            while let Some(line) = self.lines.recv().await {
+                if line["event"] == "refused" {
+                    return line;
+                }
+            }
+            panic!("{}: ended unrefused", self.what);
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .unwrap_or_else(|_| panic!("{}: not refused within 30 s", self.what))
+    }
+
     /// The next line whose `event` is `event`, within 30 s; the lines before it are passed.
     async fn until(&mut self, event: &str) -> Value {
         self.until_kind(event, None).await
@@ -164,6 +179,10 @@ async fn media_flows_from_a_whip_publisher_to_whep_subscribers_until_the_room_st
     publisher.until("closed").await;
     let listing = rooms.list_participants("room").await.unwrap();
     assert!(listing.participants[0].streams.is_empty(), "{listing:?}");
+    // A subscribe to the stream that ended is a 404.
+    let late = token(&srv, &s.service_secret, "room", "late");
+    let mut late = Peer::start("late", &["subscribe", "--url", &whep, "--token", &late]);
+    assert_eq!(late.refused().await["status"], 404);
 }
 
 #[tokio::test]
@@ -446,16 +465,7 @@ async fn a_subscribe_to_a_stream_without_a_publisher_is_a_404() {
             &ivy,
         ],
     );
-    let refused = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let line = sub.lines.recv().await.expect("a line");
-            if line["event"] == "refused" {
-                return line;
-            }
-        }
-    })
-    .await
-    .unwrap();
+    let refused = sub.refused().await;
     assert_eq!(refused["status"], 404, "{refused}");
     let _ = LiveClient::new(live);
 }
