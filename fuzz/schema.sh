@@ -184,12 +184,13 @@ print(f"{ops['tested']}/{ops['selected']} operations, {cases['generated']} cases
       f"{failures} failures, {len(r['errors'])} errors")
 PY
   )
-  # Such a crash of the tool itself is tried once more, with the next seed, and said.
-  if [[ $rc -ne 0 && $counts == *" 0 failures"* && -z ${FUZZ_SEED:-} ]] &&
+  # Such a crash of the tool itself is tried again (twice at most), with the next seed,
+  # and said.
+  if [[ $rc -ne 0 && $counts == *" 0 failures"* && ${FUZZ_TRIES:-0} -lt 2 ]] &&
     tool_crash_only "$work/$name.log"; then
     echo "schema: $name: schemathesis crashed (its own Runtime Error, no failed check); again with seed $((seed + 1))"
     grep -m1 -A2 '^Runtime Error' "$work/$name.log" || true
-    FUZZ_SEED=$((seed + 1)) fuzz "$name" "$base" "$@"
+    FUZZ_TRIES=$((${FUZZ_TRIES:-0} + 1)) FUZZ_SEED=$((seed + 1)) fuzz "$name" "$base" "$@"
     return
   fi
   if [[ $rc -ne 0 ]]; then
