@@ -38,7 +38,7 @@ pub(crate) async fn publish(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let published = async {
-        let (grant, _in_flight, negotiated) =
+        let (grant, _in_flight, mut negotiated) =
             answer_offer(&live, &headers, peer, &room_id, body, &Role::Publish)?;
         let media = &live.0.media;
         let service: std::sync::Arc<str> = grant.service_id.into();
@@ -52,7 +52,7 @@ pub(crate) async fn publish(
             )
             .expect("a publisher gets a stream");
         let key = (service, room_id.clone());
-        let answer = negotiated.answer.clone();
+        let answer = std::mem::take(&mut negotiated.answer);
         let session = media
             .start(
                 &key,
@@ -100,11 +100,11 @@ pub(crate) async fn subscribe(
         let stream: i64 = stream_id
             .parse()
             .map_err(|_| LiveError::invalid_params("streamId", "an integer"))?;
-        let (grant, _in_flight, negotiated) =
+        let (grant, _in_flight, mut negotiated) =
             answer_offer(&live, &headers, peer, &room_id, body, &Role::Subscribe)?;
         let media = &live.0.media;
         let key: crate::media::RoomKey = (grant.service_id.into(), room_id.clone());
-        let answer = negotiated.answer.clone();
+        let answer = std::mem::take(&mut negotiated.answer);
         // Present while it watches; a refused subscribe takes that back.
         let rooms = &live.0.rooms;
         rooms.media_started(&key.0, &room_id, &grant.participant_id, None);

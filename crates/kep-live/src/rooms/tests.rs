@@ -14,6 +14,15 @@ fn participant(
     (conn, rx)
 }
 
+/// Rooms with no grace and no media.
+fn rooms() -> Arc<Rooms> {
+    Arc::new(Rooms::new(
+        Duration::ZERO,
+        TaskTracker::new(),
+        CancellationToken::new(),
+    ))
+}
+
 fn texts(rx: &mut mpsc::UnboundedReceiver<Outbound>) -> Vec<serde_json::Value> {
     let mut out = vec![];
     while let Ok(m) = rx.try_recv() {
@@ -27,11 +36,7 @@ fn texts(rx: &mut mpsc::UnboundedReceiver<Outbound>) -> Vec<serde_json::Value> {
 
 #[tokio::test]
 async fn kick_is_all_or_nothing() {
-    let rooms = Arc::new(Rooms::new(
-        Duration::ZERO,
-        TaskTracker::new(),
-        CancellationToken::new(),
-    ));
+    let rooms = rooms();
     let svc: Arc<str> = "svc".into();
     let (_, mut a) = participant(&rooms, &svc, "r", "a");
     let (_, mut b) = participant(&rooms, &svc, "r", "b");
@@ -65,11 +70,7 @@ async fn kick_is_all_or_nothing() {
 
 #[tokio::test]
 async fn the_last_leave_ends_the_room_and_a_stale_socket_never_removes_its_replacement() {
-    let rooms = Arc::new(Rooms::new(
-        Duration::ZERO,
-        TaskTracker::new(),
-        CancellationToken::new(),
-    ));
+    let rooms = rooms();
     let svc: Arc<str> = "svc".into();
     let (old, mut old_rx) = participant(&rooms, &svc, "r", "a");
     let (new, _new_rx) = participant(&rooms, &svc, "r", "a");
@@ -82,11 +83,7 @@ async fn the_last_leave_ends_the_room_and_a_stale_socket_never_removes_its_repla
 
 #[tokio::test]
 async fn the_listing_is_rebuilt_after_a_change() {
-    let rooms = Arc::new(Rooms::new(
-        Duration::ZERO,
-        TaskTracker::new(),
-        CancellationToken::new(),
-    ));
+    let rooms = rooms();
     let svc: Arc<str> = "svc".into();
     let (conn, _rx) = participant(&rooms, &svc, "r", "a");
     let before = rooms.list_participants(&svc, "r").unwrap();
@@ -98,11 +95,7 @@ async fn the_listing_is_rebuilt_after_a_change() {
 
 #[tokio::test]
 async fn a_participant_in_by_its_media_keeps_it_across_a_socket() {
-    let rooms = Arc::new(Rooms::new(
-        Duration::ZERO,
-        TaskTracker::new(),
-        CancellationToken::new(),
-    ));
+    let rooms = rooms();
     let svc: Arc<str> = "svc".into();
     let (_, mut watcher) = participant(&rooms, &svc, "r", "w");
     let video = vec![TrackInfo {
