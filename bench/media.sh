@@ -6,16 +6,18 @@
 #
 #   bench/media.sh                      # steps 1,10,50,100,200
 #   STEPS=1,25,50,100,150,200,300 SECONDS_PER_STEP=10 bench/media.sh
+#   KEP_CPUS=0 BENCH_CPUS=1 bench/media.sh   # kep and the peers each on cores of their own
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-1,10,50,100,200}
 SECONDS_PER_STEP=${SECONDS_PER_STEP:-10}
+pin() { if [ -n "${1:-}" ]; then echo taskset -c "$1"; fi; }
 
 . bench/lib.sh
 bench_init kep kep-bench
 DATA=$WORK/data
 
-KEP_LOG=warn $KEP serve --only live --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
+KEP_LOG=warn $(pin "${KEP_CPUS:-}") $KEP serve --only live --data-dir "$DATA" --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
   --media-addr 127.0.0.1:0 >/dev/null 2>&1 &
 pids+=($!); SERVER=$!
 for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
@@ -24,5 +26,5 @@ OP=$(cat "$DATA/admin-token")
 SVC=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' "$ADMIN/admin/v1/live/services" -d '{"serviceId":"bench"}')
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-$BENCH media --live "$LIVE" --service-id bench --service-secret "$(jq -r .serviceSecret <<<"$SVC")" \
+$(pin "${BENCH_CPUS:-}") $BENCH media --live "$LIVE" --service-id bench --service-secret "$(jq -r .serviceSecret <<<"$SVC")" \
   --kep-pid "$SERVER" --steps "$STEPS" --seconds "$SECONDS_PER_STEP"

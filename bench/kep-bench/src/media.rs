@@ -34,11 +34,14 @@ pub struct MediaArgs {
     seconds: u64,
 }
 
-/// Datagrams and bytes a set of peers received (or sent).
+/// Media datagrams (RTP of the codecs, no RTCP, RTX or probing) and their bytes that a
+/// set of peers received (or sent).
 #[derive(Default)]
 struct Counters {
     datagrams: AtomicU64,
     bytes: AtomicU64,
+    /// Frames (video and audio) written, or received whole.
+    frames: AtomicU64,
 }
 
 const VIDEO_FPS: u64 = 30;
@@ -79,15 +82,17 @@ pub async fn media(args: MediaArgs) -> anyhow::Result<()> {
             let (received, step_stop) = (Arc::clone(&received), step_stop.clone());
             joins.push(tokio::spawn(async move {
                 let started = Instant::now();
-                let (peer, _) = Peer::connect(&url, &t, Direction::RecvOnly).await?;
+                let (peer, answered) = Peer::connect(&url, &t, Direction::RecvOnly).await?;
                 let (first_tx, first_rx) = oneshot::channel();
                 tokio::spawn(peer.run(Role::Subscribe(received, Some(first_tx)), step_stop));
-                anyhow::Ok((started, first_rx))
+                anyhow::Ok((started, first_rx, (answered.location, t)))
             }));
         }
+        let mut sessions = Vec::new();
         for j in joins {
-            let (started, first) = j.await??;
+            let (started, first, session) = j.await??;
             firsts.push((started, first));
+            sessions.push(session);
         }
         let mut first_frame = Vec::new();
         for (started, first) in firsts {
@@ -103,17 +108,27 @@ pub async fn media(args: MediaArgs) -> anyhow::Result<()> {
         let (cpu1, sent1, got1) = (cpu_s(args.kep_pid)?, snapshot(&sent), snapshot(&received));
         let rss = rss_kib(args.kep_pid)?;
         step_stop.cancel();
+        // The step's subscribers leave, as clients do, so the next step starts clean.
+        let http = reqwest::Client::new();
+        futures_util::future::join_all(
+            sessions
+                .iter()
+                .map(|(location, t)| http.delete(location).bearer_auth(t).send()),
+        )
+        .await;
         let packets = (got1.0 - got0.0) as f64;
         let mbits = (got1.1 - got0.1) as f64 * 8.0 / 1e6;
         let cores = (cpu1 - cpu0) / elapsed;
-        let expected = (sent1.0 - sent0.0) as f64 * n as f64;
+        // Loss in frames: kep packetizes again for each subscriber, so its packets need not
+        // be the publisher's one for one.
+        let expected = (sent1.2 - sent0.2) as f64 * n as f64;
         first_frame.sort();
         let pct = |p: f64| {
             first_frame
                 .get(((first_frame.len() as f64 * p).ceil() as usize).saturating_sub(1))
                 .map(|d| d.as_secs_f64() * 1000.0)
         };
-        let loss = (1.0 - packets / expected).max(0.0);
+        let loss = (1.0 - (got1.2 - got0.2) as f64 / expected).max(0.0);
         let report = serde_json::json!({
             "subscribers": n,
             "forwarded_packets_per_s": (packets / elapsed).round(),
@@ -146,10 +161,11 @@ fn jiff_now() -> i64 {
         .unwrap_or_default()
 }
 
-fn snapshot(c: &Counters) -> (u64, u64) {
+fn snapshot(c: &Counters) -> (u64, u64, u64) {
     (
         c.datagrams.load(Ordering::Relaxed),
         c.bytes.load(Ordering::Relaxed),
+        c.frames.load(Ordering::Relaxed),
     )
 }
 
@@ -189,6 +205,8 @@ enum Role {
 
 struct Answered {
     stream_id: Option<i64>,
+    /// The session, to `DELETE`.
+    location: String,
 }
 
 /// A str0m peer on its own UDP socket, connected to kep by WHIP or WHEP.
@@ -198,6 +216,8 @@ struct Peer {
     local: SocketAddr,
     video: Mid,
     audio: Mid,
+    /// The payload types of its codecs: a datagram of media, not RTCP, RTX or probing.
+    media_pts: Vec<u8>,
 }
 
 impl Peer {
@@ -222,20 +242,48 @@ impl Peer {
             .send()
             .await?;
         anyhow::ensure!(res.status() == 201, "{url}: {}", res.status());
+        let location = res
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .context("no Location")?;
+        let location = reqwest::Url::parse(url)?.join(location)?.to_string();
         let stream_id = res
             .headers()
             .get("kep-stream-id")
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let answer = SdpAnswer::from_sdp_string(&res.text().await?)?;
         rtc.sdp_api().accept_answer(pending, answer)?;
+        let media_pts = rtc
+            .codec_config()
+            .params()
+            .iter()
+            .map(|p| *p.pt())
+            .collect();
         let peer = Peer {
             rtc,
             socket,
             local,
             video,
             audio,
+            media_pts,
         };
-        Ok((peer, Answered { stream_id }))
+        Ok((
+            peer,
+            Answered {
+                stream_id,
+                location,
+            },
+        ))
+    }
+
+    /// An RTP datagram (version 2) of one of its codecs' payload types (RTCP's packet
+    /// types, 200–206, read as 72–78 there, which no codec has).
+    fn is_media(&self, datagram: &[u8]) -> bool {
+        match datagram {
+            [first, second, ..] => first >> 6 == 2 && self.media_pts.contains(&(second & 0x7f)),
+            _ => false,
+        }
     }
 
     async fn run(mut self, mut role: Role, stop: CancellationToken) {
@@ -248,7 +296,9 @@ impl Peer {
             let deadline = loop {
                 match self.rtc.poll_output() {
                     Ok(Output::Transmit(t)) => {
-                        if let Role::Publish(sent) = &role {
+                        if let Role::Publish(sent) = &role
+                            && self.is_media(&t.contents)
+                        {
                             sent.datagrams.fetch_add(1, Ordering::Relaxed);
                             sent.bytes
                                 .fetch_add(t.contents.len() as u64, Ordering::Relaxed);
@@ -257,11 +307,14 @@ impl Peer {
                     }
                     Ok(Output::Timeout(t)) => break t,
                     Ok(Output::Event(Event::Connected)) => connected = true,
-                    Ok(Output::Event(Event::MediaData(d))) if d.mid == self.video => {
-                        if let Role::Subscribe(_, first) = &mut role
-                            && let Some(first) = first.take()
-                        {
-                            let _ = first.send(Instant::now());
+                    Ok(Output::Event(Event::MediaData(d))) => {
+                        if let Role::Subscribe(got, first) = &mut role {
+                            got.frames.fetch_add(1, Ordering::Relaxed);
+                            if d.mid == self.video
+                                && let Some(first) = first.take()
+                            {
+                                let _ = first.send(Instant::now());
+                            }
                         }
                     }
                     Ok(_) => {}
@@ -271,7 +324,9 @@ impl Peer {
             tokio::select! {
                 received = self.socket.recv_from(&mut buf) => {
                     let Ok((n, source)) = received else { continue };
-                    if let Role::Subscribe(got, _) = &role {
+                    if let Role::Subscribe(got, _) = &role
+                        && self.is_media(&buf[..n])
+                    {
                         got.datagrams.fetch_add(1, Ordering::Relaxed);
                         got.bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
@@ -285,14 +340,20 @@ impl Peer {
                 _ = ticker.tick(), if connected && matches!(role, Role::Publish(_)) => {
                     // Frames due by now: video at 30/s (a keyframe every 2 s), audio at 50/s.
                     let elapsed = start.elapsed();
+                    let mut written = 0;
                     while video_sent * 1000 / VIDEO_FPS <= elapsed.as_millis() as u64 {
                         let key = video_sent % (2 * VIDEO_FPS) == 0;
                         self.write(self.video, Codec::Vp8, MediaTime::from_90khz(video_sent * 3000), vp8_frame(key));
                         video_sent += 1;
+                        written += 1;
                     }
                     while audio_sent * 20 <= elapsed.as_millis() as u64 {
                         self.write(self.audio, Codec::Opus, MediaTime::new(audio_sent * 960, str0m::media::Frequency::FORTY_EIGHT_KHZ), vec![0xfc; AUDIO_FRAME]);
                         audio_sent += 1;
+                        written += 1;
+                    }
+                    if let Role::Publish(sent) = &role {
+                        sent.frames.fetch_add(written, Ordering::Relaxed);
                     }
                 }
                 () = stop.cancelled() => return,

@@ -140,6 +140,9 @@ pub struct TrackInfo {
     pub kind: String,
     /// The codec the publisher sends: `opus`, `VP8`, `H264`.
     pub codec: String,
+    /// The simulcast layers (their `rid`s) a video is sent in; absent when it is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

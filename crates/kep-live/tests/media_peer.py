@@ -137,6 +137,17 @@ class ToneAudioTrack(AudioStreamTrack):
         return frame
 
 
+def tamper_fingerprint(sdp):
+    """The offer with a certificate fingerprint that is not ours: kep's DTLS handshake
+    with us must fail."""
+    def flip(line):
+        if not line.startswith("a=fingerprint:"):
+            return line
+        head, digest = line.rsplit(" ", 1)
+        return f"{head} {'00' if digest[:2] != '00' else '11'}{digest[2:]}"
+    return "\r\n".join(flip(l) for l in sdp.split("\r\n"))
+
+
 # --- one WHIP/WHEP session -------------------------------------------------------
 class Session:
     def __init__(self, args):
@@ -163,6 +174,8 @@ class Session:
         # aiortc's setLocalDescription waits until ICE gathering is complete.
         await self.pc.setLocalDescription(await self.pc.createOffer())
         offer = self.pc.localDescription.sdp
+        if self.args.bad_fingerprint:
+            offer = tamper_fingerprint(offer)
         debug_candidates("offer", offer)
         status, headers, body = await http("POST", self.args.url, self.args.token, offer.encode())
         if status != 201:
@@ -282,6 +295,8 @@ def main():
         p.add_argument("--seconds", type=float, default=None,
                        help="DELETE the session after S seconds (default: run until closed)")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+        p.add_argument("--bad-fingerprint", action="store_true",
+                       help="offer a fingerprint that is not our certificate's")
         if name == "publish":
             p.add_argument("--video", action="store_true")
             p.add_argument("--audio", action="store_true")

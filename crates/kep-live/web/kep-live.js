@@ -8,6 +8,8 @@
 //   });
 //   const camera = await navigator.mediaDevices.getUserMedia({ video: true, audio: true });
 //   const published = await room.publish(camera);       // { streamId, stop() }
+//   // or room.publish(camera, { simulcast: true }): video in three layers, of which kep
+//   // gives each subscriber the best its bandwidth allows.
 //
 // Events (CustomEvent, the server's message as `detail`): joined, participantjoined,
 // participantleft, streampublished, streamunpublished, kicked, roomdestroyed,
@@ -19,6 +21,13 @@ export function claims(token) {
   const base64 = part.replace(/-/g, "+").replace(/_/g, "/");
   return JSON.parse(atob(base64 + "=".repeat((4 - (base64.length % 4)) % 4)));
 }
+
+/** The simulcast layers of a published video: a quarter, half and whole of its size. */
+const LAYERS = [
+  { rid: "l", scaleResolutionDownBy: 4, maxBitrate: 150_000 },
+  { rid: "m", scaleResolutionDownBy: 2, maxBitrate: 500_000 },
+  { rid: "h", maxBitrate: 1_500_000 },
+];
 
 /** One WebRTC session with kep (WHIP or WHEP): an offer POSTed, its answer applied. */
 async function negotiate(url, token, pc) {
@@ -87,11 +96,15 @@ export class Room extends EventTarget {
     });
   }
 
-  /** Publishes the tracks of `mediaStream` (WHIP): { streamId, pc, stop() }. */
-  async publish(mediaStream) {
+  /**
+   * Publishes the tracks of `mediaStream` (WHIP): { streamId, pc, stop() }. With
+   * `simulcast`, its video goes in three layers (see LAYERS).
+   */
+  async publish(mediaStream, { simulcast = false } = {}) {
     const pc = new RTCPeerConnection();
     for (const track of mediaStream.getTracks()) {
-      pc.addTransceiver(track, { direction: "sendonly", streams: [mediaStream] });
+      const layers = simulcast && track.kind === "video" ? { sendEncodings: LAYERS } : {};
+      pc.addTransceiver(track, { direction: "sendonly", streams: [mediaStream], ...layers });
     }
     const { res, stop } = await negotiate(`${this.url}/api/whip/${encodeURIComponent(this.roomId)}`, this.token, pc);
     return { streamId: Number(res.headers.get("Kep-Stream-Id")), pc, stop };

@@ -2,10 +2,13 @@
 //! received in its room's task and forwarded as sent, frame by frame and never transcoded,
 //! to the stream's WHEP subscribers. All of it goes through one UDP address
 //! (`live.media_addr`); ICE is lite (kep only answers), DTLS-SRTP protects the media, and
-//! str0m handles RTCP (receiver reports, NACK and retransmission); keyframe requests are
-//! handed from subscribers to their publisher.
+//! str0m handles RTCP (receiver reports, NACK and retransmission, TWCC); keyframe requests
+//! are handed from subscribers to their publisher. Each subscriber's bandwidth is
+//! estimated: it picks the subscriber's simulcast layer (`simulcast`), or, for a video in
+//! one layer, bounds the publisher's bitrate (REMB).
 
 mod room;
+mod simulcast;
 mod udp;
 
 use std::net::{IpAddr, SocketAddr};
@@ -14,6 +17,7 @@ use std::time::Instant;
 
 use dashmap::DashMap;
 use kep_core::secret::random_token;
+use str0m::bwe::Bitrate;
 use str0m::change::SdpOffer;
 use str0m::media::{MediaKind, Mid};
 use str0m::{Candidate, IceCreds, Rtc};
@@ -40,10 +44,20 @@ pub struct Gone {
     pub publisher: bool,
 }
 
+/// A track of a session, as its answer set it.
+struct Track {
+    mid: Mid,
+    kind: MediaKind,
+    /// The name of its first codec.
+    codec: String,
+    /// The `rid`s of its simulcast layers, when a publisher sends more than one.
+    layers: Vec<String>,
+}
+
 /// The tracks an answer accepted for `role`: its media sections that are not rejected
 /// (port 0), go the role's way (kep receives a publisher's, sends to a subscriber) and
-/// kept a codec, with the name of the first. (str0m tells of tracks only once connected.)
-fn tracks_of(answer: &str, role: &Role) -> Vec<(Mid, MediaKind, String)> {
+/// kept a codec. (str0m tells of tracks only once connected.)
+fn tracks_of(answer: &str, role: &Role) -> Vec<Track> {
     let wanted = match role {
         Role::Publish => "a=recvonly",
         Role::Subscribe => "a=sendonly",
@@ -67,7 +81,22 @@ fn tracks_of(answer: &str, role: &Role) -> Vec<(Mid, MediaKind, String)> {
                 .lines()
                 .find_map(|l| l.strip_prefix(rtpmap.as_str()))
                 .and_then(|c| c.split('/').next())?;
-            (accepted && goes).then(|| (Mid::from(mid.trim()), kind, codec.to_owned()))
+            // `a=simulcast:recv h;m;l`: alternatives are split by `,`, paused ones start `~`.
+            let layers = section
+                .lines()
+                .find_map(|l| l.strip_prefix("a=simulcast:recv "))
+                .map(|rids| {
+                    rids.split([';', ','])
+                        .map(|rid| rid.trim().trim_start_matches('~').to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (accepted && goes).then(|| Track {
+                mid: Mid::from(mid.trim()),
+                kind,
+                codec: codec.to_owned(),
+                layers,
+            })
         })
         .collect()
 }
@@ -82,7 +111,7 @@ pub enum Role {
 pub struct Negotiated {
     rtc: Rtc,
     ufrag: Arc<str>,
-    tracks: Vec<(Mid, MediaKind, String)>,
+    tracks: Vec<Track>,
     pub answer: String,
 }
 
@@ -91,9 +120,10 @@ impl Negotiated {
     pub fn tracks(&self) -> Vec<kep_api::live::TrackInfo> {
         self.tracks
             .iter()
-            .map(|(_, kind, codec)| kep_api::live::TrackInfo {
-                kind: kind.to_string(),
-                codec: codec.clone(),
+            .map(|t| kep_api::live::TrackInfo {
+                kind: t.kind.to_string(),
+                codec: t.codec.clone(),
+                layers: t.layers.clone(),
             })
             .collect()
     }
@@ -157,7 +187,11 @@ impl Media {
             SdpOffer::from_sdp_string(offer).map_err(|e| bad(format!("not an SDP offer: {e}")))?;
         let creds = IceCreds::new();
         let ufrag: Arc<str> = creds.ufrag.as_str().into();
+        // A subscriber's bandwidth is estimated (TWCC, str0m's GoogCC), to choose its
+        // simulcast layer. It starts at 1 Mbit/s: a middle layer at once, the best soon.
+        let bwe = matches!(role, Role::Subscribe).then_some(Bitrate::mbps(1));
         let mut rtc = Rtc::builder()
+            .enable_bwe(bwe)
             .set_ice_lite(true)
             .set_local_ice_credentials(creds)
             .clear_codecs()
@@ -208,13 +242,15 @@ impl Media {
             stream_id,
             publisher: matches!(role, Role::Publish),
             rtc: n.rtc,
-            tracks: n
-                .tracks
-                .into_iter()
-                .map(|(mid, kind, _)| (mid, kind))
-                .collect(),
-            last_keyframe_request: None,
+            tracks: n.tracks.into_iter().map(|t| (t.mid, t.kind)).collect(),
+            keyframe_requests: Vec::new(),
+            selection: Default::default(),
+            estimate: None,
+            last_remb: None,
+            desired: 0,
             ending: false,
+            dirty: true,
+            due: Instant::now(),
         };
         let id = session.id.clone();
         self.sessions
@@ -249,6 +285,7 @@ impl Media {
                     socket: Arc::clone(&self.socket),
                     local: self.local,
                     sessions: Vec::new(),
+                    layers: Default::default(),
                     gone: self.gone.clone(),
                 };
                 self.tasks.spawn(room.run(rx, self.shutdown.clone()));

@@ -101,6 +101,7 @@ async fn a_participant_in_by_its_media_keeps_it_across_a_socket() {
     let video = vec![TrackInfo {
         kind: "video".into(),
         codec: "VP8".into(),
+        layers: vec![],
     }];
     // A WHIP publish brings the participant in, with no socket.
     let media = rooms.media_started(&svc, "r", "m", Some(video)).unwrap();

@@ -506,6 +506,72 @@ async fn a_publisher_that_vanishes_is_unpublished_when_ice_lapses() {
     assert_eq!(listing.participants.len(), 1, "{listing:?}");
 }
 
+/// A publisher whose DTLS handshake fails (its offer's fingerprint is not its
+/// certificate's): its session ends and its stream with it, while a stream beside it in
+/// the room flows on to its subscriber.
+#[tokio::test]
+async fn a_failed_dtls_handshake_ends_that_session_alone() {
+    let srv = spawn(|_| {}).await;
+    let (s, rooms) = srv.room_client("svc").await;
+    let live = &srv.live_url;
+    let watcher = token(&srv, &s.service_secret, "room", "watcher");
+    let mut watcher = Participant::join_with_token(live, &watcher).await.unwrap();
+    let whip = format!("{live}/api/whip/room");
+    let good = token(&srv, &s.service_secret, "room", "good");
+    let mut publisher = Peer::start("publisher", &["publish", "--url", &whip, "--token", &good]);
+    let stream = publisher.until("answered").await["stream_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let viewer = token(&srv, &s.service_secret, "room", "viewer");
+    let whep = format!("{live}/api/whep/room/{stream}");
+    let mut subscriber = Peer::start(
+        "subscriber",
+        &["subscribe", "--url", &whep, "--token", &viewer],
+    );
+    subscriber.until_kind("frame", Some("video")).await;
+
+    let bad = token(&srv, &s.service_secret, "room", "bad");
+    let mut forger = Peer::start(
+        "forger",
+        &[
+            "publish",
+            "--url",
+            &whip,
+            "--token",
+            &bad,
+            "--bad-fingerprint",
+        ],
+    );
+    // The offer is answered (kep cannot know before the handshake); the handshake fails.
+    let forged = forger.until("answered").await["stream_id"].clone();
+    let unpublished = loop {
+        let e = until_event(&mut watcher, EventKind::StreamUnpublished).await;
+        if e.participant_id.as_deref() == Some("bad") {
+            break e;
+        }
+    };
+    let forged: i64 = forged.as_str().unwrap().parse().unwrap();
+    assert_eq!(unpublished.stream_id, Some(forged));
+    let left = until_event(&mut watcher, EventKind::ParticipantLeft).await;
+    assert_eq!(left.participant_id.as_deref(), Some("bad"));
+    // The stream beside it flows on.
+    let before = subscriber.until_kind("frame", Some("video")).await["count"]
+        .as_u64()
+        .unwrap();
+    let after = subscriber.until_kind("frame", Some("video")).await["count"]
+        .as_u64()
+        .unwrap();
+    assert!(after > before);
+    let listing = rooms.list_participants("room").await.unwrap();
+    let ids: Vec<&str> = listing
+        .participants
+        .iter()
+        .map(|p| p.participant_id.as_str())
+        .collect();
+    assert!(!ids.contains(&"bad") && ids.contains(&"good"), "{ids:?}");
+}
+
 /// The next event of `kind` the participant gets, the others passed over.
 async fn until_event(p: &mut Participant, kind: EventKind) -> kep_api::live::Event {
     loop {

@@ -1,7 +1,9 @@
 //! Headless Chromium on the demo page and the browser SDK (tests/browser.py): one page
 //! publishes Chromium's fake camera over WHIP, another decodes it over WHEP, and the Room
-//! methods act on them. Run in a network namespace of the test's own, with only `lo`, so
-//! that the browser's media can go nowhere but loopback.
+//! methods act on them; with kep's media port held to 400 kbit/s (`tc`), the publisher's
+//! encoder is brought down to fit (REMB), and a subscriber of a simulcast stream moves to
+//! a smaller layer, and back once the port is free. Run in a network namespace of the
+//! test's own, with only `lo`, so that the browser's media can go nowhere but loopback.
 
 use std::process::Command;
 
@@ -36,7 +38,18 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
     let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(
         names,
-        ["published", "decoding", "listed", "stopped", "destroyed"]
+        [
+            "published",
+            "decoding",
+            "listed",
+            "fitted",
+            "stopped",
+            "destroyed",
+            "simulcast",
+            "best layer",
+            "smaller layer",
+            "best layer again"
+        ]
     );
     // The publisher's stream, with the tracks Chromium sent.
     let listed = &events[2]["participants"][0];
@@ -50,5 +63,18 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
     assert!(
         kinds.contains(&"video") && kinds.contains(&"audio"),
         "{listed}"
+    );
+    // A simulcast stream lists its layers.
+    let tracks = &events[6]["participants"][0]["streams"][0]["tracks"];
+    let video = tracks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "video")
+        .unwrap();
+    assert_eq!(
+        video["layers"],
+        serde_json::json!(["l", "m", "h"]),
+        "{tracks}"
     );
 }
