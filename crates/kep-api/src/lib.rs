@@ -3,6 +3,7 @@
 //! types; nothing here knows a server framework or a database, so a client links only
 //! serde and utoipa.
 
+pub mod activity;
 pub mod adapter;
 pub mod live;
 pub mod messaging;

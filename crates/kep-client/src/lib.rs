@@ -1,5 +1,6 @@
 //! A typed client for the kep APIs: what the `kep` CLI and the tests speak.
 
+pub mod activity;
 pub mod adapter;
 pub mod live;
 pub mod messaging;

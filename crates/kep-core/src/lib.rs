@@ -2,6 +2,7 @@
 //! secret hashing, the operator API's error shape and auth, the per-client limits and the
 //! listener plumbing.
 
+pub mod activity;
 pub mod clock;
 pub mod http;
 pub mod id;

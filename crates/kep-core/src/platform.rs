@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi;
 
+use crate::activity::{self, Activity};
 use crate::clock::Clock;
 use crate::limits::{Limiter, Limits};
 use crate::listener::{self, App, Bound};
@@ -30,6 +31,7 @@ type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>
 pub struct Platform {
     data_dir: PathBuf,
     clock: Clock,
+    activity: Activity,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     admin: Bound,
@@ -49,6 +51,7 @@ impl Platform {
         Ok(Platform {
             data_dir: data_dir.to_owned(),
             clock: Clock::system(),
+            activity: Activity::new(Clock::system(), crate::service::ACTIVITY_BACKLOG),
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
             addresses: BTreeMap::from([("admin", admin.addr)]),
@@ -64,8 +67,14 @@ impl Platform {
     /// Starts the services that follow on `clock` instead of the system clock (tests move a
     /// [`Clock::manual`] on).
     pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.activity = Activity::new(clock.clone(), crate::service::ACTIVITY_BACKLOG);
         self.clock = clock;
         self
+    }
+
+    /// The platform's activity, which every service records its state changes in.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
     }
 
     /// Fires when the platform stops.
@@ -83,6 +92,7 @@ impl Platform {
             tasks: self.tasks.clone(),
             public_url: listener::public_url(listener_settings.public_url.as_deref(), bound.addr),
             clock: self.clock.clone(),
+            activity: self.activity.clone(),
         };
         let service = S::start(settings, &ctx).await?;
         self.operator_routes =
@@ -125,8 +135,14 @@ impl Platform {
             listeners,
             stops,
             addresses,
+            activity,
             ..
         } = self;
+        let operator_routes = operator_routes.route(
+            kep_api::activity::EVENTS,
+            get(activity::events).with_state(activity),
+        );
+        admin_doc.merge(<activity::ActivityDoc as utoipa::OpenApi>::openapi());
         crate::http::declare_path_parameters(&mut admin_doc);
         crate::http::document_operator_answers(&mut admin_doc);
         let admin_doc = Arc::new(admin_doc);

@@ -13,9 +13,13 @@ use sqlx::sqlite::SqlitePool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::activity::Activity;
 use crate::clock::Clock;
 use crate::limits::Limits;
 use crate::listener::App;
+
+/// How many activity events a platform keeps for watchers that connect later.
+pub const ACTIVITY_BACKLOG: usize = 1000;
 
 /// What a service is started from: the same for every service.
 #[derive(Clone)]
@@ -31,6 +35,8 @@ pub struct Context {
     pub public_url: String,
     /// The wall clock it stores and answers dates by.
     pub clock: Clock,
+    /// Where it records its state changes (`Activity::of` its name).
+    pub activity: Activity,
 }
 
 impl Context {
@@ -43,6 +49,7 @@ impl Context {
             tasks: TaskTracker::new(),
             public_url: String::new(),
             clock: Clock::system(),
+            activity: Activity::new(Clock::system(), ACTIVITY_BACKLOG),
         }
     }
 

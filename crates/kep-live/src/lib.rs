@@ -92,6 +92,7 @@ pub(crate) struct Live {
     limiter: Limiter,
     shutdown: CancellationToken,
     sockets: TaskTracker,
+    activity: kep_core::activity::ServiceActivity,
 }
 
 /// What ends with a media session: its datagrams' route, a publisher's stream, and the
@@ -153,13 +154,15 @@ impl Service for LiveService {
         .await?;
         tracing::info!(addr = %media.local_addr(), "media listening (UDP)");
         let media = Arc::new(media);
+        let activity = ctx.activity.of(Self::NAME);
         let rooms = Arc::new(
             rooms::Rooms::new(
                 Duration::from_secs(settings.empty_room_grace_s),
                 ctx.tasks.clone(),
                 ctx.shutdown.clone(),
             )
-            .with_media(Arc::clone(&media)),
+            .with_media(Arc::clone(&media))
+            .with_activity(activity.clone()),
         );
         ctx.spawn(sessions_ended(gone, Arc::clone(&media), Arc::clone(&rooms)));
         Ok(LiveService(Arc::new(Live {
@@ -171,6 +174,7 @@ impl Service for LiveService {
             media,
             shutdown: ctx.shutdown.clone(),
             sockets: TaskTracker::new(),
+            activity,
         })))
     }
 

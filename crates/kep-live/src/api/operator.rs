@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, Path};
+use serde_json::{Value, json};
 use utoipa::OpenApi;
 
 use crate::LiveService;
@@ -84,7 +85,12 @@ pub(crate) async fn create_service(
         .await
         .map_err(ApiError::internal)?
     {
-        CreateOutcome::Created(secrets) => Ok((StatusCode::CREATED, Json(secrets))),
+        CreateOutcome::Created(secrets) => {
+            live.0
+                .activity
+                .record("service.created", &secrets.service_id, Value::Null);
+            Ok((StatusCode::CREATED, Json(secrets)))
+        }
         CreateOutcome::Taken => Err(ApiError::conflict(
             "a live service with that serviceId exists",
         )),
@@ -142,6 +148,10 @@ pub(crate) async fn update_service(
     {
         return Err(ApiError::not_found("no such live service"));
     }
+    let detail = json!({ "externalVerifierUrl": url });
+    live.0
+        .activity
+        .record("service.updated", id.as_str(), detail);
     Ok(Json(ServiceSummary {
         service_id: id.into_string(),
         external_verifier_url: url,
@@ -164,7 +174,12 @@ pub(crate) async fn rotate_secrets(
         .await
         .map_err(ApiError::internal)?
     {
-        Some(secrets) => Ok(Json(secrets)),
+        Some(secrets) => {
+            live.0
+                .activity
+                .record("service.secrets_rotated", id.as_str(), Value::Null);
+            Ok(Json(secrets))
+        }
         None => Err(ApiError::not_found("no such live service")),
     }
 }

@@ -22,7 +22,9 @@ use tokio_util::task::TaskTracker;
 use crate::LiveError;
 use crate::media::Media;
 use kep_api::live::{EventKind, ParticipantInfo, ParticipantTarget, StreamTarget, TrackInfo};
-use room::{Room, event};
+use kep_core::activity::ServiceActivity;
+use room::{Room, RoomActivity, RoomState, event};
+use serde_json::{Value, json};
 
 /// What a participant's socket task is told to do.
 #[derive(Debug, Clone)]
@@ -66,6 +68,8 @@ pub struct Rooms {
     shutdown: CancellationToken,
     /// The rooms' media: what a Room method or a leaving participant ends there too.
     media: Option<Arc<Media>>,
+    /// Where rooms record what happens in them.
+    activity: Option<ServiceActivity>,
 }
 
 /// A participant's view right after joining.
@@ -85,7 +89,14 @@ impl Rooms {
             timers,
             shutdown,
             media: None,
+            activity: None,
         }
+    }
+
+    /// Rooms that record what happens in them in `activity`.
+    pub fn with_activity(mut self, activity: ServiceActivity) -> Self {
+        self.activity = Some(activity);
+        self
     }
 
     /// Rooms whose Room methods also act on `media`'s sessions.
@@ -144,9 +155,18 @@ impl Rooms {
             let room = rooms
                 .entry(room_id.to_owned())
                 .or_insert_with(|| {
+                    let activity = self.activity.clone().map(|activity| RoomActivity {
+                        activity,
+                        object: format!("{service_id}/{room_id}"),
+                    });
+                    let state = RoomState {
+                        activity,
+                        ..RoomState::default()
+                    };
+                    state.record("room.opened", None, Value::Null);
                     Arc::new(Room {
                         room_id: room_id.to_owned(),
-                        state: Mutex::default(),
+                        state: Mutex::new(state),
                     })
                 })
                 .clone();
@@ -234,8 +254,9 @@ impl Rooms {
         };
         let removed = rooms.remove_if(room_id, |_, room| {
             let mut st = room.lock();
-            if st.participants.is_empty() {
+            if st.participants.is_empty() && !st.closed {
                 st.closed = true;
+                st.record("room.closed", None, json!({ "reason": "empty" }));
             }
             st.closed
         });
@@ -297,6 +318,7 @@ impl Rooms {
             })?;
         let mut st = room.lock();
         st.closed = true;
+        st.record("room.closed", None, json!({ "reason": "destroyed" }));
         if let Some(media) = self.media() {
             media.end_room(&(service_id.clone(), room_id.to_owned()));
         }
@@ -345,8 +367,9 @@ impl Rooms {
                     code: close::POLICY,
                     reason: "kicked",
                 });
-                st.announce(
+                st.announce_as(
                     EventKind::ParticipantLeft,
+                    EventKind::Kicked,
                     room_id,
                     &t.participant_id,
                     None,
@@ -403,7 +426,8 @@ impl Rooms {
             );
             p.send(Outbound::Text(owner));
             let (pid, sid) = (t.participant_id.as_str(), Some(t.stream_id));
-            st.announce(EventKind::StreamUnpublished, room_id, pid, sid, Some(pid));
+            let (gone, why) = (EventKind::StreamUnpublished, EventKind::InactivatedStream);
+            st.announce_as(gone, why, room_id, pid, sid, Some(pid));
         }
         st.changed();
         Ok(())

@@ -6,6 +6,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 use indexmap::IndexMap;
+use kep_core::activity::ServiceActivity;
+use serde_json::{Value, json};
 
 use super::{ConnId, Joined, Outbound, Outbox, close};
 use kep_api::live::{Event, EventKind, ParticipantInfo, ServerMessage, StreamInfo, TrackInfo};
@@ -49,6 +51,28 @@ pub(super) struct RoomState {
     pub(super) next_stream_id: i64,
     /// `Room.ListParticipants`' result, kept until the next change.
     pub(super) listing: Option<Bytes>,
+    /// Where what happens in the room is recorded.
+    pub(super) activity: Option<RoomActivity>,
+}
+
+/// A room's place in the platform's activity.
+pub(super) struct RoomActivity {
+    pub(super) activity: ServiceActivity,
+    /// `<serviceId>/<roomId>`.
+    pub(super) object: String,
+}
+
+/// The activity event of a room event told to its participants.
+fn activity_event(kind: EventKind) -> Option<&'static str> {
+    Some(match kind {
+        EventKind::ParticipantJoined => "participant.joined",
+        EventKind::ParticipantLeft => "participant.left",
+        EventKind::StreamPublished => "stream.published",
+        EventKind::StreamUnpublished => "stream.unpublished",
+        EventKind::Kicked => "participant.kicked",
+        EventKind::InactivatedStream => "stream.inactivated",
+        _ => return None,
+    })
 }
 
 pub(super) struct Room {
@@ -138,7 +162,8 @@ impl RoomState {
         );
     }
 
-    /// Tells everyone but `except` what happened to the participant (and its stream).
+    /// Tells everyone but `except` what happened to the participant (and its stream), and
+    /// records it.
     pub(super) fn announce(
         &self,
         kind: EventKind,
@@ -147,8 +172,37 @@ impl RoomState {
         stream_id: Option<i64>,
         except: Option<&str>,
     ) {
+        self.announce_as(kind, kind, room_id, participant_id, stream_id, except);
+    }
+
+    /// [`RoomState::announce`] of what is recorded as `happened` (`ParticipantLeft` for the
+    /// others is a `Kicked` for the record).
+    pub(super) fn announce_as(
+        &self,
+        kind: EventKind,
+        happened: EventKind,
+        room_id: &str,
+        participant_id: &str,
+        stream_id: Option<i64>,
+        except: Option<&str>,
+    ) {
         let ev = event(kind, room_id, Some(participant_id), stream_id);
         self.broadcast(&ev, except);
+        if let Some(name) = activity_event(happened) {
+            let detail = stream_id.map_or(Value::Null, |s| json!({ "streamId": s }));
+            self.record(name, Some(participant_id), detail);
+        }
+    }
+
+    /// Records what happened in the room (to the participant, if given).
+    pub(super) fn record(&self, event: &str, participant_id: Option<&str>, detail: Value) {
+        if let Some(a) = &self.activity {
+            let object = match participant_id {
+                Some(pid) => format!("{}/{pid}", a.object),
+                None => a.object.clone(),
+            };
+            a.activity.record(event, object, detail);
+        }
     }
 
     /// Queues `text` to everyone in the room but `except`.

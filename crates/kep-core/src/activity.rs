@@ -1,0 +1,272 @@
+//! Activity: every state change of every service (a room opened, a message handed over, a
+//! deployment's instance crashed …) is an [`ActivityEvent`]. Each is logged at info, with
+//! its fields as structured fields, kept in a bounded backlog and streamed to operators as
+//! Server-Sent Events (`GET /admin/v1/events`, in [`events`]). No event carries a secret.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+pub use kep_api::activity::ActivityEvent;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+use utoipa::IntoParams;
+
+use crate::clock::Clock;
+
+impl Filter {
+    /// Whether `e` is what it asks for: of its service, its object or one under it, and
+    /// its event or kind of object.
+    fn admits(&self, e: &ActivityEvent) -> bool {
+        let under = |of: &str| {
+            e.object
+                .strip_prefix(of)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        self.service.as_deref().is_none_or(|s| s == e.service)
+            && self.object.as_deref().is_none_or(under)
+            && self
+                .event
+                .as_deref()
+                .is_none_or(|k| e.event == k || e.event.starts_with(&format!("{k}.")))
+    }
+}
+
+/// The platform's activity: one per platform, a handle per service.
+#[derive(Clone)]
+pub struct Activity(Arc<Inner>);
+
+struct Inner {
+    clock: Clock,
+    capacity: usize,
+    /// The last `capacity` events, and the id of the next.
+    backlog: Mutex<(VecDeque<Arc<ActivityEvent>>, u64)>,
+    live: broadcast::Sender<Arc<ActivityEvent>>,
+}
+
+/// How many events a slow watcher may fall behind by before it is told it missed some.
+const WATCHER_QUEUE: usize = 1024;
+
+impl Activity {
+    /// Keeps the last `capacity` events for watchers that connect later.
+    pub fn new(clock: Clock, capacity: usize) -> Self {
+        let (live, _) = broadcast::channel(WATCHER_QUEUE);
+        Activity(Arc::new(Inner {
+            clock,
+            capacity,
+            backlog: Mutex::new((VecDeque::with_capacity(capacity), 1)),
+            live,
+        }))
+    }
+
+    /// The handle a service records its events through.
+    pub fn of(&self, service: &'static str) -> ServiceActivity {
+        ServiceActivity {
+            activity: self.clone(),
+            service,
+        }
+    }
+
+    fn record(&self, service: &str, event: &str, object: String, detail: Map<String, Value>) {
+        if tracing::enabled!(target: "kep::activity", tracing::Level::INFO) {
+            let shown = serde_json::to_string(&detail).expect("JSON serialises");
+            tracing::info!(
+                target: "kep::activity",
+                service,
+                object = object.as_str(),
+                detail = shown.as_str(),
+                "{event}"
+            );
+        }
+        let mut guard = self.0.backlog.lock().expect("activity backlog");
+        let (backlog, next) = &mut *guard;
+        let recorded = Arc::new(ActivityEvent {
+            id: *next,
+            at: self.0.clock.unix_ms(),
+            service: service.to_owned(),
+            event: event.to_owned(),
+            object,
+            detail,
+        });
+        *next += 1;
+        if backlog.len() == self.0.capacity {
+            backlog.pop_front();
+        }
+        if self.0.capacity > 0 {
+            backlog.push_back(Arc::clone(&recorded));
+        }
+        // Sent under the lock, so that a watcher's backlog and its stream meet exactly.
+        let _ = self.0.live.send(recorded);
+    }
+
+    /// The kept events after `after`, and the ones to come.
+    fn watch(
+        &self,
+        after: u64,
+    ) -> (
+        Vec<Arc<ActivityEvent>>,
+        broadcast::Receiver<Arc<ActivityEvent>>,
+    ) {
+        let guard = self.0.backlog.lock().expect("activity backlog");
+        let kept = guard.0.iter().filter(|e| e.id > after).cloned().collect();
+        (kept, self.0.live.subscribe())
+    }
+}
+
+/// A service's way to record its events.
+#[derive(Clone)]
+pub struct ServiceActivity {
+    activity: Activity,
+    service: &'static str,
+}
+
+impl ServiceActivity {
+    /// Records that `event` happened to `object`, with `detail` (a JSON object; anything
+    /// else is kept as `{"value": …}`).
+    pub fn record(&self, event: &str, object: impl Into<String>, detail: Value) {
+        let detail = match detail {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => Map::from_iter([("value".to_owned(), other)]),
+        };
+        self.activity
+            .record(self.service, event, object.into(), detail);
+    }
+}
+
+/// Which events a watcher wants.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct Filter {
+    /// Only this service's: `live`, `adapter`, `messaging`, `serving`.
+    pub service: Option<String>,
+    /// Only this object's and those under it (`demo` is live service demo, its rooms and
+    /// their participants; `demo/lobby` one room).
+    pub object: Option<String>,
+    /// Only this event, or those of this kind of object (`room` is `room.opened`,
+    /// `room.closed` …).
+    pub event: Option<String>,
+}
+
+/// The platform's activity as Server-Sent Events: the kept events first (after the
+/// `Last-Event-ID` header's, when given), then each as it happens. Each is an SSE event
+/// named by its `event` with the [`ActivityEvent`] as JSON data; a watcher that falls
+/// more than 1,024 events behind gets a `lagged` event `{"missed": n}` and goes on.
+#[utoipa::path(get, path = kep_api::activity::EVENTS, params(Filter,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
+    responses((status = 200, description = "A stream of activity events", content_type = "text/event-stream", body = ActivityEvent)),
+    tag = "activity")]
+pub async fn events(
+    State(activity): State<Activity>,
+    Query(filter): Query<Filter>,
+    headers: HeaderMap,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+        .unwrap_or(0);
+    let (kept, live) = activity.watch(after);
+    let last = kept.last().map_or(after, |e| e.id);
+    let kept = futures_util::stream::iter(kept);
+    let live = futures_util::stream::unfold((live, last), |(mut live, last)| async move {
+        loop {
+            match live.recv().await {
+                // Already sent from the backlog.
+                Ok(e) if e.id <= last => continue,
+                Ok(e) => return Some((Ok(e), (live, last))),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    return Some((Err(missed), (live, last)));
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    use futures_util::StreamExt as _;
+    let stream = kept.map(Ok).chain(live).filter_map(move |e| {
+        let out = match e {
+            Ok(e) if !filter.admits(&e) => None,
+            Ok(e) => Some(
+                Event::default()
+                    .id(e.id.to_string())
+                    .event(e.event.as_str())
+                    .json_data(e.as_ref())
+                    .expect("an activity event is JSON"),
+            ),
+            Err(missed) => Some(
+                Event::default()
+                    .event("lagged")
+                    .data(format!("{{\"missed\":{missed}}}")),
+            ),
+        };
+        std::future::ready(out.map(Ok))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// The activity stream's part of the operator document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(events), components(schemas(ActivityEvent)))]
+pub struct ActivityDoc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(service: &str, event: &str, object: &str) -> ActivityEvent {
+        ActivityEvent {
+            id: 1,
+            at: 0,
+            service: service.into(),
+            event: event.into(),
+            object: object.into(),
+            detail: Map::new(),
+        }
+    }
+
+    #[test]
+    fn a_filter_takes_a_service_an_object_and_what_is_under_it() {
+        let e = event("live", "participant.joined", "demo/lobby/alice");
+        let f = |service: Option<&str>, object: Option<&str>, event: Option<&str>| Filter {
+            service: service.map(Into::into),
+            object: object.map(Into::into),
+            event: event.map(Into::into),
+        };
+        assert!(Filter::default().admits(&e));
+        assert!(f(Some("live"), Some("demo"), None).admits(&e));
+        assert!(f(None, Some("demo/lobby"), Some("participant")).admits(&e));
+        assert!(f(None, Some("demo/lobby/alice"), Some("participant.joined")).admits(&e));
+        assert!(!f(Some("messaging"), None, None).admits(&e));
+        // A prefix of an id is another object.
+        assert!(!f(None, Some("dem"), None).admits(&e));
+        assert!(!f(None, Some("demo/lob"), None).admits(&e));
+        assert!(!f(None, None, Some("part")).admits(&e));
+        assert!(!f(None, None, Some("participant.left")).admits(&e));
+    }
+
+    #[test]
+    fn the_backlog_keeps_the_last_events_and_resumes_after_an_id() {
+        let activity = Activity::new(Clock::system(), 3);
+        let live = activity.of("live");
+        for room in ["a", "b", "c", "d"] {
+            live.record("room.opened", format!("demo/{room}"), Value::Null);
+        }
+        let (kept, _) = activity.watch(0);
+        let ids: Vec<u64> = kept.iter().map(|e| e.id).collect();
+        assert_eq!(ids, [2, 3, 4]);
+        let (kept, mut rx) = activity.watch(3);
+        assert_eq!(kept.len(), 1);
+        live.record(
+            "room.closed",
+            "demo/a",
+            serde_json::json!({"reason": "empty"}),
+        );
+        let next = rx.try_recv().unwrap();
+        assert_eq!((next.id, next.event.as_str()), (5, "room.closed"));
+        assert_eq!(next.detail["reason"], "empty");
+    }
+}

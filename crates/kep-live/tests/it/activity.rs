@@ -1,0 +1,110 @@
+//! The platform's activity stream, as an operator watches it (`GET /admin/v1/events`):
+//! each change of a live service and its rooms is an event, in the order it happened.
+
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use kep_client::activity::{Watch, Watched};
+
+use crate::common::spawn;
+
+#[tokio::test]
+async fn every_change_of_a_room_is_an_activity_event_in_order() {
+    let srv = spawn(|s| s.empty_room_grace_s = 0).await;
+    let watch = Watch {
+        service: Some("live".into()),
+        ..Watch::default()
+    };
+    let events = srv.admin.events(&watch).await.unwrap();
+    let (s, rooms) = srv.room_client("demo").await;
+    let mut alice = srv.join(&s, "lobby", "alice").await;
+    let bob = srv.join(&s, "lobby", "bob").await;
+    let stream = alice.publish().await.unwrap();
+    rooms
+        .inactivate("lobby", &[("alice".into(), stream)])
+        .await
+        .unwrap();
+    rooms.kick("lobby", &["bob".to_owned()]).await.unwrap();
+    drop(bob);
+    let _carol = srv.join(&s, "hall", "carol").await;
+    rooms.destroy_room("hall").await.unwrap();
+    drop(alice);
+
+    let mut events = Box::pin(events);
+    let mut seen = Vec::new();
+    while seen.len() < 12 {
+        let next = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+        match next.expect("the next event within 10 s").unwrap().unwrap() {
+            Watched::Event(e) => seen.push((e.event, e.object, e.detail)),
+            Watched::Lagged(n) => panic!("lagged by {n}"),
+        }
+    }
+    let names: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(e, o, _)| (e.as_str(), o.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("service.created", "demo"),
+            ("room.opened", "demo/lobby"),
+            ("participant.joined", "demo/lobby/alice"),
+            ("participant.joined", "demo/lobby/bob"),
+            ("stream.published", "demo/lobby/alice"),
+            ("stream.inactivated", "demo/lobby/alice"),
+            ("participant.kicked", "demo/lobby/bob"),
+            ("room.opened", "demo/hall"),
+            ("participant.joined", "demo/hall/carol"),
+            ("room.closed", "demo/hall"),
+            ("participant.left", "demo/lobby/alice"),
+            ("room.closed", "demo/lobby"),
+        ]
+    );
+    assert_eq!(seen[4].2["streamId"], stream);
+    assert_eq!(seen[9].2["reason"], "destroyed");
+    assert_eq!(seen[11].2["reason"], "empty");
+
+    // A watcher that comes later gets the kept events of its filter, then resumes after
+    // the id it was given.
+    let watch = Watch {
+        object: Some("demo/hall".into()),
+        ..Watch::default()
+    };
+    let kept: Vec<_> = srv
+        .admin
+        .events(&watch)
+        .await
+        .unwrap()
+        .take(3)
+        .collect()
+        .await;
+    let kept: Vec<_> = kept
+        .into_iter()
+        .map(|w| match w.unwrap() {
+            Watched::Event(e) => e,
+            Watched::Lagged(n) => panic!("lagged by {n}"),
+        })
+        .collect();
+    let names: Vec<&str> = kept.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names, ["room.opened", "participant.joined", "room.closed"]);
+    let after = Watch {
+        after: Some(kept[1].id),
+        ..watch
+    };
+    let mut resumed = Box::pin(srv.admin.events(&after).await.unwrap());
+    match resumed.next().await.unwrap().unwrap() {
+        Watched::Event(e) => assert_eq!(e, kept[2]),
+        Watched::Lagged(n) => panic!("lagged by {n}"),
+    }
+}
+
+#[tokio::test]
+async fn the_activity_stream_needs_the_operator_token() {
+    let srv = spawn(|_| {}).await;
+    let stranger = kep_client::AdminClient::new(srv.admin.base_url(), "wrong");
+    let refused = stranger.events(&Watch::default()).await.err().unwrap();
+    assert!(
+        matches!(refused, kep_client::ClientError::Api { status: 401, .. }),
+        "{refused}"
+    );
+}
