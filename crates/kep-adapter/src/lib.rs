@@ -120,7 +120,7 @@ impl Service for AdapterService {
         Ok(AdapterService(Arc::new(Adapter {
             limiter: Limiter::new(&settings.limits),
             settings,
-            orgs: orgs::Orgs::new(store, ctx.clock.clone()),
+            orgs: orgs::Orgs::new(store, ctx.clock.clone(), ctx.activity.of(Self::NAME)),
             drm,
         })))
     }

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::http::ApiError;
 use kep_core::secret::{constant_time_eq, new_secret, sha256_hex};
+use serde_json::{Value, json};
 
 use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::store::{NewOrg, OrgRow, Store};
@@ -17,11 +19,21 @@ use kep_api::adapter::{
 pub struct Orgs {
     store: Arc<dyn Store>,
     clock: Clock,
+    activity: ServiceActivity,
 }
 
 impl Orgs {
-    pub fn new(store: Arc<dyn Store>, clock: Clock) -> Self {
-        Orgs { store, clock }
+    pub fn new(store: Arc<dyn Store>, clock: Clock, activity: ServiceActivity) -> Self {
+        Orgs {
+            store,
+            clock,
+            activity,
+        }
+    }
+
+    /// Records a change of the org login type (no secret: its key never is).
+    fn record(&self, event: &str, id: OrgLoginTypeId, detail: Value) {
+        self.activity.record(event, id.0.to_string(), detail);
     }
 
     /// Registers a validated request; its secret key is shown this once.
@@ -31,6 +43,8 @@ impl Orgs {
             .store
             .insert_org(&written(req), &sha256_hex(&secret_key), self.clock.unix_s())
             .await?;
+        let detail = json!({ "method": req.method, "adapterAgent": req.adapter_agent });
+        self.record("org_login_type.created", id, detail);
         Ok(OrgLoginTypeSecret {
             id: id.0,
             secret_key,
@@ -58,12 +72,19 @@ impl Orgs {
         {
             return Ok(None);
         }
+        let detail = json!({ "method": req.method, "adapterAgent": req.adapter_agent });
+        self.record("org_login_type.updated", id, detail);
         self.show(id).await
     }
 
     /// Deletes the org with its sessions; their ids, so their files can go.
     pub async fn delete(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<Vec<SessionId>>> {
-        self.store.delete_org(id).await
+        let deleted = self.store.delete_org(id).await?;
+        if let Some(sessions) = &deleted {
+            let detail = json!({ "sessions": sessions.len() });
+            self.record("org_login_type.deleted", id, detail);
+        }
+        Ok(deleted)
     }
 
     /// A new secret key, shown this once; the old one stops working.
@@ -73,6 +94,9 @@ impl Orgs {
             .store
             .set_secret(id, &sha256_hex(&secret_key), self.clock.unix_s())
             .await?;
+        if done {
+            self.record("org_login_type.key_rotated", id, Value::Null);
+        }
         Ok(done.then_some(OrgLoginTypeSecret {
             id: id.0,
             secret_key,

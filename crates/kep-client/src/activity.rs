@@ -1,5 +1,8 @@
 //! The platform's activity stream (`GET /admin/v1/events`, Server-Sent Events).
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use futures_util::{Stream, StreamExt as _};
 use kep_api::activity::{ActivityEvent, EVENTS};
 
@@ -25,12 +28,27 @@ pub enum Watched {
     Lagged(u64),
 }
 
+/// The activity stream as it comes: a [`Stream`], or `next` for one at a time.
+pub struct Events(Pin<Box<dyn Stream<Item = Result<Watched, ClientError>> + Send>>);
+
+impl Events {
+    /// The next thing the stream brings; `None` once the server ended it.
+    pub async fn next(&mut self) -> Option<Result<Watched, ClientError>> {
+        self.0.next().await
+    }
+}
+
+impl Stream for Events {
+    type Item = Result<Watched, ClientError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}
+
 impl AdminClient {
     /// The activity: the kept events, then each as it happens, until the server stops.
-    pub async fn events(
-        &self,
-        watch: &Watch,
-    ) -> Result<impl Stream<Item = Result<Watched, ClientError>> + use<>, ClientError> {
+    pub async fn events(&self, watch: &Watch) -> Result<Events, ClientError> {
         let query: Vec<(&str, &str)> = [
             ("service", &watch.service),
             ("object", &watch.object),
@@ -63,7 +81,7 @@ impl AdminClient {
                 }
             },
         );
-        Ok(events)
+        Ok(Events(Box::pin(events)))
     }
 }
 

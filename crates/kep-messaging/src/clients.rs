@@ -3,6 +3,8 @@
 
 use kep_core::secret::{new_secret, random_token, sha256_hex};
 
+use serde_json::{Value, json};
+
 use crate::Messaging;
 use crate::ids::ClientId;
 
@@ -16,6 +18,9 @@ impl Messaging {
         self.store
             .insert_client(&client_id, name, &sha256_hex(&secret), self.clock.unix_s())
             .await?;
+        let detail = json!({ "name": name });
+        self.activity
+            .record("client.created", client_id.as_str(), detail);
         Ok((client_id, secret))
     }
 
@@ -30,6 +35,9 @@ impl Messaging {
             return Ok(None);
         }
         self.tokens.forget_client(client_id);
+        let id = client_id.as_str();
+        self.activity
+            .record("client.secret_rotated", id, Value::Null);
         Ok(Some(secret))
     }
 
@@ -39,6 +47,8 @@ impl Messaging {
             return Ok(false);
         }
         self.tokens.forget_client(client_id);
+        let id = client_id.as_str();
+        self.activity.record("client.deleted", id, Value::Null);
         Ok(true)
     }
 }

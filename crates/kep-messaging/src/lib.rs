@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
@@ -108,6 +109,7 @@ pub(crate) struct Messaging {
     uploads: Arc<uploads::Uploads>,
     tokens: oauth::Tokens,
     limiter: Limiter,
+    activity: ServiceActivity,
 }
 
 /// The running messaging service; cheap to clone.
@@ -168,6 +170,7 @@ impl Service for MessagingService {
             writer,
             uploads,
             tokens,
+            activity: ctx.activity.of(Self::NAME),
         })))
     }
 

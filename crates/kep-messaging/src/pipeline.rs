@@ -8,9 +8,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use kep_core::service::Context;
+use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
@@ -18,6 +20,11 @@ use crate::ids::MessageUid;
 use crate::model::{CarrierCode, Channel, FallbackStatus, RcsStatus, Route, Status};
 use crate::store::{Handover, MessageRow, Store};
 use crate::writer::Writer;
+
+/// A message's object in the activity: `<clientId>/<uid>`.
+fn object(m: &MessageRow) -> String {
+    format!("{}/{}", m.client_id, m.uid)
+}
 
 /// What the carrier made of one hand-over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +105,7 @@ pub struct Dispatcher<C> {
     /// The deliveries under way: a stop lets them finish and record what the carrier said
     /// (one cut off is delivered again when its lease runs out).
     deliveries: TaskTracker,
+    activity: ServiceActivity,
 }
 
 impl<C: Carrier> Dispatcher<C> {
@@ -117,6 +125,9 @@ impl<C: Carrier> Dispatcher<C> {
             deliveries: ctx.tasks.clone(),
             wake: Notify::new(),
             in_flight: Mutex::default(),
+            activity: ctx
+                .activity
+                .of(<crate::MessagingService as kep_core::service::Service>::NAME),
         })
     }
 
@@ -198,13 +209,12 @@ impl<C: Carrier> Dispatcher<C> {
                     .policy
                     .backoff
                     .wait_after(u32::try_from(m.attempts).unwrap_or(u32::MAX));
-                tracing::info!(
-                    uid = %m.uid,
-                    attempt = m.attempts,
-                    why,
-                    "carrier unreachable; retrying"
-                );
                 let at = now + i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
+                self.activity.record(
+                    "message.retrying",
+                    object(m),
+                    json!({ "route": route.as_str(), "attempt": m.attempts, "why": why, "at": at }),
+                );
                 if let Err(e) = self.store.retry_at(&m.uid, at).await {
                     tracing::warn!(error = %e, "scheduling a retry");
                 }
@@ -216,6 +226,11 @@ impl<C: Carrier> Dispatcher<C> {
             }
         };
         m.sent_date.get_or_insert(now);
+        self.activity.record(
+            "message.handed_over",
+            object(m),
+            json!({ "route": route.as_str(), "attempt": m.attempts, "result": outcome.code().as_str() }),
+        );
         handovers.push(Handover {
             route,
             outcome: outcome.code(),
@@ -287,6 +302,11 @@ impl<C: Carrier> Dispatcher<C> {
         }
         m.status = status;
         m.res_date = Some(self.clock.unix_ms());
+        self.activity.record(
+            "message.finished",
+            object(&m),
+            json!({ "status": status.as_str(), "error": m.error_message }),
+        );
         self.writer.finish(m, handovers);
     }
 }

@@ -3,7 +3,7 @@
 
 use kep_core::secret::sha256_hex;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::ids::{ClientId, MessageUid};
 use crate::model::{Channel, MessageType, RcsStatus, Status};
@@ -59,6 +59,7 @@ impl Messaging {
         let request = serde_json::to_string(&raw).expect("JSON serialises");
         let request_hash = sha256_hex(&request);
         let now = self.clock.unix_ms();
+        let (caller_id, message_type) = (caller.clone(), head.message_type.as_str());
         let row = MessageRow {
             request_hash: request_hash.clone(),
             uid: self.uids.next(),
@@ -82,6 +83,11 @@ impl Messaging {
         let uid = row.uid.clone();
         match self.writer.insert(row).await? {
             Inserted::New => {
+                self.activity.record(
+                    "message.accepted",
+                    format!("{}/{uid}", caller_id),
+                    json!({ "channel": T::CHANNEL.as_str(), "messageType": message_type, "cid": cid }),
+                );
                 self.dispatcher.wake();
                 Ok((uid, cid))
             }

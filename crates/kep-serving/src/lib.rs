@@ -162,6 +162,10 @@ impl Service for ServingService {
             store.clone(),
             events_rx,
             listeners.clone(),
+            runtime::Recorded {
+                activity: ctx.activity.of(Self::NAME),
+                logs_dir: root.join("logs"),
+            },
         ));
         let runtime = runtime::start(runtime::RuntimeContext {
             owner,
@@ -209,13 +213,7 @@ impl Service for ServingService {
         )
         .await?;
         let control = Arc::new(control::Control::new(
-            settings,
-            store,
-            runtime,
-            routes,
-            root,
-            ctx.public_url.clone(),
-            ctx.clock.clone(),
+            settings, store, runtime, routes, root, ctx,
         )?);
         control.resume().await?;
         Ok(ServingService {

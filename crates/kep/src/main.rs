@@ -33,6 +33,9 @@ enum Command {
     Msg(cli::msg::MsgArgs),
     /// The model-serving management API: images, models, endpoints, deployments, traffic.
     Serving(cli::serving::ServingArgs),
+    /// The platform's activity as it happens (every service's state changes), one JSON
+    /// line per event.
+    Events(cli::events::EventsArgs),
     /// Serve one model file over the TensorFlow Serving REST API or KServe v2, as a model
     /// deployment's instance does (the runtime starts it with PORT set).
     ModelServer(model_server::ModelServerArgs),
@@ -58,6 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Adapter(args) => runtime.block_on(cli::adapter::run(args)),
         Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
         Command::Serving(args) => runtime.block_on(cli::serving::run(args)),
+        Command::Events(args) => runtime.block_on(cli::events::run(args)),
         Command::ModelServer(args) => runtime.block_on(model_server::run(args)),
     }
 }

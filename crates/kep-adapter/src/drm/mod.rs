@@ -10,9 +10,11 @@ use kep_core::secret::random_token;
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt as _;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::outbox::Dispatcher;
-use kep_core::service::Context;
+use kep_core::service::{Context, Service};
+use serde_json::json;
 
 mod notify;
 
@@ -27,6 +29,11 @@ use kep_api::adapter::{
     SessionStatus, UploadResult,
 };
 
+/// A session's object in the activity: `<org login type id>/<session id>`.
+pub(crate) fn object(org_login_type_id: i64, session_id: &SessionId) -> String {
+    format!("{org_login_type_id}/{session_id}")
+}
+
 pub(crate) fn rfc3339(unix: i64) -> String {
     jiff::Timestamp::from_second(unix)
         .map(|t| t.to_string())
@@ -40,6 +47,7 @@ pub struct Drm {
     session_ttl_s: i64,
     max_file_bytes: u64,
     notifications: Dispatcher<Notifications>,
+    activity: ServiceActivity,
 }
 
 /// A session as the agent's calls see it, after the org check.
@@ -60,8 +68,14 @@ impl Drm {
         notify: &NotifyPolicy,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&files)?;
+        let activity = ctx.activity.of(<crate::AdapterService as Service>::NAME);
         let notifications = Dispatcher::new(
-            Notifications::new(Arc::clone(&store), ctx.clock.clone(), notify)?,
+            Notifications::new(
+                Arc::clone(&store),
+                ctx.clock.clone(),
+                notify,
+                activity.clone(),
+            )?,
             notify.outbox,
             ctx,
         );
@@ -76,7 +90,14 @@ impl Drm {
             session_ttl_s: i64::try_from(session_ttl_s).unwrap_or(i64::MAX),
             max_file_bytes,
             notifications,
+            activity,
         })
+    }
+
+    /// Records a change of the session.
+    fn record(&self, event: &str, row: &SessionRow, detail: serde_json::Value) {
+        let object = object(row.org_login_type_id.0, &row.session_id);
+        self.activity.record(event, object, detail);
     }
 
     fn file_path(&self, session_id: &SessionId) -> PathBuf {
@@ -106,6 +127,11 @@ impl Drm {
             expires_at: now.saturating_add(self.session_ttl_s),
         };
         self.store.insert_session(&row).await?;
+        self.record(
+            "drm_session.requested",
+            &row,
+            json!({ "fileId": row.file_id, "fileType": row.file_type.as_str() }),
+        );
         let notice = notify::notice(&row);
         self.notifications
             .queue(row.session_id.clone(), row.session_id)
@@ -236,6 +262,12 @@ impl Drm {
                 "the session already has a result or expired".into(),
             ));
         }
+        let event = if granted {
+            "drm_session.granted"
+        } else {
+            "drm_session.denied"
+        };
+        self.record(event, &view.row, json!({ "reason": body.reason }));
         Ok(())
     }
 
@@ -323,6 +355,10 @@ impl Drm {
                 "the session was released or expired meanwhile".into(),
             ));
         }
+        if let Ok(Some(row)) = self.store.session(session_id).await {
+            let detail = json!({ "size": released.size, "sha256": released.sha256 });
+            self.record("drm_session.released", &row, detail);
+        }
         Ok(released)
     }
 
@@ -389,8 +425,16 @@ impl Drm {
         loop {
             tick.tick().await;
             match self.store.expire(self.now()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(sessions = n, "DRM sessions expired"),
+                Ok(expired) => {
+                    for (session_id, org) in expired {
+                        let object = object(org.0, &session_id);
+                        self.activity.record(
+                            "drm_session.expired",
+                            object,
+                            serde_json::Value::Null,
+                        );
+                    }
+                }
                 Err(e) => tracing::warn!(error = %e, "expiring DRM sessions"),
             }
         }

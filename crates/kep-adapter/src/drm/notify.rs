@@ -7,8 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::outbox::{Outbox, Policy};
+use serde_json::json;
 
 use super::rfc3339;
 use crate::ids::SessionId;
@@ -30,13 +32,20 @@ pub struct Notifications {
     clock: Clock,
     path: String,
     http: reqwest::Client,
+    activity: ServiceActivity,
 }
 
 impl Notifications {
-    pub fn new(store: Arc<dyn Store>, clock: Clock, policy: &NotifyPolicy) -> anyhow::Result<Self> {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Clock,
+        policy: &NotifyPolicy,
+        activity: ServiceActivity,
+    ) -> anyhow::Result<Self> {
         Ok(Notifications {
             store,
             clock,
+            activity,
             path: policy.path.clone(),
             http: reqwest::Client::builder().timeout(policy.timeout).build()?,
         })
@@ -129,8 +138,14 @@ impl Outbox for Notifications {
         {
             tracing::warn!(error = %e, "recording a notification attempt");
         }
+        let object = super::object(notice.org_login_type_id, id);
         match (status, error) {
-            (Some(s), _) if (200..300).contains(&s) => Ok(()),
+            (Some(s), _) if (200..300).contains(&s) => {
+                let detail = json!({ "attempt": attempt, "status": s });
+                self.activity
+                    .record("drm_session.agent_notified", object, detail);
+                Ok(())
+            }
             (Some(s), _) => Err(format!("the agent answered {s}")),
             (None, error) => Err(error.unwrap_or_default()),
         }
@@ -138,6 +153,13 @@ impl Outbox for Notifications {
 
     /// The attempts are the record: nothing more to write.
     async fn give_up(&self, id: &SessionId, attempts: u32, error: &str) {
-        tracing::info!(session = %id, attempts, error, "agent not notified");
+        let org = self.store.session(id).await.ok().flatten();
+        let org = org.map_or(0, |row| row.org_login_type_id.0);
+        let detail = json!({ "attempts": attempts, "error": error });
+        self.activity.record(
+            "drm_session.agent_not_notified",
+            super::object(org, id),
+            detail,
+        );
     }
 }

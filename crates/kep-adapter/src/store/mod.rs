@@ -110,7 +110,8 @@ pub trait Store: Send + Sync {
         now: i64,
     ) -> sqlx::Result<bool>;
     /// Sessions still open past their expiry become `EXPIRED`; how many did.
-    async fn expire(&self, now: i64) -> sqlx::Result<u64>;
+    /// Marks the sessions past their expiry `EXPIRED`: which ones, of which org.
+    async fn expire(&self, now: i64) -> sqlx::Result<Vec<(SessionId, OrgLoginTypeId)>>;
 
     async fn record_notification(
         &self,

@@ -181,16 +181,20 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn expire(&self, now: i64) -> sqlx::Result<u64> {
-        let done = sqlx::query(
+    async fn expire(&self, now: i64) -> sqlx::Result<Vec<(SessionId, OrgLoginTypeId)>> {
+        let expired: Vec<(String, i64)> = sqlx::query_as(
             "UPDATE drm_sessions SET status = 'EXPIRED', updated_at = ?
-             WHERE status IN ('PENDING', 'GRANTED') AND expires_at <= ?",
+             WHERE status IN ('PENDING', 'GRANTED') AND expires_at <= ?
+             RETURNING session_id, org_login_type_id",
         )
         .bind(now)
         .bind(now)
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(expired
+            .into_iter()
+            .map(|(s, org)| (SessionId::from(s), OrgLoginTypeId(org)))
+            .collect())
     }
 
     async fn record_notification(

@@ -30,7 +30,7 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
     rooms.destroy_room("hall").await.unwrap();
     drop(alice);
 
-    let mut events = Box::pin(events);
+    let mut events = events;
     let mut seen = Vec::new();
     while seen.len() < 12 {
         let next = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
@@ -91,7 +91,7 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
         after: Some(kept[1].id),
         ..watch
     };
-    let mut resumed = Box::pin(srv.admin.events(&after).await.unwrap());
+    let mut resumed = srv.admin.events(&after).await.unwrap();
     match resumed.next().await.unwrap().unwrap() {
         Watched::Event(e) => assert_eq!(e, kept[2]),
         Watched::Lagged(n) => panic!("lagged by {n}"),

@@ -1,6 +1,7 @@
 //! The messaging API end to end on a real server: tokens, XMS and RCS sends through the
 //! delivery pipeline, uploads, search and detail.
 
+mod activity;
 mod common;
 mod edges;
 mod limits;

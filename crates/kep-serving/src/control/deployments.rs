@@ -111,6 +111,9 @@ impl Control {
             updated_at: now,
         };
         self.store.insert_deployment(&row).await?;
+        // Recorded before its instances start: their events follow it.
+        let detail = serde_json::json!({ "type": spec.kind.as_str() });
+        self.record("deployment.created", format!("{endpoint}/{name}"), detail);
         self.runtime.apply(
             DeploymentKey::new(endpoint, &name),
             self.launch(&spec, &e),
@@ -258,6 +261,8 @@ impl Control {
             );
         }
         drop(_guard);
+        let detail = serde_json::json!({ "rolledOver": !old.same_launch(&new) });
+        self.record("deployment.updated", format!("{endpoint}/{name}"), detail);
         self.deployment(endpoint, name).await
     }
 
@@ -285,6 +290,8 @@ impl Control {
         self.runtime
             .remove(DeploymentKey::new(endpoint, name))
             .await;
+        let object = format!("{endpoint}/{name}");
+        self.record("deployment.deleted", object, serde_json::Value::Null);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
 use crate::store::{DeploymentRow, EndpointRow};
 use kep_api::serving::{Endpoint, EndpointRequest, Mirroring};
 use kep_gateway::RouteUpdate;
+use serde_json::{Value, json};
 
 impl Control {
     pub async fn create_endpoint(
@@ -36,6 +37,9 @@ impl Control {
             )));
         }
         self.publish_route(&row.name).await?;
+        let detail =
+            json!({ "instanceType": row.instance_type, "instanceCount": row.instance_count });
+        self.record("endpoint.created", row.name.as_str(), detail);
         Ok((self.endpoint_view(&row, &[]), api_key))
     }
 
@@ -88,6 +92,7 @@ impl Control {
         self.store.delete_endpoint(name).await?;
         self.update_routes(RouteUpdate::EndpointRemoved(name.to_string()))
             .await;
+        self.record("endpoint.deleted", name.as_str(), Value::Null);
         Ok(())
     }
 
@@ -100,6 +105,7 @@ impl Control {
             .set_key_hash(name, &kep_core::secret::sha256_hex(&api_key))
             .await?;
         self.publish_route(name).await?;
+        self.record("endpoint.key_reissued", name.as_str(), Value::Null);
         Ok(api_key)
     }
 

@@ -14,6 +14,9 @@ mod quota;
 mod traffic;
 pub(crate) mod validate;
 
+use kep_core::activity::ServiceActivity;
+use kep_core::service::{Context, Service};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -41,6 +44,14 @@ pub struct Control {
     /// Changes are made one at a time, so names, model counts and quota hold across the
     /// check and the write.
     changes: Mutex<()>,
+    activity: ServiceActivity,
+}
+
+impl Control {
+    /// Records a change the operator made (no secret: a key never is).
+    fn record(&self, event: &str, object: impl Into<String>, detail: Value) {
+        self.activity.record(event, object, detail);
+    }
 }
 
 fn rfc3339(unix: i64) -> String {
@@ -54,8 +65,7 @@ impl Control {
         runtime: RuntimeHandle,
         routes: mpsc::UnboundedSender<RouteUpdate>,
         root: PathBuf,
-        gateway_url: String,
-        clock: Clock,
+        ctx: &Context,
     ) -> anyhow::Result<Self> {
         if !settings
             .instance_types
@@ -74,9 +84,10 @@ impl Control {
             runtime,
             routes,
             root,
-            gateway_url,
-            clock,
+            gateway_url: ctx.public_url.clone(),
+            clock: ctx.clock.clone(),
             changes: Mutex::new(()),
+            activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
         })
     }
 

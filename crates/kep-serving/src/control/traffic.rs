@@ -32,6 +32,8 @@ impl Control {
             .collect();
         self.store.set_weights(endpoint, &weights).await?;
         self.publish_route(endpoint).await?;
+        let detail = serde_json::to_value(&weights).unwrap_or_default();
+        self.record("endpoint.traffic_set", endpoint.as_str(), detail);
         Ok(traffic_view(&self.store.deployments(Some(endpoint)).await?))
     }
 
@@ -63,6 +65,8 @@ impl Control {
             .set_mirroring(endpoint, req.enabled, responder.as_ref())
             .await?;
         self.publish_route(endpoint).await?;
+        let detail = serde_json::json!({ "enabled": req.enabled, "responder": responder });
+        self.record("endpoint.mirroring_set", endpoint.as_str(), detail);
         Ok(Mirroring {
             enabled: req.enabled,
             responder: responder.map(DeploymentName::into_string),

@@ -6,9 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::outbox::{Dispatcher, Outbox, Policy};
-use kep_core::service::Context;
+use kep_core::service::{Context, Service};
+use serde_json::json;
 
 use crate::ids::{AlertId, EndpointName};
 use crate::kinds::AlertStatus;
@@ -43,6 +45,7 @@ impl Delivery {
             http,
             timeout: policy.timeout,
             clock: ctx.clock.clone(),
+            activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
         };
         let dispatcher = Dispatcher::new(alerts, policy.outbox, ctx);
         dispatcher.resume().await?;
@@ -60,6 +63,14 @@ impl Delivery {
     }
 }
 
+/// An alert's object in the activity: its endpoint, and deployment if it has one.
+fn object(row: &AlertRow) -> String {
+    match &row.deployment {
+        Some(d) => format!("{}/{d}", row.endpoint),
+        None => row.endpoint.to_string(),
+    }
+}
+
 /// The alerts as the outbox sees them.
 struct Alerts {
     store: Arc<dyn Store>,
@@ -67,6 +78,7 @@ struct Alerts {
     timeout: Duration,
     /// What deliveries are dated by.
     clock: Clock,
+    activity: ServiceActivity,
 }
 
 #[async_trait::async_trait]
@@ -104,6 +116,11 @@ impl Outbox for Alerts {
             None => (AlertStatus::Sent, Some(self.clock.unix_ms())),
             Some(_) => (AlertStatus::Pending, None),
         };
+        if error.is_none() {
+            let detail =
+                json!({ "id": id.0, "condition": row.condition.as_str(), "attempt": attempt });
+            self.activity.record("alert.sent", object(row), detail);
+        }
         self.record(*id, status, attempt, error.as_deref(), sent_at)
             .await;
         error.map_or(Ok(()), Err)
@@ -112,6 +129,10 @@ impl Outbox for Alerts {
     async fn give_up(&self, id: &AlertId, attempts: u32, error: &str) {
         self.record(*id, AlertStatus::Failed, attempts, Some(error), None)
             .await;
+        if let Ok(Some(row)) = self.store.alert(*id).await {
+            let detail = json!({ "id": id.0, "condition": row.condition.as_str(), "attempts": attempts, "error": error });
+            self.activity.record("alert.failed", object(&row), detail);
+        }
     }
 }
 

@@ -12,15 +12,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use rand::Rng as _;
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::ids::{DeploymentKey, InstanceId};
-use crate::kinds::DeploymentState;
+use crate::ids::{DeploymentKey, DeploymentName, EndpointName, InstanceId};
+use crate::kinds::{DeploymentState, InstanceState};
 use crate::store::{Change, NewEvent, Store};
 pub use instance::InstanceStatus;
 use instance::{InstanceTask, Report};
@@ -144,10 +146,7 @@ pub struct RuntimeContext {
 impl RuntimeContext {
     /// Where an instance's stdout and stderr go.
     pub fn log_path(&self, key: &DeploymentKey, instance: &InstanceId) -> PathBuf {
-        self.logs_dir
-            .join(key.endpoint.as_str())
-            .join(key.deployment.as_str())
-            .join(format!("{instance}.log"))
+        log_path(&self.logs_dir, &key.endpoint, &key.deployment, instance)
     }
 }
 
@@ -469,17 +468,111 @@ fn short_id() -> String {
         .collect()
 }
 
-/// Writes each event to the store and hands it on to whoever listens (alerts).
+/// An instance's log: `<logs>/<endpoint>/<deployment>/<instance>.log`.
+fn log_path(
+    logs_dir: &std::path::Path,
+    endpoint: &EndpointName,
+    deployment: &DeploymentName,
+    instance: &InstanceId,
+) -> PathBuf {
+    logs_dir
+        .join(endpoint.as_str())
+        .join(deployment.as_str())
+        .join(format!("{instance}.log"))
+}
+
+/// Where the runtime's events go besides the store: the platform's activity, with the
+/// last lines of an instance's log when it failed or restarts.
+pub struct Recorded {
+    pub activity: ServiceActivity,
+    pub logs_dir: PathBuf,
+}
+
+/// How much of an instance's log an activity event of its failure carries.
+const LOG_TAIL_BYTES: u64 = 4096;
+const LOG_TAIL_LINES: usize = 20;
+
+impl Recorded {
+    fn record(&self, e: &NewEvent) {
+        let object = format!("{}/{}", e.endpoint, e.deployment);
+        let state = |s: Option<&str>| s.map_or(Value::Null, |s| s.to_lowercase().into());
+        let (event, object, detail) = match &e.change {
+            Change::Deployment { from, to } => (
+                "deployment.state",
+                object,
+                json!({ "from": state(from.map(|f| f.as_str())), "to": state(Some(to.as_str())) }),
+            ),
+            Change::Instance {
+                instance,
+                from,
+                to,
+                reason,
+            } => {
+                let mut detail = json!({ "from": state(Some(from.as_str())), "to": state(Some(to.as_str())), "reason": reason });
+                if *to == InstanceState::Failed {
+                    detail["log"] = self.log_tail(e, instance).into();
+                }
+                ("instance.state", format!("{object}/{instance}"), detail)
+            }
+            Change::Ready {
+                instance,
+                ready,
+                reason,
+            } => (
+                if *ready {
+                    "instance.ready"
+                } else {
+                    "instance.unready"
+                },
+                format!("{object}/{instance}"),
+                json!({ "reason": reason }),
+            ),
+            Change::Restart { instance, reason } => (
+                "instance.restarted",
+                format!("{object}/{instance}"),
+                json!({ "reason": reason, "log": self.log_tail(e, instance) }),
+            ),
+        };
+        self.activity.record(event, object, detail);
+    }
+
+    /// The last lines the instance wrote (stdout and stderr), at most 4 KiB of them.
+    fn log_tail(&self, e: &NewEvent, instance: &InstanceId) -> Vec<String> {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let path = log_path(&self.logs_dir, &e.endpoint, &e.deployment, instance);
+        let Ok(mut file) = std::fs::File::open(path) else {
+            return Vec::new();
+        };
+        let len = file.metadata().map_or(0, |m| m.len());
+        let start = len.saturating_sub(LOG_TAIL_BYTES);
+        let mut text = Vec::new();
+        if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut text).is_err() {
+            return Vec::new();
+        }
+        let text = String::from_utf8_lossy(&text);
+        let mut lines: Vec<&str> = text.lines().collect();
+        // A cut-off first line is not one the instance wrote.
+        if start > 0 && !lines.is_empty() {
+            lines.remove(0);
+        }
+        let skip = lines.len().saturating_sub(LOG_TAIL_LINES);
+        lines[skip..].iter().map(|l| (*l).to_owned()).collect()
+    }
+}
+
+/// Writes each event to the store and the activity, and hands it on to whoever listens
+/// (alerts).
 pub async fn record_events(
     store: Arc<dyn Store>,
     mut rx: mpsc::UnboundedReceiver<NewEvent>,
     listeners: tokio::sync::broadcast::Sender<NewEvent>,
+    recorded: Recorded,
 ) {
     while let Some(e) = rx.recv().await {
         if let Err(err) = store.insert_event(&e).await {
             tracing::warn!(error = %err, "recording a serving event");
         }
-        tracing::debug!(endpoint = %e.endpoint, deployment = %e.deployment, change = ?e.change, "serving event");
+        recorded.record(&e);
         let _ = listeners.send(e);
     }
 }

@@ -380,6 +380,12 @@ async fn a_webhook_that_fails_stalls_or_is_down_loses_no_alert() {
     let hook = Hook::start().await;
     set_alerts(&server, "flaky", &hook.url, &[("status_4xx", None)]).await;
     let wrong_key = || server.invoke("flaky", Some("wrong"), "/");
+    let watch = kep_client::activity::Watch {
+        event: Some("alert".into()),
+        ..Default::default()
+    };
+    let admin = kep_client::AdminClient::new(&server.admin, OPERATOR_TOKEN);
+    let mut alerts = admin.events(&watch).await.unwrap();
 
     // Answered 500 twice, then accepted.
     hook.fail_next.store(2, Ordering::SeqCst);
@@ -433,6 +439,20 @@ async fn a_webhook_that_fails_stalls_or_is_down_loses_no_alert() {
     .await;
     assert_eq!(d["attempts"], 4);
     assert_eq!(d["error"], "the webhook answered 500 Internal Server Error");
+
+    // Each delivery, and the one given up, is in the activity.
+    for (event, alert) in [
+        ("alert.sent", &a),
+        ("alert.sent", &b),
+        ("alert.sent", &c),
+        ("alert.failed", &d),
+    ] {
+        let kep_client::activity::Watched::Event(e) = alerts.next().await.unwrap().unwrap() else {
+            panic!("lagged");
+        };
+        assert_eq!((e.event.as_str(), e.object.as_str()), (event, "flaky"));
+        assert_eq!(e.detail["id"], alert["id"], "{e:?}");
+    }
 }
 
 #[tokio::test]

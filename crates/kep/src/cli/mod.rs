@@ -1,6 +1,7 @@
 //! The CLI: subcommands that speak to a running `kep serve` through `kep-client`.
 
 pub mod adapter;
+pub mod events;
 pub mod live;
 pub mod msg;
 pub mod serving;

@@ -49,9 +49,21 @@ fn serve_and_the_cli_run_the_live_api_end_to_end() {
     );
     assert!(doc["paths"]["/api/rpc"]["post"].is_object());
 
-    // Operator → Provision → participants → Room commands, all from the CLI.
+    // Operator → Provision → participants → Room commands, all from the CLI, watched by
+    // `kep events` as they happen.
+    let events = Joiner::command(&srv, &["events", "--service", "live"]);
     let svc = cli(&srv, &["live", "service", "create", "--id", "demo"]);
     assert_eq!(svc["serviceId"], "demo");
+    let created = events.next();
+    assert_eq!(
+        (&created["event"], &created["object"], &created["service"]),
+        (&"service.created".into(), &"demo".into(), &"live".into())
+    );
+    assert!(
+        !created
+            .to_string()
+            .contains(svc["serviceSecret"].as_str().unwrap())
+    );
     let secret = svc["serviceSecret"].as_str().unwrap().to_owned();
     let provisioned = cli(
         &srv,
