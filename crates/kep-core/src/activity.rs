@@ -7,10 +7,14 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
 pub use kep_api::activity::ActivityEvent;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -30,10 +34,11 @@ impl Filter {
         };
         self.service.as_deref().is_none_or(|s| s == e.service)
             && self.object.as_deref().is_none_or(under)
-            && self
-                .event
-                .as_deref()
-                .is_none_or(|k| e.event == k || e.event.starts_with(&format!("{k}.")))
+            && self.event.as_deref().is_none_or(|k| {
+                e.event
+                    .strip_prefix(k)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
     }
 }
 
@@ -45,12 +50,34 @@ struct Inner {
     clock: Clock,
     capacity: usize,
     /// The last `capacity` events, and the id of the next.
-    backlog: Mutex<(VecDeque<Arc<ActivityEvent>>, u64)>,
-    live: broadcast::Sender<Arc<ActivityEvent>>,
+    backlog: Mutex<(VecDeque<Arc<Recorded>>, u64)>,
+    live: broadcast::Sender<Arc<Recorded>>,
 }
 
-/// How many events a slow watcher may fall behind by before it is told it missed some.
-const WATCHER_QUEUE: usize = 1024;
+/// An event, and its SSE frame once a watcher needed it: rendered once, whatever the
+/// number of watchers.
+struct Recorded {
+    event: ActivityEvent,
+    frame: OnceLock<Bytes>,
+}
+
+impl Recorded {
+    fn frame(&self) -> &Bytes {
+        self.frame.get_or_init(|| {
+            let e = &self.event;
+            let data = serde_json::to_string(e).expect("JSON serialises");
+            Bytes::from(format!(
+                "id: {}\nevent: {}\ndata: {data}\n\n",
+                e.id, e.event
+            ))
+        })
+    }
+}
+
+/// How many events a slow watcher may fall behind by before it is told it missed some:
+/// well over what a busy platform makes while a stream gathers a write, and each slot
+/// holds its event until overwritten (a few MB in all).
+const WATCHER_QUEUE: usize = 8_192;
 
 impl Activity {
     /// Keeps the last `capacity` events for watchers that connect later.
@@ -85,13 +112,16 @@ impl Activity {
         }
         let mut guard = self.0.backlog.lock().expect("activity backlog");
         let (backlog, next) = &mut *guard;
-        let recorded = Arc::new(ActivityEvent {
-            id: *next,
-            at: self.0.clock.unix_ms(),
-            service: service.to_owned(),
-            event: event.to_owned(),
-            object,
-            detail,
+        let recorded = Arc::new(Recorded {
+            event: ActivityEvent {
+                id: *next,
+                at: self.0.clock.unix_ms(),
+                service: service.to_owned(),
+                event: event.to_owned(),
+                object,
+                detail,
+            },
+            frame: OnceLock::new(),
         });
         *next += 1;
         if backlog.len() == self.0.capacity {
@@ -105,15 +135,14 @@ impl Activity {
     }
 
     /// The kept events after `after`, and the ones to come.
-    fn watch(
-        &self,
-        after: u64,
-    ) -> (
-        Vec<Arc<ActivityEvent>>,
-        broadcast::Receiver<Arc<ActivityEvent>>,
-    ) {
+    fn watch(&self, after: u64) -> (Vec<Arc<Recorded>>, broadcast::Receiver<Arc<Recorded>>) {
         let guard = self.0.backlog.lock().expect("activity backlog");
-        let kept = guard.0.iter().filter(|e| e.id > after).cloned().collect();
+        let kept = guard
+            .0
+            .iter()
+            .filter(|r| r.event.id > after)
+            .cloned()
+            .collect();
         (kept, self.0.live.subscribe())
     }
 }
@@ -156,7 +185,8 @@ pub struct Filter {
 /// The platform's activity as Server-Sent Events: the kept events first (after the
 /// `Last-Event-ID` header's, when given), then each as it happens. Each is an SSE event
 /// named by its `event` with the [`ActivityEvent`] as JSON data; a watcher that falls
-/// more than 1,024 events behind gets a `lagged` event `{"missed": n}` and goes on.
+/// more than 8,192 events behind gets a `lagged` event `{"missed": n}` and goes on. A
+/// comment every 15 s keeps an idle stream open through proxies.
 #[utoipa::path(get, path = kep_api::activity::EVENTS, params(Filter,
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event")),
     responses((status = 200, description = "A stream of activity events", content_type = "text/event-stream", body = ActivityEvent)),
@@ -165,47 +195,97 @@ pub async fn events(
     State(activity): State<Activity>,
     Query(filter): Query<Filter>,
     headers: HeaderMap,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Response {
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
         .unwrap_or(0);
     let (kept, live) = activity.watch(after);
-    let last = kept.last().map_or(after, |e| e.id);
-    let kept = futures_util::stream::iter(kept);
-    let live = futures_util::stream::unfold((live, last), |(mut live, last)| async move {
+    let last = kept.last().map_or(after, |r| r.event.id);
+    let first = frames(&filter, kept.iter());
+    let stream = futures_util::stream::unfold(
+        (live, last, filter, Some(first)),
+        |(mut live, last, filter, first)| async move {
+            if let Some(first) = first {
+                return Some((Ok(first), (live, last, filter, None)));
+            }
+            let chunk = next_chunk(&mut live, last, &filter).await?;
+            Some((Ok::<_, Infallible>(chunk), (live, last, filter, None)))
+        },
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// How long an idle stream waits before a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The frames of the events a filter admits, as one chunk.
+fn frames<'a>(filter: &Filter, events: impl Iterator<Item = &'a Arc<Recorded>>) -> Bytes {
+    let mut out = BytesMut::new();
+    for r in events.filter(|r| filter.admits(&r.event)) {
+        out.extend_from_slice(r.frame());
+    }
+    out.freeze()
+}
+
+/// How long a stream gathers events after the first of a write: a busy platform makes tens
+/// of thousands a second, and one write each would cost more than making them.
+const GATHER: Duration = Duration::from_millis(20);
+
+/// What the stream writes next: the events that came within [`GATHER`] of the first (one
+/// write for a burst), a `lagged` event, or a keep-alive; none once the platform stops.
+async fn next_chunk(
+    live: &mut broadcast::Receiver<Arc<Recorded>>,
+    last: u64,
+    filter: &Filter,
+) -> Option<Bytes> {
+    use broadcast::error::{RecvError, TryRecvError};
+    let mut out = BytesMut::new();
+    let add = |next: Result<Arc<Recorded>, RecvError>, out: &mut BytesMut| match next {
+        // Already sent from the backlog.
+        Ok(r) if r.event.id <= last => true,
+        Ok(r) if filter.admits(&r.event) => {
+            out.extend_from_slice(r.frame());
+            true
+        }
+        Ok(_) => true,
+        Err(RecvError::Lagged(missed)) => {
+            let lagged = format!("event: lagged\ndata: {{\"missed\":{missed}}}\n\n");
+            out.extend_from_slice(lagged.as_bytes());
+            true
+        }
+        Err(RecvError::Closed) => false,
+    };
+    loop {
+        let Ok(first) = tokio::time::timeout(KEEP_ALIVE, live.recv()).await else {
+            return Some(Bytes::from_static(b": keep-alive\n\n"));
+        };
+        if !add(first, &mut out) {
+            return None;
+        }
+        tokio::time::sleep(GATHER).await;
         loop {
-            match live.recv().await {
-                // Already sent from the backlog.
-                Ok(e) if e.id <= last => continue,
-                Ok(e) => return Some((Ok(e), (live, last))),
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    return Some((Err(missed), (live, last)));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+            let next = match live.try_recv() {
+                Ok(r) => Ok(r),
+                Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                Err(TryRecvError::Closed) => Err(RecvError::Closed),
+                Err(TryRecvError::Empty) => break,
+            };
+            if !add(next, &mut out) {
+                break;
             }
         }
-    });
-    use futures_util::StreamExt as _;
-    let stream = kept.map(Ok).chain(live).filter_map(move |e| {
-        let out = match e {
-            Ok(e) if !filter.admits(&e) => None,
-            Ok(e) => Some(
-                Event::default()
-                    .id(e.id.to_string())
-                    .event(e.event.as_str())
-                    .json_data(e.as_ref())
-                    .expect("an activity event is JSON"),
-            ),
-            Err(missed) => Some(
-                Event::default()
-                    .event("lagged")
-                    .data(format!("{{\"missed\":{missed}}}")),
-            ),
-        };
-        std::future::ready(out.map(Ok))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+        if !out.is_empty() {
+            return Some(out.freeze());
+        }
+    }
 }
 
 /// The activity stream's part of the operator document.
@@ -256,7 +336,7 @@ mod tests {
             live.record("room.opened", format!("demo/{room}"), Value::Null);
         }
         let (kept, _) = activity.watch(0);
-        let ids: Vec<u64> = kept.iter().map(|e| e.id).collect();
+        let ids: Vec<u64> = kept.iter().map(|r| r.event.id).collect();
         assert_eq!(ids, [2, 3, 4]);
         let (kept, mut rx) = activity.watch(3);
         assert_eq!(kept.len(), 1);
@@ -265,8 +345,36 @@ mod tests {
             "demo/a",
             serde_json::json!({"reason": "empty"}),
         );
-        let next = rx.try_recv().unwrap();
+        let next = &rx.try_recv().unwrap().event;
         assert_eq!((next.id, next.event.as_str()), (5, "room.closed"));
         assert_eq!(next.detail["reason"], "empty");
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_fell_behind_is_told_how_many_it_missed_and_goes_on() {
+        let activity = Activity::new(Clock::system(), 10);
+        let (_, mut live) = activity.watch(0);
+        let serving = activity.of("serving");
+        let behind = WATCHER_QUEUE + 5;
+        for i in 0..behind {
+            serving.record("instance.ready", format!("ep/d/{i}"), Value::Null);
+        }
+        let all = Filter::default();
+        let chunk = next_chunk(&mut live, 0, &all).await.unwrap();
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(text.starts_with("event: lagged\ndata: {\"missed\":5}\n\n"), "{}", &text[..80]);
+        // The rest, each once, in order, in the same write.
+        assert_eq!(text.matches("event: instance.ready\n").count(), WATCHER_QUEUE);
+        assert!(text.contains(&format!("id: {behind}\n")));
+        // A filter leaves out what it does not admit.
+        serving.record("alert.sent", "ep", Value::Null);
+        serving.record("instance.ready", "other/d/1", Value::Null);
+        let only_ep = Filter {
+            object: Some("ep".into()),
+            ..Filter::default()
+        };
+        let chunk = next_chunk(&mut live, 0, &only_ep).await.unwrap();
+        let text = std::str::from_utf8(&chunk).unwrap();
+        assert!(text.contains("event: alert.sent") && !text.contains("other/d/1"), "{text}");
     }
 }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The activity stream's cost (BENCHMARKS.md): the messaging and live throughputs each event
+# is made by, with and without an operator watching GET /admin/v1/events, in the same run.
+# Runs alternate (without, with, without, with …) so that the machine's drift hits both.
+#
+#   bench/activity.sh        # needs wrk, jq, curl; ROUNDS (3), DURATION (5s), CONNS (64)
+set -euo pipefail
+[ -n "${TRACE:-}" ] && set -x
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5s}
+CONNS=${CONNS:-64}
+
+. bench/lib.sh
+bench_init kep kep-bench
+DATA=$WORK/data
+
+KEP_LOG=warn KEP_SIMULATOR_DELAY_MS=200 $KEP serve --data-dir "$DATA" --only live,messaging \
+  --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 \
+  --messaging-addr 127.0.0.1:0 >/dev/null 2>&1 &
+pids+=($!); SERVER=$!
+for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
+ADMIN=http://$(jq -r .admin "$DATA/addresses.json")
+LIVE=http://$(jq -r .live "$DATA/addresses.json")
+MSG=http://$(jq -r .messaging "$DATA/addresses.json")
+OP=$(cat "$DATA/admin-token")
+op() { curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' "$ADMIN$1" -d "$2"; }
+C=$(op /admin/v1/messaging/clients '{}')
+export TOKEN=$(curl -sf -u "$(jq -r .client_id <<<"$C"):$(jq -r .client_secret <<<"$C")" \
+  -d grant_type=client_credentials "$MSG/v2/oauth/token" | jq -r .access_token)
+SECRET=$(op /admin/v1/live/services '{"serviceId":"bench"}' | jq -r .serviceSecret)
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+
+WATCHER=
+watch_on() { curl -sN -H "Authorization: Bearer $OP" "$ADMIN/admin/v1/events${WATCH_QUERY:-}" >"$WORK/events" & WATCHER=$!; sleep 0.2; }
+watch_off() { echo "   watcher (curl) CPU: $(awk "{print (\$14+\$15)/100}" /proc/$WATCHER/stat) s" >&2; kill "$WATCHER" 2>/dev/null || true; wait "$WATCHER" 2>/dev/null || true; WATCHER=; }
+
+cat >"$WORK/send.lua" <<'LUA'
+local counter = 0
+local threads = 0
+function setup(thread) thread:set("tid", threads); threads = threads + 1 end
+function init(args) run = args[1] end
+function request()
+  counter = counter + 1
+  local body = '{"cid":"' .. run .. '-' .. tid .. '-' .. counter .. '","message_type":"SM","phone_number":"821012345678","message":"bench","sender_no":"0212345678"}'
+  return wrk.format("POST", "/v2/send/xms", {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. os.getenv("TOKEN")}, body)
+end
+LUA
+# req/s, and kep's CPU µs per accepted send (its own cost, whatever else shares the cores).
+sends() {
+  local t0 t1 out
+  t0=$(cpu_ticks "$SERVER")
+  out=$(wrk -t2 -c"$CONNS" -d"$DURATION" -s "$WORK/send.lua" "$MSG" -- "$1" | awk '/requests in/ {n = $1} /Requests\/sec/ {print $2, n}')
+  t1=$(cpu_ticks "$SERVER")
+  awk -v t=$(((t1 - t0) * TICK_US)) '{printf "%.0f req/s %.0f us", $1, t / $2}' <<<"$out"
+}
+# 5,000 participants joining 10 rooms (each join is an event, and each room's opening),
+# then leaving: JOINED is the seconds until all were in. (Not in a $(…): the hold is this
+# shell's child, so that it can be stopped and waited for.)
+joins() {
+  local out=$WORK/hold-$1 line
+  mkfifo "$out"
+  $BENCH hold --live "$LIVE" --service-id bench --service-secret "$SECRET" --rooms 10 --per-room 500 \
+    --prefix "$1" >"$out" &
+  local hold=$!
+  read -r line <"$out"
+  kill -TERM "$hold"; wait "$hold" 2>/dev/null || true
+  JOINED=$(awk '{print $(NF-1)}' <<<"$line")
+}
+
+echo "== POST /v2/send/xms (wrk -t2 -c$CONNS -d$DURATION: req/s, kep's CPU per send), and 5,000 joins (s), without | with a watcher"
+for r in $(seq "$ROUNDS"); do
+  off=$(sends "off$r"); joins "off$r"; j_off=$JOINED
+  watch_on; on=$(sends "on$r"); joins "on$r"; j_on=$JOINED; watch_off
+  echo "   round $r: sends $off | $on; joins $j_off | $j_on s; events streamed: $(grep -c '^id:' "$WORK/events"), missed: $(awk -F: '/^data: {"missed"/ {n += $3} END {print n + 0}' "$WORK/events")"
+done
