@@ -75,6 +75,14 @@ pub(crate) struct Adapter {
 #[derive(Clone)]
 pub struct AdapterService(Arc<Adapter>);
 
+impl AdapterService {
+    /// Sets the gauges of what the service holds now (DRM sessions by stored status):
+    /// called at each scrape of `/metrics`.
+    pub async fn observe(&self) {
+        self.0.drm.observe().await;
+    }
+}
+
 impl Service for AdapterService {
     type Settings = AdapterSettings;
     const NAME: &'static str = "adapter";

@@ -362,9 +362,16 @@ mod tests {
         let all = Filter::default();
         let chunk = next_chunk(&mut live, 0, &all).await.unwrap();
         let text = std::str::from_utf8(&chunk).unwrap();
-        assert!(text.starts_with("event: lagged\ndata: {\"missed\":5}\n\n"), "{}", &text[..80]);
+        assert!(
+            text.starts_with("event: lagged\ndata: {\"missed\":5}\n\n"),
+            "{}",
+            &text[..80]
+        );
         // The rest, each once, in order, in the same write.
-        assert_eq!(text.matches("event: instance.ready\n").count(), WATCHER_QUEUE);
+        assert_eq!(
+            text.matches("event: instance.ready\n").count(),
+            WATCHER_QUEUE
+        );
         assert!(text.contains(&format!("id: {behind}\n")));
         // A filter leaves out what it does not admit.
         serving.record("alert.sent", "ep", Value::Null);
@@ -375,6 +382,9 @@ mod tests {
         };
         let chunk = next_chunk(&mut live, 0, &only_ep).await.unwrap();
         let text = std::str::from_utf8(&chunk).unwrap();
-        assert!(text.contains("event: alert.sent") && !text.contains("other/d/1"), "{text}");
+        assert!(
+            text.contains("event: alert.sent") && !text.contains("other/d/1"),
+            "{text}"
+        );
     }
 }

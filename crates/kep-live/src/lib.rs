@@ -8,6 +8,7 @@ mod error;
 pub mod ids;
 mod join_token;
 mod media;
+mod metrics;
 mod provision;
 mod rooms;
 mod store;

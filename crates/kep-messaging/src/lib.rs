@@ -116,6 +116,17 @@ pub(crate) struct Messaging {
 #[derive(Clone)]
 pub struct MessagingService(Arc<Messaging>);
 
+impl MessagingService {
+    /// Sets the gauges of what the service holds now (the messages not yet at a final
+    /// status): called at each scrape of `/metrics`.
+    pub async fn observe(&self) {
+        match self.0.store.queued().await {
+            Ok(n) => metrics::gauge!("kep_messaging_queue_depth").set(n as f64),
+            Err(e) => tracing::warn!(error = %e, "counting the queued messages"),
+        }
+    }
+}
+
 impl Service for MessagingService {
     type Settings = MessagingSettings;
     const NAME: &'static str = "messaging";

@@ -197,10 +197,13 @@ impl<C: Carrier> Dispatcher<C> {
         route: Route,
         handovers: &mut Vec<Handover>,
     ) -> Option<CarrierOutcome> {
+        let started = std::time::Instant::now();
         let outcome = self
             .carrier
             .deliver(route, &m.phone_number, &m.request)
             .await;
+        metrics::histogram!("kep_messaging_handover_seconds", "route" => route.as_str())
+            .record(started.elapsed());
         let now = self.clock.unix_ms();
         let outcome = match outcome {
             Ok(o) => o,
@@ -302,6 +305,7 @@ impl<C: Carrier> Dispatcher<C> {
         }
         m.status = status;
         m.res_date = Some(self.clock.unix_ms());
+        metrics::counter!("kep_messaging_finished_total", "status" => status.as_str()).increment(1);
         self.activity.record(
             "message.finished",
             object(&m),

@@ -83,6 +83,8 @@ impl Messaging {
         let uid = row.uid.clone();
         match self.writer.insert(row).await? {
             Inserted::New => {
+                metrics::counter!("kep_messaging_accepted_total", "channel" => T::CHANNEL.as_str())
+                    .increment(1);
                 self.activity.record(
                     "message.accepted",
                     format!("{}/{uid}", caller_id),

@@ -69,25 +69,30 @@ impl Application {
 
         let mut platform = Platform::new(&data_dir, settings.admin.addr).await?;
         let prometheus = install_prometheus(&platform.shutdown_token())?;
+        let mut observed = Observed::default();
         if wanted(LiveService::NAME) {
-            platform.start::<LiveService>(settings.live).await?;
+            observed.live = Some(platform.start::<LiveService>(settings.live).await?);
         }
         if wanted(AdapterService::NAME) {
-            platform.start::<AdapterService>(settings.adapter).await?;
+            observed.adapter = Some(platform.start::<AdapterService>(settings.adapter).await?);
         }
         if wanted(MessagingService::NAME) {
-            platform
-                .start::<MessagingService>(settings.messaging)
-                .await?;
+            observed.messaging = Some(
+                platform
+                    .start::<MessagingService>(settings.messaging)
+                    .await?,
+            );
         }
         if wanted(ServingService::NAME) {
             platform
                 .start::<ServingService>((settings.serving, settings.gateway))
                 .await?;
         }
+        let observed = std::sync::Arc::new(observed);
         let platform = platform.open_route(
             "/metrics",
             get(move || async move {
+                observed.observe().await;
                 (
                     [(
                         axum::http::header::CONTENT_TYPE,
@@ -106,6 +111,65 @@ impl Application {
     /// Stops as [`Running::stop`] does; false when `grace` ran out first.
     pub async fn stop(self, grace: Duration) -> bool {
         self.running.stop(grace).await
+    }
+}
+
+/// The services whose gauges are read at each scrape, and the process's own.
+#[derive(Default)]
+struct Observed {
+    live: Option<LiveService>,
+    adapter: Option<AdapterService>,
+    messaging: Option<MessagingService>,
+}
+
+impl Observed {
+    async fn observe(&self) {
+        if let Some(live) = &self.live {
+            live.observe();
+        }
+        if let Some(adapter) = &self.adapter {
+            adapter.observe().await;
+        }
+        if let Some(messaging) = &self.messaging {
+            messaging.observe().await;
+        }
+        observe_process();
+    }
+}
+
+/// The process's CPU time, resident memory and open descriptors (Linux's `/proc/self`),
+/// named as Prometheus' client libraries name them.
+fn observe_process() {
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .unwrap_or(4096) as f64;
+    // `stat`'s 14th and 15th fields, counted after the command name's closing parenthesis
+    // (a name may hold spaces).
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        && let Some((_, rest)) = stat.rsplit_once(')')
+    {
+        let fields: Vec<f64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        if let [user, system] = fields[..] {
+            metrics::gauge!("process_cpu_seconds_total").set((user + system) / ticks);
+        }
+    }
+    if let Ok(statm) = std::fs::read_to_string("/proc/self/statm")
+        && let Some(Ok(pages)) = statm.split_whitespace().nth(1).map(str::parse::<f64>)
+    {
+        metrics::gauge!("process_resident_memory_bytes").set(pages * page);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        metrics::gauge!("process_open_fds").set(fds.count() as f64);
     }
 }
 

@@ -94,6 +94,18 @@ impl Drm {
         })
     }
 
+    /// Sets `kep_adapter_drm_sessions{status}`: every status, 0 where none is.
+    pub async fn observe(&self) {
+        let counts = match self.store.sessions_by_status().await {
+            Ok(counts) => counts,
+            Err(e) => return tracing::warn!(error = %e, "counting DRM sessions"),
+        };
+        for status in ["PENDING", "GRANTED", "DENIED", "RELEASED", "EXPIRED"] {
+            let n = counts.iter().find(|c| c.0 == status).map_or(0, |c| c.1);
+            metrics::gauge!("kep_adapter_drm_sessions", "status" => status).set(n as f64);
+        }
+    }
+
     /// Records a change of the session.
     fn record(&self, event: &str, row: &SessionRow, detail: serde_json::Value) {
         let object = object(row.org_login_type_id.0, &row.session_id);
@@ -355,6 +367,7 @@ impl Drm {
                 "the session was released or expired meanwhile".into(),
             ));
         }
+        metrics::counter!("kep_adapter_released_bytes_total").increment(released.size);
         if let Ok(Some(row)) = self.store.session(session_id).await {
             let detail = json!({ "size": released.size, "sha256": released.sha256 });
             self.record("drm_session.released", &row, detail);

@@ -125,6 +125,8 @@ pub trait Store: Send + Sync {
     async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>>;
     /// A session's notification attempts, in order.
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>>;
+    /// How many sessions there are in each stored status.
+    async fn sessions_by_status(&self) -> sqlx::Result<Vec<(String, i64)>>;
 }
 
 /// Opens the adapter's store (`adapter.db` under the data dir), migrated.

@@ -216,6 +216,12 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn sessions_by_status(&self) -> sqlx::Result<Vec<(String, i64)>> {
+        sqlx::query_as("SELECT status, COUNT(*) FROM drm_sessions GROUP BY status")
+            .fetch_all(&self.pool)
+            .await
+    }
+
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>> {
         sqlx::query_as("SELECT attempt, at, status, error FROM drm_notifications WHERE session_id = ? ORDER BY attempt")
             .bind(session_id)

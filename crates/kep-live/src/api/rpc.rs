@@ -401,8 +401,12 @@ async fn call(
         Some(raw) if raw.starts_with('{') => raw,
         Some(_) => return Err(LiveError::invalid_params("params", "must be an object")),
     };
-    let op = Operation::parse(&method, params, live.0.settings.max_targets)?;
-    execute(live, service, op).await
+    let outcome = match Operation::parse(&method, params, live.0.settings.max_targets) {
+        Ok(op) => execute(live, service, op).await,
+        Err(e) => Err(e),
+    };
+    crate::metrics::rpc_call(Some(&method), &outcome);
+    outcome
 }
 
 /// A member that is a JSON string, borrowed where it has no escapes.

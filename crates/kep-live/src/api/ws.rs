@@ -235,6 +235,7 @@ async fn deliver(
         while let Some(out) = next.take() {
             match out {
                 Outbound::Text(text) => {
+                    crate::metrics::SOCKET_OUT.increment(1);
                     let text = Utf8Bytes::try_from(text).expect("events are JSON: UTF-8");
                     socket.feed(Message::Text(text)).await?
                 }
@@ -261,6 +262,8 @@ async fn deliver(
 
 /// A participant's text frame as the socket reads it: a join, publish, unpublish or leave.
 pub fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
+    // Every text frame a participant sends is read here: where it is counted.
+    crate::metrics::SOCKET_IN.increment(1);
     let value: Value = serde_json::from_str(text).map_err(|e| LiveError::Parse(e.to_string()))?;
     match value.get("type").and_then(Value::as_str) {
         Some("join" | "publish" | "unpublish" | "leave") => parse_params(text),
@@ -371,6 +374,7 @@ async fn refuse(socket: &mut WebSocket, err: &LiveError, reason: &'static str) {
 
 async fn send(socket: &mut WebSocket, msg: &ServerMessage) -> Result<(), axum::Error> {
     let text = serde_json::to_string(msg).expect("server messages serialise");
+    crate::metrics::SOCKET_OUT.increment(1);
     socket.send(Message::Text(Utf8Bytes::from(text))).await
 }
 

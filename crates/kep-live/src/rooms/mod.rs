@@ -267,6 +267,24 @@ impl Rooms {
 
     // ---- Room API ----
 
+    /// How many rooms, participants and streams there are, across every service.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let (mut rooms, mut participants, mut streams) = (0, 0, 0);
+        for service in &self.services {
+            for room in service.iter() {
+                let st = room.lock();
+                rooms += 1;
+                participants += st.participants.len();
+                streams += st
+                    .participants
+                    .values()
+                    .map(|p| p.streams.len())
+                    .sum::<usize>();
+            }
+        }
+        (rooms, participants, streams)
+    }
+
     /// `Room.ListRooms`
     pub fn list_rooms(&self, service_id: &str) -> Vec<String> {
         let mut ids: Vec<String> = self

@@ -221,6 +221,8 @@ pub trait Store: Send + Sync {
 
     /// The newest `limit` outbox rows, newest first.
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>>;
+    /// How many messages are accepted and not yet at a final status.
+    async fn queued(&self) -> sqlx::Result<i64>;
 }
 
 /// Opens the service's store (`messaging.db` under the data dir), migrated.

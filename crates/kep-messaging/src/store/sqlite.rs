@@ -521,6 +521,13 @@ impl Store for SqliteStore {
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 
+    async fn queued(&self) -> sqlx::Result<i64> {
+        // Read from the partial index of the messages at 100.
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE status = '100'")
+            .fetch_one(&self.pool)
+            .await
+    }
+
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
         sqlx::query_as("SELECT id, uid, route, phone_number, payload, outcome, at FROM outbox ORDER BY id DESC LIMIT ?")
             .bind(limit)

@@ -4,6 +4,7 @@ mod adapter;
 mod browser;
 mod live;
 mod messaging;
+mod metrics;
 mod models;
 mod platform;
 mod serving;

@@ -1,0 +1,194 @@
+//! `/metrics` of the whole platform: each service's series moves when its thing happens,
+//! and the process's own are there.
+
+use std::time::Duration;
+
+use crate::common::{Joiner, Server, cli, eventually_blocking, port0, serve};
+
+/// The value of the series `name{labels}` (labels as Prometheus writes them, in order), if
+/// the scrape has it.
+fn value(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| {
+        let (name, v) = l.rsplit_once(' ')?;
+        (name == series).then(|| v.parse().ok()).flatten()
+    })
+}
+
+fn scrape(srv: &Server) -> String {
+    reqwest::blocking::get(format!("{}/metrics", srv.admin))
+        .unwrap()
+        .text()
+        .unwrap()
+}
+
+/// Waits until every series has the value `want` says.
+fn until(srv: &Server, what: &str, want: &[(&str, &dyn Fn(f64) -> bool)]) {
+    eventually_blocking(Duration::from_secs(20), what, || {
+        let s = scrape(srv);
+        match want
+            .iter()
+            .find(|(series, ok)| !value(&s, series).is_some_and(ok))
+        {
+            None => Ok(()),
+            Some((series, _)) => Err(format!("{series} = {:?}", value(&s, series))),
+        }
+    });
+}
+
+#[test]
+fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(dir.path(), &port0(), &[("KEP_SIMULATOR_DELAY_MS", "10")]);
+    let positive = |v: f64| v > 0.0;
+    until(
+        &srv,
+        "the process's series and the gauges at zero",
+        &[
+            ("process_resident_memory_bytes", &positive),
+            ("process_open_fds", &positive),
+            ("process_cpu_seconds_total", &positive),
+            ("kep_live_rooms", &|v| v == 0.0),
+            ("kep_live_participants", &|v| v == 0.0),
+            ("kep_messaging_queue_depth", &|v| v == 0.0),
+            (r#"kep_adapter_drm_sessions{status="PENDING"}"#, &|v| {
+                v == 0.0
+            }),
+        ],
+    );
+
+    // Live: a room with a participant and its stream, a Room call.
+    let svc = cli(&srv, &["live", "service", "create", "--id", "demo"]);
+    let admin_secret = svc["adminSecret"].as_str().unwrap();
+    cli(
+        &srv,
+        &[
+            "live",
+            "provision",
+            "--service-id",
+            "demo",
+            "--admin-secret",
+            admin_secret,
+        ],
+    );
+    let secret = svc["serviceSecret"].as_str().unwrap();
+    let joiner = Joiner::start(
+        &srv,
+        &[
+            "lobby",
+            "--service-id",
+            "demo",
+            "--service-secret",
+            secret,
+            "--participant-id",
+            "p1",
+            "--publish",
+        ],
+    );
+    joiner.next();
+    cli(&srv, &["live", "rooms"]);
+    until(
+        &srv,
+        "the live series",
+        &[
+            ("kep_live_rooms", &|v| v == 1.0),
+            ("kep_live_participants", &|v| v == 1.0),
+            ("kep_live_streams", &|v| v == 1.0),
+            (
+                r#"kep_live_rpc_calls_total{method="Room.ListRooms",result="ok"}"#,
+                &|v| v == 1.0,
+            ),
+            // The first of provision's two steps is answered with its nonce, an error.
+            (
+                r#"kep_live_rpc_calls_total{method="Provision",result="ok"}"#,
+                &|v| v == 1.0,
+            ),
+            (r#"kep_live_socket_messages_total{direction="in"}"#, &|v| {
+                v >= 2.0
+            }),
+            (r#"kep_live_socket_messages_total{direction="out"}"#, &|v| {
+                v >= 2.0
+            }),
+        ],
+    );
+
+    // Messaging: a token, a message accepted and delivered.
+    let client = cli(&srv, &["msg", "client", "--name", "m"]);
+    let id = client["client_id"].as_str().unwrap();
+    let client_secret = client["client_secret"].as_str().unwrap();
+    cli(
+        &srv,
+        &[
+            "msg",
+            "token",
+            "--client-id",
+            id,
+            "--client-secret",
+            client_secret,
+        ],
+    );
+    let sent = cli(
+        &srv,
+        &[
+            "msg",
+            "send-xms",
+            "--to",
+            "821012345678",
+            "--from",
+            "0212345678",
+            "--text",
+            "m",
+            "--cid",
+            "m-1",
+        ],
+    );
+    assert_eq!(sent["code"], "200");
+    until(
+        &srv,
+        "the messaging series",
+        &[
+            ("kep_messaging_tokens_issued_total", &|v| v == 1.0),
+            (r#"kep_messaging_accepted_total{channel="XMS"}"#, &|v| {
+                v == 1.0
+            }),
+            (r#"kep_messaging_finished_total{status="200"}"#, &|v| {
+                v == 1.0
+            }),
+            (
+                r#"kep_messaging_handover_seconds_count{route="XMS"}"#,
+                &|v| v == 1.0,
+            ),
+            ("kep_messaging_queue_depth", &|v| v == 0.0),
+        ],
+    );
+
+    // Adapter: a DRM session waiting for its agent (none listens: it stays PENDING).
+    let agent = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let org = cli(
+        &srv,
+        &[
+            "adapter",
+            "org",
+            "create",
+            "--method",
+            "OAUTH2",
+            "--agent",
+            &agent.to_string(),
+        ],
+    );
+    let org = org["id"].to_string();
+    cli(
+        &srv,
+        &["adapter", "drm", "request", "--org", &org, "--file-id", "f"],
+    );
+    until(
+        &srv,
+        "the adapter series",
+        &[(r#"kep_adapter_drm_sessions{status="PENDING"}"#, &|v| {
+            v == 1.0
+        })],
+    );
+    drop(joiner);
+}
