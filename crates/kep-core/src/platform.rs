@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::OpenApi;
+use utoipa::openapi::server::Server;
 
 use crate::activity::{self, Activity};
 use crate::clock::Clock;
@@ -38,6 +39,8 @@ pub struct Platform {
     operator_routes: Router,
     open_routes: Router,
     admin_doc: OpenApi,
+    /// The services' documents served at `/openapi/<name>.json`, by name.
+    doc_names: Vec<&'static str>,
     listeners: Vec<(&'static str, Bound, App, Limits)>,
     stops: Vec<Stop>,
     addresses: BTreeMap<&'static str, SocketAddr>,
@@ -59,6 +62,7 @@ impl Platform {
             operator_routes: Router::new(),
             open_routes: Router::new(),
             admin_doc: operator_doc(),
+            doc_names: Vec::new(),
             listeners: Vec::new(),
             stops: Vec::new(),
         })
@@ -100,6 +104,8 @@ impl Platform {
         self.admin_doc.merge(S::admin_doc());
         if let Some(mut doc) = S::api_doc() {
             crate::http::declare_path_parameters(&mut doc);
+            doc.servers = Some(vec![Server::new(ctx.public_url.clone())]);
+            self.doc_names.push(S::NAME);
             let doc = Arc::new(doc);
             self.open_routes = std::mem::take(&mut self.open_routes).route(
                 &format!("/openapi/{}.json", S::NAME),
@@ -136,6 +142,7 @@ impl Platform {
             stops,
             addresses,
             activity,
+            doc_names,
             ..
         } = self;
         let operator_routes = operator_routes.route(
@@ -145,6 +152,8 @@ impl Platform {
         admin_doc.merge(<activity::ActivityDoc as utoipa::OpenApi>::openapi());
         crate::http::declare_path_parameters(&mut admin_doc);
         crate::http::document_operator_answers(&mut admin_doc);
+        admin_doc.servers = Some(vec![Server::new(format!("http://{}", admin.addr))]);
+        let docs = crate::docs::routes([&["admin"], doc_names.as_slice()].concat());
         let admin_doc = Arc::new(admin_doc);
         let admin_router = Router::new()
             .merge(crate::http::operator_only(
@@ -153,6 +162,7 @@ impl Platform {
                 Limiter::new(&admin_limits),
             ))
             .merge(open_routes)
+            .merge(docs)
             .route(
                 "/healthz",
                 get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),

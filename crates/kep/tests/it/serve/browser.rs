@@ -78,3 +78,38 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
         "{tracks}"
     );
 }
+
+/// `/docs`: each OpenAPI document renders in the vendored Swagger UI, in Chromium with no
+/// network but loopback, its operations listed and its listener as its server.
+#[test]
+fn every_api_document_renders_on_the_docs_page() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/docs_page.py");
+    let out = Command::new("unshare")
+        .args([
+            "-n",
+            "sh",
+            "-c",
+            r#"ip link set lo up && exec python3 "$0" "$1""#,
+        ])
+        .args([script, KEP])
+        .output()
+        .expect("unshare (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let names: Vec<&str> = docs.iter().filter_map(|d| d["doc"].as_str()).collect();
+    assert_eq!(names, ["admin", "live", "adapter", "messaging"], "{stdout}");
+    for d in &docs {
+        assert!(d["operations"].as_u64() > Some(2), "{d}");
+        let server = d["servers"][0].as_str().unwrap_or_default();
+        assert!(server.starts_with("http://127.0.0.1:"), "{d}");
+    }
+}
