@@ -9,6 +9,7 @@ use std::str::FromStr as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use sqlx::ConnectOptions as _;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -26,7 +27,9 @@ pub async fn open(data_dir: &Path, name: &str, migrator: &Migrator) -> anyhow::R
         // With WAL, NORMAL loses nothing when the process dies, only on power loss.
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(5))
-        .foreign_keys(true);
+        .foreign_keys(true)
+        // Every statement at debug would drown what a user turns debug on for.
+        .log_statements(log::LevelFilter::Trace);
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
         .connect_with(options)

@@ -60,11 +60,17 @@ impl Application {
         let (token, generated) =
             listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
         if generated {
-            // Printed once, at the start that generated it.
-            println!(
-                "operator token (also in {}): {token}",
-                data_dir.join("admin-token").display()
-            );
+            // Printed once, at the start that generated it; a JSON line under JSON logs.
+            let path = data_dir.join("admin-token");
+            match settings.log_format {
+                crate::serve::LogFormat::Text => {
+                    println!("operator token (also in {}): {token}", path.display());
+                }
+                crate::serve::LogFormat::Json => println!(
+                    "{}",
+                    serde_json::json!({ "operator_token": token, "path": path })
+                ),
+            }
         }
 
         let mut platform = Platform::new(&data_dir, settings.admin.addr).await?;

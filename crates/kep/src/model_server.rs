@@ -45,13 +45,7 @@ enum ProtocolArg {
 }
 
 pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    crate::serve::init_tracing(crate::serve::LogFormat::Text);
     kep_model_server::run(ServerConfig {
         protocol: match args.protocol {
             ProtocolArg::Tfserving => Protocol::TfServing,

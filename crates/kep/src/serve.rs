@@ -187,11 +187,14 @@ impl ServeArgs {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// Logs to stderr, filtered by `KEP_LOG` (default `info`), coloured only on a terminal.
+pub(crate) fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -500,3 +500,66 @@ fn the_documents_describe_every_answer_the_schema_fuzzing_met() {
         serde_json::json!(["file"])
     );
 }
+
+/// Under `--log-format json` every line kep writes is JSON, the first start's operator
+/// token line included (it goes to stdout, the logs to stderr); in text, no ANSI colour
+/// reaches a stderr that is no terminal.
+#[test]
+fn json_logs_are_json_throughout_and_text_logs_to_a_pipe_are_plain() {
+    for format in ["json", "text"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(KEP)
+            .args(["serve", "--log-format", format, "--data-dir"])
+            .arg(dir.path())
+            .args(port0())
+            .env("KEP_LOG", "debug")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addresses = dir.path().join("addresses.json");
+        eventually_blocking(Duration::from_secs(30), "kep serve starts", || {
+            std::fs::metadata(&addresses).map(drop)
+        });
+        // A call, so that the logs hold more than the start.
+        let addrs: Value = serde_json::from_slice(&std::fs::read(&addresses).unwrap()).unwrap();
+        http(
+            "GET",
+            &format!("http://{}/healthz", addrs["admin"].as_str().unwrap()),
+            None,
+            None,
+        );
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        );
+        assert!(
+            !stderr.contains('\x1b'),
+            "{format}: no ANSI codes: {stderr}"
+        );
+        if format == "json" {
+            for line in stdout
+                .lines()
+                .chain(stderr.lines())
+                .filter(|l| !l.is_empty())
+            {
+                let v: Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+                assert!(v.is_object(), "{line}");
+            }
+            let token = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+            let first: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+            assert_eq!(first["operator_token"], token.trim());
+            // SQL statements are at trace, below the debug asked for.
+            assert!(
+                !stderr.contains("summary"),
+                "no sqlx statement at debug: {stderr}"
+            );
+        }
+    }
+}
