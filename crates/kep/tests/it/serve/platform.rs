@@ -508,7 +508,7 @@ fn the_documents_describe_every_answer_the_schema_fuzzing_met() {
 fn json_logs_are_json_throughout_and_text_logs_to_a_pipe_are_plain() {
     for format in ["json", "text"] {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(KEP)
+        let child = Command::new(KEP)
             .args(["serve", "--log-format", format, "--data-dir"])
             .arg(dir.path())
             .args(port0())
