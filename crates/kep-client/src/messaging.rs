@@ -26,6 +26,19 @@ impl AdminClient {
         )
         .await
     }
+
+    /// `GET /admin/v1/messaging/outbox?limit=N`: what left for the carrier, newest first.
+    pub async fn messaging_outbox(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<kep_api::messaging::OutboxEntry>, ClientError> {
+        self.send(
+            self.http
+                .get(self.url(paths::OUTBOX))
+                .query(&[("limit", limit)]),
+        )
+        .await
+    }
 }
 
 /// A customer's server calling the messaging listener.

@@ -36,6 +36,8 @@ enum Command {
     /// The platform's activity as it happens (every service's state changes), one JSON
     /// line per event.
     Events(cli::events::EventsArgs),
+    /// Print the completion script of a shell: `kep completions bash > /etc/bash_completion.d/kep`.
+    Completions { shell: clap_complete::Shell },
     /// Serve one model file over the TensorFlow Serving REST API or KServe v2, as a model
     /// deployment's instance does (the runtime starts it with PORT set).
     ModelServer(model_server::ModelServerArgs),
@@ -62,6 +64,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
         Command::Serving(args) => runtime.block_on(cli::serving::run(args)),
         Command::Events(args) => runtime.block_on(cli::events::run(args)),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            // Written whole, so that a closed pipe is an error, not a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "kep", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)?;
+            Ok(())
+        }
         Command::ModelServer(args) => runtime.block_on(model_server::run(args)),
     }
 }

@@ -29,6 +29,16 @@ enum MsgCommand {
         #[arg(long)]
         name: Option<String>,
     },
+    /// What left for the carrier, across clients, newest first (operator token): one line
+    /// per hand-over.
+    Outbox {
+        /// How many (1 to 1000).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// The JSON the operator API answers, instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Get an access token and keep it for the other commands.
     Token {
         #[arg(long, env = "KEP_MSG_CLIENT_ID")]
@@ -159,6 +169,20 @@ pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
                 .create_messaging_client(name.clone())
                 .await?,
         ),
+        MsgCommand::Outbox { limit, json } => {
+            let entries = args.common.admin()?.messaging_outbox(*limit).await?;
+            if *json {
+                return print_json(&entries);
+            }
+            let rows = entries
+                .into_iter()
+                .map(|e| [e.at, e.uid, e.route, e.phone_number, e.outcome]);
+            print!(
+                "{}",
+                super::table(["at", "uid", "route", "to", "outcome"], 5, rows)
+            );
+            Ok(())
+        }
         MsgCommand::Token {
             client_id,
             client_secret,

@@ -195,6 +195,26 @@ fn the_messaging_flow_from_the_cli() {
     );
     assert_eq!(sent["code"], "200");
     let uid = sent["uid"].as_str().unwrap().to_owned();
+    // The operator's view across clients: the hand-over, as JSON and as a table.
+    eventually_blocking(Duration::from_secs(10), "the send in the outbox", || {
+        let outbox = cli(&srv, &["msg", "outbox", "--json"]);
+        match outbox
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["uid"] == uid.as_str())
+        {
+            Some(e) if e["route"] == "XMS" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let table = Command::new(crate::common::KEP)
+        .args(["msg", "outbox"])
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.starts_with("  at") && table.contains(&uid), "{table}");
 
     let jpeg = dir.path().join("a.jpg");
     let mut bytes = vec![0xFF, 0xD8, 0xFF, 0xE0];

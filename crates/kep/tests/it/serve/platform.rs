@@ -563,3 +563,33 @@ fn json_logs_are_json_throughout_and_text_logs_to_a_pipe_are_plain() {
         }
     }
 }
+
+/// `kep completions bash` is a script bash loads, completing kep's commands.
+#[test]
+fn the_bash_completions_load_and_complete_the_commands() {
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            r#"source <("$0" completions bash) && complete -p kep && COMP_WORDS=(kep ev) COMP_CWORD=1 && _kep kep ev kep && echo "${COMPREPLY[@]}""#,
+            KEP,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("complete") && stdout.lines().last() == Some("events"),
+        "{stdout}"
+    );
+    for shell in ["zsh", "fish"] {
+        let out = Command::new(KEP)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success() && out.stdout.len() > 1000, "{shell}");
+    }
+}
