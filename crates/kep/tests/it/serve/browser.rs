@@ -11,9 +11,10 @@ use serde_json::Value;
 
 use crate::common::KEP;
 
-#[test]
-fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser.py");
+/// Runs `tests/<script>` (a Python script driving Chromium) against kep in a network
+/// namespace of its own with only `lo`: the JSON lines it printed, once it succeeded.
+fn in_a_namespace(script: &str) -> Vec<Value> {
+    let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("unshare")
         .args([
             "-n",
@@ -21,20 +22,25 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
             "-c",
             r#"ip link set lo up && exec python3 "$0" "$1""#,
         ])
-        .args([script, KEP])
+        .args([script.as_str(), KEP])
         .output()
         .expect("unshare (util-linux)");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let events: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
     assert!(
         out.status.success(),
         "{}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
+    let events = in_a_namespace("browser.py");
     let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     assert_eq!(
         names,
@@ -83,30 +89,9 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
 /// network but loopback, its operations listed and its listener as its server.
 #[test]
 fn every_api_document_renders_on_the_docs_page() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/docs_page.py");
-    let out = Command::new("unshare")
-        .args([
-            "-n",
-            "sh",
-            "-c",
-            r#"ip link set lo up && exec python3 "$0" "$1""#,
-        ])
-        .args([script, KEP])
-        .output()
-        .expect("unshare (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let docs = in_a_namespace("docs_page.py");
     let names: Vec<&str> = docs.iter().filter_map(|d| d["doc"].as_str()).collect();
-    assert_eq!(names, ["admin", "live", "adapter", "messaging"], "{stdout}");
+    assert_eq!(names, ["admin", "live", "adapter", "messaging"], "{docs:?}");
     for d in &docs {
         assert!(d["operations"].as_u64() > Some(2), "{d}");
         let server = d["servers"][0].as_str().unwrap_or_default();
