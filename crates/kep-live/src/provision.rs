@@ -54,11 +54,17 @@ impl Nonces {
         nonce
     }
 
-    /// Uses up `nonce`: true when it was issued for `service_id` within the window.
-    pub fn take(&self, nonce: &str, service_id: &str) -> bool {
+    /// Uses up `nonce`: fine when it was issued for `service_id` within the window, else
+    /// why not (for the log: the nonce is no secret, and neither is this).
+    pub fn take(&self, nonce: &str, service_id: &str) -> Result<(), &'static str> {
         let taken = self.inner.lock().expect("nonce lock").live.remove(nonce);
         let now = self.clock.now();
-        matches!(taken, Some((svc, issued)) if svc == service_id && self.within(issued, now))
+        match taken {
+            None => Err("unknown nonce (never issued, used or swept)"),
+            Some((svc, _)) if svc != service_id => Err("a nonce of another service"),
+            Some((_, issued)) if !self.within(issued, now) => Err("expired nonce"),
+            Some(_) => Ok(()),
+        }
     }
 
     fn within(&self, issued: Timestamp, now: Timestamp) -> bool {
@@ -104,15 +110,20 @@ impl Provisioner {
         let Some(auth) = params.auth else {
             return Err(self.unauthorized(&service_id));
         };
-        let nonce_ok = self.nonces.take(&auth.nonce, &service_id);
-        let verified = nonce_ok
-            && auth.key == service_id
-            && match access.service(&service_id) {
-                Some(svc) => self.verify(params.scheme, &service_id, &svc, &auth).await,
-                None => false,
-            };
-        if !verified {
-            tracing::info!(service_id, "provision refused");
+        let refused = match self.nonces.take(&auth.nonce, &service_id) {
+            Err(why) => Some(why),
+            Ok(()) if auth.key != service_id => Some("key is not the serviceId"),
+            Ok(()) => match access.service(&service_id) {
+                None => Some("unknown service"),
+                Some(svc) if !self.verify(params.scheme, &service_id, &svc, &auth).await => {
+                    Some("wrong value")
+                }
+                Some(_) => None,
+            },
+        };
+        if let Some(why) = refused {
+            // Why, never the value or the secret it was checked against.
+            tracing::info!(service_id, why, "provision refused");
             return Err(self.unauthorized(&service_id));
         }
         let svc = access
@@ -174,11 +185,12 @@ mod tests {
     fn a_nonce_is_single_use_and_bound_to_its_service() {
         let nonces = Nonces::new(Duration::from_secs(5), Clock::system());
         let n = nonces.issue("a");
-        assert!(!nonces.take(&n, "b"), "another service's nonce");
+        assert_eq!(nonces.take(&n, "b"), Err("a nonce of another service"));
         let n = nonces.issue("a");
-        assert!(nonces.take(&n, "a"));
-        assert!(!nonces.take(&n, "a"), "used twice");
-        assert!(!nonces.take("never-issued", "a"));
+        assert_eq!(nonces.take(&n, "a"), Ok(()));
+        let unknown = Err("unknown nonce (never issued, used or swept)");
+        assert_eq!(nonces.take(&n, "a"), unknown, "used twice");
+        assert_eq!(nonces.take("never-issued", "a"), unknown);
     }
 
     #[test]
@@ -187,10 +199,10 @@ mod tests {
         let nonces = Nonces::new(Duration::from_millis(30), clock.clone());
         let n = nonces.issue("a");
         clock.advance(Duration::from_millis(29));
-        assert!(nonces.take(&n, "a"), "within the window");
+        assert_eq!(nonces.take(&n, "a"), Ok(()), "within the window");
         let n = nonces.issue("a");
         clock.advance(Duration::from_millis(30));
-        assert!(!nonces.take(&n, "a"), "at its end");
+        assert_eq!(nonces.take(&n, "a"), Err("expired nonce"), "at its end");
         // Issuing sweeps what expired.
         let _ = nonces.issue("a");
         clock.advance(Duration::from_millis(30));

@@ -76,6 +76,17 @@ fn secrets_and_tokens_never_reach_the_logs() {
         .unwrap();
     let rooms: Value = rooms.json().unwrap();
     assert_eq!(rooms["result"], serde_json::json!([]), "{rooms}");
+    // A wrong admin secret is refused, and the log says why (never the value).
+    let wrong = "wrong-admin-secret-that-must-not-be-logged";
+    keep(&serde_json::json!({ "wrong": wrong }), &["wrong"]);
+    let refused = Command::new(KEP)
+        .args(["live", "provision", "--service-id"])
+        .arg(svc["serviceId"].as_str().unwrap())
+        .args(["--admin-secret", wrong])
+        .env("KEP_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
 
     // Adapter: an org's secret key on an agent call.
     let org = admin(
@@ -153,6 +164,10 @@ fn secrets_and_tokens_never_reach_the_logs() {
             "a secret reached the log: {secret}\n{written}"
         );
     }
+    assert!(
+        written.contains(r#"provision refused"#) && written.contains(r#"why="wrong value""#),
+        "the refusal and why: {written}"
+    );
 }
 
 /// An operator call with `token`: (status, `Retry-After`, body).
