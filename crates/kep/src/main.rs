@@ -33,6 +33,9 @@ enum Command {
     Msg(cli::msg::MsgArgs),
     /// The model-serving management API: images, models, endpoints, deployments, traffic.
     Serving(cli::serving::ServingArgs),
+    /// The platform at a glance: rooms, DRM sessions, the message queue, deployments, the
+    /// process (from the admin listener's /metrics and operator lists).
+    Status(cli::status::StatusArgs),
     /// The platform's activity as it happens (every service's state changes), one JSON
     /// line per event.
     Events(cli::events::EventsArgs),
@@ -64,6 +67,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
         Command::Serving(args) => runtime.block_on(cli::serving::run(args)),
         Command::Events(args) => runtime.block_on(cli::events::run(args)),
+        Command::Status(args) => runtime.block_on(cli::status::run(args)),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             // Written whole, so that a closed pipe is an error, not a panic.

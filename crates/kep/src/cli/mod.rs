@@ -5,6 +5,7 @@ pub mod events;
 pub mod live;
 pub mod msg;
 pub mod serving;
+pub mod status;
 
 use std::path::{Path, PathBuf};
 

@@ -190,5 +190,27 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
             v == 1.0
         })],
     );
+
+    // `kep status` reads the same, as JSON and for a person.
+    let status = cli(&srv, &["status", "--json"]);
+    assert_eq!(status["live"]["services"], 1, "{status}");
+    assert_eq!(status["live"]["participants"], 1.0, "{status}");
+    assert_eq!(
+        status["adapter"]["drm_sessions"]["PENDING"], 1.0,
+        "{status}"
+    );
+    assert_eq!(status["messaging"]["accepted"], 1.0, "{status}");
+    assert_eq!(status["messaging"]["finished"]["200"], 1.0, "{status}");
+    let text = std::process::Command::new(crate::common::KEP)
+        .arg("status")
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("live       1 services, 1 rooms, 1 participants, 1 streams")
+            && text.contains("messaging  1 accepted, 0 queued; final: 1 200"),
+        "{text}"
+    );
     drop(joiner);
 }
