@@ -242,17 +242,10 @@ fn the_messaging_flow_from_the_cli() {
     );
     assert_eq!(mm["code"], "200");
 
-    let rcs = dir.path().join("rcs.json");
-    std::fs::write(
-        &rcs,
-        serde_json::json!({"cid": "cli-rcs", "message_type": "RCSSMS", "phone_number": "821012345678", "template_code": "T",
-            "agency_id": "a", "ad_flag": "N", "sender_no": "0212345678", "fall_back_yn": false,
-            "body": [{"title": "t", "description": "d"}]})
-        .to_string(),
-    )
-    .unwrap();
+    // The README's example file, as it ships.
+    let rcs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rcs.json");
     assert_eq!(
-        cli(&srv, &["msg", "send-rcs", "--json", rcs.to_str().unwrap()])["code"],
+        cli(&srv, &["msg", "send-rcs", "--json", rcs])["code"],
         "200"
     );
 
@@ -271,7 +264,7 @@ fn the_messaging_flow_from_the_cli() {
         "안녕"
     );
     let results = cli(&srv, &["msg", "results"]);
-    assert_eq!(results["results"][0]["cid"], "cli-rcs");
+    assert_eq!(results["results"][0]["cid"], "example-rcs-1");
     assert_eq!(
         cli(&srv, &["msg", "results"])["results"],
         serde_json::json!([]),
