@@ -329,13 +329,15 @@ impl Room {
                 let mut keyframes = Vec::new();
                 // The least bandwidth of the subscribers: what one video may take.
                 let mut least: Option<u64> = None;
+                // What the best layer needs: the same for every subscriber of this frame.
+                let top = video.map(|layers| layers.top(data.network_time));
                 for s in &mut self.sessions {
                     if s.publisher || s.stream_id != stream_id || !s.rtc.is_alive() {
                         continue;
                     }
                     let mut time = data.time;
-                    if let Some(layers) = video {
-                        s.want_bitrate(layers.top(data.network_time));
+                    if let (Some(layers), Some(top)) = (video, top) {
+                        s.want_bitrate(top);
                         if let Some(e) = s.estimate {
                             least = Some(least.map_or(e, |l| l.min(e)));
                         }
