@@ -35,17 +35,7 @@ WATCHER=
 watch_on() { curl -sN -H "Authorization: Bearer $OP" "$ADMIN/admin/v1/events${WATCH_QUERY:-}" >"$WORK/events" & WATCHER=$!; sleep 0.2; }
 watch_off() { echo "   watcher (curl) CPU: $(awk "{print (\$14+\$15)/100}" /proc/$WATCHER/stat) s" >&2; kill "$WATCHER" 2>/dev/null || true; wait "$WATCHER" 2>/dev/null || true; WATCHER=; }
 
-cat >"$WORK/send.lua" <<'LUA'
-local counter = 0
-local threads = 0
-function setup(thread) thread:set("tid", threads); threads = threads + 1 end
-function init(args) run = args[1] end
-function request()
-  counter = counter + 1
-  local body = '{"cid":"' .. run .. '-' .. tid .. '-' .. counter .. '","message_type":"SM","phone_number":"821012345678","message":"bench","sender_no":"0212345678"}'
-  return wrk.format("POST", "/v2/send/xms", {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. os.getenv("TOKEN")}, body)
-end
-LUA
+write_send_lua "$WORK/send.lua"
 # req/s, and kep's CPU µs per accepted send (its own cost, whatever else shares the cores).
 sends() {
   local t0 t1 out

@@ -81,3 +81,19 @@ deployment_when() {
 machine() {
   echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
 }
+
+# A wrk script of `POST /v2/send/xms` with $TOKEN, each request a new cid made of the run's
+# name (wrk's first argument after `--`), the thread and a counter.
+write_send_lua() {
+  cat >"$1" <<'LUA'
+local counter = 0
+local threads = 0
+function setup(thread) thread:set("tid", threads); threads = threads + 1 end
+function init(args) run = args[1] end
+function request()
+  counter = counter + 1
+  local body = '{"cid":"' .. run .. '-' .. tid .. '-' .. counter .. '","message_type":"SM","phone_number":"821012345678","message":"bench","sender_no":"0212345678"}'
+  return wrk.format("POST", "/v2/send/xms", {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. os.getenv("TOKEN")}, body)
+end
+LUA
+}

@@ -13,17 +13,7 @@ DURATION=${DURATION:-5s}
 bench_init kep kep-bench
 cp "$BASE" "$WORK/base-kep"
 
-cat >"$WORK/send.lua" <<'LUA'
-local counter = 0
-local threads = 0
-function setup(thread) thread:set("tid", threads); threads = threads + 1 end
-function init(args) run = args[1] end
-function request()
-  counter = counter + 1
-  local body = '{"cid":"' .. run .. '-' .. tid .. '-' .. counter .. '","message_type":"SM","phone_number":"821012345678","message":"bench","sender_no":"0212345678"}'
-  return wrk.format("POST", "/v2/send/xms", {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. os.getenv("TOKEN")}, body)
-end
-LUA
+write_send_lua "$WORK/send.lua"
 BODY='{"jsonrpc":"2.0","id":"1","method":"Room.ListParticipants","params":{"version":"2.0","roomId":"lp-0"}}'
 cat >"$WORK/list.lua" <<LUA
 wrk.method = "POST"
