@@ -572,6 +572,30 @@ async fn a_failed_dtls_handshake_ends_that_session_alone() {
     assert!(!ids.contains(&"bad") && ids.contains(&"good"), "{ids:?}");
 }
 
+/// An offer is read up to `live.body_limit_bytes`: at and under the limit it is judged as
+/// an offer (this one does not parse: 400), one byte over it is a 413 and never read.
+#[tokio::test]
+async fn an_offer_is_read_up_to_the_body_limit() {
+    let srv = spawn(|s| s.body_limit_bytes = 1000).await;
+    let (s, _rooms) = srv.room_client("svc").await;
+    let whip = format!("{}/api/whip/room", srv.live_url);
+    let good = token(&srv, &s.service_secret, "room", "gina");
+    let http = reqwest::Client::new();
+    for (size, status) in [(999, 400), (1000, 400), (1001, 413)] {
+        let res = http
+            .post(&whip)
+            .bearer_auth(&good)
+            .header("content-type", "application/sdp")
+            .body("v".repeat(size))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status().as_u16(), status, "{size} bytes");
+        let body: Value = res.json().await.unwrap();
+        assert!(body["error"]["code"].is_i64(), "{size} bytes: {body}");
+    }
+}
+
 /// The next event of `kind` the participant gets, the others passed over.
 async fn until_event(p: &mut Participant, kind: EventKind) -> kep_api::live::Event {
     loop {
