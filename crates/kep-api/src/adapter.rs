@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 /// Login methods, as the document's examples spell them.
 pub const METHODS: [&str; 2] = ["OAUTH2", "SAML2"];
@@ -271,6 +271,34 @@ pub struct DrmSession {
     pub created_at: String,
     pub expires_at: String,
     pub notifications: Vec<NotificationAttempt>,
+}
+
+/// `GET /admin/v1/adapter/drm-requests`: which sessions, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DrmSessionQuery {
+    /// Only this org login type's sessions (an unknown one has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_login_type_id: Option<i64>,
+    /// Only sessions in this status, as they are shown: an open session past its expiry is
+    /// `EXPIRED`. Text, so that another value is refused naming the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<SessionStatus>)]
+    pub status: Option<String>,
+    /// At most this many: 1 to 500, default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+    /// Only sessions listed after this one (the last of the previous page); an unknown
+    /// session has none after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+}
+
+/// `GET /admin/v1/adapter/drm-requests`: newest first (by creation, then session id).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DrmSessionList {
+    pub sessions: Vec<DrmSession>,
 }
 
 // ---- agent API (adapter listener) ----

@@ -48,6 +48,36 @@ pub struct UpdateServiceRequest {
     pub external_verifier_url: Option<String>,
 }
 
+/// `GET /admin/v1/live/services/{id}/rooms`: the service's rooms, by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RoomList {
+    pub rooms: Vec<RoomInfo>,
+}
+
+/// A room with its participants, as `Room.ListParticipants` lists them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoomInfo {
+    pub room_id: String,
+    pub participants: Vec<ParticipantInfo>,
+}
+
+/// `POST /admin/v1/live/services/{id}/rooms/{room}/kick`: all targets or none.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KickRequest {
+    /// Duplicates count once; at most the server's `max_targets`.
+    #[schema(min_items = 1)]
+    pub targets: Vec<ParticipantTarget>,
+}
+
+/// `POST /admin/v1/live/services/{id}/rooms/{room}/inactivate`: all targets or none.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InactivateRequest {
+    /// Duplicates count once; at most the server's `max_targets`.
+    #[schema(min_items = 1)]
+    pub targets: Vec<StreamTarget>,
+}
+
 // ---- JSON-RPC (live listener) ----
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -114,12 +144,24 @@ pub struct TargetsParams<T> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ParticipantTarget {
+    /// 1 to 128 characters, none a control character.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     pub participant_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamTarget {
+    /// 1 to 128 characters, none a control character.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+    )]
     pub participant_id: String,
     pub stream_id: i64,
 }
@@ -382,6 +424,10 @@ pub mod paths {
     pub const SERVICES: &str = "/admin/v1/live/services";
     pub const SERVICE: &str = "/admin/v1/live/services/{id}";
     pub const SERVICE_SECRETS: &str = "/admin/v1/live/services/{id}/secrets";
+    pub const ROOMS: &str = "/admin/v1/live/services/{id}/rooms";
+    pub const ROOM: &str = "/admin/v1/live/services/{id}/rooms/{room}";
+    pub const ROOM_KICK: &str = "/admin/v1/live/services/{id}/rooms/{room}/kick";
+    pub const ROOM_INACTIVATE: &str = "/admin/v1/live/services/{id}/rooms/{room}/inactivate";
     pub const RPC: &str = "/api/rpc";
     pub const WS: &str = "/api/ws";
     /// WHIP: publish a stream into the room.

@@ -1,7 +1,7 @@
 //! Wire types of the messaging API, shared by the server, the client crate and the CLI.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 /// `result` / `code_detail` of every answer.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -166,6 +166,144 @@ pub struct OutboxEntry {
     pub at: String,
 }
 
+/// `GET /admin/v1/messaging/messages` query: filters that all apply (AND), across every
+/// client unless `clientId` names one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MessageQuery {
+    /// Only this API client's messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Only messages to this number, exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phone_number: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^(100|200|510|520)$")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^(XMS|RCS)$")]
+    pub channel: Option<String>,
+    /// Only messages older than this uid: the last uid of the page before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(pattern = "^[0-9]{20}$")]
+    pub before: Option<String>,
+    /// 1 to 500, default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// One message as the operator's lists show it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MessageSummary {
+    pub uid: String,
+    pub client_id: String,
+    pub cid: String,
+    /// `XMS` or `RCS`.
+    pub channel: String,
+    pub message_type: String,
+    pub phone_number: String,
+    /// `100` (accepted, not final yet), `200`, `510` or `520`.
+    pub status: String,
+    /// How many times the dispatcher took it up for delivery.
+    pub attempts: i64,
+    pub reg_date: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub res_date: Option<String>,
+}
+
+/// `GET /admin/v1/messaging/messages` answer, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MessageList {
+    pub messages: Vec<MessageSummary>,
+}
+
+/// What happened to a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimelineEvent {
+    /// Stored, status `100`.
+    Accepted,
+    /// Given to a carrier: one per hand-over (an RCS fallback is a second).
+    HandedOver,
+    /// At its final status.
+    Finished,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TimelineEntry {
+    pub at: String,
+    pub event: TimelineEvent,
+    /// The message's status from then on (`accepted`, `finished`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// What was handed over (`handed_over`): `XMS`, `RCS`, `FALLBACK_SM` or `FALLBACK_LM`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// What the carrier made of it (`handed_over`): `API_200`, `API_510` or `API_520`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// The carrier connector it was handed to (`handed_over`): `simulator` for the
+    /// built-in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<String>,
+}
+
+/// `GET /admin/v1/messaging/messages/{uid}` answer: the message, its accepted body, its
+/// results and what happened to it, in time order.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MessageTimeline {
+    pub message: MessageSummary,
+    /// The accepted body, as the client sent it.
+    #[schema(value_type = Object)]
+    pub request: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcs_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sms_status_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// The RCS result group that holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_group_id: Option<String>,
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// `GET /admin/v1/messaging/report-groups` query.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReportGroupQuery {
+    /// Only this API client's groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// 1 to 500, default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// An RCS result group: results handed out together by `GET /v2/info/rcs/results`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReportGroup {
+    pub report_group_id: String,
+    pub client_id: String,
+    pub created_at: String,
+    /// Not completed by then, its results go back to the pool.
+    pub lease_until: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// The messages it holds.
+    pub results: i64,
+}
+
+/// `GET /admin/v1/messaging/report-groups` answer, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReportGroupList {
+    pub report_groups: Vec<ReportGroup>,
+}
+
 // ---- RCS ----
 
 /// One result of `GET /v2/info/rcs/results`.
@@ -278,6 +416,9 @@ pub mod paths {
     pub const CLIENT: &str = "/admin/v1/messaging/clients/{id}";
     pub const CLIENT_SECRET: &str = "/admin/v1/messaging/clients/{id}/secret";
     pub const OUTBOX: &str = "/admin/v1/messaging/outbox";
+    pub const MESSAGES: &str = "/admin/v1/messaging/messages";
+    pub const MESSAGE: &str = "/admin/v1/messaging/messages/{uid}";
+    pub const REPORT_GROUPS: &str = "/admin/v1/messaging/report-groups";
     pub const TOKEN: &str = "/v2/oauth/token";
     pub const SEND_XMS: &str = "/v2/send/xms";
     pub const SEND_RCS: &str = "/v2/send/rcs";

@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use kep_api::adapter::{
-    DrmRequest, DrmRequestCreated, DrmSession, FileType, OrgLoginType, OrgLoginTypeAnswer,
-    OrgLoginTypeRequest, OrgLoginTypeSecret, Status, UploadResult,
+    DrmRequest, DrmRequestCreated, DrmSession, DrmSessionList, DrmSessionQuery, FileType,
+    OrgLoginType, OrgLoginTypeAnswer, OrgLoginTypeRequest, OrgLoginTypeSecret, Status,
+    UploadResult,
 };
 use reqwest::multipart::{Form, Part};
 
@@ -65,6 +66,15 @@ impl AdminClient {
     /// `POST /admin/v1/adapter/drm-requests`
     pub async fn drm_request(&self, req: &DrmRequest) -> Result<DrmRequestCreated, ClientError> {
         self.send(self.http.post(self.url(paths::DRM_REQUESTS)).json(req))
+            .await
+    }
+
+    /// `GET /admin/v1/adapter/drm-requests`: newest first.
+    pub async fn drm_sessions(
+        &self,
+        query: &DrmSessionQuery,
+    ) -> Result<DrmSessionList, ClientError> {
+        self.send(self.http.get(self.url(paths::DRM_REQUESTS)).query(query))
             .await
     }
 

@@ -2,10 +2,11 @@
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use kep_api::live::{
-    ClientMessage, CreateServiceRequest, DestroyRoomResult, JoinClaims, ListParticipantsResult,
-    ParticipantTarget, ProvisionAuth, ProvisionParams, ProvisionResult, RoomParams, RpcRequest,
-    RpcResponse, Scheme, ServerMessage, ServiceList, ServiceSecrets, ServiceSummary, StreamTarget,
-    TargetsParams, UpdateServiceRequest, VersionParams, provision_value,
+    ClientMessage, CreateServiceRequest, DestroyRoomResult, InactivateRequest, JoinClaims,
+    KickRequest, ListParticipantsResult, ParticipantTarget, ProvisionAuth, ProvisionParams,
+    ProvisionResult, RoomList, RoomParams, RpcRequest, RpcResponse, Scheme, ServerMessage,
+    ServiceList, ServiceSecrets, ServiceSummary, StreamTarget, TargetsParams, UpdateServiceRequest,
+    VersionParams, provision_value,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -60,6 +61,69 @@ impl AdminClient {
         self.send(
             self.http
                 .post(self.url(&path(paths::SERVICE_SECRETS, &[id]))),
+        )
+        .await
+    }
+
+    /// `GET /admin/v1/live/services/{id}/rooms`
+    pub async fn live_rooms(&self, service: &str) -> Result<RoomList, ClientError> {
+        self.send(self.http.get(self.url(&path(paths::ROOMS, &[service]))))
+            .await
+    }
+
+    /// `DELETE /admin/v1/live/services/{id}/rooms/{room}`
+    pub async fn destroy_live_room(&self, service: &str, room: &str) -> Result<(), ClientError> {
+        self.send_empty(
+            self.http
+                .delete(self.url(&path(paths::ROOM, &[service, room]))),
+        )
+        .await
+    }
+
+    /// `POST /admin/v1/live/services/{id}/rooms/{room}/kick`
+    pub async fn kick_live_participants(
+        &self,
+        service: &str,
+        room: &str,
+        participant_ids: &[String],
+    ) -> Result<(), ClientError> {
+        let req = KickRequest {
+            targets: participant_ids
+                .iter()
+                .map(|p| ParticipantTarget {
+                    participant_id: p.clone(),
+                })
+                .collect(),
+        };
+        self.send_empty(
+            self.http
+                .post(self.url(&path(paths::ROOM_KICK, &[service, room])))
+                .json(&req),
+        )
+        .await
+    }
+
+    /// `POST /admin/v1/live/services/{id}/rooms/{room}/inactivate` with (participantId,
+    /// streamId) targets.
+    pub async fn inactivate_live_streams(
+        &self,
+        service: &str,
+        room: &str,
+        targets: &[(String, i64)],
+    ) -> Result<(), ClientError> {
+        let req = InactivateRequest {
+            targets: targets
+                .iter()
+                .map(|(p, s)| StreamTarget {
+                    participant_id: p.clone(),
+                    stream_id: *s,
+                })
+                .collect(),
+        };
+        self.send_empty(
+            self.http
+                .post(self.url(&path(paths::ROOM_INACTIVATE, &[service, room])))
+                .json(&req),
         )
         .await
     }

@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use kep_api::messaging::{
-    ClientSecret, CodeAnswer, CreateClient, MmsUploadAnswer, RcsResultsAnswer, RcsSearch,
-    RcsSearchAnswer, RcsUploadAnswer, SendAnswer, TokenAnswer, XmsSearch, XmsSearchAnswer,
+    ClientSecret, CodeAnswer, CreateClient, MessageList, MessageQuery, MessageTimeline,
+    MmsUploadAnswer, RcsResultsAnswer, RcsSearch, RcsSearchAnswer, RcsUploadAnswer,
+    ReportGroupList, ReportGroupQuery, SendAnswer, TokenAnswer, XmsSearch, XmsSearchAnswer,
 };
 use reqwest::multipart::{Form, Part};
 use serde::de::DeserializeOwned;
@@ -38,6 +39,34 @@ impl AdminClient {
                 .query(&[("limit", limit)]),
         )
         .await
+    }
+
+    /// `GET /admin/v1/messaging/messages`: every client's messages, newest first, as `q`
+    /// filters them.
+    pub async fn messages(&self, q: &MessageQuery) -> Result<MessageList, ClientError> {
+        self.send(self.http.get(self.url(paths::MESSAGES)).query(q))
+            .await
+    }
+
+    /// `GET /admin/v1/messaging/messages/{uid}`: a message and its timeline.
+    pub async fn message(&self, uid: &str) -> Result<MessageTimeline, ClientError> {
+        self.send(self.http.get(self.url(&path(paths::MESSAGE, &[uid]))))
+            .await
+    }
+
+    /// `GET /admin/v1/messaging/report-groups`: RCS result groups, newest first; `None` for
+    /// every client's, and for the server's default limit.
+    pub async fn report_groups(
+        &self,
+        client_id: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<ReportGroupList, ClientError> {
+        let q = ReportGroupQuery {
+            client_id: client_id.map(str::to_owned),
+            limit,
+        };
+        self.send(self.http.get(self.url(paths::REPORT_GROUPS)).query(&q))
+            .await
     }
 }
 

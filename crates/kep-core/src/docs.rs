@@ -23,28 +23,30 @@ pub fn routes(names: Vec<&'static str>) -> Router {
         let names = names.clone();
         async move { Html(page(&names, pick.doc.as_deref())) }
     };
-    let asset = |bytes: &'static [u8], kind: &'static str| {
-        move || async move {
-            (
-                [
-                    (header::CONTENT_TYPE, kind),
-                    (header::CACHE_CONTROL, "public, max-age=86400"),
-                ],
-                bytes,
-            )
-                .into_response()
-        }
-    };
     Router::new()
         .route("/docs", get(page))
         .route(
             "/docs/swagger-ui-bundle.js",
-            get(asset(BUNDLE, "text/javascript; charset=utf-8")),
+            asset(BUNDLE, "text/javascript; charset=utf-8"),
         )
         .route(
             "/docs/swagger-ui.css",
-            get(asset(CSS, "text/css; charset=utf-8")),
+            asset(CSS, "text/css; charset=utf-8"),
         )
+}
+
+/// A vendored file, compiled in: served as `kind`, cached for a day.
+pub fn asset(bytes: &'static [u8], kind: &'static str) -> axum::routing::MethodRouter {
+    get(move || async move {
+        (
+            [
+                (header::CONTENT_TYPE, kind),
+                (header::CACHE_CONTROL, "public, max-age=86400"),
+            ],
+            bytes,
+        )
+            .into_response()
+    })
 }
 
 /// The page: a choice of document, and Swagger UI on the chosen one (an unknown name

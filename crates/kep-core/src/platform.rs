@@ -128,6 +128,13 @@ impl Platform {
         self
     }
 
+    /// Routes of the admin listener that need no operator token of their own (the
+    /// console's page and assets: what it shows, it asks the operator routes for).
+    pub fn open_router(mut self, router: Router) -> Self {
+        self.open_routes = std::mem::take(&mut self.open_routes).merge(router);
+        self
+    }
+
     /// Serves every listener: the operator routes take `token`, and its holder counts as
     /// one client of the admin listener's `limits`.
     pub fn serve(self, token: &str, admin_limits: Limits) -> Running {

@@ -51,6 +51,9 @@ impl CarrierOutcome {
 /// A connector that delivers to the mobile carriers. `Err` is a transient failure (the
 /// connector could not reach the carrier): the message is tried again later.
 pub trait Carrier: Send + Sync + 'static {
+    /// What the outbox records a hand-over went to.
+    fn name(&self) -> &str;
+
     fn deliver(
         &self,
         route: Route,
@@ -65,6 +68,10 @@ pub struct Simulator {
 }
 
 impl Carrier for Simulator {
+    fn name(&self) -> &str {
+        "simulator"
+    }
+
     async fn deliver(
         &self,
         route: Route,
@@ -238,6 +245,7 @@ impl<C: Carrier> Dispatcher<C> {
             route,
             outcome: outcome.code(),
             at: now,
+            carrier: self.carrier.name().to_owned(),
         });
         Some(outcome)
     }
@@ -330,6 +338,10 @@ mod tests {
     }
 
     impl Carrier for Flaky {
+        fn name(&self) -> &str {
+            "flaky"
+        }
+
         async fn deliver(&self, _: Route, _: &str, _: &str) -> Result<CarrierOutcome, String> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if n < self.failures {

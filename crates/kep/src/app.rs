@@ -95,6 +95,8 @@ impl Application {
                 .await?;
         }
         let observed = std::sync::Arc::new(observed);
+        let running: Vec<&str> = SERVICES.into_iter().filter(|s| wanted(s)).collect();
+        let platform = platform.open_router(kep_console::routes(&running));
         let platform = platform.open_route(
             "/metrics",
             get(move || async move {

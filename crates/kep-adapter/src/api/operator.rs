@@ -7,16 +7,17 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, from_json};
+use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query, from_json};
 use serde_json::Value;
 use utoipa::OpenApi;
 
 use crate::ids::{OrgLoginTypeId, SessionId};
+use crate::store::SessionFilter;
 use crate::{AdapterError, AdapterService, orgs};
 use kep_api::adapter::paths;
 use kep_api::adapter::{
-    DrmRequest, DrmRequestCreated, DrmSession, OrgLoginType, OrgLoginTypeRequest,
-    OrgLoginTypeSecret, SessionStatus,
+    DrmRequest, DrmRequestCreated, DrmSession, DrmSessionList, DrmSessionQuery, OrgLoginType,
+    OrgLoginTypeRequest, OrgLoginTypeSecret, SessionStatus,
 };
 
 pub(crate) fn router(adapter: AdapterService) -> Router {
@@ -27,7 +28,10 @@ pub(crate) fn router(adapter: AdapterService) -> Router {
             get(show_org).put(update_org).delete(delete_org),
         )
         .route(paths::ORG_LOGIN_TYPE_SECRET_KEY, post(rotate_key))
-        .route(paths::DRM_REQUESTS, post(create_drm_request))
+        .route(
+            paths::DRM_REQUESTS,
+            post(create_drm_request).get(list_drm_requests),
+        )
         .route(paths::DRM_REQUEST, get(show_drm_request))
         .route(paths::DRM_REQUEST_FILE, get(released_file))
         .with_state(adapter)
@@ -44,6 +48,7 @@ pub(crate) fn router(adapter: AdapterService) -> Router {
         delete_org,
         rotate_key,
         create_drm_request,
+        list_drm_requests,
         show_drm_request,
         released_file
     ),
@@ -53,7 +58,8 @@ pub(crate) fn router(adapter: AdapterService) -> Router {
         OrgLoginType,
         DrmRequest,
         DrmRequestCreated,
-        DrmSession
+        DrmSession,
+        DrmSessionList
     ))
 )]
 pub struct AdapterAdminDoc;
@@ -189,6 +195,41 @@ pub(crate) async fn create_drm_request(
             status: SessionStatus::Pending,
         }),
     ))
+}
+
+/// `GET /admin/v1/adapter/drm-requests`: sessions newest first, each as
+/// `GET …/drm-requests/{session}` shows it.
+#[utoipa::path(get, path = paths::DRM_REQUESTS, params(DrmSessionQuery),
+    responses((status = 200, body = DrmSessionList), (status = 400, body = ErrorBody)), security(("operator" = [])))]
+pub(crate) async fn list_drm_requests(
+    State(adapter): State<AdapterService>,
+    Query(q): Query<DrmSessionQuery>,
+) -> Result<Json<DrmSessionList>, ApiError> {
+    let status = q
+        .status
+        .as_deref()
+        .map(|s| {
+            SessionStatus::parse(s).ok_or_else(|| {
+                ApiError::invalid_field(
+                    "status",
+                    "one of PENDING, GRANTED, DENIED, RELEASED, EXPIRED",
+                )
+            })
+        })
+        .transpose()?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::invalid_field("limit", "1 to 500"));
+    }
+    let before = q.before.map(SessionId::from);
+    let filter = SessionFilter {
+        org_login_type_id: q.org_login_type_id.map(OrgLoginTypeId),
+        status,
+        before: before.as_ref(),
+        limit,
+    };
+    let sessions = adapter.0.drm.list(&filter).await?;
+    Ok(Json(DrmSessionList { sessions }))
 }
 
 /// `GET /admin/v1/adapter/drm-requests/{session}`: status, result and the agent

@@ -1,6 +1,7 @@
 //! DRM release sessions: the request that notifies the agent, the agent's result, the
 //! released file streamed to storage, and expiry.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ pub use notify::NotifyPolicy;
 
 use crate::AdapterError;
 use crate::ids::{OrgLoginTypeId, SessionId};
-use crate::store::{AgentResult, SessionRow, Store};
+use crate::store::{AgentResult, NotificationRow, SessionFilter, SessionRow, Store};
 use kep_api::adapter::{
     AgentNotification, DrmRequest, DrmSession, FileType, NotificationAttempt, ReleasedFile,
     SessionStatus, UploadResult,
@@ -156,10 +157,33 @@ impl Drm {
         let Some(row) = self.store.session(session_id).await? else {
             return Ok(None);
         };
-        let notifications = self
-            .store
-            .notifications(session_id)
-            .await?
+        let notifications = self.store.notifications(session_id).await?;
+        Ok(Some(self.view(row, notifications)))
+    }
+
+    /// The sessions `filter` picks, each as [`Drm::show`] shows it: two reads in all.
+    pub async fn list(&self, filter: &SessionFilter<'_>) -> Result<Vec<DrmSession>, AdapterError> {
+        let rows = self.store.sessions(filter, self.now()).await?;
+        let ids: Vec<SessionId> = rows.iter().map(|r| r.session_id.clone()).collect();
+        let mut notifications: HashMap<SessionId, Vec<NotificationRow>> = HashMap::new();
+        for n in self.store.notifications_of(&ids).await? {
+            notifications
+                .entry(n.session_id)
+                .or_default()
+                .push(n.notification);
+        }
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let attempts = notifications.remove(&row.session_id).unwrap_or_default();
+                self.view(row, attempts)
+            })
+            .collect())
+    }
+
+    /// A session and its notification attempts as the operator sees them.
+    fn view(&self, row: SessionRow, notifications: Vec<NotificationRow>) -> DrmSession {
+        let notifications = notifications
             .into_iter()
             .map(|n| NotificationAttempt {
                 attempt: n.attempt,
@@ -171,7 +195,7 @@ impl Drm {
             })
             .collect();
         let status = self.effective_status(&row);
-        Ok(Some(DrmSession {
+        DrmSession {
             file: match (row.file_size, &row.file_sha256) {
                 (Some(size), Some(sha256)) => Some(ReleasedFile {
                     size: size.unsigned_abs(),
@@ -191,7 +215,7 @@ impl Drm {
             created_at: rfc3339(row.created_at),
             expires_at: rfc3339(row.expires_at),
             notifications,
-        }))
+        }
     }
 
     /// The session an agent call names, if it belongs to `org_id` and is for `file_id`.

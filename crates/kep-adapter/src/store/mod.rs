@@ -63,6 +63,24 @@ pub struct NotificationRow {
     pub error: Option<String>,
 }
 
+/// A notification attempt with its session, as a listing reads them.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SessionNotificationRow {
+    pub session_id: SessionId,
+    #[sqlx(flatten)]
+    pub notification: NotificationRow,
+}
+
+/// Which sessions a listing wants, newest first (by `created_at`, then session id).
+pub struct SessionFilter<'a> {
+    pub org_login_type_id: Option<OrgLoginTypeId>,
+    /// As shown: an open session past its expiry counts as `EXPIRED`.
+    pub status: Option<SessionStatus>,
+    /// Only those after this session in that order; none when it does not exist.
+    pub before: Option<&'a SessionId>,
+    pub limit: i64,
+}
+
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
     async fn insert_org(
@@ -125,6 +143,14 @@ pub trait Store: Send + Sync {
     async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>>;
     /// A session's notification attempts, in order.
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>>;
+    /// The sessions `filter` picks at `now`, in its order.
+    async fn sessions(&self, filter: &SessionFilter<'_>, now: i64)
+    -> sqlx::Result<Vec<SessionRow>>;
+    /// The notification attempts of these sessions, by session, each session's in order.
+    async fn notifications_of(
+        &self,
+        session_ids: &[SessionId],
+    ) -> sqlx::Result<Vec<SessionNotificationRow>>;
     /// How many sessions there are in each stored status.
     async fn sessions_by_status(&self) -> sqlx::Result<Vec<(String, i64)>>;
 }

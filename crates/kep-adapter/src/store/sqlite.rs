@@ -4,7 +4,10 @@ use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 use sqlx::types::Json;
 
-use super::{AgentResult, NewOrg, NotificationRow, OrgRow, SessionRow, Store};
+use super::{
+    AgentResult, NewOrg, NotificationRow, OrgRow, SessionFilter, SessionNotificationRow,
+    SessionRow, Store,
+};
 use crate::ids::{OrgLoginTypeId, SessionId};
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -227,6 +230,49 @@ impl Store for SqliteStore {
             .bind(session_id)
             .fetch_all(&self.pool)
             .await
+    }
+
+    async fn sessions(
+        &self,
+        filter: &SessionFilter<'_>,
+        now: i64,
+    ) -> sqlx::Result<Vec<SessionRow>> {
+        // The status compared is the one shown (`Drm::effective_status`); the cursor is a row
+        // value, so sessions created in the same second page by id.
+        sqlx::query_as(
+            "SELECT session_id, org_login_type_id, file_id, file_type, user, status, result, reason, extra,
+                    file_size, file_sha256, created_at, expires_at
+             FROM drm_sessions
+             WHERE (?1 IS NULL OR org_login_type_id = ?1)
+               AND (?2 IS NULL OR ?2 = CASE WHEN status IN ('PENDING', 'GRANTED') AND expires_at <= ?3
+                                            THEN 'EXPIRED' ELSE status END)
+               AND (?4 IS NULL OR (created_at, session_id) <
+                                  (SELECT created_at, session_id FROM drm_sessions WHERE session_id = ?4))
+             ORDER BY created_at DESC, session_id DESC
+             LIMIT ?5",
+        )
+        .bind(filter.org_login_type_id)
+        .bind(filter.status.map(|s| s.as_str()))
+        .bind(now)
+        .bind(filter.before)
+        .bind(filter.limit)
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    async fn notifications_of(
+        &self,
+        session_ids: &[SessionId],
+    ) -> sqlx::Result<Vec<SessionNotificationRow>> {
+        // The ids as one JSON array: one statement, whatever their number.
+        sqlx::query_as(
+            "SELECT session_id, attempt, at, status, error FROM drm_notifications
+             WHERE session_id IN (SELECT value FROM json_each(?))
+             ORDER BY session_id, attempt",
+        )
+        .bind(Json(session_ids))
+        .fetch_all(&self.pool)
+        .await
     }
 
     async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>> {

@@ -1,6 +1,8 @@
 //! The operator API of the adapter, and what its bodies and paths accept.
 
-use kep_api::adapter::{DrmRequest, FileType};
+use std::time::Duration;
+
+use kep_api::adapter::{DrmRequest, DrmSessionQuery, FileType};
 use kep_client::adapter::AgentClient;
 use serde_json::{Value, json};
 
@@ -233,4 +235,178 @@ async fn a_file_id_is_one_a_header_can_carry() {
     let (headers, notice) = next_notice(&mut agent).await;
     assert_eq!(notice.file_id, good);
     assert_eq!(headers["kep-file-id"], good.as_str());
+}
+
+/// The session ids a listing gives, in its order.
+async fn listed(srv: &Server, query: DrmSessionQuery) -> Vec<String> {
+    let list = srv.admin.drm_sessions(&query).await.unwrap();
+    list.sessions.into_iter().map(|s| s.session_id).collect()
+}
+
+#[tokio::test]
+async fn the_operator_lists_drm_sessions_newest_first() {
+    let srv = spawn(|s| s.session_ttl_s = 10).await;
+    let mut agent_srv = agent(0).await;
+    let org1 = srv
+        .admin
+        .create_org(&oauth2_org(&agent_srv.host))
+        .await
+        .unwrap();
+    let org2 = srv
+        .admin
+        .create_org(&oauth2_org(&agent_srv.host))
+        .await
+        .unwrap();
+    let ask = |org: i64| DrmRequest {
+        org_login_type_id: org,
+        file_id: "f".into(),
+        file_type: FileType::Drm,
+        user: None,
+    };
+    let mut ids = Vec::new();
+    for org in [org1.id, org2.id, org1.id] {
+        ids.push(srv.admin.drm_request(&ask(org)).await.unwrap().session_id);
+        next_notice(&mut agent_srv).await;
+        srv.clock.advance(Duration::from_secs(1));
+    }
+    let [s1, s2, s3] = [0, 1, 2].map(|i| ids[i].as_str());
+    for id in &ids {
+        srv.attempts(id, 1).await;
+    }
+    let agent1 = AgentClient::new(&srv.adapter_url, org1.id, "Secret", &org1.secret_key);
+    let agent2 = AgentClient::new(&srv.adapter_url, org2.id, "Secret", &org2.secret_key);
+    agent1
+        .upload_result(s1, "f", FileType::Drm, &result("SUCCESS"))
+        .await
+        .unwrap();
+    agent2
+        .upload_result(s2, "f", FileType::Drm, &result("FAILURE"))
+        .await
+        .unwrap();
+
+    // Each session as the single-session route shows it, notifications included.
+    let all = srv
+        .admin
+        .drm_sessions(&DrmSessionQuery::default())
+        .await
+        .unwrap();
+    let mut shown = Vec::new();
+    for id in [s3, s2, s1] {
+        shown.push(serde_json::to_value(srv.admin.drm_session(id).await.unwrap()).unwrap());
+    }
+    assert_eq!(serde_json::to_value(&all.sessions).unwrap(), json!(shown));
+    assert!(all.sessions.iter().all(|s| s.notifications.len() == 1));
+
+    let q = |org: Option<i64>, status: Option<&str>| DrmSessionQuery {
+        org_login_type_id: org,
+        status: status.map(str::to_owned),
+        ..DrmSessionQuery::default()
+    };
+    assert_eq!(listed(&srv, q(Some(org1.id), None)).await, [s3, s1]);
+    assert_eq!(listed(&srv, q(Some(org2.id), None)).await, [s2]);
+    assert!(listed(&srv, q(Some(999), None)).await.is_empty());
+    assert_eq!(listed(&srv, q(None, Some("PENDING"))).await, [s3]);
+    assert_eq!(listed(&srv, q(None, Some("GRANTED"))).await, [s1]);
+    assert!(
+        listed(&srv, q(Some(org1.id), Some("DENIED")))
+            .await
+            .is_empty()
+    );
+    assert_eq!(listed(&srv, q(Some(org2.id), Some("DENIED"))).await, [s2]);
+
+    // Past s1's expiry (10 s): an open session is listed as it is shown, EXPIRED, before
+    // the sweeper marks it.
+    srv.clock.advance(Duration::from_secs(7));
+    assert_eq!(listed(&srv, q(None, Some("EXPIRED"))).await, [s1]);
+    assert!(listed(&srv, q(None, Some("GRANTED"))).await.is_empty());
+    assert_eq!(listed(&srv, q(None, Some("PENDING"))).await, [s3]);
+}
+
+#[tokio::test]
+async fn drm_sessions_page_with_a_cursor() {
+    let srv = spawn(|_| {}).await;
+    let mut agent_srv = agent(0).await;
+    let org = srv
+        .admin
+        .create_org(&oauth2_org(&agent_srv.host))
+        .await
+        .unwrap();
+    let ask = DrmRequest {
+        org_login_type_id: org.id,
+        file_id: "f".into(),
+        file_type: FileType::Drm,
+        user: None,
+    };
+    // Two in one second, then one a second later: the newest first, then by id.
+    let mut same_second = Vec::new();
+    for _ in 0..2 {
+        same_second.push(srv.admin.drm_request(&ask).await.unwrap().session_id);
+        next_notice(&mut agent_srv).await;
+    }
+    same_second.sort();
+    srv.clock.advance(Duration::from_secs(1));
+    let newest = srv.admin.drm_request(&ask).await.unwrap().session_id;
+    let order = [&newest, &same_second[1], &same_second[0]].map(String::as_str);
+
+    let page = |limit: i64, before: Option<&str>| DrmSessionQuery {
+        limit: Some(limit),
+        before: before.map(str::to_owned),
+        ..DrmSessionQuery::default()
+    };
+    assert_eq!(listed(&srv, DrmSessionQuery::default()).await, order);
+    let mut walked = Vec::new();
+    let mut before = None;
+    loop {
+        let ids = listed(&srv, page(1, before.as_deref())).await;
+        let Some(last) = ids.last() else { break };
+        assert_eq!(ids.len(), 1);
+        before = Some(last.clone());
+        walked.extend(ids);
+    }
+    assert_eq!(walked, order);
+    assert_eq!(
+        listed(&srv, page(500, Some(&newest))).await,
+        order[1..],
+        "after the cursor, the same-second ones by id"
+    );
+    assert!(
+        listed(&srv, page(500, Some("no-such-session")))
+            .await
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn drm_session_listing_parameters_are_checked() {
+    let srv = spawn(|_| {}).await;
+    let url = "/admin/v1/adapter/drm-requests";
+    for (query, code, field) in [
+        ("limit=0", "invalid_field", Some("limit")),
+        ("limit=501", "invalid_field", Some("limit")),
+        ("limit=-1", "invalid_field", Some("limit")),
+        ("limit=x", "invalid_query", None),
+        ("status=pending", "invalid_field", Some("status")),
+        ("status=OPEN", "invalid_field", Some("status")),
+        ("org_login_type_id=x", "invalid_query", None),
+    ] {
+        let path = format!("{url}?{query}");
+        let (status, answer) = operator_call(&srv, reqwest::Method::GET, &path, None).await;
+        assert_eq!(status, 400, "{query}: {answer}");
+        assert_eq!(answer["error"]["code"], code, "{query}: {answer}");
+        assert_eq!(
+            answer["error"]["field"].as_str(),
+            field,
+            "{query}: {answer}"
+        );
+    }
+    for query in [
+        "limit=1",
+        "limit=500",
+        "status=RELEASED",
+        "before=x&org_login_type_id=1",
+    ] {
+        let path = format!("{url}?{query}");
+        let (status, answer) = operator_call(&srv, reqwest::Method::GET, &path, None).await;
+        assert_eq!((status, answer), (200, json!({"sessions": []})), "{query}");
+    }
 }

@@ -1,19 +1,23 @@
 //! The operator's live-service calls, under `/admin/v1/live` on the admin listener.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, Path};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use crate::LiveService;
+use super::rpc::check_targets;
 use crate::access::CreateOutcome;
 use crate::ids::ServiceId;
+use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 use kep_api::live::{
-    CreateServiceRequest, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
+    CreateServiceRequest, InactivateRequest, KickRequest, ListParticipantsResult, RoomInfo,
+    RoomList, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
 };
 
 pub(crate) fn router(live: LiveService) -> Router {
@@ -21,6 +25,10 @@ pub(crate) fn router(live: LiveService) -> Router {
         .route(paths::SERVICES, post(create_service).get(list_services))
         .route(paths::SERVICE, get(get_service).patch(update_service))
         .route(paths::SERVICE_SECRETS, post(rotate_secrets))
+        .route(paths::ROOMS, get(list_rooms))
+        .route(paths::ROOM, delete(destroy_room))
+        .route(paths::ROOM_KICK, post(kick))
+        .route(paths::ROOM_INACTIVATE, post(inactivate))
         .with_state(live)
 }
 
@@ -32,13 +40,21 @@ pub(crate) fn router(live: LiveService) -> Router {
         list_services,
         get_service,
         update_service,
-        rotate_secrets
+        rotate_secrets,
+        list_rooms,
+        destroy_room,
+        kick,
+        inactivate
     ),
     components(schemas(
         CreateServiceRequest,
         ServiceSecrets,
         ServiceSummary,
-        UpdateServiceRequest
+        UpdateServiceRequest,
+        RoomList,
+        RoomInfo,
+        KickRequest,
+        InactivateRequest
     ))
 )]
 pub struct LiveAdminDoc;
@@ -182,4 +198,109 @@ pub(crate) async fn rotate_secrets(
         }
         None => Err(ApiError::not_found("no such live service")),
     }
+}
+
+/// The rooms' refusals in the operator error shape.
+fn room_error(e: LiveError) -> ApiError {
+    match e {
+        LiveError::RoomNotFound { .. } => ApiError::not_found("no such room"),
+        LiveError::TargetsNotFound { missing } => ApiError::not_found(format!(
+            "not in the room, so nothing was done: {}",
+            Value::Array(missing)
+        )),
+        LiveError::InvalidParams { field, reason } => ApiError::invalid_field(field, reason),
+        other => ApiError::internal(format!("{other:?}")),
+    }
+}
+
+/// The service's id as the rooms key it, or 404.
+fn known_service(live: &LiveService, id: &str) -> Result<Arc<str>, ApiError> {
+    match live.0.access.service(id) {
+        Some(_) => Ok(Arc::from(id)),
+        None => Err(ApiError::not_found("no such live service")),
+    }
+}
+
+/// `GET /admin/v1/live/services/{id}/rooms`: the rooms, by id, with their participants.
+#[utoipa::path(get, path = paths::ROOMS,
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = RoomList), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn list_rooms(
+    State(live): State<LiveService>,
+    Path(id): Path<String>,
+) -> Result<Json<RoomList>, ApiError> {
+    let service = known_service(&live, &id)?;
+    let rooms = &live.0.rooms;
+    let mut list = Vec::new();
+    for room_id in rooms.list_rooms(&service) {
+        // A room that closed since it was listed is left out.
+        let Ok(listing) = rooms.list_participants(&service, &room_id) else {
+            continue;
+        };
+        // The room's cached Room.ListParticipants answer, read back.
+        let listing: ListParticipantsResult =
+            serde_json::from_slice(&listing).map_err(ApiError::internal)?;
+        list.push(RoomInfo {
+            room_id,
+            participants: listing.participants,
+        });
+    }
+    Ok(Json(RoomList { rooms: list }))
+}
+
+/// `DELETE /admin/v1/live/services/{id}/rooms/{room}`: as `Room.DestroyRoom`.
+#[utoipa::path(delete, path = paths::ROOM,
+    params(("id" = String, Path, description = "serviceId"), ("room" = String, Path, description = "roomId")),
+    responses((status = 204), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn destroy_room(
+    State(live): State<LiveService>,
+    Path((id, room)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let service = known_service(&live, &id)?;
+    live.0.rooms.destroy(&service, &room).map_err(room_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /admin/v1/live/services/{id}/rooms/{room}/kick`: as `Room.KickParticipant`, all
+/// targets or none.
+#[utoipa::path(post, path = paths::ROOM_KICK, request_body = KickRequest,
+    params(("id" = String, Path, description = "serviceId"), ("room" = String, Path, description = "roomId")),
+    responses((status = 204), (status = 400, body = kep_core::http::ErrorBody),
+              (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn kick(
+    State(live): State<LiveService>,
+    Path((id, room)): Path<(String, String)>,
+    AdminJson(mut req): AdminJson<KickRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_targets(&mut req.targets, live.0.settings.max_targets).map_err(room_error)?;
+    let service = known_service(&live, &id)?;
+    live.0
+        .rooms
+        .kick(&service, &room, &req.targets)
+        .map_err(room_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /admin/v1/live/services/{id}/rooms/{room}/inactivate`: as `Room.InactiveStream`,
+/// all targets or none.
+#[utoipa::path(post, path = paths::ROOM_INACTIVATE, request_body = InactivateRequest,
+    params(("id" = String, Path, description = "serviceId"), ("room" = String, Path, description = "roomId")),
+    responses((status = 204), (status = 400, body = kep_core::http::ErrorBody),
+              (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn inactivate(
+    State(live): State<LiveService>,
+    Path((id, room)): Path<(String, String)>,
+    AdminJson(mut req): AdminJson<InactivateRequest>,
+) -> Result<StatusCode, ApiError> {
+    check_targets(&mut req.targets, live.0.settings.max_targets).map_err(room_error)?;
+    let service = known_service(&live, &id)?;
+    live.0
+        .rooms
+        .inactivate(&service, &room, &req.targets)
+        .map_err(room_error)?;
+    Ok(StatusCode::NO_CONTENT)
 }

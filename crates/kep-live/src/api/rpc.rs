@@ -69,7 +69,7 @@ impl Operation {
 }
 
 /// A target of a Kick or Inactivate call.
-trait Target: serde::de::DeserializeOwned + Eq + std::hash::Hash + Clone {
+pub(crate) trait Target: serde::de::DeserializeOwned + Eq + std::hash::Hash + Clone {
     fn participant_id(&self) -> &str;
 }
 
@@ -85,28 +85,35 @@ impl Target for StreamTarget {
     }
 }
 
-/// Params with `targets`: 1 to `max` of them once duplicates are dropped, each id well-formed.
+/// Params with `targets`, checked by [`check_targets`].
 fn parse_targets<T: Target>(params: &str, max: usize) -> Result<TargetsParams<T>, LiveError> {
     let mut p: TargetsParams<T> = parse_params(params)?;
     check_id("roomId", &p.room_id)?;
+    check_targets(&mut p.targets, max)?;
+    Ok(p)
+}
+
+/// Drops duplicate targets, then requires 1 to `max` of them, each id well-formed: the rule
+/// of the JSON-RPC calls and of the operator's.
+pub(crate) fn check_targets<T: Target>(targets: &mut Vec<T>, max: usize) -> Result<(), LiveError> {
     let mut seen = std::collections::HashSet::new();
-    p.targets.retain(|t| seen.insert(t.clone()));
-    if p.targets.is_empty() {
+    targets.retain(|t| seen.insert(t.clone()));
+    if targets.is_empty() {
         return Err(LiveError::invalid_params(
             "targets",
             "must name at least one target",
         ));
     }
-    if p.targets.len() > max {
+    if targets.len() > max {
         return Err(LiveError::invalid_params(
             "targets",
             format!("at most {max} targets per call"),
         ));
     }
-    for (i, t) in p.targets.iter().enumerate() {
+    for (i, t) in targets.iter().enumerate() {
         check_id(&format!("targets[{i}].participantId"), t.participant_id())?;
     }
-    Ok(p)
+    Ok(())
 }
 
 /// A JSON-RPC request, borrowed from the body.

@@ -1,11 +1,13 @@
 //! The operator API of the live service.
 
-use kep_api::live::CreateServiceRequest;
+use kep_api::live::{CreateServiceRequest, EventKind};
 use kep_client::ClientError;
 use kep_client::live::LiveClient;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::common::{OPERATOR_TOKEN, rpc_code, spawn};
+use crate::common::{
+    OPERATOR_TOKEN, TestServer, expect_event, expect_quiet, next, rpc_code, spawn,
+};
 
 #[tokio::test]
 async fn operator_calls_need_the_operator_token() {
@@ -175,4 +177,241 @@ async fn an_operator_path_that_does_not_parse_is_a_400_in_the_operator_shape() {
     assert_eq!(res.status(), 400);
     let answer: Value = res.json().await.unwrap();
     assert_eq!(answer["error"]["code"], "invalid_path", "{answer}");
+}
+
+/// A refused operator call: its status and `error` object.
+fn api_error(e: ClientError) -> (u16, Value) {
+    match e {
+        ClientError::Api { status, body } => {
+            let body: Value = serde_json::from_str(&body).unwrap();
+            (status, body["error"].clone())
+        }
+        other => panic!("expected an HTTP error, got {other}"),
+    }
+}
+
+/// The room ids the operator sees in the service.
+async fn room_ids(srv: &TestServer, service: &str) -> Vec<String> {
+    let list = srv.admin.live_rooms(service).await.unwrap();
+    list.rooms.into_iter().map(|r| r.room_id).collect()
+}
+
+#[tokio::test]
+async fn the_operator_lists_rooms_with_their_participants_and_streams() {
+    let srv = spawn(|_| {}).await;
+    let s = srv.create_service("svc").await;
+    let other = srv.create_service("other").await;
+    assert_eq!(
+        serde_json::to_value(srv.admin.live_rooms("svc").await.unwrap()).unwrap(),
+        json!({"rooms": []})
+    );
+    let _a = srv.join(&s, "room-b", "a").await;
+    let mut b = srv.join(&s, "room-a", "b").await;
+    let sid = b.publish().await.unwrap();
+    let _z = srv.join(&other, "elsewhere", "z").await;
+    assert_eq!(
+        serde_json::to_value(srv.admin.live_rooms("svc").await.unwrap()).unwrap(),
+        json!({"rooms": [
+            {"roomId": "room-a", "participants": [{"participantId": "b", "streams": [{"streamId": sid}]}]},
+            {"roomId": "room-b", "participants": [{"participantId": "a", "streams": []}]},
+        ]}),
+        "by id, only this service's"
+    );
+    let (status, error) = api_error(srv.admin.live_rooms("ghost").await.unwrap_err());
+    assert_eq!((status, error["code"].as_str()), (404, Some("not_found")));
+}
+
+#[tokio::test]
+async fn the_operator_kicks_participants_all_or_none() {
+    let srv = spawn(|_| {}).await;
+    let s = srv.create_service("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    let mut b = srv.join(&s, "room", "b").await;
+    expect_event(&mut a, EventKind::ParticipantJoined).await;
+
+    let e = srv
+        .admin
+        .kick_live_participants("svc", "room", &["b".into(), "ghost".into()])
+        .await
+        .unwrap_err();
+    let (status, error) = api_error(e);
+    assert_eq!((status, error["code"].as_str()), (404, Some("not_found")));
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("ghost") && !message.contains("\"b\""),
+        "{message}"
+    );
+    expect_quiet(&mut b).await;
+
+    srv.admin
+        .kick_live_participants("svc", "room", &["b".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_event(&mut b, EventKind::Kicked).await.0.as_deref(),
+        Some("b")
+    );
+    let closed = next(&mut b).await.unwrap_err();
+    assert_eq!((closed.code, closed.reason.as_str()), (1008, "kicked"));
+    expect_event(&mut a, EventKind::ParticipantLeft).await;
+    assert_eq!(room_ids(&srv, "svc").await, ["room"]);
+
+    // The last one out: the room ends with it (no empty-room grace here).
+    srv.admin
+        .kick_live_participants("svc", "room", &["a".into()])
+        .await
+        .unwrap();
+    expect_event(&mut a, EventKind::Kicked).await;
+    assert!(room_ids(&srv, "svc").await.is_empty());
+}
+
+#[tokio::test]
+async fn the_operator_inactivates_streams_all_or_none() {
+    let srv = spawn(|_| {}).await;
+    let s = srv.create_service("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    let sid = a.publish().await.unwrap();
+    let streams = async || {
+        let list = srv.admin.live_rooms("svc").await.unwrap();
+        list.rooms[0].participants[0].streams.len()
+    };
+
+    let e = srv
+        .admin
+        .inactivate_live_streams("svc", "room", &[("a".into(), sid), ("a".into(), 999)])
+        .await
+        .unwrap_err();
+    let (status, error) = api_error(e);
+    assert_eq!((status, error["code"].as_str()), (404, Some("not_found")));
+    assert!(
+        error["message"].as_str().unwrap().contains("999"),
+        "{error}"
+    );
+    expect_quiet(&mut a).await;
+    assert_eq!(streams().await, 1, "nothing was done");
+
+    srv.admin
+        .inactivate_live_streams("svc", "room", &[("a".into(), sid)])
+        .await
+        .unwrap();
+    assert_eq!(
+        expect_event(&mut a, EventKind::InactivatedStream).await,
+        (Some("a".into()), Some(sid))
+    );
+    assert_eq!(streams().await, 0);
+}
+
+#[tokio::test]
+async fn the_operator_destroys_a_room() {
+    let srv = spawn(|_| {}).await;
+    let s = srv.create_service("svc").await;
+    let mut a = srv.join(&s, "room", "a").await;
+    let _z = srv.join(&s, "other-room", "z").await;
+    srv.admin.destroy_live_room("svc", "room").await.unwrap();
+    expect_event(&mut a, EventKind::RoomDestroyed).await;
+    assert_eq!(next(&mut a).await.unwrap_err().reason, "room destroyed");
+    assert_eq!(room_ids(&srv, "svc").await, ["other-room"]);
+    let (status, _) = api_error(
+        srv.admin
+            .destroy_live_room("svc", "room")
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn room_routes_answer_404_for_an_unknown_service_room_or_target() {
+    let srv = spawn(|_| {}).await;
+    let s = srv.create_service("svc").await;
+    let _a = srv.join(&s, "room", "a").await;
+    let p = ["a".to_owned()];
+    let stream = [("a".to_owned(), 1)];
+    let admin = &srv.admin;
+    for (service, room) in [("ghost", "room"), ("svc", "nowhere")] {
+        let errors = [
+            admin.destroy_live_room(service, room).await.unwrap_err(),
+            admin
+                .kick_live_participants(service, room, &p)
+                .await
+                .unwrap_err(),
+            admin
+                .inactivate_live_streams(service, room, &stream)
+                .await
+                .unwrap_err(),
+        ];
+        for e in errors {
+            let (status, error) = api_error(e);
+            assert_eq!(
+                (status, error["code"].as_str()),
+                (404, Some("not_found")),
+                "{service}/{room}: {error}"
+            );
+        }
+    }
+    // A stream the participant never published.
+    let (status, _) = api_error(
+        admin
+            .inactivate_live_streams("svc", "room", &stream)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 404);
+    assert_eq!(room_ids(&srv, "svc").await, ["room"], "untouched");
+}
+
+#[tokio::test]
+async fn room_targets_are_1_to_the_maximum() {
+    let srv = spawn(|s| s.max_targets = 3).await;
+    let s = srv.create_service("svc").await;
+    let names = ["a", "b", "c", "d"];
+    let mut joined = Vec::new();
+    for pid in names {
+        joined.push(srv.join(&s, "room", pid).await);
+    }
+    let ids = |n: usize| names[..n].iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    let streams = |n: usize| ids(n).into_iter().map(|p| (p, 1)).collect::<Vec<_>>();
+    let admin = &srv.admin;
+    for n in [0, 4] {
+        let errors = [
+            admin
+                .kick_live_participants("svc", "room", &ids(n))
+                .await
+                .unwrap_err(),
+            admin
+                .inactivate_live_streams("svc", "room", &streams(n))
+                .await
+                .unwrap_err(),
+        ];
+        for e in errors {
+            let (status, error) = api_error(e);
+            assert_eq!(
+                (status, error["code"].as_str(), error["field"].as_str()),
+                (400, Some("invalid_field"), Some("targets")),
+                "{n} targets: {error}"
+            );
+        }
+    }
+    // Duplicates count once: four naming three participants are three.
+    let mut dup = ids(3);
+    dup.push("a".into());
+    admin
+        .kick_live_participants("svc", "room", &dup)
+        .await
+        .unwrap();
+    // The maximum passes the check (and then misses: no one published stream 1).
+    let (status, _) = api_error(
+        admin
+            .inactivate_live_streams("svc", "room", &streams(3))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 404);
+    let listed = admin.live_rooms("svc").await.unwrap();
+    let left: Vec<_> = listed.rooms[0]
+        .participants
+        .iter()
+        .map(|p| p.participant_id.as_str())
+        .collect();
+    assert_eq!(left, ["d"]);
 }

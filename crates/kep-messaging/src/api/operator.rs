@@ -1,5 +1,6 @@
-//! The operator's messaging calls under `/admin/v1/messaging`: API clients, and a
-//! read-back of what the carrier was handed.
+//! The operator's messaging calls under `/admin/v1/messaging`: API clients, a read-back of
+//! what the carrier was handed, and every client's messages, their timelines and RCS result
+//! groups.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -9,9 +10,16 @@ use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
 use utoipa::OpenApi;
 
 use crate::MessagingService;
-use crate::ids::ClientId;
+use crate::ids::{ClientId, MessageUid};
+use crate::model::{Channel, Status};
+use crate::store::{MessageFilter, MessageSummaryRow};
+use crate::time::ServiceZone;
 use kep_api::messaging::paths;
-use kep_api::messaging::{ClientSecret, ClientSummary, CreateClient, OutboxEntry};
+use kep_api::messaging::{
+    ClientSecret, ClientSummary, CreateClient, MessageList, MessageQuery, MessageSummary,
+    MessageTimeline, OutboxEntry, ReportGroup, ReportGroupList, ReportGroupQuery, TimelineEntry,
+    TimelineEvent,
+};
 
 pub(crate) fn router(m: MessagingService) -> Router {
     Router::new()
@@ -19,14 +27,38 @@ pub(crate) fn router(m: MessagingService) -> Router {
         .route(paths::CLIENT, delete(delete_client))
         .route(paths::CLIENT_SECRET, post(rotate_secret))
         .route(paths::OUTBOX, get(outbox))
+        .route(paths::MESSAGES, get(messages))
+        .route(paths::MESSAGE, get(message))
+        .route(paths::REPORT_GROUPS, get(report_groups))
         .with_state(m)
 }
 
 /// OpenAPI of the messaging operator calls.
 #[derive(OpenApi)]
 #[openapi(
-    paths(create_client, list_clients, delete_client, rotate_secret, outbox),
-    components(schemas(CreateClient, ClientSecret, ClientSummary, OutboxEntry))
+    paths(
+        create_client,
+        list_clients,
+        delete_client,
+        rotate_secret,
+        outbox,
+        messages,
+        message,
+        report_groups
+    ),
+    components(schemas(
+        CreateClient,
+        ClientSecret,
+        ClientSummary,
+        OutboxEntry,
+        MessageList,
+        MessageSummary,
+        MessageTimeline,
+        TimelineEntry,
+        TimelineEvent,
+        ReportGroupList,
+        ReportGroup
+    ))
 )]
 pub struct MessagingAdminDoc;
 
@@ -137,4 +169,166 @@ pub(crate) async fn outbox(
             })
             .collect(),
     ))
+}
+
+/// The page size of the operator's lists: 1 to 500, default 50.
+fn list_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::invalid_field("limit", "1 to 500"));
+    }
+    Ok(limit)
+}
+
+fn summary(zone: &ServiceZone, r: MessageSummaryRow) -> MessageSummary {
+    MessageSummary {
+        uid: r.uid.into_string(),
+        client_id: r.client_id.into_string(),
+        cid: r.cid,
+        channel: r.channel.to_string(),
+        message_type: r.message_type.to_string(),
+        phone_number: r.phone_number,
+        status: r.status.to_string(),
+        attempts: r.attempts,
+        reg_date: zone.format(r.reg_date),
+        res_date: r.res_date.map(|ms| zone.format(ms)),
+    }
+}
+
+/// `GET /admin/v1/messaging/messages`: every client's messages, newest first, narrowed by
+/// the filters given; `before` (the last uid of a page) pages on.
+#[utoipa::path(get, path = paths::MESSAGES, params(MessageQuery),
+    responses((status = 200, body = MessageList),
+              (status = 400, body = ErrorBody, description = "A filter or the limit breaks its rule; `field` names it")),
+    security(("operator" = [])))]
+pub(crate) async fn messages(
+    State(m): State<MessagingService>,
+    Query(q): Query<MessageQuery>,
+) -> Result<Json<MessageList>, ApiError> {
+    let status = q
+        .status
+        .map(|s| {
+            Status::parse(&s)
+                .ok_or_else(|| ApiError::invalid_field("status", "100, 200, 510 or 520"))
+        })
+        .transpose()?;
+    let channel = q
+        .channel
+        .map(|c| Channel::parse(&c).ok_or_else(|| ApiError::invalid_field("channel", "XMS or RCS")))
+        .transpose()?;
+    let before = q
+        .before
+        .map(|u| {
+            if u.len() == 20 && u.bytes().all(|b| b.is_ascii_digit()) {
+                Ok(MessageUid::from(u))
+            } else {
+                Err(ApiError::invalid_field("before", "a uid: 20 digits"))
+            }
+        })
+        .transpose()?;
+    let filter = MessageFilter {
+        client_id: q.client_id.map(ClientId::from),
+        phone_number: q.phone_number,
+        status,
+        channel,
+        before,
+        limit: list_limit(q.limit)?,
+    };
+    let rows =
+        m.0.store
+            .operator_messages(&filter)
+            .await
+            .map_err(ApiError::internal)?;
+    Ok(Json(MessageList {
+        messages: rows.into_iter().map(|r| summary(&m.0.zone, r)).collect(),
+    }))
+}
+
+/// `GET /admin/v1/messaging/messages/{uid}`: any client's message, its accepted body, its
+/// results and its timeline: accepted, each hand-over, and finished once final.
+#[utoipa::path(get, path = paths::MESSAGE, params(("uid" = String, Path)),
+    responses((status = 200, body = MessageTimeline), (status = 404, body = ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn message(
+    State(m): State<MessagingService>,
+    Path(uid): Path<String>,
+) -> Result<Json<MessageTimeline>, ApiError> {
+    let Some((d, handovers)) =
+        m.0.store
+            .message_timeline(&MessageUid::from(uid))
+            .await
+            .map_err(ApiError::internal)?
+    else {
+        return Err(ApiError::not_found("no such message"));
+    };
+    let zone = &m.0.zone;
+    let entry = |at: i64, event: TimelineEvent| TimelineEntry {
+        at: zone.format(at),
+        event,
+        status: None,
+        route: None,
+        outcome: None,
+        carrier: None,
+    };
+    let mut timeline = vec![TimelineEntry {
+        status: Some(Status::Accepted.to_string()),
+        ..entry(d.summary.reg_date, TimelineEvent::Accepted)
+    }];
+    timeline.extend(handovers.into_iter().map(|h| TimelineEntry {
+        route: Some(h.route.to_string()),
+        outcome: Some(h.outcome.to_string()),
+        carrier: Some(h.carrier),
+        ..entry(h.at, TimelineEvent::HandedOver)
+    }));
+    if d.summary.status != Status::Accepted
+        && let Some(at) = d.summary.res_date
+    {
+        timeline.push(TimelineEntry {
+            status: Some(d.summary.status.to_string()),
+            ..entry(at, TimelineEvent::Finished)
+        });
+    }
+    Ok(Json(MessageTimeline {
+        request: serde_json::from_str(&d.request).unwrap_or(serde_json::Value::Null),
+        rcs_status: d.rcs_status.map(|s| s.to_string()),
+        fallback_status: d.fallback_status.map(|s| s.to_string()),
+        sms_status_code: d.sms_status_code.map(|s| s.to_string()),
+        error_message: d.error_message,
+        report_group_id: d.report_group_id.map(|g| g.into_string()),
+        message: summary(zone, d.summary),
+        timeline,
+    }))
+}
+
+/// `GET /admin/v1/messaging/report-groups`: RCS result groups, newest first, with how many
+/// results each holds.
+#[utoipa::path(get, path = paths::REPORT_GROUPS, params(ReportGroupQuery),
+    responses((status = 200, body = ReportGroupList),
+              (status = 400, body = ErrorBody, description = "The limit is out of range")),
+    security(("operator" = [])))]
+pub(crate) async fn report_groups(
+    State(m): State<MessagingService>,
+    Query(q): Query<ReportGroupQuery>,
+) -> Result<Json<ReportGroupList>, ApiError> {
+    let limit = list_limit(q.limit)?;
+    let client_id = q.client_id.map(ClientId::from);
+    let rows =
+        m.0.store
+            .report_groups(client_id.as_ref(), limit)
+            .await
+            .map_err(ApiError::internal)?;
+    let zone = &m.0.zone;
+    Ok(Json(ReportGroupList {
+        report_groups: rows
+            .into_iter()
+            .map(|g| ReportGroup {
+                report_group_id: g.report_group_id.into_string(),
+                client_id: g.client_id.into_string(),
+                created_at: zone.format(g.created_at),
+                lease_until: zone.format(g.lease_until),
+                completed_at: g.completed_at.map(|ms| zone.format(ms)),
+                results: g.results,
+            })
+            .collect(),
+    }))
 }

@@ -63,11 +63,63 @@ pub struct UploadRow {
 }
 
 /// One hand-over to the carrier, recorded in the outbox with the message's outcome.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Handover {
     pub route: Route,
     pub outcome: CarrierCode,
     pub at: i64,
+    /// The connector it was handed to ([`crate::pipeline::Carrier::name`]).
+    pub carrier: String,
+}
+
+/// A message as the operator's list shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MessageSummaryRow {
+    pub uid: MessageUid,
+    pub client_id: ClientId,
+    pub cid: String,
+    pub channel: Channel,
+    pub message_type: MessageType,
+    pub phone_number: String,
+    pub status: Status,
+    pub attempts: i64,
+    pub reg_date: i64,
+    pub res_date: Option<i64>,
+}
+
+/// A message as the operator's timeline shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MessageDetailRow {
+    #[sqlx(flatten)]
+    pub summary: MessageSummaryRow,
+    pub request: String,
+    pub rcs_status: Option<RcsStatus>,
+    pub fallback_status: Option<FallbackStatus>,
+    pub sms_status_code: Option<CarrierCode>,
+    pub error_message: Option<String>,
+    pub report_group_id: Option<ReportGroupId>,
+}
+
+/// The operator's message list: every filter given applies.
+pub struct MessageFilter {
+    pub client_id: Option<ClientId>,
+    pub phone_number: Option<String>,
+    pub status: Option<Status>,
+    pub channel: Option<Channel>,
+    /// Only uids below this one.
+    pub before: Option<MessageUid>,
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReportGroupRow {
+    pub report_group_id: ReportGroupId,
+    pub client_id: ClientId,
+    pub created_at: i64,
+    pub lease_until: i64,
+    pub completed_at: Option<i64>,
+    /// The messages it holds.
+    pub results: i64,
 }
 
 /// What a search asks for; all within one client's messages.
@@ -218,6 +270,21 @@ pub trait Store: Send + Sync {
     ) -> sqlx::Result<bool>;
     /// Deletes expired uploads; their file ids.
     async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<FileId>>;
+
+    /// The operator's list: messages of every client, newest first, as `f` filters them.
+    async fn operator_messages(&self, f: &MessageFilter) -> sqlx::Result<Vec<MessageSummaryRow>>;
+    /// Any client's message and its hand-overs in the order they happened, read together
+    /// (a delivery records both at once).
+    async fn message_timeline(
+        &self,
+        uid: &MessageUid,
+    ) -> sqlx::Result<Option<(MessageDetailRow, Vec<Handover>)>>;
+    /// The newest `limit` result groups, of one client or all, newest first.
+    async fn report_groups(
+        &self,
+        client_id: Option<&ClientId>,
+        limit: i64,
+    ) -> sqlx::Result<Vec<ReportGroupRow>>;
 
     /// The newest `limit` outbox rows, newest first.
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>>;

@@ -7,8 +7,8 @@ use sqlx::migrate::Migrator;
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection, SqlitePool};
 
 use super::{
-    ClientRow, GroupCompletion, Handover, Inserted, MessageRow, OutboxRow, SearchFilter,
-    SearchQuery, Store, UploadRow,
+    ClientRow, GroupCompletion, Handover, Inserted, MessageDetailRow, MessageFilter, MessageRow,
+    MessageSummaryRow, OutboxRow, ReportGroupRow, SearchFilter, SearchQuery, Store, UploadRow,
 };
 use crate::model::{Channel, Status, UploadKind};
 
@@ -16,6 +16,9 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 const MESSAGE_COLUMNS: &str = "uid, client_id, cid, channel, message_type, phone_number, request, request_hash, \
     status, rcs_status, fallback_status, sms_status_code, error_message, attempts, reg_date, req_date, sent_date, res_date";
+
+/// The columns of [`MessageSummaryRow`].
+const SUMMARY_COLUMNS: &str = "uid, client_id, cid, channel, message_type, phone_number, status, attempts, reg_date, res_date";
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -100,10 +103,10 @@ impl SqliteStore {
             .iter()
             .flat_map(|(m, hs)| hs.iter().map(move |h| (*m, h)))
             .collect();
-        // 6 values a row: well under SQLite's 32,766 per statement.
+        // 7 values a row: well under SQLite's 32,766 per statement.
         for chunk in handovers.chunks(4096) {
             let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at) ",
+                "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at, carrier) ",
             );
             b.push_values(chunk, |mut v, (m, h)| {
                 v.push_bind(&m.uid)
@@ -111,7 +114,8 @@ impl SqliteStore {
                     .push_bind(&m.phone_number)
                     .push_bind(&m.request)
                     .push_bind(h.outcome)
-                    .push_bind(h.at);
+                    .push_bind(h.at)
+                    .push_bind(&h.carrier);
             });
             b.build().execute(&mut *tx).await?;
         }
@@ -138,6 +142,57 @@ fn push_filters(b: &mut QueryBuilder<Sqlite>, q: &SearchQuery<'_>) {
         };
     }
 }
+
+/// The operator's message list: only the filters given, so that the planner picks the index
+/// that serves them in uid order (`messages_by_client`, `messages_by_phone`, the primary
+/// key) and never sorts.
+fn push_operator_messages(b: &mut QueryBuilder<Sqlite>, f: &MessageFilter) {
+    b.push(format!("SELECT {SUMMARY_COLUMNS} FROM messages"));
+    let mut word = " WHERE ";
+    let mut term = |b: &mut QueryBuilder<Sqlite>, sql: &str| {
+        b.push(word).push(sql);
+        word = " AND ";
+    };
+    if let Some(c) = &f.client_id {
+        term(b, "client_id = ");
+        b.push_bind(c);
+    }
+    if let Some(p) = &f.phone_number {
+        term(b, "phone_number = ");
+        b.push_bind(p);
+    }
+    if let Some(s) = f.status {
+        term(b, "status = ");
+        b.push_bind(s);
+    }
+    if let Some(c) = f.channel {
+        term(b, "channel = ");
+        b.push_bind(c);
+    }
+    if let Some(u) = &f.before {
+        term(b, "uid < ");
+        b.push_bind(u);
+    }
+    b.push(" ORDER BY uid DESC LIMIT ").push_bind(f.limit);
+}
+
+/// The newest result groups with their results counted; rowid breaks ties within a
+/// millisecond (it grows with each insert) and is the last column of the creation indexes.
+fn push_report_groups(b: &mut QueryBuilder<Sqlite>, client_id: Option<&ClientId>, limit: i64) {
+    b.push(
+        "SELECT g.report_group_id, g.client_id, g.created_at, g.lease_until, g.completed_at,
+           (SELECT COUNT(*) FROM messages m WHERE m.report_group_id = g.report_group_id) AS results
+         FROM report_groups g",
+    );
+    if let Some(c) = client_id {
+        b.push(" WHERE g.client_id = ").push_bind(c);
+    }
+    b.push(" ORDER BY g.created_at DESC, g.rowid DESC LIMIT ")
+        .push_bind(limit);
+}
+
+/// A message's hand-overs, oldest first.
+const HANDOVERS: &str = "SELECT route, outcome, at, carrier FROM outbox WHERE uid = ? ORDER BY id";
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
@@ -528,10 +583,197 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn operator_messages(&self, f: &MessageFilter) -> sqlx::Result<Vec<MessageSummaryRow>> {
+        let mut b = QueryBuilder::new("");
+        push_operator_messages(&mut b, f);
+        b.build_query_as().fetch_all(&self.pool).await
+    }
+
+    async fn message_timeline(
+        &self,
+        uid: &MessageUid,
+    ) -> sqlx::Result<Option<(MessageDetailRow, Vec<Handover>)>> {
+        // One read transaction: one snapshot of the message and its hand-overs.
+        let mut tx = self.pool.begin().await?;
+        let message: Option<MessageDetailRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {SUMMARY_COLUMNS}, request, rcs_status, fallback_status, sms_status_code, error_message,
+               report_group_id FROM messages WHERE uid = ?"
+        )))
+        .bind(uid)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(message) = message else {
+            return Ok(None);
+        };
+        let handovers = sqlx::query_as(HANDOVERS)
+            .bind(uid)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some((message, handovers)))
+    }
+
+    async fn report_groups(
+        &self,
+        client_id: Option<&ClientId>,
+        limit: i64,
+    ) -> sqlx::Result<Vec<ReportGroupRow>> {
+        let mut b = QueryBuilder::new("");
+        push_report_groups(&mut b, client_id, limit);
+        b.build_query_as().fetch_all(&self.pool).await
+    }
+
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
         sqlx::query_as("SELECT id, uid, route, phone_number, payload, outcome, at FROM outbox ORDER BY id DESC LIMIT ?")
             .bind(limit)
             .fetch_all(&self.pool)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    use super::*;
+    use crate::model::Status;
+
+    /// The steps of `b`'s query plan (`b` starts with `EXPLAIN QUERY PLAN`).
+    async fn plan(pool: &SqlitePool, mut b: QueryBuilder<Sqlite>) -> String {
+        let steps: Vec<(i64, i64, i64, String)> = b.build_query_as().fetch_all(pool).await.unwrap();
+        steps
+            .into_iter()
+            .map(|s| s.3)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    #[tokio::test]
+    async fn the_operators_views_read_an_index_in_order_and_never_sort() {
+        // One connection: each would have its own in-memory database.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        MIGRATOR.run(&pool).await.unwrap();
+        let client = || Some(ClientId::from("c"));
+        let before = || Some(MessageUid::from("17000000000000000000"));
+        let none = || MessageFilter {
+            client_id: None,
+            phone_number: None,
+            status: None,
+            channel: None,
+            before: None,
+            limit: 50,
+        };
+        let cases = [
+            (
+                none(),
+                "SCAN messages USING INDEX sqlite_autoindex_messages_1",
+            ),
+            (
+                MessageFilter {
+                    before: before(),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX sqlite_autoindex_messages_1 (uid<?)",
+            ),
+            (
+                MessageFilter {
+                    client_id: client(),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX messages_by_client (client_id=?)",
+            ),
+            (
+                MessageFilter {
+                    client_id: client(),
+                    before: before(),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX messages_by_client (client_id=? AND uid<?)",
+            ),
+            (
+                MessageFilter {
+                    client_id: client(),
+                    channel: Some(Channel::Rcs),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX messages_client_uid (client_id=? AND channel=?)",
+            ),
+            (
+                MessageFilter {
+                    phone_number: Some("821012345678".into()),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX messages_by_phone (phone_number=?)",
+            ),
+            (
+                MessageFilter {
+                    client_id: client(),
+                    status: Some(Status::Failed),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX messages_by_client (client_id=?)",
+            ),
+            (
+                MessageFilter {
+                    client_id: client(),
+                    phone_number: Some("821012345678".into()),
+                    ..none()
+                },
+                "SEARCH messages USING INDEX messages_by_",
+            ),
+            // Few values each: a walk down the uid order that stops at the limit.
+            (
+                MessageFilter {
+                    status: Some(Status::Failed),
+                    ..none()
+                },
+                "SCAN messages USING INDEX sqlite_autoindex_messages_1",
+            ),
+            (
+                MessageFilter {
+                    channel: Some(Channel::Xms),
+                    ..none()
+                },
+                "SCAN messages USING INDEX sqlite_autoindex_messages_1",
+            ),
+        ];
+        for (f, expected) in &cases {
+            let mut b = QueryBuilder::new("EXPLAIN QUERY PLAN ");
+            push_operator_messages(&mut b, f);
+            let plan = plan(&pool, b).await;
+            assert!(plan.contains(expected), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
+
+        for (client_id, expected) in [
+            (None, "SCAN g USING INDEX report_groups_by_created"),
+            (
+                client(),
+                "SEARCH g USING INDEX report_groups_by_client (client_id=?)",
+            ),
+        ] {
+            let mut b = QueryBuilder::new("EXPLAIN QUERY PLAN ");
+            push_report_groups(&mut b, client_id.as_ref(), 50);
+            let plan = plan(&pool, b).await;
+            assert!(plan.contains(expected), "{plan}");
+            assert!(
+                plan.contains("USING COVERING INDEX messages_by_report_group (report_group_id=?)"),
+                "{plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
+
+        let (_, _, _, plan): (i64, i64, i64, String) = sqlx::query_as(sqlx::AssertSqlSafe(
+            format!("EXPLAIN QUERY PLAN {HANDOVERS}"),
+        ))
+        .bind("uid")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(plan, "SEARCH outbox USING INDEX outbox_by_uid (uid=?)");
     }
 }

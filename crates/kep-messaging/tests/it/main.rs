@@ -5,6 +5,7 @@ mod activity;
 mod common;
 mod edges;
 mod limits;
+mod operator;
 mod rcs;
 mod tokens;
 mod uploads;

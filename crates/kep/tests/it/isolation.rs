@@ -223,9 +223,11 @@ impl World {
         let area = path.split('/').nth(3).unwrap();
         match (area, param) {
             ("live", "id") => self.live_b.service.clone(),
+            ("live", "room") => ROOM.into(),
             ("adapter", "id") => self.adapter.b.id.clone(),
             ("adapter", "session") => self.adapter.sessions[0].1.clone(),
             ("messaging", "id") => self.messaging.b.client.clone(),
+            ("messaging", "uid") => self.messaging.messages[0].2.clone(),
             ("serving", "endpoint") => B_ENDPOINT.into(),
             ("serving", "deployment") => B_DEPLOYMENT.into(),
             ("serving", "instance") => self.serving.b_instance.clone(),

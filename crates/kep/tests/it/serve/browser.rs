@@ -98,3 +98,52 @@ fn every_api_document_renders_on_the_docs_page() {
         assert!(server.starts_with("http://127.0.0.1:"), "{d}");
     }
 }
+
+/// `/console`, as an operator uses it in Chromium (tests/console_page.py): a wrong token
+/// is refused; signed in, the token is in the tab's session storage and not in the URL; a
+/// participant who joins appears and is kicked from the page; a message's timeline reaches
+/// 200; a deployment's chart moves under load; DRM sessions and the activity stream show.
+#[test]
+fn an_operator_watches_and_acts_from_the_console() {
+    let steps = in_a_namespace("console_page.py");
+    let names: Vec<&str> = steps.iter().filter_map(|s| s["step"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "refused",
+            "signed in",
+            "room appeared",
+            "kicked",
+            "timeline",
+            "chart moved",
+            "drm session",
+            "activity"
+        ],
+        "{steps:?}"
+    );
+    let signed_in = &steps[1];
+    let token = "operator-token-of-the-console-test";
+    assert!(
+        !signed_in["url"].as_str().unwrap().contains(token),
+        "{signed_in}"
+    );
+    assert_eq!(signed_in["stored"], serde_json::json!([token]));
+    assert!(
+        steps[2]["row"].as_str().unwrap().contains("video"),
+        "{}",
+        steps[2]
+    );
+    assert_eq!(
+        steps[4]["events"],
+        serde_json::json!(["accepted", "handed_over", "finished"])
+    );
+    let facts = steps[4]["facts"].as_str().unwrap();
+    assert!(facts.contains("821012345678") && facts.contains("console-1"), "{facts}");
+    let facts = steps[6]["facts"].as_str().unwrap();
+    assert!(facts.contains("report.pdf") && facts.contains("kim"), "{facts}");
+    assert!(steps[5]["qps"].as_f64() > Some(5.0), "{}", steps[5]);
+    let seen = steps[7]["events"].as_array().unwrap();
+    for e in ["room.opened", "participant.kicked", "message.accepted"] {
+        assert!(seen.iter().any(|s| s == e), "{e} in {seen:?}");
+    }
+}

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Headless Chromium on kep's web console (`/console`), run by tests/it/serve/browser.rs in
+a network namespace of its own (only `lo`).
+
+It starts `kep serve`, then as an operator would: a wrong token is refused; the right one
+signs in; a participant joining (the live demo page, publishing Chromium's fake camera)
+appears in the room list, and is kicked from the page; a message sent with the CLI shows
+its timeline up to status 200; a deployment's chart moves under load; a DRM session and
+the activity stream show. Prints one JSON line per step; exits 1 with the failed step.
+With KEP_CONSOLE_SHOTS set to a directory, it saves a screenshot of each page there (the
+README's).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+KEP = sys.argv[1]
+INSTANCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../kep-serving/tests/instance.py")
+SHOTS = os.environ.get("KEP_CONSOLE_SHOTS")
+TOKEN = "operator-token-of-the-console-test"
+
+
+def emit(step, **fields):
+    print(json.dumps({"step": step, **fields}), flush=True)
+
+
+def until(what, check, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    emit("failed", step_failed=what)
+    sys.exit(1)
+
+
+def shot(page, name):
+    if SHOTS:
+        time.sleep(0.5)  # the last refresh painted
+        page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=True)
+
+
+def main():
+    data = tempfile.mkdtemp()
+    env = dict(os.environ, KEP_DATA_DIR=data, KEP_ADMIN_TOKEN=TOKEN, KEP_LOG="warn")
+    addrs = [f"--{l}-addr" for l in ("admin", "live", "adapter", "messaging", "gateway", "media")]
+    args = [a for flag in addrs for a in (flag, "127.0.0.1:0")]
+    server = subprocess.Popen([KEP, "serve", *args], env=env)
+    try:
+        run(data, env)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def cli(env, *args):
+    out = subprocess.run([KEP, *args], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        emit("failed", step_failed=" ".join(args), stderr=out.stderr)
+        sys.exit(1)
+    return json.loads(out.stdout) if out.stdout.strip() else None
+
+
+def call(url, method="GET", body=None, token=None):
+    req = urllib.request.Request(url, method=method, data=body and json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {token or TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as res:
+        text = res.read()
+        return json.loads(text) if text else None
+
+
+def run(data, env):
+    path = os.path.join(data, "addresses.json")
+    addrs = until("kep serve starts", lambda: os.path.exists(path) and json.load(open(path)))
+    admin, live = f"http://{addrs['admin']}", f"http://{addrs['live']}"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--use-fake-device-for-media-stream",
+            "--use-fake-ui-for-media-stream", "--allow-loopback-in-peer-connection"])
+        console = browser.new_page(viewport={"width": 1360, "height": 860})
+        console.goto(f"{admin}/console")
+
+        # A wrong token is refused and kept nowhere.
+        console.fill("#token", "not-the-token")
+        console.click("#sign-in-form button")
+        until("a wrong token is refused", lambda: console.text_content("#sign-in-error") == "That is not the operator token.")
+        if console.evaluate("sessionStorage.length") != 0 or console.is_visible("#nav"):
+            emit("failed", step_failed="a refused token signs nobody in")
+            sys.exit(1)
+        emit("refused")
+
+        console.fill("#token", TOKEN)
+        console.click("#sign-in-form button")
+        until("signed in", lambda: console.is_visible("#nav a[data-page=live]"))
+        emit("signed in", url=console.url, stored=console.evaluate("Object.values(sessionStorage)"))
+
+        # Live: alice joins and publishes from the demo page; the console shows her, then
+        # kicks her.
+        secrets = call(f"{admin}/admin/v1/live/services", "POST", {"serviceId": "demo"})
+        cli(env, "live", "provision", "--service-id", "demo", "--admin-secret", secrets["adminSecret"])
+        console.goto(f"{admin}/console#/live")
+        token = cli(env, "live", "token", "stage", "alice", "--service-id", "demo",
+                    "--service-secret", secrets["serviceSecret"])["token"]
+        alice = browser.new_page()
+        alice.goto(f"{live}/demo?token={token}")
+        row = console.locator('tr[data-participant="alice"]')
+        until("alice appears with her stream", lambda: row.count() == 1 and row.locator(".stream-chip").count() == 1)
+        emit("room appeared", row=row.inner_text())
+        shot(console, "live")
+        row.get_by_role("button", name="Kick").click()
+        row.get_by_role("button", name="Confirm kick").click()
+        until("alice hears she was kicked", lambda: alice.evaluate("window.kep.events.some(e => e.event === 'Kicked')"))
+        until("alice leaves the list", lambda: row.count() == 0)
+        emit("kicked")
+
+        # Messaging: a message's timeline up to its final status.
+        client = cli(env, "msg", "client", "--name", "console")
+        cli(env, "msg", "token", "--client-id", client["client_id"], "--client-secret", client["client_secret"])
+        uid = cli(env, "msg", "send-xms", "--to", "821012345678", "--from", "0212345678",
+                  "--text", "hello from the console test", "--cid", "console-1")["uid"]
+        console.goto(f"{admin}/console#/messaging")
+        message = console.locator(f'a[href="#/messaging/message/{uid}"]')
+        until("the message is listed", lambda: message.count() == 1)
+        shot(console, "messaging")
+        message.click()
+        until("its timeline reaches 200",
+              lambda: console.locator('.timeline li[data-event=finished][data-status="200"]').count() == 1)
+        steps = console.locator(".timeline li").evaluate_all("els => els.map(e => e.dataset.event)")
+        emit("timeline", events=steps, facts=console.inner_text(".facts"))
+        shot(console, "message")
+
+        # Serving: the deployment's calls-per-second chart moves under load.
+        cli(env, "serving", "image", "create", "py", "--", "python3", INSTANCE)
+        endpoint = cli(env, "serving", "endpoint", "create", "demo")
+        cli(env, "serving", "deployment", "create", "demo", "blue", "--image", "py",
+            "--readiness-http", "/ready", "--readiness-interval-s", "0.2")
+        subprocess.run([KEP, "serving", "deployment", "wait", "demo", "blue", "--timeout-s", "60"],
+                       env=env, check=True, capture_output=True)
+        console.goto(f"{admin}/console#/serving/endpoint/demo")
+        until("the charts draw", lambda: console.locator("[data-chart=qps]").count() == 1)
+        idle = json.loads(console.get_attribute("[data-chart=qps]", "data-last") or "[0]")[0]
+        stop = threading.Event()
+
+        def load():
+            while not stop.is_set():
+                try:
+                    call(f"{endpoint['url']}/hello", token=endpoint["api_key"])
+                except OSError:
+                    pass
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            qps = until("the chart moves", lambda: (
+                v := json.loads(console.get_attribute("[data-chart=qps]", "data-last") or "[0]")[0]) and v > 5 and v)
+            time.sleep(3)  # a few points of it for the screenshot
+            shot(console, "serving")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        emit("chart moved", idle=idle, qps=qps)
+
+        # Adapter: a DRM session and its history.
+        org = call(f"{admin}/admin/v1/adapter/org-login-types", "POST",
+                   {"method": "OAUTH2", "adapter_agent": "127.0.0.1:9"})
+        session = call(f"{admin}/admin/v1/adapter/drm-requests", "POST",
+                       {"org_login_type_id": org["id"], "file_id": "report.pdf", "file_type": "DRM", "user": "kim"})
+        console.goto(f"{admin}/console#/adapter")
+        listed = console.locator(f'a[href="#/adapter/session/{session["session_id"]}"]')
+        until("the DRM session is listed", lambda: listed.count() == 1)
+        shot(console, "adapter")
+        listed.click()
+        until("its history shows the agent's notification",
+              lambda: console.locator("[data-panel=History] tbody tr").count() >= 1)
+        emit("drm session", facts=console.inner_text(".facts"))
+
+        # The activity stream: what happened above, as it happened.
+        console.goto(f"{admin}/console#/activity")
+        rows = console.locator("tr[data-event]")
+        until("the activity shows", lambda: rows.count() > 5)
+        seen = set(rows.evaluate_all("els => els.map(e => e.dataset.event)"))
+        emit("activity", events=sorted(seen))
+        shot(console, "activity")
+        console.goto(f"{admin}/console#/")
+        until("the overview shows", lambda: console.locator(".card").count() >= 5)
+        shot(console, "overview")
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()
