@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The activity stream's cost (BENCHMARKS.md): the messaging and live throughputs each event
-# is made by, with and without an operator watching GET /admin/v1/events, in the same run.
+# What a console client costs (BENCHMARKS.md): the messaging and live throughputs each event
+# is made by, with and without an operator watching as the console does (GET
+# /admin/v1/events, and /metrics scraped every second), in the same run.
 # Runs alternate (without, with, without, with …) so that the machine's drift hits both.
 #
 #   bench/activity.sh        # needs wrk, jq, curl; ROUNDS (3), DURATION (5s), CONNS (64)
@@ -31,9 +32,16 @@ export TOKEN=$(curl -sf -u "$(jq -r .client_id <<<"$C"):$(jq -r .client_secret <
 SECRET=$(op /admin/v1/live/services '{"serviceId":"bench"}' | jq -r .serviceSecret)
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 
-WATCHER=
-watch_on() { curl -sN -H "Authorization: Bearer $OP" "$ADMIN/admin/v1/events${WATCH_QUERY:-}" >"$WORK/events" & WATCHER=$!; sleep 0.2; }
-watch_off() { echo "   watcher (curl) CPU: $(awk "{print (\$14+\$15)/100}" /proc/$WATCHER/stat) s" >&2; kill "$WATCHER" 2>/dev/null || true; wait "$WATCHER" 2>/dev/null || true; WATCHER=; }
+WATCHER= SCRAPER=
+watch_on() {
+  curl -sN -H "Authorization: Bearer $OP" "$ADMIN/admin/v1/events${WATCH_QUERY:-}" >"$WORK/events" & WATCHER=$!
+  while sleep 1; do curl -sf "$ADMIN/metrics" >"$WORK/metrics" || true; done & SCRAPER=$!
+  sleep 0.2
+}
+watch_off() {
+  echo "   watcher (curl) CPU: $(awk "{print (\$14+\$15)/100}" /proc/$WATCHER/stat) s" >&2
+  kill "$WATCHER" "$SCRAPER" 2>/dev/null || true; wait "$WATCHER" "$SCRAPER" 2>/dev/null || true; WATCHER= SCRAPER=
+}
 
 write_send_lua "$WORK/send.lua"
 # req/s, and kep's CPU µs per accepted send (its own cost, whatever else shares the cores).
@@ -58,7 +66,7 @@ joins() {
   JOINED=$(awk '{print $(NF-1)}' <<<"$line")
 }
 
-echo "== POST /v2/send/xms (wrk -t2 -c$CONNS -d$DURATION: req/s, kep's CPU per send), and 5,000 joins (s), without | with a watcher"
+echo "== POST /v2/send/xms (wrk -t2 -c$CONNS -d$DURATION: req/s, kep's CPU per send), and 5,000 joins (s), without | with a console's watching (events and scrapes)"
 for r in $(seq "$ROUNDS"); do
   off=$(sends "off$r"); joins "off$r"; j_off=$JOINED
   watch_on; on=$(sends "on$r"); joins "on$r"; j_on=$JOINED; watch_off

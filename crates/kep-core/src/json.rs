@@ -234,6 +234,14 @@ mod tests {
     }
 
     #[test]
+    fn a_large_whole_float_is_read_exactly_as_the_integer_it_is() {
+        // Below 2^53 but with more digits than the fast path reads exactly: the default
+        // parser landed an ulp off (…247.25), a fraction.
+        let value: serde_json::Value = serde_json::from_str("2251799813685247.0").unwrap();
+        assert_eq!(super::deserialize::<i64>(value).unwrap(), 2251799813685247);
+    }
+
+    #[test]
     fn refuses_an_array_for_a_struct_and_a_fraction_for_an_integer() {
         let base = || json!({"list": [], "kind": "one", "map": {}});
         let mut v = base();

@@ -96,7 +96,7 @@ impl Control {
         for e in self.store.endpoints().await? {
             self.publish_route(&e.name).await?;
             for d in self.store.deployments(Some(&e.name)).await? {
-                self.runtime.apply(
+                self.runtime.resume(
                     DeploymentKey::new(&e.name, &d.name),
                     self.launch(&d.spec, &e),
                     e.instance_count as u32,

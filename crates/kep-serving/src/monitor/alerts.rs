@@ -290,9 +290,12 @@ impl Evaluator {
     /// The alert a deployment-state transition raises, if its condition is on.
     pub fn event(settings: &AlertSettings, e: &NewEvent) -> Option<NewAlert> {
         use DeploymentState::{Available, Progressing};
+        // kep's own start and stop are no change of the deployment's: its history says
+        // so (the event's reason), and no alert is sent.
         let Change::Deployment {
             from: Some(from),
             to,
+            lifecycle: None,
         } = e.change
         else {
             return None;
@@ -320,6 +323,7 @@ impl Evaluator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Lifecycle;
     use kep_api::serving::{CallMetrics, DeploymentMetrics, MirrorMetrics};
 
     fn settings(conditions: &[(&str, Option<f64>)]) -> AlertSettings {
@@ -511,7 +515,11 @@ mod tests {
             at_ms: 0,
             endpoint: "e".into(),
             deployment: "d".into(),
-            change: Change::Deployment { from, to },
+            change: Change::Deployment {
+                from,
+                to,
+                lifecycle: None,
+            },
         };
         let a = Evaluator::event(&s, &event(Some(Available), Progressing)).unwrap();
         assert_eq!(
@@ -526,5 +534,12 @@ mod tests {
             Evaluator::event(&s, &event(None, Progressing)).is_none(),
             "a creation"
         );
+        let mut stopping = event(Some(Available), Progressing);
+        stopping.change = Change::Deployment {
+            from: Some(Available),
+            to: Progressing,
+            lifecycle: Some(Lifecycle::Stopping),
+        };
+        assert!(Evaluator::event(&s, &stopping).is_none(), "kep's own stop");
     }
 }

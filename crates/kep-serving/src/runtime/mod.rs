@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, InstanceId};
 use crate::kinds::{DeploymentState, InstanceState};
-use crate::store::{Change, NewEvent, Store};
+use crate::store::{Change, Lifecycle, NewEvent, Store};
 pub use instance::InstanceStatus;
 use instance::{InstanceTask, Report};
 use kep_gateway::RouteUpdate;
@@ -62,6 +62,8 @@ enum Command {
         key: DeploymentKey,
         launch: Arc<Launch>,
         count: u32,
+        /// Made at kep's start from the store ([`RuntimeHandle::resume`]).
+        resumed: bool,
     },
     Remove {
         key: DeploymentKey,
@@ -88,10 +90,21 @@ pub struct RuntimeHandle {
 impl RuntimeHandle {
     /// Creates the deployment's instances, or rolls them over to `launch`.
     pub fn apply(&self, key: DeploymentKey, launch: Launch, count: u32) {
+        self.send_apply(key, launch, count, false);
+    }
+
+    /// Brings a stored deployment's instances up at kep's start: its states until it is
+    /// Available are kep's doing ([`Lifecycle::Started`]), not the deployment's.
+    pub fn resume(&self, key: DeploymentKey, launch: Launch, count: u32) {
+        self.send_apply(key, launch, count, true);
+    }
+
+    fn send_apply(&self, key: DeploymentKey, launch: Launch, count: u32, resumed: bool) {
         let _ = self.tx.send(Command::Apply {
             key,
             launch: Arc::new(launch),
             count,
+            resumed,
         });
     }
 
@@ -162,7 +175,12 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
         HashMap::new();
     while let Some(cmd) = rx.recv().await {
         match cmd {
-            Command::Apply { key, launch, count } => {
+            Command::Apply {
+                key,
+                launch,
+                count,
+                resumed,
+            } => {
                 if let Some(tx) = supervisors.get(&key)
                     && tx
                         .send(SupervisorCommand::Update(Arc::clone(&launch)))
@@ -172,13 +190,13 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
                 }
                 let (tx, cmds) = mpsc::unbounded_channel();
                 let (supervisor, reports) =
-                    Supervisor::new(Arc::clone(&ctx), key.clone(), launch, count);
+                    Supervisor::new(Arc::clone(&ctx), key.clone(), launch, count, resumed);
                 ctx.tasks.spawn(supervisor.run(cmds, reports));
                 supervisors.insert(key, tx);
             }
             Command::Remove { key, done } => match supervisors.remove(&key) {
                 Some(tx) => {
-                    let _ = tx.send(SupervisorCommand::Stop(done));
+                    let _ = tx.send(SupervisorCommand::Stop { done, kep: false });
                 }
                 None => {
                     let _ = done.send(());
@@ -213,7 +231,11 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
                 let mut waits = Vec::new();
                 for (_, tx) in supervisors.drain() {
                     let (stopped, wait) = oneshot::channel();
-                    if tx.send(SupervisorCommand::Stop(stopped)).is_ok() {
+                    let stop = SupervisorCommand::Stop {
+                        done: stopped,
+                        kep: true,
+                    };
+                    if tx.send(stop).is_ok() {
                         waits.push(wait);
                     }
                 }
@@ -230,7 +252,11 @@ async fn run(ctx: Arc<RuntimeContext>, mut rx: mpsc::UnboundedReceiver<Command>)
 enum SupervisorCommand {
     Update(Arc<Launch>),
     Status(oneshot::Sender<DeploymentStatus>),
-    Stop(oneshot::Sender<()>),
+    /// Stop every instance; `kep` when it is kep that stops.
+    Stop {
+        done: oneshot::Sender<()>,
+        kep: bool,
+    },
 }
 
 /// One instance as its supervisor tracks it.
@@ -257,6 +283,8 @@ struct Supervisor {
     generation: u64,
     members: Vec<Member>,
     state: Option<DeploymentState>,
+    /// What kep's own start or stop is doing to the deployment, while it does.
+    lifecycle: Option<Lifecycle>,
     ready: Vec<SocketAddr>,
     reports: mpsc::UnboundedSender<Report>,
 }
@@ -268,6 +296,7 @@ impl Supervisor {
         key: DeploymentKey,
         launch: Arc<Launch>,
         count: u32,
+        resumed: bool,
     ) -> (Self, mpsc::UnboundedReceiver<Report>) {
         let (reports, report_rx) = mpsc::unbounded_channel();
         let supervisor = Supervisor {
@@ -278,6 +307,7 @@ impl Supervisor {
             generation: 0,
             members: Vec::new(),
             state: None,
+            lifecycle: resumed.then_some(Lifecycle::Started),
             ready: Vec::new(),
             reports,
         };
@@ -297,6 +327,8 @@ impl Supervisor {
             tokio::select! {
                 cmd = cmds.recv() => match cmd {
                     Some(SupervisorCommand::Update(launch)) if !stopping => {
+                        // A change of the user's: what follows is the deployment's doing.
+                        self.lifecycle = None;
                         self.launch = launch;
                         self.generation += 1;
                         self.start_generation();
@@ -305,8 +337,9 @@ impl Supervisor {
                     Some(SupervisorCommand::Status(reply)) => {
                         let _ = reply.send(self.snapshot());
                     }
-                    Some(SupervisorCommand::Stop(done)) => {
+                    Some(SupervisorCommand::Stop { done, kep }) => {
                         stopping = true;
+                        self.lifecycle = kep.then_some(Lifecycle::Stopping);
                         stopped = Some(done);
                         self.members.iter().for_each(|m| m.cancel.cancel());
                     }
@@ -447,7 +480,14 @@ impl Supervisor {
         let state = self.deployment_state();
         if self.state != Some(state) {
             let from = self.state.replace(state);
-            self.event(Change::Deployment { from, to: state });
+            self.event(Change::Deployment {
+                from,
+                to: state,
+                lifecycle: self.lifecycle,
+            });
+            if state == DeploymentState::Available {
+                self.lifecycle = None;
+            }
         }
     }
 
@@ -497,10 +537,18 @@ impl Recorded {
         let object = format!("{}/{}", e.endpoint, e.deployment);
         let state = |s: Option<&str>| s.map_or(Value::Null, |s| s.to_lowercase().into());
         let (event, object, detail) = match &e.change {
-            Change::Deployment { from, to } => (
+            Change::Deployment {
+                from,
+                to,
+                lifecycle,
+            } => (
                 "deployment.state",
                 object,
-                json!({ "from": state(from.map(|f| f.as_str())), "to": state(Some(to.as_str())) }),
+                json!({
+                    "from": state(from.map(|f| f.as_str())),
+                    "to": state(Some(to.as_str())),
+                    "reason": lifecycle.map(Lifecycle::as_str),
+                }),
             ),
             Change::Instance {
                 instance,

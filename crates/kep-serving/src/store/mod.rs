@@ -120,6 +120,8 @@ pub enum Change {
     Deployment {
         from: Option<DeploymentState>,
         to: DeploymentState,
+        /// Where kep's own start or stop caused it, not the deployment.
+        lifecycle: Option<Lifecycle>,
     },
     Instance {
         instance: InstanceId,
@@ -137,6 +139,24 @@ pub enum Change {
         instance: InstanceId,
         reason: Option<String>,
     },
+}
+
+/// kep's own start and stop, as causes of a deployment's change of state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// kep started and brought the deployment's instances up again.
+    Started,
+    /// kep is stopping and stops the deployment's instances.
+    Stopping,
+}
+
+impl Lifecycle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Started => "kep started",
+            Lifecycle::Stopping => "kep is stopping",
+        }
+    }
 }
 
 /// How readiness reads in an event's states.
@@ -167,7 +187,7 @@ impl Change {
     /// The states it went from and to, in its kind's words.
     pub fn states(&self) -> (Option<&'static str>, Option<&'static str>) {
         match self {
-            Change::Deployment { from, to } => {
+            Change::Deployment { from, to, .. } => {
                 (from.map(DeploymentState::as_str), Some(to.as_str()))
             }
             Change::Instance { from, to, .. } => (Some(from.as_str()), Some(to.as_str())),
@@ -178,7 +198,7 @@ impl Change {
 
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Change::Deployment { .. } => None,
+            Change::Deployment { lifecycle, .. } => lifecycle.map(Lifecycle::as_str),
             Change::Instance { reason, .. }
             | Change::Ready { reason, .. }
             | Change::Restart { reason, .. } => reason.as_deref(),

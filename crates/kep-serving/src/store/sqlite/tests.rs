@@ -12,7 +12,7 @@ use crate::control::DeploymentSpec;
 use crate::ids::{DeploymentName, EndpointName, InstanceId};
 use crate::kinds::{AlertStatus, Condition, DeploymentState, InstanceState, Protocol};
 use crate::store::{
-    Change, DeploymentRow, EndpointRow, ImageRow, ModelRow, NewAlert, NewEvent, Store,
+    Change, DeploymentRow, EndpointRow, ImageRow, Lifecycle, ModelRow, NewAlert, NewEvent, Store,
 };
 
 async fn open() -> (SqliteStore, SqlitePool, tempfile::TempDir) {
@@ -137,10 +137,12 @@ async fn events_are_stored_in_the_words_of_their_kind() {
         Change::Deployment {
             from: None,
             to: DeploymentState::Progressing,
+            lifecycle: Some(Lifecycle::Started),
         },
         Change::Deployment {
             from: Some(DeploymentState::Progressing),
             to: DeploymentState::Available,
+            lifecycle: None,
         },
         Change::Instance {
             instance: i.clone(),
@@ -187,7 +189,7 @@ async fn events_are_stored_in_the_words_of_their_kind() {
                 None,
                 None,
                 s("Progressing"),
-                None
+                s("kep started")
             ),
             (
                 "deployment_state".into(),

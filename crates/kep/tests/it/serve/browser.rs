@@ -138,9 +138,15 @@ fn an_operator_watches_and_acts_from_the_console() {
         serde_json::json!(["accepted", "handed_over", "finished"])
     );
     let facts = steps[4]["facts"].as_str().unwrap();
-    assert!(facts.contains("821012345678") && facts.contains("console-1"), "{facts}");
+    assert!(
+        facts.contains("821012345678") && facts.contains("console-1"),
+        "{facts}"
+    );
     let facts = steps[6]["facts"].as_str().unwrap();
-    assert!(facts.contains("report.pdf") && facts.contains("kim"), "{facts}");
+    assert!(
+        facts.contains("report.pdf") && facts.contains("kim"),
+        "{facts}"
+    );
     assert!(steps[5]["qps"].as_f64() > Some(5.0), "{}", steps[5]);
     let seen = steps[7]["events"].as_array().unwrap();
     for e in ["room.opened", "participant.kicked", "message.accepted"] {

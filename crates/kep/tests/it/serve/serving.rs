@@ -309,3 +309,109 @@ fn instances_left_by_a_killed_kep_are_reconciled_and_a_stop_stops_them() {
     drop(second); // SIGTERM: kep stops its instances before it exits.
     assert!(!alive(new_pid), "a stopped kep leaves no instance behind");
 }
+
+/// kep's own stop and start take every deployment through Progressing and back: that is
+/// no change of the deployment's, so it raises no state alert, and its history says what
+/// caused it. A change of the user's still does.
+#[test]
+fn kep_own_stop_and_start_raise_no_state_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let instance = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kep-serving/tests/instance.py")
+        .canonicalize()
+        .unwrap();
+    let first = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &first.0;
+    let py = ["python3", instance.to_str().unwrap()];
+    cli(
+        srv,
+        &[&["serving", "image", "create", "py", "--"][..], &py].concat(),
+    );
+    cli(srv, &["serving", "endpoint", "create", "demo"]);
+    cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "demo",
+            "app",
+            "--image",
+            "py",
+        ],
+    );
+    cli(srv, &["serving", "deployment", "wait", "demo", "app"]);
+    // Nothing listens on the webhook: an alert stays in the history as pending or failed.
+    let alerts = [
+        "serving",
+        "alerts",
+        "set",
+        "demo",
+        "--webhook",
+        "http://127.0.0.1:9/hook",
+        "--on",
+        "state_progressing",
+        "--on",
+        "state_available",
+    ];
+    cli(srv, &alerts);
+    drop(first);
+
+    let second = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &second.0;
+    cli(srv, &["serving", "deployment", "wait", "demo", "app"]);
+    let history = cli(srv, &["serving", "alerts", "history", "demo"]);
+    assert_eq!(history["alerts"], serde_json::json!([]), "{history}");
+    let events = cli(srv, &["serving", "deployment", "events", "demo", "app"]);
+    let states: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "deployment_state")
+        .collect();
+    assert!(
+        states.iter().any(|e| e["reason"] == "kep started"),
+        "{events}"
+    );
+    // Leaving Available is only ever kep's stop (when it was recorded before the exit).
+    assert!(
+        states
+            .iter()
+            .filter(|e| e["from"] == "Available")
+            .all(|e| e["reason"] == "kep is stopping"),
+        "{events}"
+    );
+
+    // The user's own change: a rolling update, Available → Progressing → Available.
+    cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "patch",
+            "demo",
+            "app",
+            "--env",
+            "VERSION=2",
+        ],
+    );
+    let raised = eventually_blocking(Duration::from_secs(30), "the state alerts", || {
+        let history = cli(srv, &["serving", "alerts", "history", "demo"]);
+        let conditions: Vec<String> = history["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["condition"].as_str().map(str::to_owned))
+            .collect();
+        if conditions.len() == 2 {
+            Ok(conditions)
+        } else {
+            Err(format!("{history}"))
+        }
+    });
+    assert_eq!(
+        raised,
+        ["state_available", "state_progressing"],
+        "newest first"
+    );
+}
