@@ -16,20 +16,8 @@ CONNS=${CONNS:-64}
 bench_init kep kep-bench
 DATA=$WORK/data
 
-KEP_LOG=warn KEP_SIMULATOR_DELAY_MS=200 $KEP serve --data-dir "$DATA" --only live,messaging \
-  --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 \
-  --messaging-addr 127.0.0.1:0 >/dev/null 2>&1 &
-pids+=($!); SERVER=$!
-for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
-ADMIN=http://$(jq -r .admin "$DATA/addresses.json")
-LIVE=http://$(jq -r .live "$DATA/addresses.json")
-MSG=http://$(jq -r .messaging "$DATA/addresses.json")
-OP=$(cat "$DATA/admin-token")
-op() { curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' "$ADMIN$1" -d "$2"; }
-C=$(op /admin/v1/messaging/clients '{}')
-export TOKEN=$(curl -sf -u "$(jq -r .client_id <<<"$C"):$(jq -r .client_secret <<<"$C")" \
-  -d grant_type=client_credentials "$MSG/v2/oauth/token" | jq -r .access_token)
-SECRET=$(op /admin/v1/live/services '{"serviceId":"bench"}' | jq -r .serviceSecret)
+serve_live_messaging
+SECRET=$(jq -r .serviceSecret <<<"$SVC")
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 
 WATCHER= SCRAPER=

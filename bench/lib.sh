@@ -97,3 +97,27 @@ function request()
 end
 LUA
 }
+
+# Starts `kep serve --only live,messaging` on port 0 with its data in $DATA, then makes an
+# API client (its token exported as TOKEN) and the live service `bench`. Sets SERVER,
+# ADMIN, LIVE, MSG, OP (the operator token) and SVC (the service's secrets, JSON).
+serve_live_messaging() {
+  KEP_LOG=warn KEP_SIMULATOR_DELAY_MS=200 "$KEP" serve --data-dir "$DATA" --only live,messaging \
+    --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 \
+    --messaging-addr 127.0.0.1:0 >/dev/null 2>&1 &
+  SERVER=$!
+  pids+=("$SERVER")
+  for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
+  ADMIN=http://$(jq -r .admin "$DATA/addresses.json")
+  LIVE=http://$(jq -r .live "$DATA/addresses.json")
+  MSG=http://$(jq -r .messaging "$DATA/addresses.json")
+  OP=$(cat "$DATA/admin-token")
+  local c
+  c=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' \
+    "$ADMIN/admin/v1/messaging/clients" -d '{}')
+  TOKEN=$(curl -sf -u "$(jq -r .client_id <<<"$c"):$(jq -r .client_secret <<<"$c")" \
+    -d grant_type=client_credentials "$MSG/v2/oauth/token" | jq -r .access_token)
+  export TOKEN
+  SVC=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' \
+    "$ADMIN/admin/v1/live/services" -d '{"serviceId":"bench"}')
+}

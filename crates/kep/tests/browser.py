@@ -8,44 +8,21 @@ fake camera, the other shows it), then acts on the room with the CLI. Prints JSO
 exits 0 when every step held, 1 with the failed step otherwise.
 """
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 from playwright.sync_api import sync_playwright
 
+from kep_serve import emit, serving, until
+
 KEP = sys.argv[1]
 
 
-def emit(event, **fields):
-    print(json.dumps({"event": event, **fields}), flush=True)
-
-
-def until(what, check, timeout=30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    emit("failed", step=what)
-    sys.exit(1)
-
-
 def main():
-    data = tempfile.mkdtemp()
-    env = dict(os.environ, KEP_DATA_DIR=data, KEP_ADMIN_TOKEN="op", KEP_LOG="warn")
-    addrs = [f"--{l}-addr" for l in ("admin", "live", "adapter", "messaging", "gateway", "media")]
-    args = [a for flag in addrs for a in (flag, "127.0.0.1:0")]
-    server = subprocess.Popen([KEP, "serve", "--only", "live", *args], env=env)
-    try:
-        run(data, env)
-    finally:
-        server.terminate()
-        server.wait()
+    with serving(KEP, "--only", "live", KEP_ADMIN_TOKEN="op") as (env, urls):
+        run(env, urls)
 
 
 def cli(env, *args):
@@ -53,12 +30,10 @@ def cli(env, *args):
     return json.loads(out.stdout) if out.stdout.strip() else None
 
 
-def run(data, env):
-    path = os.path.join(data, "addresses.json")
-    addrs = until("kep serve starts", lambda: os.path.exists(path) and json.load(open(path)))
-    live = f"http://{addrs['live']}"
+def run(env, urls):
+    live = urls["live"]
     req = urllib.request.Request(
-        f"http://{addrs['admin']}/admin/v1/live/services", method="POST",
+        f"{urls['admin']}/admin/v1/live/services", method="POST",
         data=b'{"serviceId": "demo"}',
         headers={"Authorization": "Bearer op", "Content-Type": "application/json"})
     secrets = json.load(urllib.request.urlopen(req))

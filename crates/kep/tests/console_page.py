@@ -14,32 +14,18 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 from playwright.sync_api import sync_playwright
 
+from kep_serve import emit, serving, until
+
 KEP = sys.argv[1]
 INSTANCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../kep-serving/tests/instance.py")
 SHOTS = os.environ.get("KEP_CONSOLE_SHOTS")
 TOKEN = "operator-token-of-the-console-test"
-
-
-def emit(step, **fields):
-    print(json.dumps({"step": step, **fields}), flush=True)
-
-
-def until(what, check, timeout=30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    emit("failed", step_failed=what)
-    sys.exit(1)
 
 
 def shot(page, name):
@@ -49,22 +35,14 @@ def shot(page, name):
 
 
 def main():
-    data = tempfile.mkdtemp()
-    env = dict(os.environ, KEP_DATA_DIR=data, KEP_ADMIN_TOKEN=TOKEN, KEP_LOG="warn")
-    addrs = [f"--{l}-addr" for l in ("admin", "live", "adapter", "messaging", "gateway", "media")]
-    args = [a for flag in addrs for a in (flag, "127.0.0.1:0")]
-    server = subprocess.Popen([KEP, "serve", *args], env=env)
-    try:
-        run(data, env)
-    finally:
-        server.terminate()
-        server.wait()
+    with serving(KEP, KEP_ADMIN_TOKEN=TOKEN) as (env, urls):
+        run(env, urls)
 
 
 def cli(env, *args):
     out = subprocess.run([KEP, *args], env=env, capture_output=True, text=True)
     if out.returncode != 0:
-        emit("failed", step_failed=" ".join(args), stderr=out.stderr)
+        emit("failed", step=" ".join(args), stderr=out.stderr)
         sys.exit(1)
     return json.loads(out.stdout) if out.stdout.strip() else None
 
@@ -77,10 +55,8 @@ def call(url, method="GET", body=None, token=None):
         return json.loads(text) if text else None
 
 
-def run(data, env):
-    path = os.path.join(data, "addresses.json")
-    addrs = until("kep serve starts", lambda: os.path.exists(path) and json.load(open(path)))
-    admin, live = f"http://{addrs['admin']}", f"http://{addrs['live']}"
+def run(env, urls):
+    admin, live = urls["admin"], urls["live"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
             "--no-sandbox", "--use-fake-device-for-media-stream",
@@ -93,7 +69,7 @@ def run(data, env):
         console.click("#sign-in-form button")
         until("a wrong token is refused", lambda: console.text_content("#sign-in-error") == "That is not the operator token.")
         if console.evaluate("sessionStorage.length") != 0 or console.is_visible("#nav"):
-            emit("failed", step_failed="a refused token signs nobody in")
+            emit("failed", step="a refused token signs nobody in")
             sys.exit(1)
         emit("refused")
 
@@ -155,7 +131,7 @@ def run(data, env):
                     call(f"{endpoint['url']}/hello", token=endpoint["api_key"])
                 except OSError:
                     pass
-        threads = [threading.Thread(target=load) for _ in range(4)]
+        threads = [threading.Thread(target=load) for _ in range(2)]
         for t in threads:
             t.start()
         try:

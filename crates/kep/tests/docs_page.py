@@ -5,33 +5,18 @@ test runs this in a network namespace of its own). Prints one JSON line per docu
 {"doc", "operations", "servers"}; exits 1 with the failed step otherwise.
 """
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 
 from playwright.sync_api import sync_playwright
+
+from kep_serve import serving
 
 KEP = sys.argv[1]
 
 
 def main():
-    data = tempfile.mkdtemp()
-    env = dict(os.environ, KEP_DATA_DIR=data, KEP_LOG="warn")
-    addrs = [f"--{l}-addr" for l in ("admin", "live", "adapter", "messaging", "gateway", "media")]
-    args = [a for flag in addrs for a in (flag, "127.0.0.1:0")]
-    server = subprocess.Popen([KEP, "serve", *args], env=env, stdout=subprocess.DEVNULL)
-    try:
-        path = os.path.join(data, "addresses.json")
-        deadline = time.time() + 30
-        while not os.path.exists(path):
-            if time.time() > deadline:
-                print(json.dumps({"failed": "kep serve starts"}))
-                sys.exit(1)
-            time.sleep(0.1)
-        time.sleep(0.2)
-        admin = "http://" + json.load(open(path))["admin"]
+    with serving(KEP) as (_, urls):
+        admin = urls["admin"]
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
             page = browser.new_page()
@@ -42,9 +27,6 @@ def main():
                 servers = page.locator(".servers select option").all_inner_texts()
                 print(json.dumps({"doc": doc, "operations": operations, "servers": servers}), flush=True)
             browser.close()
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

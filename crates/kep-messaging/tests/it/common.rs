@@ -109,16 +109,21 @@ impl Server {
         (res.status(), res.json().await.unwrap_or(Value::Null))
     }
 
-    /// What was handed to the carrier, newest first.
-    pub async fn outbox(&self) -> Value {
+    /// An operator route's answer, as JSON.
+    pub async fn operator_get(&self, path: &str) -> Value {
         let res = self
             .http
-            .get(format!("{}/admin/v1/messaging/outbox", self.admin))
+            .get(format!("{}{path}", self.admin))
             .bearer_auth(OPERATOR_TOKEN)
             .send()
             .await
             .unwrap();
         res.json().await.unwrap()
+    }
+
+    /// What was handed to the carrier, newest first.
+    pub async fn outbox(&self) -> Value {
+        self.operator_get("/admin/v1/messaging/outbox").await
     }
 
     /// The XMS detail once the message left status 100.

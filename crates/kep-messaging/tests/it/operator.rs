@@ -42,6 +42,18 @@ async fn finished(admin: &AdminClient, uid: &str) -> MessageTimeline {
     .await
 }
 
+/// An object's field names, sorted: the wire names a console reads.
+fn keys(object: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = object
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
 fn uids(list: &[MessageSummary]) -> Vec<&str> {
     list.iter().map(|m| m.uid.as_str()).collect()
 }
@@ -102,25 +114,12 @@ async fn the_message_list_shows_every_clients_messages_newest_first_and_each_fil
     assert_eq!(m.res_date.as_deref().map(str::len), Some(19));
 
     // The wire names, as a console reads them.
-    let raw: Value = srv
-        .http
-        .get(format!("{}/admin/v1/messaging/messages?limit=1", srv.admin))
-        .bearer_auth(OPERATOR_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mut keys: Vec<&str> = raw["messages"][0]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort_unstable();
+    let raw = srv
+        .operator_get("/admin/v1/messaging/messages?limit=1")
+        .await;
+    let names = keys(&raw["messages"][0]);
     assert_eq!(
-        keys,
+        names,
         [
             "attempts",
             "channel",
@@ -405,19 +404,9 @@ async fn a_messages_timeline_goes_from_accepted_through_each_hand_over_to_its_fi
     );
 
     // The wire names.
-    let raw: Value = srv
-        .http
-        .get(format!(
-            "{}/admin/v1/messaging/messages/{}",
-            srv.admin, sent[3]
-        ))
-        .bearer_auth(OPERATOR_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let raw = srv
+        .operator_get(&format!("/admin/v1/messaging/messages/{}", sent[3]))
+        .await;
     assert_eq!(
         raw["message"]["uid"],
         sent[3].as_str(),
@@ -561,28 +550,12 @@ async fn report_groups_appear_once_a_client_fetches_its_rcs_results() {
     assert_eq!(only_a[0].completed_at.as_deref().map(str::len), Some(19));
     assert_eq!(only_a[0].results, 2, "a completed group keeps its results");
 
-    let raw: Value = srv
-        .http
-        .get(format!(
-            "{}/admin/v1/messaging/report-groups?client_id={a}",
-            srv.admin
-        ))
-        .bearer_auth(OPERATOR_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mut keys: Vec<&str> = raw["report_groups"][0]
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort_unstable();
+    let raw = srv
+        .operator_get(&format!("/admin/v1/messaging/report-groups?client_id={a}"))
+        .await;
+    let names = keys(&raw["report_groups"][0]);
     assert_eq!(
-        keys,
+        names,
         [
             "client_id",
             "completed_at",

@@ -106,7 +106,7 @@ fn every_api_document_renders_on_the_docs_page() {
 #[test]
 fn an_operator_watches_and_acts_from_the_console() {
     let steps = in_a_namespace("console_page.py");
-    let names: Vec<&str> = steps.iter().filter_map(|s| s["step"].as_str()).collect();
+    let names: Vec<&str> = steps.iter().filter_map(|s| s["event"].as_str()).collect();
     assert_eq!(
         names,
         [

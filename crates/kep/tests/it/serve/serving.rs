@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{
-    KEP, StopsGracefully, cli, cli_fails, eventually_blocking, http, port0, serve,
+    KEP, Server, StopsGracefully, cli, cli_fails, eventually_blocking, http, port0, serve,
 };
 
 #[test]
@@ -234,6 +234,28 @@ fn the_serving_flow_from_the_cli() {
     assert_eq!(http("GET", &url, Some(new_key), None).0, 401);
 }
 
+/// An endpoint with one deployment of tests/instance.py (the image `py`), Available: the
+/// endpoint as created (its API key shown) and the deployment as `wait` showed it.
+fn python_deployment(srv: &Server, endpoint: &str, deployment: &str) -> (Value, Value) {
+    let instance = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kep-serving/tests/instance.py")
+        .canonicalize()
+        .unwrap();
+    let command = ["python3", instance.to_str().unwrap()];
+    cli(
+        srv,
+        &[&["serving", "image", "create", "py", "--"][..], &command].concat(),
+    );
+    let created = cli(srv, &["serving", "endpoint", "create", endpoint]);
+    let create = ["serving", "deployment", "create", endpoint, deployment];
+    cli(srv, &[&create[..], &["--image", "py"]].concat());
+    let waited = cli(
+        srv,
+        &["serving", "deployment", "wait", endpoint, deployment],
+    );
+    (created, waited)
+}
+
 /// Whether a process with this pid runs (a zombie counts as gone).
 fn alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -249,40 +271,9 @@ fn alive(pid: u64) -> bool {
 #[test]
 fn instances_left_by_a_killed_kep_are_reconciled_and_a_stop_stops_them() {
     let dir = tempfile::tempdir().unwrap();
-    let instance = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../kep-serving/tests/instance.py")
-        .canonicalize()
-        .unwrap();
     let first = serve(dir.path(), &port0(), &[]);
-    cli(
-        &first,
-        &[
-            "serving",
-            "image",
-            "create",
-            "py",
-            "--",
-            "python3",
-            instance.to_str().unwrap(),
-        ],
-    );
-    let key = cli(&first, &["serving", "endpoint", "create", "demo"])["api_key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    cli(
-        &first,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "demo",
-            "app",
-            "--image",
-            "py",
-        ],
-    );
-    let waited = cli(&first, &["serving", "deployment", "wait", "demo", "app"]);
+    let (endpoint, waited) = python_deployment(&first, "demo", "app");
+    let key = endpoint["api_key"].as_str().unwrap().to_owned();
     let old_pid = waited["instances"][0]["pid"].as_u64().unwrap();
     drop(first); // SIGKILL: kep gets no chance to stop its instance.
     assert!(
@@ -316,31 +307,9 @@ fn instances_left_by_a_killed_kep_are_reconciled_and_a_stop_stops_them() {
 #[test]
 fn kep_own_stop_and_start_raise_no_state_alert() {
     let dir = tempfile::tempdir().unwrap();
-    let instance = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../kep-serving/tests/instance.py")
-        .canonicalize()
-        .unwrap();
     let first = StopsGracefully(serve(dir.path(), &port0(), &[]));
     let srv = &first.0;
-    let py = ["python3", instance.to_str().unwrap()];
-    cli(
-        srv,
-        &[&["serving", "image", "create", "py", "--"][..], &py].concat(),
-    );
-    cli(srv, &["serving", "endpoint", "create", "demo"]);
-    cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "demo",
-            "app",
-            "--image",
-            "py",
-        ],
-    );
-    cli(srv, &["serving", "deployment", "wait", "demo", "app"]);
+    python_deployment(srv, "demo", "app");
     // Nothing listens on the webhook: an alert stays in the history as pending or failed.
     let alerts = [
         "serving",

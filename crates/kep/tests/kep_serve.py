@@ -1,0 +1,45 @@
+"""What the Chromium scripts (browser.py, console_page.py, docs_page.py) share: `kep serve`
+on port 0 with its data in a temp dir, the JSON lines they report, and waiting for a step.
+"""
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+LISTENERS = ("admin", "live", "adapter", "messaging", "gateway", "media")
+
+
+def emit(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def until(what, check, timeout=30.0):
+    """`check()`'s first truthy answer within `timeout` s; else the step failed: exit 1."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    emit("failed", step=what)
+    sys.exit(1)
+
+
+@contextlib.contextmanager
+def serving(kep, *args, **env):
+    """`kep serve` with every listener on a free port, `env` added to its environment:
+    yields (its environment, its addresses by listener); stopped by SIGTERM on the way out."""
+    data = tempfile.mkdtemp()
+    env = dict(os.environ, KEP_DATA_DIR=data, KEP_LOG="warn", **env)
+    ports = [a for listener in LISTENERS for a in (f"--{listener}-addr", "127.0.0.1:0")]
+    server = subprocess.Popen([kep, "serve", *args, *ports], env=env, stdout=subprocess.DEVNULL)
+    try:
+        path = os.path.join(data, "addresses.json")
+        addrs = until("kep serve starts", lambda: os.path.exists(path) and json.load(open(path)))
+        yield env, {name: f"http://{addr}" for name, addr in addrs.items()}
+    finally:
+        server.terminate()
+        server.wait()
