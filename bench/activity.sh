@@ -2,9 +2,10 @@
 # What a console client costs (BENCHMARKS.md): the messaging and live throughputs each event
 # is made by, with and without an operator watching as the console does (GET
 # /admin/v1/events, and /metrics scraped every second), in the same run.
-# Runs alternate (without, with, without, with …) so that the machine's drift hits both.
+# Runs alternate (without, with, with, without …) so that the machine's drift hits both.
 #
 #   bench/activity.sh        # needs wrk, jq, curl; ROUNDS (3), DURATION (5s), CONNS (64)
+#   SCRAPE=0 bench/activity.sh   # the events stream alone, no /metrics scrapes
 set -euo pipefail
 [ -n "${TRACE:-}" ] && set -x
 cd "$(dirname "$0")/.."
@@ -23,12 +24,14 @@ echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d
 WATCHER= SCRAPER=
 watch_on() {
   curl -sN -H "Authorization: Bearer $OP" "$ADMIN/admin/v1/events${WATCH_QUERY:-}" >"$WORK/events" & WATCHER=$!
-  while sleep 1; do curl -sf "$ADMIN/metrics" >"$WORK/metrics" || true; done & SCRAPER=$!
+  if [ "${SCRAPE:-1}" = 1 ]; then
+    while sleep 1; do curl -sf "$ADMIN/metrics" >"$WORK/metrics" || true; done & SCRAPER=$!
+  fi
   sleep 0.2
 }
 watch_off() {
   echo "   watcher (curl) CPU: $(awk "{print (\$14+\$15)/100}" /proc/$WATCHER/stat) s" >&2
-  kill "$WATCHER" "$SCRAPER" 2>/dev/null || true; wait "$WATCHER" "$SCRAPER" 2>/dev/null || true; WATCHER= SCRAPER=
+  kill $WATCHER $SCRAPER 2>/dev/null || true; wait $WATCHER $SCRAPER 2>/dev/null || true; WATCHER= SCRAPER=
 }
 
 write_send_lua "$WORK/send.lua"
@@ -55,8 +58,11 @@ joins() {
 }
 
 echo "== POST /v2/send/xms (wrk -t2 -c$CONNS -d$DURATION: req/s, kep's CPU per send), and 5,000 joins (s), without | with a console's watching (events and scrapes)"
+# Without and with swap places every round (ABBA): each run grows the database the next
+# one writes to, so a fixed order would favour the side that goes first.
+without() { off=$(sends "off$r"); joins "off$r"; j_off=$JOINED; }
+with() { watch_on; on=$(sends "on$r"); joins "on$r"; j_on=$JOINED; watch_off; }
 for r in $(seq "$ROUNDS"); do
-  off=$(sends "off$r"); joins "off$r"; j_off=$JOINED
-  watch_on; on=$(sends "on$r"); joins "on$r"; j_on=$JOINED; watch_off
+  if ((r % 2)); then without; with; else with; without; fi
   echo "   round $r: sends $off | $on; joins $j_off | $j_on s; events streamed: $(grep -c '^id:' "$WORK/events"), missed: $(awk -F: '/^data: {"missed"/ {n += $3} END {print n + 0}' "$WORK/events")"
 done

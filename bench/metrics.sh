@@ -38,9 +38,14 @@ LUA
 METRICS_FRAMES='metrics::|metrics_exporter_prometheus|metrics_util|kep_live::metrics|kep_[a-z_]+::.*observe'
 share() {
   perf script -i "$1" -F ip,sym 2>/dev/null | awk -v re="$METRICS_FRAMES" '
-    /^$/ { if (n) { total++; hit += found }; n = 0; found = 0; next }
-    { n = 1; if ($0 ~ re) found = 1 }
-    END { if (n) { total++; hit += found }; printf "%d samples, %.2f %% with a metrics frame", total, 100 * hit / total }'
+    function done_sample() { if (n) { total++; depth += n; if (first != "") { hit++; by[first]++ } } n = 0; first = "" }
+    /^$/ { done_sample(); next }
+    { n++; if (first == "" && $0 ~ re) { $1 = ""; first = substr($0, 2) } }
+    END {
+      done_sample()
+      printf "%d samples (%.0f frames deep on average), %.2f %% with a metrics frame; the most seen:\n", total, depth / total, 100 * hit / total
+      for (f in by) printf "      %5.2f %%  %s\n", 100 * by[f] / total, substr(f, 1, 110) | "sort -rn | head -4"
+    }'
 }
 
 # Load $1 (wrk against $3 with script $2) with kep profiled meanwhile.
@@ -48,7 +53,7 @@ profiled() {
   perf record -q -F 499 --call-graph dwarf,16384 -p "$SERVER" -o "$WORK/$1.perf" -- sleep "$SECS" 2>/dev/null &
   local perf=$!
   local rate
-  rate=$(wrk -t2 -c64 -d"$DURATION" -s "$2" "$3" | awk '/Requests\/sec/ {print $2}')
+  rate=$(wrk -t2 -c64 -d"$DURATION" -s "$2" "$3" -- "$1" | awk '/Requests\/sec/ {print $2}')
   wait "$perf" || true
   echo "   $1: $rate req/s; $(share "$WORK/$1.perf")"
 }

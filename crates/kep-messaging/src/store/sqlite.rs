@@ -144,9 +144,23 @@ fn push_filters(b: &mut QueryBuilder<Sqlite>, q: &SearchQuery<'_>) {
 }
 
 /// The operator's message list: only the filters given, so that the planner picks the index
-/// that serves them in uid order (`messages_by_client`, `messages_by_phone`, the primary
-/// key) and never sorts.
+/// that serves them in uid order (`messages_by_phone`, the primary key) and never sorts. A
+/// client's messages of both channels are one walk of `messages_client_uid` per channel,
+/// merged in uid order: no index of their own to keep up at every send.
 fn push_operator_messages(b: &mut QueryBuilder<Sqlite>, f: &MessageFilter) {
+    match (&f.client_id, f.channel) {
+        (Some(_), None) => {
+            push_message_select(b, f, Some(Channel::Xms));
+            b.push(" UNION ALL ");
+            push_message_select(b, f, Some(Channel::Rcs));
+        }
+        (_, channel) => push_message_select(b, f, channel),
+    }
+    b.push(" ORDER BY uid DESC LIMIT ").push_bind(f.limit);
+}
+
+/// One `SELECT` of the list: `f`'s filters, with `channel` for its channel.
+fn push_message_select(b: &mut QueryBuilder<Sqlite>, f: &MessageFilter, channel: Option<Channel>) {
     b.push(format!("SELECT {SUMMARY_COLUMNS} FROM messages"));
     let mut word = " WHERE ";
     let mut term = |b: &mut QueryBuilder<Sqlite>, sql: &str| {
@@ -155,25 +169,24 @@ fn push_operator_messages(b: &mut QueryBuilder<Sqlite>, f: &MessageFilter) {
     };
     if let Some(c) = &f.client_id {
         term(b, "client_id = ");
-        b.push_bind(c);
+        b.push_bind(c.clone());
     }
     if let Some(p) = &f.phone_number {
         term(b, "phone_number = ");
-        b.push_bind(p);
+        b.push_bind(p.clone());
     }
     if let Some(s) = f.status {
         term(b, "status = ");
         b.push_bind(s);
     }
-    if let Some(c) = f.channel {
+    if let Some(c) = channel {
         term(b, "channel = ");
         b.push_bind(c);
     }
     if let Some(u) = &f.before {
         term(b, "uid < ");
-        b.push_bind(u);
+        b.push_bind(u.clone());
     }
-    b.push(" ORDER BY uid DESC LIMIT ").push_bind(f.limit);
 }
 
 /// The newest result groups with their results counted; rowid breaks ties within a
@@ -684,7 +697,7 @@ mod tests {
                     client_id: client(),
                     ..none()
                 },
-                "SEARCH messages USING INDEX messages_by_client (client_id=?)",
+                "SEARCH messages USING INDEX messages_client_uid (client_id=? AND channel=?)",
             ),
             (
                 MessageFilter {
@@ -692,7 +705,7 @@ mod tests {
                     before: before(),
                     ..none()
                 },
-                "SEARCH messages USING INDEX messages_by_client (client_id=? AND uid<?)",
+                "SEARCH messages USING INDEX messages_client_uid (client_id=? AND channel=? AND uid<?)",
             ),
             (
                 MessageFilter {
@@ -715,7 +728,7 @@ mod tests {
                     status: Some(Status::Failed),
                     ..none()
                 },
-                "SEARCH messages USING INDEX messages_by_client (client_id=?)",
+                "SEARCH messages USING INDEX messages_client_uid (client_id=? AND channel=?)",
             ),
             (
                 MessageFilter {
@@ -723,7 +736,7 @@ mod tests {
                     phone_number: Some("821012345678".into()),
                     ..none()
                 },
-                "SEARCH messages USING INDEX messages_by_",
+                "SEARCH messages USING INDEX messages_",
             ),
             // Few values each: a walk down the uid order that stops at the limit.
             (
