@@ -420,6 +420,68 @@ mod tests {
 
 /// The paths of the live routes, as the server routes them (`{name}` marks a path
 /// parameter) and the client fills them.
+/// `PUT /admin/v1/live/services/{id}/webhook`: where the service's room events go.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookRequest {
+    /// An `http://` or `https://` URL.
+    #[schema(max_length = 2048)]
+    pub url: String,
+    pub enabled: bool,
+}
+
+/// A service's webhook; `secret` (what signs each delivery) only where it was just set.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    pub url: String,
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Why kep turned it off (its receiver answered 410 Gone); gone when it is set again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+}
+
+/// One event of a service's webhook and how its delivery went.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDelivery {
+    /// The event's `id`, as in its body.
+    pub id: String,
+    /// `Room.OnRoomOpened`, `Room.OnRoomClosed`, `Room.OnParticipantEvent`,
+    /// `Room.OnStreamEvent`.
+    pub event: String,
+    pub room_id: String,
+    /// `pending` (queued or between attempts), `delivered` or `failed` (given up).
+    pub status: String,
+    pub attempts: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the change happened, in ms since the epoch.
+    pub at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<i64>,
+    /// The body posted.
+    #[schema(value_type = Object)]
+    pub body: serde_json::Value,
+}
+
+/// `GET …/webhook/deliveries`, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WebhookDeliveries {
+    pub deliveries: Vec<WebhookDelivery>,
+}
+
+/// `GET …/webhook/deliveries?limit=`: 1 to 1000, default 100.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveriesQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+}
+
 pub mod paths {
     pub const SERVICES: &str = "/admin/v1/live/services";
     pub const SERVICE: &str = "/admin/v1/live/services/{id}";
@@ -428,6 +490,9 @@ pub mod paths {
     pub const ROOM: &str = "/admin/v1/live/services/{id}/rooms/{room}";
     pub const ROOM_KICK: &str = "/admin/v1/live/services/{id}/rooms/{room}/kick";
     pub const ROOM_INACTIVATE: &str = "/admin/v1/live/services/{id}/rooms/{room}/inactivate";
+    pub const WEBHOOK: &str = "/admin/v1/live/services/{id}/webhook";
+    pub const WEBHOOK_SECRET: &str = "/admin/v1/live/services/{id}/webhook/secret";
+    pub const WEBHOOK_DELIVERIES: &str = "/admin/v1/live/services/{id}/webhook/deliveries";
     pub const RPC: &str = "/api/rpc";
     pub const WS: &str = "/api/ws";
     /// WHIP: publish a stream into the room.

@@ -6,7 +6,7 @@ use kep_api::live::{
     KickRequest, ListParticipantsResult, ParticipantTarget, ProvisionAuth, ProvisionParams,
     ProvisionResult, RoomList, RoomParams, RpcRequest, RpcResponse, Scheme, ServerMessage,
     ServiceList, ServiceSecrets, ServiceSummary, StreamTarget, TargetsParams, UpdateServiceRequest,
-    VersionParams, provision_value,
+    VersionParams, Webhook, WebhookDeliveries, WebhookRequest, provision_value,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -63,6 +63,49 @@ impl AdminClient {
                 .post(self.url(&path(paths::SERVICE_SECRETS, &[id]))),
         )
         .await
+    }
+
+    /// Sets where the service's room events go; the answer shows the signing secret.
+    pub async fn set_live_webhook(
+        &self,
+        service: &str,
+        url: &str,
+        enabled: bool,
+    ) -> Result<Webhook, ClientError> {
+        let req = WebhookRequest {
+            url: url.to_owned(),
+            enabled,
+        };
+        let url = self.url(&path(paths::WEBHOOK, &[service]));
+        self.send(self.http.put(url).json(&req)).await
+    }
+
+    pub async fn live_webhook(&self, service: &str) -> Result<Webhook, ClientError> {
+        self.send(self.http.get(self.url(&path(paths::WEBHOOK, &[service]))))
+            .await
+    }
+
+    pub async fn rotate_live_webhook_secret(&self, service: &str) -> Result<Webhook, ClientError> {
+        self.send(
+            self.http
+                .post(self.url(&path(paths::WEBHOOK_SECRET, &[service]))),
+        )
+        .await
+    }
+
+    /// The service's webhook events, newest first, with how their delivery went.
+    pub async fn live_webhook_deliveries(
+        &self,
+        service: &str,
+        limit: Option<i64>,
+    ) -> Result<WebhookDeliveries, ClientError> {
+        let mut req = self
+            .http
+            .get(self.url(&path(paths::WEBHOOK_DELIVERIES, &[service])));
+        if let Some(limit) = limit {
+            req = req.query(&[("limit", limit)]);
+        }
+        self.send(req).await
     }
 
     /// `GET /admin/v1/live/services/{id}/rooms`

@@ -12,6 +12,7 @@ mod metrics;
 mod provision;
 mod rooms;
 mod store;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,6 +55,16 @@ pub struct LiveSettings {
     /// The address put in SDP answers instead of `media_addr`'s, behind NAT.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub media_public_ip: Option<std::net::IpAddr>,
+    /// Webhook deliveries: attempts per event (the first included) …
+    pub webhook_attempts: u32,
+    /// … the first wait between them, doubling (with jitter) up to a minute …
+    pub webhook_retry_ms: u64,
+    /// … and the age past which an event is given up instead of tried again.
+    pub webhook_max_age_s: u64,
+    /// How long one delivery may take.
+    pub webhook_timeout_ms: u64,
+    /// Events waiting per room; one more is given up at once.
+    pub webhook_queue: usize,
     /// Per service (a Room call's token; a participant's join), else per peer address.
     #[serde(flatten)]
     pub limits: Limits,
@@ -75,6 +86,11 @@ impl Default for LiveSettings {
             send_timeout_s: 10,
             media_addr: SocketAddr::from(([127, 0, 0, 1], 8805)),
             media_public_ip: None,
+            webhook_attempts: 30,
+            webhook_retry_ms: 500,
+            webhook_max_age_s: 3600,
+            webhook_timeout_ms: 5000,
+            webhook_queue: 100_000,
             limits: Limits {
                 // Participant sockets stay open: 10,000 of them is the benchmark's load.
                 max_connections: 12_288,
@@ -94,6 +110,7 @@ pub(crate) struct Live {
     shutdown: CancellationToken,
     sockets: TaskTracker,
     activity: kep_core::activity::ServiceActivity,
+    webhooks: Arc<webhooks::Webhooks>,
 }
 
 /// What ends with a media session: its datagrams' route, a publisher's stream, and the
@@ -138,7 +155,24 @@ impl Service for LiveService {
     /// Opens `live.db` and loads the services and tokens. The listener's public URL is
     /// handed out as `api`; shutdown closes participant sockets.
     async fn start(settings: LiveSettings, ctx: &Context) -> anyhow::Result<Self> {
-        let access = access::Access::load(store::open(ctx).await?, ctx.clock.clone()).await?;
+        let store = store::open(ctx).await?;
+        let access = access::Access::load(Arc::clone(&store), ctx.clock.clone()).await?;
+        let webhooks = Arc::new(
+            webhooks::Webhooks::start(
+                store,
+                webhooks::DeliveryPolicy {
+                    outbox: webhooks::policy(
+                        settings.webhook_attempts,
+                        settings.webhook_retry_ms,
+                        settings.webhook_queue,
+                    ),
+                    max_age: Duration::from_secs(settings.webhook_max_age_s),
+                    timeout: Duration::from_millis(settings.webhook_timeout_ms),
+                },
+                ctx,
+            )
+            .await?,
+        );
         let provisioner = provision::Provisioner::new(
             Duration::from_secs(settings.provision_window_s),
             settings.token_ttl_s,
@@ -163,7 +197,8 @@ impl Service for LiveService {
                 ctx.shutdown.clone(),
             )
             .with_media(Arc::clone(&media))
-            .with_activity(activity.clone()),
+            .with_activity(activity.clone())
+            .with_webhooks(Arc::clone(&webhooks)),
         );
         ctx.spawn(sessions_ended(gone, Arc::clone(&media), Arc::clone(&rooms)));
         Ok(LiveService(Arc::new(Live {
@@ -176,6 +211,7 @@ impl Service for LiveService {
             shutdown: ctx.shutdown.clone(),
             sockets: TaskTracker::new(),
             activity,
+            webhooks,
         })))
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use kep_core::http::{AdminJson, ApiError, Path};
 use serde_json::{Value, json};
@@ -16,8 +16,9 @@ use crate::ids::ServiceId;
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 use kep_api::live::{
-    CreateServiceRequest, InactivateRequest, KickRequest, ListParticipantsResult, RoomInfo,
-    RoomList, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest,
+    CreateServiceRequest, DeliveriesQuery, InactivateRequest, KickRequest, ListParticipantsResult,
+    RoomInfo, RoomList, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest, Webhook,
+    WebhookDeliveries, WebhookDelivery, WebhookRequest,
 };
 
 pub(crate) fn router(live: LiveService) -> Router {
@@ -29,6 +30,9 @@ pub(crate) fn router(live: LiveService) -> Router {
         .route(paths::ROOM, delete(destroy_room))
         .route(paths::ROOM_KICK, post(kick))
         .route(paths::ROOM_INACTIVATE, post(inactivate))
+        .route(paths::WEBHOOK, put(set_webhook).get(show_webhook))
+        .route(paths::WEBHOOK_SECRET, post(rotate_webhook_secret))
+        .route(paths::WEBHOOK_DELIVERIES, get(webhook_deliveries))
         .with_state(live)
 }
 
@@ -44,7 +48,11 @@ pub(crate) fn router(live: LiveService) -> Router {
         list_rooms,
         destroy_room,
         kick,
-        inactivate
+        inactivate,
+        set_webhook,
+        show_webhook,
+        rotate_webhook_secret,
+        webhook_deliveries
     ),
     components(schemas(
         CreateServiceRequest,
@@ -54,7 +62,11 @@ pub(crate) fn router(live: LiveService) -> Router {
         RoomList,
         RoomInfo,
         KickRequest,
-        InactivateRequest
+        InactivateRequest,
+        WebhookRequest,
+        Webhook,
+        WebhookDelivery,
+        WebhookDeliveries
     ))
 )]
 pub struct LiveAdminDoc;
@@ -303,4 +315,136 @@ pub(crate) async fn inactivate(
         .inactivate(&service, &room, &req.targets)
         .map_err(room_error)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A receiver's URL: `http://` or `https://` with a host, at most 2,048 characters.
+fn check_webhook_url(url: &str) -> Result<(), ApiError> {
+    let fine = url.len() <= 2048
+        && reqwest::Url::parse(url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if fine {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_field(
+            "url",
+            "an http:// or https:// URL with a host, at most 2048 characters",
+        ))
+    }
+}
+
+fn no_webhook() -> ApiError {
+    ApiError::not_found("the service has no webhook")
+}
+
+fn webhook(row: crate::store::WebhookRow, secret: bool) -> Webhook {
+    Webhook {
+        url: row.url,
+        enabled: row.enabled,
+        secret: secret.then_some(row.secret),
+        disabled_reason: row.disabled_reason,
+    }
+}
+
+/// `PUT /admin/v1/live/services/{id}/webhook`: where the service's room events go, signed
+/// with its secret (made the first time; shown here).
+#[utoipa::path(put, path = paths::WEBHOOK, request_body = WebhookRequest,
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = Webhook), (status = 400, body = kep_core::http::ErrorBody),
+              (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn set_webhook(
+    State(live): State<LiveService>,
+    Path(id): Path<ServiceId>,
+    AdminJson(req): AdminJson<WebhookRequest>,
+) -> Result<Json<Webhook>, ApiError> {
+    check_webhook_url(&req.url)?;
+    known_service(&live, id.as_str())?;
+    let row = live
+        .0
+        .webhooks
+        .put(&id, req.url, req.enabled, None)
+        .await
+        .map_err(ApiError::internal)?;
+    let detail = json!({ "url": row.url, "enabled": row.enabled });
+    live.0.activity.record("webhook.set", id.as_str(), detail);
+    Ok(Json(webhook(row, true)))
+}
+
+/// `GET /admin/v1/live/services/{id}/webhook` (without its secret).
+#[utoipa::path(get, path = paths::WEBHOOK,
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = Webhook), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn show_webhook(
+    State(live): State<LiveService>,
+    Path(id): Path<String>,
+) -> Result<Json<Webhook>, ApiError> {
+    known_service(&live, &id)?;
+    let row = live.0.webhooks.get(&id).ok_or_else(no_webhook)?;
+    Ok(Json(webhook(row, false)))
+}
+
+/// `POST /admin/v1/live/services/{id}/webhook/secret`: a new signing secret, shown once;
+/// the old one signs nothing more.
+#[utoipa::path(post, path = paths::WEBHOOK_SECRET,
+    params(("id" = String, Path, description = "serviceId")),
+    responses((status = 200, body = Webhook), (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn rotate_webhook_secret(
+    State(live): State<LiveService>,
+    Path(id): Path<ServiceId>,
+) -> Result<Json<Webhook>, ApiError> {
+    known_service(&live, id.as_str())?;
+    let old = live.0.webhooks.get(id.as_str()).ok_or_else(no_webhook)?;
+    let secret = Some(kep_core::secret::new_secret());
+    let row = live
+        .0
+        .webhooks
+        .put(&id, old.url, old.enabled, secret)
+        .await
+        .map_err(ApiError::internal)?;
+    live.0
+        .activity
+        .record("webhook.secret_rotated", id.as_str(), Value::Null);
+    Ok(Json(webhook(row, true)))
+}
+
+/// `GET /admin/v1/live/services/{id}/webhook/deliveries`: the service's events, newest
+/// first, with their attempts and last error.
+#[utoipa::path(get, path = paths::WEBHOOK_DELIVERIES,
+    params(("id" = String, Path, description = "serviceId"), DeliveriesQuery),
+    responses((status = 200, body = WebhookDeliveries), (status = 400, body = kep_core::http::ErrorBody),
+              (status = 404, body = kep_core::http::ErrorBody)),
+    security(("operator" = [])))]
+pub(crate) async fn webhook_deliveries(
+    State(live): State<LiveService>,
+    Path(id): Path<ServiceId>,
+    kep_core::http::Query(q): kep_core::http::Query<DeliveriesQuery>,
+) -> Result<Json<WebhookDeliveries>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid_field("limit", "1 to 1000"));
+    }
+    known_service(&live, id.as_str())?;
+    let rows = live
+        .0
+        .webhooks
+        .deliveries(&id, limit)
+        .await
+        .map_err(ApiError::internal)?;
+    let deliveries = rows
+        .into_iter()
+        .map(|r| WebhookDelivery {
+            id: r.id,
+            event: r.event,
+            room_id: r.room_id,
+            status: r.status,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            at: r.at,
+            delivered_at: r.delivered_at,
+            body: serde_json::from_str(&r.body).unwrap_or(Value::Null),
+        })
+        .collect();
+    Ok(Json(WebhookDeliveries { deliveries }))
 }

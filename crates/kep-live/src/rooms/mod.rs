@@ -23,6 +23,8 @@ use crate::LiveError;
 use crate::media::Media;
 use kep_api::live::{EventKind, ParticipantInfo, ParticipantTarget, StreamTarget, TrackInfo};
 use kep_core::activity::ServiceActivity;
+
+use crate::webhooks::Webhooks;
 use room::{Room, RoomActivity, RoomState, event};
 use serde_json::{Value, json};
 
@@ -70,6 +72,8 @@ pub struct Rooms {
     media: Option<Arc<Media>>,
     /// Where rooms record what happens in them.
     activity: Option<ServiceActivity>,
+    /// Where what happens in them goes to their services' webhooks.
+    webhooks: Option<Arc<Webhooks>>,
 }
 
 /// A participant's view right after joining.
@@ -90,7 +94,14 @@ impl Rooms {
             shutdown,
             media: None,
             activity: None,
+            webhooks: None,
         }
+    }
+
+    /// Rooms whose changes are events of their services' webhooks.
+    pub fn with_webhooks(mut self, webhooks: Arc<Webhooks>) -> Self {
+        self.webhooks = Some(webhooks);
+        self
     }
 
     /// Rooms that record what happens in them in `activity`.
@@ -155,12 +166,14 @@ impl Rooms {
             let room = rooms
                 .entry(room_id.to_owned())
                 .or_insert_with(|| {
-                    let activity = self.activity.clone().map(|activity| RoomActivity {
-                        activity,
-                        object: format!("{service_id}/{room_id}"),
-                    });
+                    let activity = RoomActivity {
+                        activity: self.activity.clone(),
+                        webhooks: self.webhooks.clone(),
+                        service_id: service_id.clone(),
+                        room_id: room_id.to_owned(),
+                    };
                     let state = RoomState {
-                        activity,
+                        activity: Some(activity),
                         ..RoomState::default()
                     };
                     state.record("room.opened", None, Value::Null);
@@ -336,6 +349,14 @@ impl Rooms {
             })?;
         let mut st = room.lock();
         st.closed = true;
+        // Everyone leaves before the room closes, for whoever counts who is in.
+        for pid in st.participants.keys() {
+            st.record(
+                "participant.left",
+                Some(pid),
+                json!({ "reason": "destroyed" }),
+            );
+        }
         st.record("room.closed", None, json!({ "reason": "destroyed" }));
         if let Some(media) = self.media() {
             media.end_room(&(service_id.clone(), room_id.to_owned()));

@@ -2,11 +2,13 @@
 //! change is told to the others.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use indexmap::IndexMap;
 use kep_core::activity::ServiceActivity;
+
+use crate::webhooks::Webhooks;
 use serde_json::{Value, json};
 
 use super::{ConnId, Joined, Outbound, Outbox, close};
@@ -55,11 +57,12 @@ pub(super) struct RoomState {
     pub(super) activity: Option<RoomActivity>,
 }
 
-/// A room's place in the platform's activity.
+/// Where a room's changes are told: the platform's activity, and its service's webhook.
 pub(super) struct RoomActivity {
-    pub(super) activity: ServiceActivity,
-    /// `<serviceId>/<roomId>`.
-    pub(super) object: String,
+    pub(super) activity: Option<ServiceActivity>,
+    pub(super) webhooks: Option<Arc<Webhooks>>,
+    pub(super) service_id: Arc<str>,
+    pub(super) room_id: String,
 }
 
 /// The activity event of a room event told to its participants.
@@ -194,14 +197,21 @@ impl RoomState {
         }
     }
 
-    /// Records what happened in the room (to the participant, if given).
+    /// Records what happened in the room (to the participant, if given): in the activity,
+    /// and as an event of the service's webhook.
     pub(super) fn record(&self, event: &str, participant_id: Option<&str>, detail: Value) {
-        if let Some(a) = &self.activity {
+        let Some(a) = &self.activity else {
+            return;
+        };
+        if let Some(webhooks) = &a.webhooks {
+            webhooks.room_changed(&a.service_id, &a.room_id, event, participant_id, &detail);
+        }
+        if let Some(activity) = &a.activity {
             let object = match participant_id {
-                Some(pid) => format!("{}/{pid}", a.object),
-                None => a.object.clone(),
+                Some(pid) => format!("{}/{}/{pid}", a.service_id, a.room_id),
+                None => format!("{}/{}", a.service_id, a.room_id),
             };
-            a.activity.record(event, object, detail);
+            activity.record(event, object, detail);
         }
     }
 

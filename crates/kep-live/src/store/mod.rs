@@ -1,4 +1,5 @@
-//! The live service's storage seam: what it keeps (services and admin tokens) behind one
+//! The live service's storage seam: what it keeps (services, admin tokens, webhooks and
+//! their events) behind one
 //! [`Store`] interface, so a second backend slots in beside [`sqlite`] without touching
 //! the domain code. [`open`] is the one place that picks the backend.
 
@@ -26,6 +27,43 @@ pub struct TokenRow {
     pub expires_at: i64,
 }
 
+/// A service's webhook.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WebhookRow {
+    pub service_id: ServiceId,
+    pub url: String,
+    pub enabled: bool,
+    pub secret: String,
+    pub disabled_reason: Option<String>,
+}
+
+/// A room event to write down for delivery.
+#[derive(Debug, Clone)]
+pub struct NewWebhookEvent {
+    pub id: String,
+    pub service_id: std::sync::Arc<str>,
+    pub room_id: String,
+    pub event: &'static str,
+    /// The JSON body posted, as sent.
+    pub body: String,
+    pub at: i64,
+}
+
+/// A room event as written down, with how its delivery went.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WebhookEventRow {
+    pub id: String,
+    pub service_id: ServiceId,
+    pub room_id: String,
+    pub event: String,
+    pub body: String,
+    pub at: i64,
+    pub status: String,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub delivered_at: Option<i64>,
+}
+
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
     /// Every service, in creation order.
@@ -49,6 +87,32 @@ pub trait Store: Send + Sync {
     async fn live_tokens(&self, now: i64) -> sqlx::Result<Vec<TokenRow>>;
     /// Stores a new token and drops the expired ones, at once.
     async fn insert_token(&self, row: &TokenRow, now: i64) -> sqlx::Result<()>;
+
+    /// Every service's webhook.
+    async fn webhooks(&self) -> sqlx::Result<Vec<WebhookRow>>;
+    /// Sets a service's webhook whole (a known service's).
+    async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()>;
+    /// Writes room events down, pending, in one transaction; their `seq`s, in order.
+    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<Vec<i64>>;
+    /// The pending events, oldest first: (service, room, seq).
+    async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>>;
+    async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>>;
+    /// Records an attempt's outcome: `status` pending (to be tried again), delivered or
+    /// failed.
+    async fn webhook_attempted(
+        &self,
+        seq: i64,
+        status: &str,
+        attempts: i64,
+        error: Option<&str>,
+        delivered_at: Option<i64>,
+    ) -> sqlx::Result<()>;
+    /// A service's events, newest first.
+    async fn webhook_events(
+        &self,
+        service_id: &ServiceId,
+        limit: i64,
+    ) -> sqlx::Result<Vec<WebhookEventRow>>;
 }
 
 /// Opens the service's store (`live.db` under the data dir), migrated.

@@ -3,10 +3,13 @@
 use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 
-use super::{ServiceRow, Store, TokenRow};
+use super::{NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookEventRow, WebhookRow};
 use crate::ids::ServiceId;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+
+const EVENT_COLUMNS: &str =
+    "seq, id, service_id, room_id, event, body, at, status, attempts, last_error, delivered_at";
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -101,5 +104,109 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await
+    }
+
+    async fn webhooks(&self) -> sqlx::Result<Vec<WebhookRow>> {
+        sqlx::query_as(
+            "SELECT service_id, url, enabled, secret, disabled_reason FROM live_webhooks",
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()> {
+        sqlx::query(
+            "INSERT INTO live_webhooks (service_id, url, enabled, secret, disabled_reason, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?)
+             ON CONFLICT (service_id) DO UPDATE SET url = excluded.url, enabled = excluded.enabled,
+               secret = excluded.secret, disabled_reason = excluded.disabled_reason,
+               updated_at = excluded.updated_at",
+        )
+        .bind(&row.service_id)
+        .bind(&row.url)
+        .bind(row.enabled)
+        .bind(&row.secret)
+        .bind(&row.disabled_reason)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<Vec<i64>> {
+        let mut tx = self.pool.begin().await?;
+        let mut seqs = Vec::with_capacity(events.len());
+        for e in events {
+            let seq: i64 = sqlx::query_scalar(
+                "INSERT INTO live_webhook_events (id, service_id, room_id, event, body, at, status)
+                 VALUES (?, ?, ?, ?, ?, ?, 'pending') RETURNING seq",
+            )
+            .bind(&e.id)
+            .bind(&*e.service_id)
+            .bind(&e.room_id)
+            .bind(e.event)
+            .bind(&e.body)
+            .bind(e.at)
+            .fetch_one(&mut *tx)
+            .await?;
+            seqs.push(seq);
+        }
+        tx.commit().await?;
+        Ok(seqs)
+    }
+
+    async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>> {
+        sqlx::query_as(
+            "SELECT service_id, room_id, seq FROM live_webhook_events
+             WHERE status = 'pending' ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await
+    }
+
+    async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM live_webhook_events WHERE seq = ?"
+        )))
+        .bind(seq)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    async fn webhook_attempted(
+        &self,
+        seq: i64,
+        status: &str,
+        attempts: i64,
+        error: Option<&str>,
+        delivered_at: Option<i64>,
+    ) -> sqlx::Result<()> {
+        sqlx::query(
+            "UPDATE live_webhook_events SET status = ?, attempts = ?, last_error = ?,
+               delivered_at = ? WHERE seq = ?",
+        )
+        .bind(status)
+        .bind(attempts)
+        .bind(error)
+        .bind(delivered_at)
+        .bind(seq)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn webhook_events(
+        &self,
+        service_id: &ServiceId,
+        limit: i64,
+    ) -> sqlx::Result<Vec<WebhookEventRow>> {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {EVENT_COLUMNS} FROM live_webhook_events WHERE service_id = ?
+             ORDER BY seq DESC LIMIT ?"
+        )))
+        .bind(service_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
     }
 }

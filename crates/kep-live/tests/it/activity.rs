@@ -32,7 +32,7 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
 
     let mut events = events;
     let mut seen = Vec::new();
-    while seen.len() < 12 {
+    while seen.len() < 13 {
         let next = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
         match next.expect("the next event within 10 s").unwrap().unwrap() {
             Watched::Event(e) => seen.push((e.event, e.object, e.detail)),
@@ -55,14 +55,16 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
             ("participant.kicked", "demo/lobby/bob"),
             ("room.opened", "demo/hall"),
             ("participant.joined", "demo/hall/carol"),
+            ("participant.left", "demo/hall/carol"),
             ("room.closed", "demo/hall"),
             ("participant.left", "demo/lobby/alice"),
             ("room.closed", "demo/lobby"),
         ]
     );
     assert_eq!(seen[4].2["streamId"], stream);
-    assert_eq!(seen[9].2["reason"], "destroyed");
-    assert_eq!(seen[11].2["reason"], "empty");
+    assert_eq!(seen[9].2["reason"], "destroyed", "everyone leaves first");
+    assert_eq!(seen[10].2["reason"], "destroyed");
+    assert_eq!(seen[12].2["reason"], "empty");
 
     // A watcher that comes later gets the kept events of its filter, then resumes after
     // the id it was given.
@@ -75,7 +77,7 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
         .events(&watch)
         .await
         .unwrap()
-        .take(3)
+        .take(4)
         .collect()
         .await;
     let kept: Vec<_> = kept
@@ -86,14 +88,22 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
         })
         .collect();
     let names: Vec<&str> = kept.iter().map(|e| e.event.as_str()).collect();
-    assert_eq!(names, ["room.opened", "participant.joined", "room.closed"]);
+    assert_eq!(
+        names,
+        [
+            "room.opened",
+            "participant.joined",
+            "participant.left",
+            "room.closed"
+        ]
+    );
     let after = Watch {
-        after: Some(kept[1].id),
+        after: Some(kept[2].id),
         ..watch
     };
     let mut resumed = srv.admin.events(&after).await.unwrap();
     match resumed.next().await.unwrap().unwrap() {
-        Watched::Event(e) => assert_eq!(e, kept[2]),
+        Watched::Event(e) => assert_eq!(e, kept[3]),
         Watched::Lagged(n) => panic!("lagged by {n}"),
     }
 }

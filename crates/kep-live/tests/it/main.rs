@@ -8,3 +8,4 @@ mod operator;
 mod rooms;
 mod rpc;
 mod tokens;
+mod webhooks;

@@ -1,0 +1,233 @@
+//! Server webhooks (CONTRACT §1): every change of a room of a service whose webhook is on
+//! becomes an event in the vendor's names, written down in the store and then posted to
+//! the service's URL, signed, at least once and in order per room ([`delivery`]).
+//!
+//! A room records its changes under its lock, in the order they happen; here they only
+//! enter a queue, so that neither Room methods nor participants ever wait for the store or
+//! the receiver. One writer takes them off in that order, writes them down in batches and
+//! hands each to its room's delivery queue.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use kep_core::clock::Clock;
+use kep_core::outbox::{Dispatcher, Policy};
+use kep_core::service::Context;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::ServiceId;
+use crate::store::{NewWebhookEvent, Store, WebhookRow};
+
+mod delivery;
+
+use delivery::Deliveries;
+pub use delivery::DeliveryPolicy;
+
+/// Events written down in one transaction, at most.
+const BATCH: usize = 512;
+
+/// The webhooks of every service, and the queue of their events.
+pub struct Webhooks {
+    /// By service: what a room's change is checked against, without the store.
+    hooks: Arc<DashMap<String, WebhookRow>>,
+    store: Arc<dyn Store>,
+    clock: Clock,
+    events: mpsc::UnboundedSender<NewWebhookEvent>,
+}
+
+impl Webhooks {
+    /// Loads the webhooks, queues what a previous run left undelivered and starts the
+    /// writer.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        policy: DeliveryPolicy,
+        ctx: &Context,
+    ) -> anyhow::Result<Self> {
+        let hooks = Arc::new(DashMap::new());
+        for row in store.webhooks().await? {
+            hooks.insert(row.service_id.as_str().to_owned(), row);
+        }
+        let deliveries = Deliveries::new(
+            Arc::clone(&store),
+            Arc::clone(&hooks),
+            policy,
+            ctx.clock.clone(),
+        )?;
+        let dispatcher = Dispatcher::new(deliveries, policy.outbox, ctx);
+        let resumed = dispatcher.resume().await?;
+        if resumed > 0 {
+            tracing::info!(events = resumed, "resuming webhook deliveries");
+        }
+        let (events, queued) = mpsc::unbounded_channel();
+        // Not `ctx.spawn`: at a stop, what is queued is still written down.
+        ctx.tasks.spawn(write(
+            queued,
+            Arc::clone(&store),
+            dispatcher,
+            ctx.shutdown.clone(),
+        ));
+        Ok(Webhooks {
+            hooks,
+            store,
+            clock: ctx.clock.clone(),
+            events,
+        })
+    }
+
+    pub fn get(&self, service_id: &str) -> Option<WebhookRow> {
+        self.hooks.get(service_id).map(|h| h.clone())
+    }
+
+    /// Sets a service's webhook whole; the secret is kept unless `secret` is given (the
+    /// first setting makes one).
+    pub async fn put(
+        &self,
+        service_id: &ServiceId,
+        url: String,
+        enabled: bool,
+        secret: Option<String>,
+    ) -> sqlx::Result<WebhookRow> {
+        let secret = secret
+            .or_else(|| self.get(service_id.as_str()).map(|h| h.secret))
+            .unwrap_or_else(kep_core::secret::new_secret);
+        let row = WebhookRow {
+            service_id: service_id.clone(),
+            url,
+            enabled,
+            secret,
+            disabled_reason: None,
+        };
+        self.store.put_webhook(&row, self.clock.unix_s()).await?;
+        self.hooks
+            .insert(service_id.as_str().to_owned(), row.clone());
+        Ok(row)
+    }
+
+    /// The service's events, newest first.
+    pub async fn deliveries(
+        &self,
+        service_id: &ServiceId,
+        limit: i64,
+    ) -> sqlx::Result<Vec<crate::store::WebhookEventRow>> {
+        self.store.webhook_events(service_id, limit).await
+    }
+
+    /// A room's change, in the activity's words (`participant.joined`): an event for the
+    /// service's webhook, if it has one on.
+    pub fn room_changed(
+        &self,
+        service_id: &Arc<str>,
+        room_id: &str,
+        change: &str,
+        participant_id: Option<&str>,
+        detail: &Value,
+    ) {
+        if !self.hooks.get(&**service_id).is_some_and(|h| h.enabled) {
+            return;
+        }
+        let Some((event, action)) = vendor_event(change) else {
+            return;
+        };
+        let id = kep_core::secret::new_uuid();
+        let at = self.clock.unix_ms();
+        let mut body = Map::new();
+        body.insert("id".into(), json!(id));
+        body.insert("event".into(), json!(event));
+        body.insert("serviceId".into(), json!(&**service_id));
+        body.insert("roomId".into(), json!(room_id));
+        if let Some(pid) = participant_id {
+            body.insert("participantId".into(), json!(pid));
+        }
+        if let Some(sid) = detail.get("streamId") {
+            body.insert("streamId".into(), sid.clone());
+        }
+        if let Some(action) = action {
+            body.insert("action".into(), json!(action));
+        }
+        body.insert("at".into(), json!(at));
+        let _ = self.events.send(NewWebhookEvent {
+            id,
+            service_id: Arc::clone(service_id),
+            room_id: room_id.to_owned(),
+            event,
+            body: Value::Object(body).to_string(),
+            at,
+        });
+    }
+}
+
+/// The vendor's event and action for a room change of the activity.
+fn vendor_event(change: &str) -> Option<(&'static str, Option<&'static str>)> {
+    const PARTICIPANT: &str = "Room.OnParticipantEvent";
+    const STREAM: &str = "Room.OnStreamEvent";
+    Some(match change {
+        "room.opened" => ("Room.OnRoomOpened", None),
+        "room.closed" => ("Room.OnRoomClosed", None),
+        "participant.joined" => (PARTICIPANT, Some("joined")),
+        "participant.left" => (PARTICIPANT, Some("left")),
+        "participant.kicked" => (PARTICIPANT, Some("kicked")),
+        "stream.published" => (STREAM, Some("published")),
+        "stream.unpublished" => (STREAM, Some("unpublished")),
+        "stream.inactivated" => (STREAM, Some("inactivated")),
+        _ => return None,
+    })
+}
+
+/// A room's delivery queue: `<serviceId>/<roomId>`.
+fn room_key(service_id: &str, room_id: &str) -> String {
+    format!("{service_id}/{room_id}")
+}
+
+/// Writes the events down in the order they came, in batches, and queues each for its
+/// room. At the platform's stop it writes down what is queued, and ends.
+async fn write(
+    mut queued: mpsc::UnboundedReceiver<NewWebhookEvent>,
+    store: Arc<dyn Store>,
+    dispatcher: Dispatcher<Deliveries>,
+    shutdown: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        let stopping = tokio::select! {
+            n = queued.recv_many(&mut batch, BATCH) => {
+                if n == 0 {
+                    return;
+                }
+                false
+            }
+            () = shutdown.cancelled() => {
+                while let Ok(e) = queued.try_recv() {
+                    batch.push(e);
+                }
+                true
+            }
+        };
+        match store.insert_webhook_events(&batch).await {
+            Ok(seqs) if !stopping => {
+                for (e, seq) in batch.iter().zip(seqs) {
+                    dispatcher
+                        .queue(room_key(&e.service_id, &e.room_id), seq)
+                        .await;
+                }
+            }
+            // Resumed at the next start.
+            Ok(_) => return,
+            Err(e) => tracing::error!(events = batch.len(), error = %e, "writing webhook events"),
+        }
+        if stopping {
+            return;
+        }
+        batch.clear();
+    }
+}
+
+/// The outbox policy of the webhook settings.
+pub fn policy(attempts: u32, retry_ms: u64, queue: usize) -> Policy {
+    Policy {
+        attempts,
+        retry: kep_core::retry::Backoff::from_first(std::time::Duration::from_millis(retry_ms)),
+        queue,
+    }
+}
