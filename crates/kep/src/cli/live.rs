@@ -27,6 +27,9 @@ enum LiveCommand {
     /// Live services (operator token).
     #[command(subcommand)]
     Service(ServiceCommand),
+    /// A service's webhook: where its room events are posted, signed (operator token).
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
     /// Provision an admin token (both steps) and keep it for the room commands.
     Provision {
         #[arg(long, env = "KEP_LIVE_SERVICE_ID")]
@@ -152,6 +155,30 @@ enum ServiceCommand {
     },
 }
 
+#[derive(clap::Subcommand)]
+enum WebhookCommand {
+    /// Post the service's room events to URL (or keep them, with --off); shows the signing
+    /// secret.
+    Set {
+        service: String,
+        url: String,
+        /// Keep the URL but send nothing.
+        #[arg(long)]
+        off: bool,
+    },
+    /// The webhook, without its secret (and why kep turned it off, if it did).
+    Show { service: String },
+    /// The service's events, newest first, with their attempts and last error.
+    Deliveries {
+        service: String,
+        /// How many (1 to 1000) [server default: 100].
+        #[arg(long)]
+        limit: Option<i64>,
+    },
+    /// A new signing secret, shown once.
+    RotateSecret { service: String },
+}
+
 fn parse_stream_target(s: &str) -> Result<(String, i64), String> {
     let (p, sid) = s.rsplit_once(':').ok_or("expected PARTICIPANT:STREAM")?;
     Ok((
@@ -217,6 +244,21 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
                 ServiceCommand::Rotate { id } => print_json(&admin.rotate_live_secrets(id).await?),
                 ServiceCommand::Verifier { id, url } => {
                     print_json(&admin.set_live_verifier(id, url.clone()).await?)
+                }
+            }
+        }
+        LiveCommand::Webhook(cmd) => {
+            let admin = args.common.admin()?;
+            match cmd {
+                WebhookCommand::Set { service, url, off } => {
+                    print_json(&admin.set_live_webhook(service, url, !off).await?)
+                }
+                WebhookCommand::Show { service } => print_json(&admin.live_webhook(service).await?),
+                WebhookCommand::Deliveries { service, limit } => {
+                    print_json(&admin.live_webhook_deliveries(service, *limit).await?)
+                }
+                WebhookCommand::RotateSecret { service } => {
+                    print_json(&admin.rotate_live_webhook_secret(service).await?)
                 }
             }
         }

@@ -8,6 +8,7 @@ mod metrics;
 mod models;
 mod platform;
 mod serving;
+mod webhooks;
 
 use std::process::Command;
 
