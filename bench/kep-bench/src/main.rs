@@ -11,6 +11,7 @@ use kep_api::live::{EventKind, ServerMessage};
 use kep_client::live::{LiveClient, Participant};
 
 mod soak;
+mod webhooks;
 
 #[derive(Parser)]
 struct Cli {
@@ -79,6 +80,10 @@ enum Cmd {
     /// Mixed traffic against every service at a steady rate, sampling kep's memory,
     /// descriptors and latencies; fails on an error or on growth.
     Soak(soak::SoakArgs),
+    /// Participants joining and leaving rooms, cycle after cycle.
+    Churn(webhooks::ChurnArgs),
+    /// A webhook receiver that measures how late each event arrives.
+    Receive(webhooks::ReceiveArgs),
 }
 
 #[tokio::main]
@@ -101,6 +106,8 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Soak(args) => soak::soak(args).await,
         Cmd::Flood(args) => flood::flood(args).await,
         Cmd::Media(args) => media::media(args).await,
+        Cmd::Churn(args) => webhooks::churn(args).await,
+        Cmd::Receive(args) => webhooks::receive(args).await,
     }
 }
 
