@@ -4,10 +4,11 @@
 # methods: Room.ListParticipants under wrk while participants come and go, on a service with
 # its webhook on and on one without, in the same run (sides swap every round).
 #
-#   bench/webhooks.sh     # needs wrk, jq, curl; ROUNDS (4), DURATION (5s)
+#   bench/webhooks.sh     # needs wrk, jq, curl; ROUNDS (4), DURATION (5s), CYCLES (1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-4}
+CYCLES=${CYCLES:-1}
 DURATION=${DURATION:-5s}
 
 . bench/lib.sh
@@ -56,7 +57,7 @@ sleep 0.2
 echo "   $(cat "$WORK/latency")"
 
 # Room.ListParticipants of a 10-participant room of the side's service, under wrk, while
-# 1,000 of its participants join and leave 100 rooms again and again.
+# 1,000 of its participants join and leave 100 rooms (CYCLES times), with kep's CPU time.
 mkfifo "$WORK/held"
 for s in on off; do
   $BENCH hold --live "$LIVE" --service-id "$s" --service-secret "${SECRET[$s]}" --rooms 1 \
@@ -73,23 +74,27 @@ function request()
     '{"jsonrpc":"2.0","id":"1","method":"Room.ListParticipants","params":{"version":"2.0","roomId":"' .. room .. '"}}')
 end
 LUA
-side() { # $1: on | off; prints "<req/s> req/s, <joins/s> joins/s"
-  $BENCH churn --live "$LIVE" --service-id "$1" --service-secret "${SECRET[$1]}" --rooms 100 \
-    --per-room 10 --prefix "c$1" --cycles 0 >"$WORK/churn-$1" &
+side() { # $1: on | off; prints "<req/s> req/s, <joins/s> joins/s, <kep CPU> s"
+  local t0 t1 rate
+  t0=$(cpu_ticks "$SERVER")
+  (sleep 1; $BENCH churn --live "$LIVE" --service-id "$1" --service-secret "${SECRET[$1]}" --rooms 100 \
+    --per-room 10 --prefix "c$1" --cycles "$CYCLES" >"$WORK/churn-$1") &
   local churn=$!
-  sleep 0.5
-  local rate
   rate=$(wrk -t2 -c64 -d"$DURATION" -s "$WORK/list.lua" "$LIVE/api/rpc" -- "lp$1-0" "${TOKEN[$1]}" |
     awk '/Requests\/sec/ {print $2}')
-  kill "$churn"; wait "$churn" 2>/dev/null || true
-  awk -v r="$rate" '{gsub(/[(]/, ""); s += $8; n++} END {printf "%.0f req/s, %.0f joins/s", r, n ? s / n : 0}' "$WORK/churn-$1"
+  wait "$churn" 2>/dev/null || true
+  t1=$(cpu_ticks "$SERVER")
+  awk -v r="$rate" -v cpu=$(((t1 - t0) * TICK_US)) '{gsub(/[(]/, ""); s += $8; n++}
+    END {printf "%.0f req/s, %.0f joins/s, kep CPU %.2f s", r, n ? s / n : 0, cpu / 1e6}' "$WORK/churn-$1"
 }
 receive "$WORK/during" 20000 # for the `on` side's events throughout, quiet through an `off` side
-echo "== Room.ListParticipants (wrk -t2 -c64 -d$DURATION) while 1,000 participants come and go; webhook off | on"
+echo "== Room.ListParticipants (wrk -t2 -c64 -d$DURATION) while 1,000 participants join and leave $CYCLES time(s); webhook off | on"
 for r in $(seq "$ROUNDS"); do
   if ((r % 2)); then off=$(side off); on=$(side on); else on=$(side on); off=$(side off); fi
   echo "   round $r: $off | $on"
 done
-echo "   webhook events, all rounds: $(wait "$RECEIVER" || true; sleep 0.2; cat "$WORK/during")"
+wait "$RECEIVER" || true
+sleep 0.2
+echo "   webhook events, all rounds: $(cat "$WORK/during")"
 curl -sf -H "Authorization: Bearer $OP" "$ADMIN/admin/v1/live/services/on/webhook/deliveries?limit=1000" |
   jq -r '"   the last 1,000 deliveries: " + ([.deliveries[].status] | group_by(.) | map("\(length) \(.[0])") | join(", "))'

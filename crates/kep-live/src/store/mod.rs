@@ -40,6 +40,8 @@ pub struct WebhookRow {
 /// A room event to write down for delivery.
 #[derive(Debug, Clone)]
 pub struct NewWebhookEvent {
+    /// Its place in the order of every event (the writer's, from one past the last stored).
+    pub seq: i64,
     pub id: String,
     pub service_id: std::sync::Arc<str>,
     pub room_id: String,
@@ -47,6 +49,35 @@ pub struct NewWebhookEvent {
     /// The JSON body posted, as sent.
     pub body: String,
     pub at: i64,
+}
+
+impl WebhookEventRow {
+    /// An event just written down.
+    pub fn pending(e: NewWebhookEvent) -> Self {
+        WebhookEventRow {
+            id: e.id,
+            service_id: ServiceId::from(e.service_id.to_string()),
+            room_id: e.room_id,
+            event: e.event.to_owned(),
+            body: e.body,
+            at: e.at,
+            status: "pending".to_owned(),
+            attempts: 0,
+            last_error: None,
+            delivered_at: None,
+        }
+    }
+}
+
+/// How an event's last attempt went: `status` pending (to be tried again), delivered or
+/// failed.
+#[derive(Debug, Clone)]
+pub struct WebhookAttempt {
+    pub seq: i64,
+    pub status: &'static str,
+    pub attempts: i64,
+    pub error: Option<String>,
+    pub delivered_at: Option<i64>,
 }
 
 /// A room event as written down, with how its delivery went.
@@ -92,21 +123,15 @@ pub trait Store: Send + Sync {
     async fn webhooks(&self) -> sqlx::Result<Vec<WebhookRow>>;
     /// Sets a service's webhook whole (a known service's).
     async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()>;
-    /// Writes room events down, pending, in one transaction; their `seq`s, in order.
-    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<Vec<i64>>;
+    /// The last event's `seq`, 0 when there is none.
+    async fn last_webhook_seq(&self) -> sqlx::Result<i64>;
+    /// Writes room events down, pending, in one transaction.
+    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<()>;
     /// The pending events, oldest first: (service, room, seq).
     async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>>;
     async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>>;
-    /// Records an attempt's outcome: `status` pending (to be tried again), delivered or
-    /// failed.
-    async fn webhook_attempted(
-        &self,
-        seq: i64,
-        status: &str,
-        attempts: i64,
-        error: Option<&str>,
-        delivered_at: Option<i64>,
-    ) -> sqlx::Result<()>;
+    /// Records attempts' outcomes, in one transaction.
+    async fn webhook_attempted(&self, outcomes: &[WebhookAttempt]) -> sqlx::Result<()>;
     /// A service's events, newest first.
     async fn webhook_events(
         &self,

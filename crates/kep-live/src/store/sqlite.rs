@@ -1,9 +1,11 @@
 //! The live store on SQLite (`live.db`).
 
-use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
-use super::{NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookEventRow, WebhookRow};
+use super::{
+    NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookAttempt, WebhookEventRow, WebhookRow,
+};
 use crate::ids::ServiceId;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -133,26 +135,32 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<Vec<i64>> {
+    async fn last_webhook_seq(&self) -> sqlx::Result<i64> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM live_webhook_events")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
-        let mut seqs = Vec::with_capacity(events.len());
-        for e in events {
-            let seq: i64 = sqlx::query_scalar(
-                "INSERT INTO live_webhook_events (id, service_id, room_id, event, body, at, status)
-                 VALUES (?, ?, ?, ?, ?, ?, 'pending') RETURNING seq",
-            )
-            .bind(&e.id)
-            .bind(&*e.service_id)
-            .bind(&e.room_id)
-            .bind(e.event)
-            .bind(&e.body)
-            .bind(e.at)
-            .fetch_one(&mut *tx)
-            .await?;
-            seqs.push(seq);
+        // 7 values a row: well under SQLite's 32,766 per statement.
+        for chunk in events.chunks(1024) {
+            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "INSERT INTO live_webhook_events (seq, id, service_id, room_id, event, body, at, status) ",
+            );
+            b.push_values(chunk, |mut v, e| {
+                v.push_bind(e.seq)
+                    .push_bind(&e.id)
+                    .push_bind(&*e.service_id)
+                    .push_bind(&e.room_id)
+                    .push_bind(e.event)
+                    .push_bind(&e.body)
+                    .push_bind(e.at)
+                    .push("'pending'");
+            });
+            b.build().execute(&mut *tx).await?;
         }
-        tx.commit().await?;
-        Ok(seqs)
+        tx.commit().await
     }
 
     async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>> {
@@ -173,26 +181,22 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn webhook_attempted(
-        &self,
-        seq: i64,
-        status: &str,
-        attempts: i64,
-        error: Option<&str>,
-        delivered_at: Option<i64>,
-    ) -> sqlx::Result<()> {
-        sqlx::query(
-            "UPDATE live_webhook_events SET status = ?, attempts = ?, last_error = ?,
-               delivered_at = ? WHERE seq = ?",
-        )
-        .bind(status)
-        .bind(attempts)
-        .bind(error)
-        .bind(delivered_at)
-        .bind(seq)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    async fn webhook_attempted(&self, outcomes: &[WebhookAttempt]) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for o in outcomes {
+            sqlx::query(
+                "UPDATE live_webhook_events SET status = ?, attempts = ?, last_error = ?,
+                   delivered_at = ? WHERE seq = ?",
+            )
+            .bind(o.status)
+            .bind(o.attempts)
+            .bind(&o.error)
+            .bind(o.delivered_at)
+            .bind(o.seq)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
     }
 
     async fn webhook_events(

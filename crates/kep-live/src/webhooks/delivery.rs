@@ -12,7 +12,10 @@ use kep_core::clock::Clock;
 use kep_core::outbox::{Outbox, Policy};
 use sha2::Sha256;
 
-use crate::store::{Store, WebhookEventRow, WebhookRow};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{Store, WebhookAttempt, WebhookEventRow, WebhookRow};
 
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryPolicy {
@@ -27,6 +30,11 @@ pub struct DeliveryPolicy {
 pub(super) struct Deliveries {
     store: Arc<dyn Store>,
     hooks: Arc<DashMap<String, WebhookRow>>,
+    /// The events written down and not yet out (the writer's); a miss is read from the
+    /// store (an event a previous run left).
+    unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
+    /// To the recorder, which writes outcomes down in batches.
+    outcomes: mpsc::UnboundedSender<WebhookAttempt>,
     http: reqwest::Client,
     policy: DeliveryPolicy,
     clock: Clock,
@@ -36,6 +44,8 @@ impl Deliveries {
     pub(super) fn new(
         store: Arc<dyn Store>,
         hooks: Arc<DashMap<String, WebhookRow>>,
+        unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
+        outcomes: mpsc::UnboundedSender<WebhookAttempt>,
         policy: DeliveryPolicy,
         clock: Clock,
     ) -> anyhow::Result<Self> {
@@ -48,22 +58,34 @@ impl Deliveries {
         Ok(Deliveries {
             store,
             hooks,
+            unsent,
+            outcomes,
             http,
             policy,
             clock,
         })
     }
 
-    async fn record(&self, seq: i64, status: &str, attempts: u32, error: Option<&str>) {
-        let delivered_at = (status == DELIVERED).then(|| self.clock.unix_ms());
+    /// An attempt's outcome: kept for the next attempt while pending, forgotten once out;
+    /// written down by the recorder.
+    fn record(&self, seq: i64, status: &'static str, attempts: u32, error: Option<&str>) {
         let attempts = i64::from(attempts);
-        if let Err(e) = self
-            .store
-            .webhook_attempted(seq, status, attempts, error, delivered_at)
-            .await
-        {
-            tracing::error!(seq, error = %e, "recording a webhook delivery");
+        if status == PENDING {
+            if let Some(mut row) = self.unsent.get_mut(&seq) {
+                let row = Arc::make_mut(&mut row);
+                row.attempts = attempts;
+                row.last_error = error.map(str::to_owned);
+            }
+        } else {
+            self.unsent.remove(&seq);
         }
+        let _ = self.outcomes.send(WebhookAttempt {
+            seq,
+            status,
+            attempts,
+            error: error.map(str::to_owned),
+            delivered_at: (status == DELIVERED).then(|| self.clock.unix_ms()),
+        });
     }
 
     /// Turns the service's webhook off, saying why.
@@ -99,7 +121,7 @@ pub fn signature(secret: &str, t: i64, body: &str) -> String {
 impl Outbox for Deliveries {
     type Key = String;
     type Id = i64;
-    type Item = WebhookEventRow;
+    type Item = Arc<WebhookEventRow>;
 
     async fn pending(&self) -> anyhow::Result<Vec<(String, i64)>> {
         let rows = self.store.pending_webhook_events().await?;
@@ -110,9 +132,14 @@ impl Outbox for Deliveries {
     }
 
     /// No longer pending, or past its budget of age, or its webhook is off: not sent.
-    async fn load(&self, seq: &i64) -> anyhow::Result<Option<(WebhookEventRow, u32)>> {
-        let Some(row) = self.store.webhook_event(*seq).await? else {
-            return Ok(None);
+    async fn load(&self, seq: &i64) -> anyhow::Result<Option<(Arc<WebhookEventRow>, u32)>> {
+        let cached = self.unsent.get(seq).map(|r| Arc::clone(&r));
+        let row = match cached {
+            Some(row) => row,
+            None => match self.store.webhook_event(*seq).await? {
+                Some(row) => Arc::new(row),
+                None => return Ok(None),
+            },
         };
         if row.status != PENDING {
             return Ok(None);
@@ -139,21 +166,25 @@ impl Outbox for Deliveries {
             None => Some("the service has no webhook".to_owned()),
         };
         if let Some(why) = why_not {
-            self.record(*seq, FAILED, made, Some(&why)).await;
+            self.record(*seq, FAILED, made, Some(&why));
             return Ok(None);
         }
         Ok(Some((row, made)))
     }
 
-    async fn attempt(&self, seq: &i64, row: &WebhookEventRow, attempt: u32) -> Result<(), String> {
+    async fn attempt(
+        &self,
+        seq: &i64,
+        row: &Arc<WebhookEventRow>,
+        attempt: u32,
+    ) -> Result<(), String> {
         let Some(hook) = self.hooks.get(row.service_id.as_str()).map(|h| h.clone()) else {
             self.record(
                 *seq,
                 FAILED,
                 attempt - 1,
                 Some("the service has no webhook"),
-            )
-            .await;
+            );
             return Ok(());
         };
         let signed = signature(&hook.secret, self.clock.unix_s(), &row.body);
@@ -173,7 +204,7 @@ impl Outbox for Deliveries {
                     row.id,
                     self.clock.unix_s()
                 );
-                self.record(*seq, FAILED, attempt, Some(&why)).await;
+                self.record(*seq, FAILED, attempt, Some(&why));
                 self.disable(row.service_id.as_str(), why).await;
                 return Ok(());
             }
@@ -190,18 +221,51 @@ impl Outbox for Deliveries {
         };
         match error {
             None => {
-                self.record(*seq, DELIVERED, attempt, None).await;
+                self.record(*seq, DELIVERED, attempt, None);
                 Ok(())
             }
             Some(error) => {
-                self.record(*seq, PENDING, attempt, Some(&error)).await;
+                self.record(*seq, PENDING, attempt, Some(&error));
                 Err(error)
             }
         }
     }
 
     async fn give_up(&self, seq: &i64, attempts: u32, error: &str) {
-        self.record(*seq, FAILED, attempts, Some(error)).await;
+        self.record(*seq, FAILED, attempts, Some(error));
+    }
+}
+
+/// Writes the attempts' outcomes down in batches, in the order they came. At the platform's
+/// stop it writes down what is queued, and ends.
+pub(super) async fn record(
+    mut outcomes: mpsc::UnboundedReceiver<WebhookAttempt>,
+    store: Arc<dyn Store>,
+    shutdown: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(super::BATCH);
+    loop {
+        let stopping = tokio::select! {
+            n = outcomes.recv_many(&mut batch, super::BATCH) => {
+                if n == 0 {
+                    return;
+                }
+                false
+            }
+            () = shutdown.cancelled() => {
+                while let Ok(o) = outcomes.try_recv() {
+                    batch.push(o);
+                }
+                true
+            }
+        };
+        if let Err(e) = store.webhook_attempted(&batch).await {
+            tracing::error!(outcomes = batch.len(), error = %e, "recording webhook deliveries");
+        }
+        if stopping {
+            return;
+        }
+        batch.clear();
     }
 }
 

@@ -5,7 +5,9 @@
 //! A room records its changes under its lock, in the order they happen; here they only
 //! enter a queue, so that neither Room methods nor participants ever wait for the store or
 //! the receiver. One writer takes them off in that order, writes them down in batches and
-//! hands each to its room's delivery queue.
+//! hands each to its room's delivery queue, keeping it in memory until it is out (the store
+//! is read back only after a restart). How each attempt went is written down in batches
+//! too, by the recorder.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::ids::ServiceId;
-use crate::store::{NewWebhookEvent, Store, WebhookRow};
+use crate::store::{NewWebhookEvent, Store, WebhookEventRow, WebhookRow};
 
 mod delivery;
 
@@ -49,9 +51,20 @@ impl Webhooks {
         for row in store.webhooks().await? {
             hooks.insert(row.service_id.as_str().to_owned(), row);
         }
+        let unsent = Arc::new(DashMap::new());
+        let (outcomes, recorded) = mpsc::unbounded_channel();
+        // Not `ctx.spawn`, here and for the writer: at a stop, what is queued is still
+        // written down.
+        ctx.tasks.spawn(delivery::record(
+            recorded,
+            Arc::clone(&store),
+            ctx.shutdown.clone(),
+        ));
         let deliveries = Deliveries::new(
             Arc::clone(&store),
             Arc::clone(&hooks),
+            Arc::clone(&unsent),
+            outcomes,
             policy,
             ctx.clock.clone(),
         )?;
@@ -61,13 +74,13 @@ impl Webhooks {
             tracing::info!(events = resumed, "resuming webhook deliveries");
         }
         let (events, queued) = mpsc::unbounded_channel();
-        // Not `ctx.spawn`: at a stop, what is queued is still written down.
-        ctx.tasks.spawn(write(
-            queued,
-            Arc::clone(&store),
+        let writer = Writer {
+            store: Arc::clone(&store),
             dispatcher,
-            ctx.shutdown.clone(),
-        ));
+            unsent,
+            next_seq: store.last_webhook_seq().await? + 1,
+        };
+        ctx.tasks.spawn(writer.run(queued, ctx.shutdown.clone()));
         Ok(Webhooks {
             hooks,
             store,
@@ -148,6 +161,7 @@ impl Webhooks {
         }
         body.insert("at".into(), json!(at));
         let _ = self.events.send(NewWebhookEvent {
+            seq: 0,
             id,
             service_id: Arc::clone(service_id),
             room_id: room_id.to_owned(),
@@ -180,46 +194,64 @@ fn room_key(service_id: &str, room_id: &str) -> String {
     format!("{service_id}/{room_id}")
 }
 
-/// Writes the events down in the order they came, in batches, and queues each for its
-/// room. At the platform's stop it writes down what is queued, and ends.
-async fn write(
-    mut queued: mpsc::UnboundedReceiver<NewWebhookEvent>,
+/// Takes the rooms' events off their queue in order, numbers them, writes them down in
+/// batches and queues each for its room.
+struct Writer {
     store: Arc<dyn Store>,
     dispatcher: Dispatcher<Deliveries>,
-    shutdown: CancellationToken,
-) {
-    let mut batch = Vec::with_capacity(BATCH);
-    loop {
-        let stopping = tokio::select! {
-            n = queued.recv_many(&mut batch, BATCH) => {
-                if n == 0 {
-                    return;
+    /// The events written down and not yet out, by `seq`: what deliveries read.
+    unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
+    next_seq: i64,
+}
+
+impl Writer {
+    /// At the platform's stop it writes down what is queued, and ends.
+    async fn run(
+        mut self,
+        mut queued: mpsc::UnboundedReceiver<NewWebhookEvent>,
+        shutdown: CancellationToken,
+    ) {
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            let stopping = tokio::select! {
+                n = queued.recv_many(&mut batch, BATCH) => {
+                    if n == 0 {
+                        return;
+                    }
+                    false
                 }
-                false
-            }
-            () = shutdown.cancelled() => {
-                while let Ok(e) = queued.try_recv() {
-                    batch.push(e);
+                () = shutdown.cancelled() => {
+                    while let Ok(e) = queued.try_recv() {
+                        batch.push(e);
+                    }
+                    true
                 }
-                true
+            };
+            for e in &mut batch {
+                e.seq = self.next_seq;
+                self.next_seq += 1;
             }
-        };
-        match store.insert_webhook_events(&batch).await {
-            Ok(seqs) if !stopping => {
-                for (e, seq) in batch.iter().zip(seqs) {
-                    dispatcher
-                        .queue(room_key(&e.service_id, &e.room_id), seq)
-                        .await;
+            match self.store.insert_webhook_events(&batch).await {
+                // Resumed at the next start.
+                Ok(()) if stopping => return,
+                Ok(()) => {
+                    for e in batch.drain(..) {
+                        let key = room_key(&e.service_id, &e.room_id);
+                        let seq = e.seq;
+                        self.unsent
+                            .insert(seq, Arc::new(WebhookEventRow::pending(e)));
+                        self.dispatcher.queue(key, seq).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(events = batch.len(), error = %e, "writing webhook events");
+                    batch.clear();
                 }
             }
-            // Resumed at the next start.
-            Ok(_) => return,
-            Err(e) => tracing::error!(events = batch.len(), error = %e, "writing webhook events"),
+            if stopping {
+                return;
+            }
         }
-        if stopping {
-            return;
-        }
-        batch.clear();
     }
 }
 
