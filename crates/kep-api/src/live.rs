@@ -424,8 +424,8 @@ mod tests {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookRequest {
-    /// An `http://` or `https://` URL.
-    #[schema(max_length = 2048)]
+    /// An `http://` or `https://` URL with a host.
+    #[schema(max_length = 2048, pattern = "^https?://[^/?#]+")]
     pub url: String,
     pub enabled: bool,
 }
