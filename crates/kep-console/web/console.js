@@ -191,8 +191,11 @@ VIEWS.live = async (view, shown) => {
   for (const id of services) {
     const base = `/admin/v1/live/services/${enc(id)}/rooms`;
     const [section, refresh] = panel(shown, `Service ${id}`, async () => {
-      const { rooms } = await api(base);
-      return table(["Room", "Participant", "Streams", ""], rooms.flatMap((r) => {
+      const [{ rooms }, hook] = await Promise.all([api(base), api(`/admin/v1/live/services/${enc(id)}/webhook`).catch(() => null)]);
+      const webhook = h("p", { className: "webhook" }, "Webhook: ", hook
+        ? [h("code", {}, hook.url), hook.enabled ? " on" : ` off${hook.disabledReason ? ` (${hook.disabledReason})` : ""}`]
+        : "none (kep live webhook set)");
+      return [webhook, table(["Room", "Participant", "Streams", ""], rooms.flatMap((r) => {
         const path = `${base}/${enc(r.roomId)}`;
         const destroy = action("Destroy", async () => { await api(path, { method: "DELETE" }); refresh(); });
         if (!r.participants.length) return [[r.roomId, "–", "–", destroy]];
@@ -211,7 +214,7 @@ VIEWS.live = async (view, shown) => {
               refresh();
             }),
             i === 0 ? destroy : "")));
-      }), "No room is open.");
+      }), "No room is open.")];
     });
     view.append(section);
     shown.on("live", refresh);
