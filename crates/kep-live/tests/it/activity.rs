@@ -17,18 +17,7 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
     };
     let events = srv.admin.events(&watch).await.unwrap();
     let (s, rooms) = srv.room_client("demo").await;
-    let mut alice = srv.join(&s, "lobby", "alice").await;
-    let bob = srv.join(&s, "lobby", "bob").await;
-    let stream = alice.publish().await.unwrap();
-    rooms
-        .inactivate("lobby", &[("alice".into(), stream)])
-        .await
-        .unwrap();
-    rooms.kick("lobby", &["bob".to_owned()]).await.unwrap();
-    drop(bob);
-    let _carol = srv.join(&s, "hall", "carol").await;
-    rooms.destroy_room("hall").await.unwrap();
-    drop(alice);
+    let stream = srv.room_story(&s, &rooms).await;
 
     let mut events = events;
     let mut seen = Vec::new();

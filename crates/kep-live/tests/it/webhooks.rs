@@ -152,18 +152,7 @@ async fn every_room_change_arrives_signed_and_in_order_per_room() {
     let (s, rooms) = srv.room_client("demo").await;
     webhook_on(&srv, "demo", &receiver).await;
 
-    let mut alice = srv.join(&s, "lobby", "alice").await;
-    let bob = srv.join(&s, "lobby", "bob").await;
-    let stream = alice.publish().await.unwrap();
-    rooms
-        .inactivate("lobby", &[("alice".into(), stream)])
-        .await
-        .unwrap();
-    rooms.kick("lobby", &["bob".to_owned()]).await.unwrap();
-    drop(bob);
-    let _carol = srv.join(&s, "hall", "carol").await;
-    rooms.destroy_room("hall").await.unwrap();
-    drop(alice);
+    let stream = srv.room_story(&s, &rooms).await;
 
     let events = receiver.events(11).await;
     assert_eq!(
