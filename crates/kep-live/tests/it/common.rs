@@ -79,8 +79,8 @@ impl TestServer {
     /// publishes a stream (its id is returned) that is inactivated, bob is kicked; carol
     /// joins hall, which is destroyed; alice leaves, which closes lobby.
     pub async fn room_story(&self, s: &ServiceSecrets, rooms: &LiveClient) -> i64 {
-        let mut alice = self.join(&s, "lobby", "alice").await;
-        let bob = self.join(&s, "lobby", "bob").await;
+        let mut alice = self.join(s, "lobby", "alice").await;
+        let bob = self.join(s, "lobby", "bob").await;
         let stream = alice.publish().await.unwrap();
         rooms
             .inactivate("lobby", &[("alice".into(), stream)])
@@ -88,7 +88,7 @@ impl TestServer {
             .unwrap();
         rooms.kick("lobby", &["bob".to_owned()]).await.unwrap();
         drop(bob);
-        let _carol = self.join(&s, "hall", "carol").await;
+        let _carol = self.join(s, "hall", "carol").await;
         rooms.destroy_room("hall").await.unwrap();
         drop(alice);
         stream
