@@ -41,6 +41,7 @@ pub struct Platform {
     admin_doc: OpenApi,
     /// The services' documents served at `/openapi/<name>.json`, by name.
     doc_names: Vec<&'static str>,
+    database_url: Option<String>,
     listeners: Vec<(&'static str, Bound, App, Limits)>,
     stops: Vec<Stop>,
     addresses: BTreeMap<&'static str, SocketAddr>,
@@ -63,6 +64,7 @@ impl Platform {
             open_routes: Router::new(),
             admin_doc: operator_doc(),
             doc_names: Vec::new(),
+            database_url: None,
             listeners: Vec::new(),
             stops: Vec::new(),
         })
@@ -73,6 +75,13 @@ impl Platform {
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.activity = Activity::new(clock.clone(), crate::service::ACTIVITY_BACKLOG);
         self.clock = clock;
+        self
+    }
+
+    /// Services that follow keep their state in the PostgreSQL database at `url` (a
+    /// `postgres://` URL) instead of SQLite files under the data dir.
+    pub fn with_database_url(mut self, url: Option<String>) -> Self {
+        self.database_url = url;
         self
     }
 
@@ -97,6 +106,7 @@ impl Platform {
             public_url: listener::public_url(listener_settings.public_url.as_deref(), bound.addr),
             clock: self.clock.clone(),
             activity: self.activity.clone(),
+            database_url: self.database_url.clone(),
         };
         let service = S::start(settings, &ctx).await?;
         self.operator_routes =

@@ -37,6 +37,8 @@ pub struct Context {
     pub clock: Clock,
     /// Where it records its state changes (`Activity::of` its name).
     pub activity: Activity,
+    /// Its database, when not SQLite under the data dir: a `postgres://` URL.
+    pub database_url: Option<String>,
 }
 
 impl Context {
@@ -50,12 +52,35 @@ impl Context {
             public_url: String::new(),
             clock: Clock::system(),
             activity: Activity::new(Clock::system(), ACTIVITY_BACKLOG),
+            database_url: None,
         }
     }
 
-    /// Opens the service's database (`<name>.db` under the data dir), migrated.
+    /// Opens the service's SQLite database (`<name>.db` under the data dir), migrated: for a
+    /// service whose store is on SQLite only, which refuses a PostgreSQL `database_url`.
     pub async fn database(&self, name: &str, migrator: &Migrator) -> anyhow::Result<SqlitePool> {
+        if self.database_url.is_some() {
+            anyhow::bail!(
+                "the {name} service keeps its state in SQLite only, for now: run it in a kep \
+                 of its own (--only) without database_url"
+            );
+        }
         crate::storage::open(&self.data_dir, name, migrator).await
+    }
+
+    /// Opens the service's database on the backend of the settings, migrated with that
+    /// backend's migrations.
+    pub async fn database_on(
+        &self,
+        name: &str,
+        sqlite: &Migrator,
+        postgres: &Migrator,
+    ) -> anyhow::Result<crate::storage::Database> {
+        use crate::storage::{Database, open, open_postgres};
+        Ok(match &self.database_url {
+            Some(url) => Database::Postgres(open_postgres(url, name, postgres).await?),
+            None => Database::Sqlite(open(&self.data_dir, name, sqlite).await?),
+        })
     }
 
     /// Runs a background loop until it ends or the platform stops.

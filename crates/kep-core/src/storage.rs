@@ -1,5 +1,7 @@
-//! The embedded database: one SQLite file per service under the data dir, in WAL mode, with
-//! the service's migrations (embedded in the binary) run at open.
+//! Where services keep their state: by default one SQLite file per service under the data
+//! dir, in WAL mode; with `database_url` on PostgreSQL, one schema per service
+//! (`kep_<name>`) of that database. Either way the service's migrations for that backend
+//! (embedded in the binary) run at open.
 //!
 //! A file per service keeps each service's writes from queueing behind another's: SQLite
 //! has one writer per file.
@@ -11,9 +13,51 @@ use std::time::Duration;
 use anyhow::Context as _;
 use sqlx::ConnectOptions as _;
 use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+
+/// A service's database, on the backend the settings chose.
+#[derive(Clone)]
+pub enum Database {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Connects to the PostgreSQL database at `url` with `kep_<name>` (made if needed) as the
+/// search path, and brings that schema up to date.
+pub async fn open_postgres(url: &str, name: &str, migrator: &Migrator) -> anyhow::Result<PgPool> {
+    let schema = format!("kep_{name}");
+    let options = PgConnectOptions::from_str(url)
+        .context("database_url")?
+        .log_statements(log::LevelFilter::Trace);
+    let mut conn = options
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the database for {name}"))?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema}"
+    )))
+    .execute(&mut conn)
+    .await
+    .with_context(|| format!("making schema {schema}"))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .connect_with(options.options([("search_path", schema.as_str())]))
+        .await
+        .with_context(|| format!("opening schema {schema}"))?;
+    migrator
+        .run(&pool)
+        .await
+        .with_context(|| format!("migrating schema {schema}"))?;
+    Ok(pool)
+}
 
 /// Opens (creating if needed) `<data_dir>/<name>.db` and brings its schema up to date.
 pub async fn open(data_dir: &Path, name: &str, migrator: &Migrator) -> anyhow::Result<SqlitePool> {
@@ -40,4 +84,35 @@ pub async fn open(data_dir: &Path, name: &str, migrator: &Migrator) -> anyhow::R
         .await
         .with_context(|| format!("migrating {}", path.display()))?;
     Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::service::Context;
+
+    #[test]
+    fn only_postgres_urls_are_postgres() {
+        assert!(super::is_postgres("postgres://u@127.0.0.1:5432/kep"));
+        assert!(super::is_postgres("postgresql://u@h/kep"));
+        assert!(!super::is_postgres("sqlite://kep.db"));
+        assert!(!super::is_postgres("mysql://h/kep"));
+    }
+
+    #[tokio::test]
+    async fn a_service_on_sqlite_only_refuses_a_database_url_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = Context::standalone(dir.path());
+        ctx.database_url = Some("postgres://u@127.0.0.1:1/kep".into());
+        static NONE: sqlx::migrate::Migrator = sqlx::migrate::Migrator::DEFAULT;
+        let err = ctx
+            .database("adapter", &NONE)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the adapter service keeps its state in SQLite only"),
+            "{err}"
+        );
+        assert!(!dir.path().join("adapter.db").exists(), "nothing was made");
+    }
 }

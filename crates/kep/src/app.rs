@@ -73,7 +73,14 @@ impl Application {
             }
         }
 
-        let mut platform = Platform::new(&data_dir, settings.admin.addr).await?;
+        if let Some(url) = &settings.database_url
+            && !kep_core::storage::is_postgres(url)
+        {
+            anyhow::bail!("database_url: a postgres:// URL, or unset for SQLite under data_dir");
+        }
+        let mut platform = Platform::new(&data_dir, settings.admin.addr)
+            .await?
+            .with_database_url(settings.database_url.clone());
         let prometheus = install_prometheus(&platform.shutdown_token())?;
         let mut observed = Observed::default();
         if wanted(LiveService::NAME) {

@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// Where the databases and files live [KEP_DATA_DIR; default ./kep-data].
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// A PostgreSQL database (postgres://…) for the state of the services that keep it
+    /// there (live, for now) instead of SQLite under the data dir [KEP_DATABASE_URL].
+    #[arg(long)]
+    database_url: Option<String>,
     /// Operator API, /healthz, docs [KEP_ADMIN_ADDR; default 127.0.0.1:8800].
     #[arg(long)]
     admin_addr: Option<SocketAddr>,
@@ -78,6 +82,9 @@ pub enum LogFormat {
 #[serde(default)]
 pub struct Settings {
     pub data_dir: PathBuf,
+    /// `postgres://…`; unset: SQLite files under `data_dir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
     pub log_format: LogFormat,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub only: Option<ServiceNames>,
@@ -93,6 +100,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             data_dir: PathBuf::from("./kep-data"),
+            database_url: None,
             log_format: LogFormat::Text,
             only: None,
             admin: AdminSettings::default(),
@@ -158,6 +166,9 @@ impl ServeArgs {
         let path = |p: &PathBuf| Value::from(p.to_string_lossy().into_owned());
         if let Some(d) = &self.data_dir {
             o.push(("data_dir".into(), path(d)));
+        }
+        if let Some(u) = &self.database_url {
+            o.push(("database_url".into(), Value::from(u.clone())));
         }
         if let Some(a) = self.admin_addr {
             o.push(("admin.addr".into(), Value::from(a.to_string())));

@@ -9,7 +9,7 @@ use kep_core::service::Context;
 
 use crate::ids::ServiceId;
 
-mod sqlite;
+mod sql;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ServiceRow {
@@ -140,8 +140,17 @@ pub trait Store: Send + Sync {
     ) -> sqlx::Result<Vec<WebhookEventRow>>;
 }
 
-/// Opens the service's store (`live.db` under the data dir), migrated.
+/// Opens the service's store (`live.db` under the data dir, or schema `kep_live` of the
+/// PostgreSQL `database_url`), migrated.
 pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
-    let pool = ctx.database("live", &sqlite::MIGRATOR).await?;
-    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+    use kep_core::storage::Database;
+    Ok(
+        match ctx
+            .database_on("live", &sql::SQLITE, &sql::POSTGRES)
+            .await?
+        {
+            Database::Sqlite(pool) => Arc::new(sql::SqliteStore::new(pool)),
+            Database::Postgres(pool) => Arc::new(sql::PgStore::new(pool)),
+        },
+    )
 }

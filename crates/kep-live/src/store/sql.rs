@@ -1,30 +1,36 @@
-//! The live store on SQLite (`live.db`).
+//! The live store in SQL, one text for both backends: SQLite (`live.db`) and PostgreSQL
+//! (schema `kep_live`). Parameters are `$1`, `$2` … in the order they appear, which both
+//! read alike; each backend has its own migrations (`migrations/<backend>/`).
 
 use sqlx::migrate::Migrator;
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+use sqlx::{PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
 
 use super::{
     NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookAttempt, WebhookEventRow, WebhookRow,
 };
 use crate::ids::ServiceId;
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
+pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
 const EVENT_COLUMNS: &str =
-    "seq, id, service_id, room_id, event, body, at, status, attempts, last_error, delivered_at";
+    "id, service_id, room_id, event, body, at, status, attempts, last_error, delivered_at";
 
-pub struct SqliteStore {
-    pool: SqlitePool,
-}
+/// The store on a pool of `$db`.
+macro_rules! sql_store {
+    ($store:ident, $db:ty, $pool:ty) => {
+        pub struct $store {
+            pool: $pool,
+        }
 
-impl SqliteStore {
-    pub fn new(pool: SqlitePool) -> Self {
-        SqliteStore { pool }
-    }
-}
+        impl $store {
+            pub fn new(pool: $pool) -> Self {
+                $store { pool }
+            }
+        }
 
 #[async_trait::async_trait]
-impl Store for SqliteStore {
+        impl Store for $store {
     async fn services(&self) -> sqlx::Result<Vec<ServiceRow>> {
         sqlx::query_as(
             "SELECT service_id, admin_ha, service_hs, admin_uuid, external_verifier_url
@@ -38,7 +44,7 @@ impl Store for SqliteStore {
         let done = sqlx::query(
             "INSERT INTO live_services
                (service_id, admin_ha, service_hs, admin_uuid, external_verifier_url, created_at)
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (service_id) DO NOTHING",
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (service_id) DO NOTHING",
         )
         .bind(&row.service_id)
         .bind(&row.admin_ha)
@@ -58,7 +64,7 @@ impl Store for SqliteStore {
         hs: &str,
     ) -> sqlx::Result<bool> {
         let done = sqlx::query(
-            "UPDATE live_services SET admin_ha = ?, service_hs = ? WHERE service_id = ?",
+            "UPDATE live_services SET admin_ha = $1, service_hs = $2 WHERE service_id = $3",
         )
         .bind(ha)
         .bind(hs)
@@ -74,7 +80,7 @@ impl Store for SqliteStore {
         url: Option<&str>,
     ) -> sqlx::Result<bool> {
         let done =
-            sqlx::query("UPDATE live_services SET external_verifier_url = ? WHERE service_id = ?")
+            sqlx::query("UPDATE live_services SET external_verifier_url = $1 WHERE service_id = $2")
                 .bind(url)
                 .bind(service_id)
                 .execute(&self.pool)
@@ -84,7 +90,7 @@ impl Store for SqliteStore {
 
     async fn live_tokens(&self, now: i64) -> sqlx::Result<Vec<TokenRow>> {
         sqlx::query_as(
-            "SELECT token_hash, service_id, expires_at FROM live_tokens WHERE expires_at > ?",
+            "SELECT token_hash, service_id, expires_at FROM live_tokens WHERE expires_at > $1",
         )
         .bind(now)
         .fetch_all(&self.pool)
@@ -93,12 +99,12 @@ impl Store for SqliteStore {
 
     async fn insert_token(&self, row: &TokenRow, now: i64) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM live_tokens WHERE expires_at <= ?")
+        sqlx::query("DELETE FROM live_tokens WHERE expires_at <= $1")
             .bind(now)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
-            "INSERT INTO live_tokens (token_hash, service_id, expires_at) VALUES (?, ?, ?)",
+            "INSERT INTO live_tokens (token_hash, service_id, expires_at) VALUES ($1, $2, $3)",
         )
         .bind(&row.token_hash)
         .bind(&row.service_id)
@@ -119,7 +125,7 @@ impl Store for SqliteStore {
     async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO live_webhooks (service_id, url, enabled, secret, disabled_reason, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (service_id) DO UPDATE SET url = excluded.url, enabled = excluded.enabled,
                secret = excluded.secret, disabled_reason = excluded.disabled_reason,
                updated_at = excluded.updated_at",
@@ -145,7 +151,7 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin().await?;
         // 7 values a row: well under SQLite's 32,766 per statement.
         for chunk in events.chunks(1024) {
-            let mut b: QueryBuilder<Sqlite> = QueryBuilder::new(
+            let mut b: QueryBuilder<$db> = QueryBuilder::new(
                 "INSERT INTO live_webhook_events (seq, id, service_id, room_id, event, body, at, status) ",
             );
             b.push_values(chunk, |mut v, e| {
@@ -174,7 +180,7 @@ impl Store for SqliteStore {
 
     async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM live_webhook_events WHERE seq = ?"
+            "SELECT {EVENT_COLUMNS} FROM live_webhook_events WHERE seq = $1"
         )))
         .bind(seq)
         .fetch_optional(&self.pool)
@@ -185,8 +191,8 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin().await?;
         for o in outcomes {
             sqlx::query(
-                "UPDATE live_webhook_events SET status = ?, attempts = ?, last_error = ?,
-                   delivered_at = ? WHERE seq = ?",
+                "UPDATE live_webhook_events SET status = $1, attempts = $2, last_error = $3,
+                   delivered_at = $4 WHERE seq = $5",
             )
             .bind(o.status)
             .bind(o.attempts)
@@ -205,8 +211,8 @@ impl Store for SqliteStore {
         limit: i64,
     ) -> sqlx::Result<Vec<WebhookEventRow>> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {EVENT_COLUMNS} FROM live_webhook_events WHERE service_id = ?
-             ORDER BY seq DESC LIMIT ?"
+            "SELECT {EVENT_COLUMNS} FROM live_webhook_events WHERE service_id = $1
+             ORDER BY seq DESC LIMIT $2"
         )))
         .bind(service_id)
         .bind(limit)
@@ -214,3 +220,8 @@ impl Store for SqliteStore {
         .await
     }
 }
+    };
+}
+
+sql_store!(SqliteStore, Sqlite, SqlitePool);
+sql_store!(PgStore, Postgres, PgPool);
