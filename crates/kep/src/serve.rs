@@ -40,7 +40,8 @@ pub struct ServeArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// A PostgreSQL database (postgres://…) for the state of the services that keep it
-    /// there (live, for now) instead of SQLite under the data dir [KEP_DATABASE_URL].
+    /// there (live and adapter, for now) instead of SQLite under the data dir
+    /// [KEP_DATABASE_URL].
     #[arg(long)]
     database_url: Option<String>,
     /// Operator API, /healthz, docs [KEP_ADMIN_ADDR; default 127.0.0.1:8800].

@@ -10,7 +10,7 @@ use sqlx::types::Json;
 
 use crate::ids::{OrgLoginTypeId, SessionId};
 
-mod sqlite;
+mod sql;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OrgRow {
@@ -155,8 +155,17 @@ pub trait Store: Send + Sync {
     async fn sessions_by_status(&self) -> sqlx::Result<Vec<(String, i64)>>;
 }
 
-/// Opens the adapter's store (`adapter.db` under the data dir), migrated.
+/// Opens the adapter's store (`adapter.db` under the data dir, or schema `kep_adapter` of
+/// the PostgreSQL `database_url`), migrated.
 pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
-    let pool = ctx.database("adapter", &sqlite::MIGRATOR).await?;
-    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+    use kep_core::storage::Database;
+    Ok(
+        match ctx
+            .database_on("adapter", &sql::SQLITE, &sql::POSTGRES)
+            .await?
+        {
+            Database::Sqlite(pool) => Arc::new(sql::SqliteStore::new(pool)),
+            Database::Postgres(pool) => Arc::new(sql::PgStore::new(pool)),
+        },
+    )
 }

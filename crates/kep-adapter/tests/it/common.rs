@@ -27,6 +27,8 @@ pub struct Server {
     pub clock: Clock,
     running: Running,
     dir: tempfile::TempDir,
+    /// Its PostgreSQL database, where the tests run on one: a restart finds it again.
+    database_url: Option<String>,
 }
 
 pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
@@ -34,6 +36,7 @@ pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
     let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
     start_in(
         tempfile::tempdir().unwrap(),
+        kep_core::storage::database_for_a_test().await,
         Clock::manual(start),
         configure,
     )
@@ -42,6 +45,7 @@ pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
 
 async fn start_in(
     dir: tempfile::TempDir,
+    database_url: Option<String>,
     clock: Clock,
     configure: impl FnOnce(&mut AdapterSettings),
 ) -> Server {
@@ -54,7 +58,8 @@ async fn start_in(
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
-        .with_clock(clock.clone());
+        .with_clock(clock.clone())
+        .with_database_url(database_url.clone());
     platform.start::<AdapterService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {
@@ -63,6 +68,7 @@ async fn start_in(
         clock,
         running,
         dir,
+        database_url,
     }
 }
 
@@ -87,7 +93,7 @@ impl Server {
     /// Stops the platform and starts it again on the same data dir and clock.
     pub async fn restart(self, configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         self.running.stop(Duration::from_secs(5)).await;
-        start_in(self.dir, self.clock, configure).await
+        start_in(self.dir, self.database_url, self.clock, configure).await
     }
 }
 

@@ -38,7 +38,7 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
         .await
         .unwrap()
         .with_clock(clock.clone());
-    let mut platform = platform.with_database_url(test_database().await);
+    let mut platform = platform.with_database_url(kep_core::storage::database_for_a_test().await);
     let shutdown = platform.shutdown_token();
     let service = platform.start::<LiveService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
@@ -50,22 +50,6 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
         clock,
         _dir: dir,
     }
-}
-
-/// With `KEP_TEST_DATABASE_URL` (a PostgreSQL server, as `./test` starts one), a database
-/// of this test's own there; else none (SQLite under the test's data dir).
-async fn test_database() -> Option<String> {
-    let server = std::env::var("KEP_TEST_DATABASE_URL").ok()?;
-    let name = format!("kep_test_{}", kep_core::secret::new_uuid().replace('-', ""));
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server)
-        .await
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let (base, _) = server.rsplit_once('/').unwrap();
-    Some(format!("{base}/{name}"))
 }
 
 impl TestServer {

@@ -1,8 +1,11 @@
-//! The adapter store on SQLite (`adapter.db`).
+//! The adapter store in SQL, one text for both backends: SQLite (`adapter.db`) and
+//! PostgreSQL (schema `kep_adapter`). Parameters are `$1`, `$2` … in the order they first
+//! appear, which both read alike; each backend has its own migrations
+//! (`migrations/<backend>/`).
 
-use sqlx::SqlitePool;
 use sqlx::migrate::Migrator;
 use sqlx::types::Json;
+use sqlx::{PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
 
 use super::{
     AgentResult, NewOrg, NotificationRow, OrgRow, SessionFilter, SessionNotificationRow,
@@ -10,20 +13,24 @@ use super::{
 };
 use crate::ids::{OrgLoginTypeId, SessionId};
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
+pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
+pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
-pub struct SqliteStore {
-    pool: SqlitePool,
-}
+/// The store on a pool of `$db`.
+macro_rules! sql_store {
+    ($store:ident, $db:ty, $pool:ty) => {
+        pub struct $store {
+            pool: $pool,
+        }
 
-impl SqliteStore {
-    pub fn new(pool: SqlitePool) -> Self {
-        SqliteStore { pool }
-    }
-}
+        impl $store {
+            pub fn new(pool: $pool) -> Self {
+                $store { pool }
+            }
+        }
 
 #[async_trait::async_trait]
-impl Store for SqliteStore {
+        impl Store for $store {
     async fn insert_org(
         &self,
         org: &NewOrg<'_>,
@@ -32,7 +39,7 @@ impl Store for SqliteStore {
     ) -> sqlx::Result<OrgLoginTypeId> {
         let row: (OrgLoginTypeId,) = sqlx::query_as(
             "INSERT INTO org_login_types (method, adapter_agent, data_model, secret_hash, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
         )
         .bind(org.method)
         .bind(org.adapter_agent)
@@ -46,7 +53,7 @@ impl Store for SqliteStore {
     }
 
     async fn org(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgRow>> {
-        sqlx::query_as("SELECT id, method, adapter_agent, data_model, secret_hash FROM org_login_types WHERE id = ?")
+        sqlx::query_as("SELECT id, method, adapter_agent, data_model, secret_hash FROM org_login_types WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -65,7 +72,7 @@ impl Store for SqliteStore {
         now: i64,
     ) -> sqlx::Result<bool> {
         let done = sqlx::query(
-            "UPDATE org_login_types SET method = ?, adapter_agent = ?, data_model = ?, updated_at = ? WHERE id = ?",
+            "UPDATE org_login_types SET method = $1, adapter_agent = $2, data_model = $3, updated_at = $4 WHERE id = $5",
         )
         .bind(org.method)
         .bind(org.adapter_agent)
@@ -84,7 +91,7 @@ impl Store for SqliteStore {
         now: i64,
     ) -> sqlx::Result<bool> {
         let done =
-            sqlx::query("UPDATE org_login_types SET secret_hash = ?, updated_at = ? WHERE id = ?")
+            sqlx::query("UPDATE org_login_types SET secret_hash = $1, updated_at = $2 WHERE id = $3")
                 .bind(secret_hash)
                 .bind(now)
                 .bind(id)
@@ -98,12 +105,12 @@ impl Store for SqliteStore {
         // A write first: a transaction that reads first cannot take the write lock while
         // another connection writes (SQLite answers BUSY at once).
         let sessions: Vec<(SessionId,)> = sqlx::query_as(
-            "DELETE FROM drm_sessions WHERE org_login_type_id = ? RETURNING session_id",
+            "DELETE FROM drm_sessions WHERE org_login_type_id = $1 RETURNING session_id",
         )
         .bind(id)
         .fetch_all(&mut *tx)
         .await?;
-        let done = sqlx::query("DELETE FROM org_login_types WHERE id = ?")
+        let done = sqlx::query("DELETE FROM org_login_types WHERE id = $1")
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -113,8 +120,8 @@ impl Store for SqliteStore {
 
     async fn insert_session(&self, s: &SessionRow) -> sqlx::Result<()> {
         sqlx::query(
-            "INSERT INTO drm_sessions (session_id, org_login_type_id, file_id, file_type, user, status,
-               created_at, expires_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO drm_sessions (session_id, org_login_type_id, file_id, file_type, \"user\", status,
+               created_at, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&s.session_id)
         .bind(s.org_login_type_id)
@@ -132,9 +139,9 @@ impl Store for SqliteStore {
 
     async fn session(&self, session_id: &SessionId) -> sqlx::Result<Option<SessionRow>> {
         sqlx::query_as(
-            "SELECT session_id, org_login_type_id, file_id, file_type, user, status, result, reason, extra,
+            "SELECT session_id, org_login_type_id, file_id, file_type, \"user\", status, result, reason, extra,
                     file_size, file_sha256, created_at, expires_at
-             FROM drm_sessions WHERE session_id = ?",
+             FROM drm_sessions WHERE session_id = $1",
         )
             .bind(session_id)
             .fetch_optional(&self.pool)
@@ -148,8 +155,8 @@ impl Store for SqliteStore {
         now: i64,
     ) -> sqlx::Result<bool> {
         let done = sqlx::query(
-            "UPDATE drm_sessions SET status = ?, result = ?, reason = ?, extra = ?, updated_at = ?
-             WHERE session_id = ? AND status = 'PENDING' AND expires_at > ?",
+            "UPDATE drm_sessions SET status = $1, result = $2, reason = $3, extra = $4, updated_at = $5
+             WHERE session_id = $6 AND status = 'PENDING' AND expires_at > $7",
         )
         .bind(result.status.as_str())
         .bind(result.result)
@@ -171,8 +178,8 @@ impl Store for SqliteStore {
         now: i64,
     ) -> sqlx::Result<bool> {
         let done = sqlx::query(
-            "UPDATE drm_sessions SET status = 'RELEASED', file_size = ?, file_sha256 = ?, updated_at = ?
-             WHERE session_id = ? AND status = 'GRANTED' AND expires_at > ?",
+            "UPDATE drm_sessions SET status = 'RELEASED', file_size = $1, file_sha256 = $2, updated_at = $3
+             WHERE session_id = $4 AND status = 'GRANTED' AND expires_at > $5",
         )
         .bind(size)
         .bind(sha256)
@@ -186,8 +193,8 @@ impl Store for SqliteStore {
 
     async fn expire(&self, now: i64) -> sqlx::Result<Vec<(SessionId, OrgLoginTypeId)>> {
         let expired: Vec<(String, i64)> = sqlx::query_as(
-            "UPDATE drm_sessions SET status = 'EXPIRED', updated_at = ?
-             WHERE status IN ('PENDING', 'GRANTED') AND expires_at <= ?
+            "UPDATE drm_sessions SET status = 'EXPIRED', updated_at = $1
+             WHERE status IN ('PENDING', 'GRANTED') AND expires_at <= $2
              RETURNING session_id, org_login_type_id",
         )
         .bind(now)
@@ -208,7 +215,7 @@ impl Store for SqliteStore {
         status: Option<u16>,
         error: Option<&str>,
     ) -> sqlx::Result<()> {
-        sqlx::query("INSERT INTO drm_notifications (session_id, attempt, at, status, error) VALUES (?, ?, ?, ?, ?)")
+        sqlx::query("INSERT INTO drm_notifications (session_id, attempt, at, status, error) VALUES ($1, $2, $3, $4, $5)")
             .bind(session_id)
             .bind(attempt)
             .bind(at_ms)
@@ -226,7 +233,7 @@ impl Store for SqliteStore {
     }
 
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>> {
-        sqlx::query_as("SELECT attempt, at, status, error FROM drm_notifications WHERE session_id = ? ORDER BY attempt")
+        sqlx::query_as("SELECT attempt, at, status, error FROM drm_notifications WHERE session_id = $1 ORDER BY attempt")
             .bind(session_id)
             .fetch_all(&self.pool)
             .await
@@ -240,16 +247,16 @@ impl Store for SqliteStore {
         // The status compared is the one shown (`Drm::effective_status`); the cursor is a row
         // value, so sessions created in the same second page by id.
         sqlx::query_as(
-            "SELECT session_id, org_login_type_id, file_id, file_type, user, status, result, reason, extra,
+            "SELECT session_id, org_login_type_id, file_id, file_type, \"user\", status, result, reason, extra,
                     file_size, file_sha256, created_at, expires_at
              FROM drm_sessions
-             WHERE (?1 IS NULL OR org_login_type_id = ?1)
-               AND (?2 IS NULL OR ?2 = CASE WHEN status IN ('PENDING', 'GRANTED') AND expires_at <= ?3
+             WHERE ($1 IS NULL OR org_login_type_id = $1)
+               AND ($2 IS NULL OR $2 = CASE WHEN status IN ('PENDING', 'GRANTED') AND expires_at <= $3
                                             THEN 'EXPIRED' ELSE status END)
-               AND (?4 IS NULL OR (created_at, session_id) <
-                                  (SELECT created_at, session_id FROM drm_sessions WHERE session_id = ?4))
+               AND ($4 IS NULL OR (created_at, session_id) <
+                                  (SELECT created_at, session_id FROM drm_sessions WHERE session_id = $4))
              ORDER BY created_at DESC, session_id DESC
-             LIMIT ?5",
+             LIMIT $5",
         )
         .bind(filter.org_login_type_id)
         .bind(filter.status.map(|s| s.as_str()))
@@ -264,21 +271,25 @@ impl Store for SqliteStore {
         &self,
         session_ids: &[SessionId],
     ) -> sqlx::Result<Vec<SessionNotificationRow>> {
-        // The ids as one JSON array: one statement, whatever their number.
-        sqlx::query_as(
-            "SELECT session_id, attempt, at, status, error FROM drm_notifications
-             WHERE session_id IN (SELECT value FROM json_each(?))
-             ORDER BY session_id, attempt",
-        )
-        .bind(Json(session_ids))
-        .fetch_all(&self.pool)
-        .await
+        if session_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One statement, with one parameter per id (a page holds at most 500).
+        let mut b: QueryBuilder<$db> = QueryBuilder::new(
+            "SELECT session_id, attempt, at, status, error FROM drm_notifications WHERE session_id IN (",
+        );
+        let mut ids = b.separated(", ");
+        for id in session_ids {
+            ids.push_bind(id.as_str());
+        }
+        b.push(") ORDER BY session_id, attempt");
+        b.build_query_as().fetch_all(&self.pool).await
     }
 
     async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>> {
         let rows: Vec<(SessionId,)> = sqlx::query_as(
             "SELECT session_id FROM drm_sessions s
-             WHERE status = 'PENDING' AND expires_at > ?
+             WHERE status = 'PENDING' AND expires_at > $1
                AND NOT EXISTS (SELECT 1 FROM drm_notifications n
                                WHERE n.session_id = s.session_id AND n.status BETWEEN 200 AND 299)
              ORDER BY created_at, session_id",
@@ -289,3 +300,8 @@ impl Store for SqliteStore {
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 }
+    };
+}
+
+sql_store!(SqliteStore, Sqlite, SqlitePool);
+sql_store!(PgStore, Postgres, PgPool);
