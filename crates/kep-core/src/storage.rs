@@ -86,6 +86,35 @@ pub async fn open(data_dir: &Path, name: &str, migrator: &Migrator) -> anyhow::R
     Ok(pool)
 }
 
+/// Declares a service's store on both backends from one SQL text: `SqliteStore` and
+/// `PgStore`, each over a pool of its backend (`new(pool)`), each implementing `$trait` with
+/// the same body. Queries number their parameters `$1`, `$2` … in the order they first
+/// appear, which SQLite reads as PostgreSQL does; a `QueryBuilder<_>` takes its backend from
+/// what it runs on. The calling crate depends on `async-trait`.
+#[macro_export]
+macro_rules! sql_store {
+    ($trait:path { $($body:tt)* }) => {
+        $crate::sql_store!(@one SqliteStore, sqlx::SqlitePool, $trait { $($body)* });
+        $crate::sql_store!(@one PgStore, sqlx::PgPool, $trait { $($body)* });
+    };
+    (@one $store:ident, $pool:ty, $trait:path { $($body:tt)* }) => {
+        pub struct $store {
+            pool: $pool,
+        }
+
+        impl $store {
+            pub fn new(pool: $pool) -> Self {
+                $store { pool }
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $trait for $store {
+            $($body)*
+        }
+    };
+}
+
 /// For the services' tests: with `KEP_TEST_DATABASE_URL` (a PostgreSQL server, as `./test`
 /// starts one), the URL of a new, empty database there for one test; else none (SQLite
 /// under the test's data dir).

@@ -3,9 +3,9 @@
 //! appear, which both read alike; each backend has its own migrations
 //! (`migrations/<backend>/`).
 
+use sqlx::QueryBuilder;
 use sqlx::migrate::Migrator;
 use sqlx::types::Json;
-use sqlx::{PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
 
 use super::{
     AgentResult, NewOrg, NotificationRow, OrgRow, SessionFilter, SessionNotificationRow,
@@ -16,21 +16,7 @@ use crate::ids::{OrgLoginTypeId, SessionId};
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// The store on a pool of `$db`.
-macro_rules! sql_store {
-    ($store:ident, $db:ty, $pool:ty) => {
-        pub struct $store {
-            pool: $pool,
-        }
-
-        impl $store {
-            pub fn new(pool: $pool) -> Self {
-                $store { pool }
-            }
-        }
-
-#[async_trait::async_trait]
-        impl Store for $store {
+kep_core::sql_store!(Store {
     async fn insert_org(
         &self,
         org: &NewOrg<'_>,
@@ -275,7 +261,7 @@ macro_rules! sql_store {
             return Ok(Vec::new());
         }
         // One statement, with one parameter per id (a page holds at most 500).
-        let mut b: QueryBuilder<$db> = QueryBuilder::new(
+        let mut b: QueryBuilder<_> = QueryBuilder::new(
             "SELECT session_id, attempt, at, status, error FROM drm_notifications WHERE session_id IN (",
         );
         let mut ids = b.separated(", ");
@@ -299,9 +285,4 @@ macro_rules! sql_store {
         .await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
-}
-    };
-}
-
-sql_store!(SqliteStore, Sqlite, SqlitePool);
-sql_store!(PgStore, Postgres, PgPool);
+});

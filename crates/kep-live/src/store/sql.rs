@@ -2,8 +2,8 @@
 //! (schema `kep_live`). Parameters are `$1`, `$2` … in the order they appear, which both
 //! read alike; each backend has its own migrations (`migrations/<backend>/`).
 
+use sqlx::QueryBuilder;
 use sqlx::migrate::Migrator;
-use sqlx::{PgPool, Postgres, QueryBuilder, Sqlite, SqlitePool};
 
 use super::{
     NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookAttempt, WebhookEventRow, WebhookRow,
@@ -16,21 +16,7 @@ pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 const EVENT_COLUMNS: &str =
     "id, service_id, room_id, event, body, at, status, attempts, last_error, delivered_at";
 
-/// The store on a pool of `$db`.
-macro_rules! sql_store {
-    ($store:ident, $db:ty, $pool:ty) => {
-        pub struct $store {
-            pool: $pool,
-        }
-
-        impl $store {
-            pub fn new(pool: $pool) -> Self {
-                $store { pool }
-            }
-        }
-
-#[async_trait::async_trait]
-        impl Store for $store {
+kep_core::sql_store!(Store {
     async fn services(&self) -> sqlx::Result<Vec<ServiceRow>> {
         sqlx::query_as(
             "SELECT service_id, admin_ha, service_hs, admin_uuid, external_verifier_url
@@ -151,7 +137,7 @@ macro_rules! sql_store {
         let mut tx = self.pool.begin().await?;
         // 7 values a row: well under SQLite's 32,766 per statement.
         for chunk in events.chunks(1024) {
-            let mut b: QueryBuilder<$db> = QueryBuilder::new(
+            let mut b: QueryBuilder<_> = QueryBuilder::new(
                 "INSERT INTO live_webhook_events (seq, id, service_id, room_id, event, body, at, status) ",
             );
             b.push_values(chunk, |mut v, e| {
@@ -219,9 +205,4 @@ macro_rules! sql_store {
         .fetch_all(&self.pool)
         .await
     }
-}
-    };
-}
-
-sql_store!(SqliteStore, Sqlite, SqlitePool);
-sql_store!(PgStore, Postgres, PgPool);
+});
