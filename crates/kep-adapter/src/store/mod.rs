@@ -127,7 +127,6 @@ pub trait Store: Send + Sync {
         sha256: &str,
         now: i64,
     ) -> sqlx::Result<bool>;
-    /// Sessions still open past their expiry become `EXPIRED`; how many did.
     /// Marks the sessions past their expiry `EXPIRED`: which ones, of which org.
     async fn expire(&self, now: i64) -> sqlx::Result<Vec<(SessionId, OrgLoginTypeId)>>;
 

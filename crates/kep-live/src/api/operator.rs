@@ -16,9 +16,9 @@ use crate::ids::ServiceId;
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 use kep_api::live::{
-    CreateServiceRequest, DeliveriesQuery, InactivateRequest, KickRequest, ListParticipantsResult,
-    RoomInfo, RoomList, ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest, Webhook,
-    WebhookDeliveries, WebhookDelivery, WebhookRequest,
+    CreateServiceRequest, DeliveriesQuery, InactivateRequest, KickRequest, RoomInfo, RoomList,
+    ServiceList, ServiceSecrets, ServiceSummary, UpdateServiceRequest, Webhook, WebhookDeliveries,
+    WebhookDelivery, WebhookRequest,
 };
 
 pub(crate) fn router(live: LiveService) -> Router {
@@ -247,15 +247,12 @@ pub(crate) async fn list_rooms(
     let mut list = Vec::new();
     for room_id in rooms.list_rooms(&service) {
         // A room that closed since it was listed is left out.
-        let Ok(listing) = rooms.list_participants(&service, &room_id) else {
+        let Ok(participants) = rooms.participants(&service, &room_id) else {
             continue;
         };
-        // The room's cached Room.ListParticipants answer, read back.
-        let listing: ListParticipantsResult =
-            serde_json::from_slice(&listing).map_err(ApiError::internal)?;
         list.push(RoomInfo {
             room_id,
-            participants: listing.participants,
+            participants,
         });
     }
     Ok(Json(RoomList { rooms: list }))
@@ -336,12 +333,12 @@ fn no_webhook() -> ApiError {
     ApiError::not_found("the service has no webhook")
 }
 
-fn webhook(row: crate::store::WebhookRow, secret: bool) -> Webhook {
+fn webhook(row: &crate::store::WebhookRow, secret: bool) -> Webhook {
     Webhook {
-        url: row.url,
+        url: row.url.clone(),
         enabled: row.enabled,
-        secret: secret.then_some(row.secret),
-        disabled_reason: row.disabled_reason,
+        secret: secret.then(|| row.secret.clone()),
+        disabled_reason: row.disabled_reason.clone(),
     }
 }
 
@@ -367,7 +364,7 @@ pub(crate) async fn set_webhook(
         .map_err(ApiError::internal)?;
     let detail = json!({ "url": row.url, "enabled": row.enabled });
     live.0.activity.record("webhook.set", id.as_str(), detail);
-    Ok(Json(webhook(row, true)))
+    Ok(Json(webhook(&row, true)))
 }
 
 /// `GET /admin/v1/live/services/{id}/webhook` (without its secret).
@@ -381,7 +378,7 @@ pub(crate) async fn show_webhook(
 ) -> Result<Json<Webhook>, ApiError> {
     known_service(&live, &id)?;
     let row = live.0.webhooks.get(&id).ok_or_else(no_webhook)?;
-    Ok(Json(webhook(row, false)))
+    Ok(Json(webhook(&row, false)))
 }
 
 /// `POST /admin/v1/live/services/{id}/webhook/secret`: a new signing secret, shown once;
@@ -400,13 +397,13 @@ pub(crate) async fn rotate_webhook_secret(
     let row = live
         .0
         .webhooks
-        .put(&id, old.url, old.enabled, secret)
+        .put(&id, old.url.clone(), old.enabled, secret)
         .await
         .map_err(ApiError::internal)?;
     live.0
         .activity
         .record("webhook.secret_rotated", id.as_str(), Value::Null);
-    Ok(Json(webhook(row, true)))
+    Ok(Json(webhook(&row, true)))
 }
 
 /// `GET /admin/v1/live/services/{id}/webhook/deliveries`: the service's events, newest

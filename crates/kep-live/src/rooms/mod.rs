@@ -51,6 +51,19 @@ pub type ConnId = u64;
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
+/// A room's state, unless the room closed since it was looked up.
+fn open<'a>(
+    st: std::sync::MutexGuard<'a, RoomState>,
+    room_id: &str,
+) -> Result<std::sync::MutexGuard<'a, RoomState>, LiveError> {
+    if st.closed {
+        return Err(LiveError::RoomNotFound {
+            room_id: room_id.to_owned(),
+        });
+    }
+    Ok(st)
+}
+
 pub fn next_conn_id() -> ConnId {
     NEXT_CONN.fetch_add(1, Ordering::Relaxed)
 }
@@ -315,6 +328,17 @@ impl Rooms {
             })
     }
 
+    /// A room's participants and their streams (the operator's listing).
+    pub fn participants(
+        &self,
+        service_id: &Arc<str>,
+        room_id: &str,
+    ) -> Result<Vec<ParticipantInfo>, LiveError> {
+        let room = self.room(service_id, room_id)?;
+        let st = open(room.lock(), room_id)?;
+        Ok(st.info())
+    }
+
     /// `Room.ListParticipants`, as the JSON of its result.
     pub fn list_participants(
         &self,
@@ -322,12 +346,7 @@ impl Rooms {
         room_id: &str,
     ) -> Result<Bytes, LiveError> {
         let room = self.room(service_id, room_id)?;
-        let mut st = room.lock();
-        if st.closed {
-            return Err(LiveError::RoomNotFound {
-                room_id: room_id.to_owned(),
-            });
-        }
+        let mut st = open(room.lock(), room_id)?;
         if let Some(listing) = &st.listing {
             return Ok(listing.clone());
         }

@@ -15,7 +15,7 @@ use sha2::Sha256;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Store, WebhookAttempt, WebhookEventRow, WebhookRow};
+use crate::store::{Store, WebhookAttempt, WebhookEventRow};
 
 #[derive(Debug, Clone, Copy)]
 pub struct DeliveryPolicy {
@@ -29,7 +29,7 @@ pub struct DeliveryPolicy {
 
 pub(super) struct Deliveries {
     store: Arc<dyn Store>,
-    hooks: Arc<DashMap<String, WebhookRow>>,
+    hooks: Arc<super::Hooks>,
     /// The events written down and not yet out (the writer's); a miss is read from the
     /// store (an event a previous run left).
     unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
@@ -43,7 +43,7 @@ pub(super) struct Deliveries {
 impl Deliveries {
     pub(super) fn new(
         store: Arc<dyn Store>,
-        hooks: Arc<DashMap<String, WebhookRow>>,
+        hooks: Arc<super::Hooks>,
         unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
         outcomes: mpsc::UnboundedSender<WebhookAttempt>,
         policy: DeliveryPolicy,
@@ -90,15 +90,16 @@ impl Deliveries {
 
     /// Turns the service's webhook off, saying why.
     async fn disable(&self, service_id: &str, why: String) {
-        let Some(mut hook) = self.hooks.get(service_id).map(|h| h.clone()) else {
+        let Some(hook) = self.hooks.get(service_id).map(|h| Arc::clone(&h)) else {
             return;
         };
+        let mut hook = (*hook).clone();
         hook.enabled = false;
         hook.disabled_reason = Some(why);
         match self.store.put_webhook(&hook, self.clock.unix_s()).await {
             Ok(()) => {
                 tracing::warn!(service = service_id, reason = ?hook.disabled_reason, "webhook turned off");
-                self.hooks.insert(service_id.to_owned(), hook);
+                self.hooks.insert(service_id.to_owned(), Arc::new(hook));
             }
             Err(e) => tracing::error!(service = service_id, error = %e, "turning a webhook off"),
         }
@@ -145,7 +146,10 @@ impl Outbox for Deliveries {
             return Ok(None);
         }
         let made = u32::try_from(row.attempts).unwrap_or(u32::MAX);
-        let hook = self.hooks.get(row.service_id.as_str()).map(|h| h.clone());
+        let hook = self
+            .hooks
+            .get(row.service_id.as_str())
+            .map(|h| Arc::clone(&h));
         let why_not = match hook {
             Some(h) if h.enabled => {
                 let age = self.clock.unix_ms().saturating_sub(row.at);
@@ -160,6 +164,7 @@ impl Outbox for Deliveries {
             Some(h) => Some(format!(
                 "the webhook is off{}",
                 h.disabled_reason
+                    .as_ref()
                     .map(|r| format!(": {r}"))
                     .unwrap_or_default()
             )),
@@ -178,7 +183,11 @@ impl Outbox for Deliveries {
         row: &Arc<WebhookEventRow>,
         attempt: u32,
     ) -> Result<(), String> {
-        let Some(hook) = self.hooks.get(row.service_id.as_str()).map(|h| h.clone()) else {
+        let Some(hook) = self
+            .hooks
+            .get(row.service_id.as_str())
+            .map(|h| Arc::clone(&h))
+        else {
             self.record(
                 *seq,
                 FAILED,

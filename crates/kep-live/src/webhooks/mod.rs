@@ -27,13 +27,17 @@ mod delivery;
 use delivery::Deliveries;
 pub use delivery::DeliveryPolicy;
 
+/// Each service's webhook, by service id: read for every room change and every delivery,
+/// so shared rather than copied.
+type Hooks = DashMap<String, Arc<WebhookRow>>;
+
 /// Events written down in one transaction, at most.
 const BATCH: usize = 512;
 
 /// The webhooks of every service, and the queue of their events.
 pub struct Webhooks {
     /// By service: what a room's change is checked against, without the store.
-    hooks: Arc<DashMap<String, WebhookRow>>,
+    hooks: Arc<Hooks>,
     store: Arc<dyn Store>,
     clock: Clock,
     events: mpsc::UnboundedSender<NewWebhookEvent>,
@@ -49,7 +53,7 @@ impl Webhooks {
     ) -> anyhow::Result<Self> {
         let hooks = Arc::new(DashMap::new());
         for row in store.webhooks().await? {
-            hooks.insert(row.service_id.as_str().to_owned(), row);
+            hooks.insert(row.service_id.as_str().to_owned(), Arc::new(row));
         }
         let unsent = Arc::new(DashMap::new());
         let (outcomes, recorded) = mpsc::unbounded_channel();
@@ -89,8 +93,8 @@ impl Webhooks {
         })
     }
 
-    pub fn get(&self, service_id: &str) -> Option<WebhookRow> {
-        self.hooks.get(service_id).map(|h| h.clone())
+    pub fn get(&self, service_id: &str) -> Option<Arc<WebhookRow>> {
+        self.hooks.get(service_id).map(|h| Arc::clone(&h))
     }
 
     /// Sets a service's webhook whole; the secret is kept unless `secret` is given (the
@@ -103,7 +107,7 @@ impl Webhooks {
         secret: Option<String>,
     ) -> sqlx::Result<WebhookRow> {
         let secret = secret
-            .or_else(|| self.get(service_id.as_str()).map(|h| h.secret))
+            .or_else(|| self.get(service_id.as_str()).map(|h| h.secret.clone()))
             .unwrap_or_else(kep_core::secret::new_secret);
         let row = WebhookRow {
             service_id: service_id.clone(),
@@ -114,7 +118,7 @@ impl Webhooks {
         };
         self.store.put_webhook(&row, self.clock.unix_s()).await?;
         self.hooks
-            .insert(service_id.as_str().to_owned(), row.clone());
+            .insert(service_id.as_str().to_owned(), Arc::new(row.clone()));
         Ok(row)
     }
 
