@@ -384,7 +384,8 @@ async fn webhook_calls_check_what_they_are_given() {
         "ftp://example.com/hook",
         "not a url",
         "http://",
-        &format!("http://h/{}", "x".repeat(2048)),
+        // One character over the 2,048 allowed ("http://h/" is 9 of them).
+        &format!("http://h/{}", "x".repeat(2040)),
     ] {
         let e = srv
             .admin
@@ -415,6 +416,11 @@ async fn webhook_calls_check_what_they_are_given() {
         404
     );
 
+    for len in [2047, 2048] {
+        let url = format!("http://h/{}", "x".repeat(len - 9));
+        let set = srv.admin.set_live_webhook("demo", &url, false).await;
+        assert_eq!(set.unwrap().url, url, "{len} characters");
+    }
     let set = srv
         .admin
         .set_live_webhook("demo", "https://h/x", false)
