@@ -87,6 +87,7 @@ function action(label, run) {
       return;
     }
     clearTimeout(armed);
+    b.classList.remove("armed");
     b.disabled = true;
     try {
       await run();
@@ -132,6 +133,9 @@ function panel(shown, title, load) {
   const section = h("section", { className: "panel", "data-panel": title }, h("h2", {}, title), body);
   let running = null;
   const refresh = () => {
+    // A button waiting for its confirming click keeps the table as it is: a refresh would
+    // put a fresh button in its place and lose the first click.
+    if (body.querySelector("button.armed")) return Promise.resolve();
     running ??= (async () => {
       try {
         const content = await load();
