@@ -9,7 +9,6 @@ use std::path::PathBuf;
 
 use axum::Router;
 use sqlx::migrate::Migrator;
-use sqlx::sqlite::SqlitePool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -54,18 +53,6 @@ impl Context {
             activity: Activity::new(Clock::system(), ACTIVITY_BACKLOG),
             database_url: None,
         }
-    }
-
-    /// Opens the service's SQLite database (`<name>.db` under the data dir), migrated: for a
-    /// service whose store is on SQLite only, which refuses a PostgreSQL `database_url`.
-    pub async fn database(&self, name: &str, migrator: &Migrator) -> anyhow::Result<SqlitePool> {
-        if self.database_url.is_some() {
-            anyhow::bail!(
-                "the {name} service keeps its state in SQLite only, for now: run it in a kep \
-                 of its own (--only) without database_url"
-            );
-        }
-        crate::storage::open(&self.data_dir, name, migrator).await
     }
 
     /// Opens the service's database on the backend of the settings, migrated with that

@@ -65,7 +65,7 @@ impl Messaging {
         let size = query.limit - 1;
         let (json, found, last) = self
             .store
-            .xms_page(&query, &self.zone.offset_modifier(from))
+            .xms_page(&query, self.zone.offset_seconds(from))
             .await?;
         Ok((json, found.min(size + 1), last.filter(|_| found > 0)))
     }

@@ -86,13 +86,10 @@ impl ServiceZone {
         Ok((from, to))
     }
 
-    /// The zone's UTC offset at `ms`, as SQLite's date modifiers take it (`+09:00`).
-    pub fn offset_modifier(&self, ms: i64) -> String {
+    /// The zone's UTC offset at `ms`, in seconds east of UTC.
+    pub fn offset_seconds(&self, ms: i64) -> i64 {
         let t = jiff::Timestamp::from_millisecond(ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-        let secs = self.0.to_offset(t).seconds();
-        let sign = if secs < 0 { '-' } else { '+' };
-        let secs = secs.unsigned_abs();
-        format!("{sign}{:02}:{:02}", secs / 3600, secs % 3600 / 60)
+        i64::from(self.0.to_offset(t).seconds())
     }
 
     /// The day `now` falls on.

@@ -1,9 +1,11 @@
 //! The fixed sets of words the service stores and shows: one enum each. The text of each
 //! variant is the one stored before they were enums, so existing databases read back
-//! unchanged (`store/sqlite/tests.rs` holds them to it), and the one the API shows.
+//! unchanged (`store/sql/tests.rs` holds them to it), and the one the API shows. Each is
+//! a text column on either backend (`type_name = "text"`: no PostgreSQL enum type).
 
 /// An endpoint's protocol (`endpoints.protocol`): gRPC endpoints are proxied over HTTP/2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text")]
 #[sqlx(rename_all = "lowercase")]
 pub enum Protocol {
     Http,
@@ -63,6 +65,7 @@ impl InstanceState {
 
 /// What an event records (`events.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text")]
 #[sqlx(rename_all = "snake_case")]
 pub enum EventKind {
     DeploymentState,
@@ -85,6 +88,7 @@ impl EventKind {
 /// An alert condition of the document's table (`alerts.condition`, and the keys of the
 /// alert settings), by its CONTRACT name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(type_name = "text")]
 pub enum Condition {
     #[sqlx(rename = "qps")]
     Qps,
@@ -133,6 +137,7 @@ impl Condition {
 
 /// Where an alert's delivery stands (`alerts.status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text")]
 #[sqlx(rename_all = "lowercase")]
 pub enum AlertStatus {
     /// Not yet sent, retries left: queued again when kep starts.

@@ -16,7 +16,8 @@ use crate::ids::{OrgLoginTypeId, SessionId};
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
-kep_core::sql_store!(Store {
+kep_core::sql_store! {
+    impl Store {
     async fn insert_org(
         &self,
         org: &NewOrg<'_>,
@@ -285,4 +286,5 @@ kep_core::sql_store!(Store {
         .await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
-});
+}
+}

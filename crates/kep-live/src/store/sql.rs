@@ -16,7 +16,8 @@ pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 const EVENT_COLUMNS: &str =
     "id, service_id, room_id, event, body, at, status, attempts, last_error, delivered_at";
 
-kep_core::sql_store!(Store {
+kep_core::sql_store! {
+    impl Store {
     async fn services(&self) -> sqlx::Result<Vec<ServiceRow>> {
         sqlx::query_as(
             "SELECT service_id, admin_ha, service_hs, admin_uuid, external_verifier_url
@@ -205,4 +206,5 @@ kep_core::sql_store!(Store {
         .fetch_all(&self.pool)
         .await
     }
-});
+}
+}

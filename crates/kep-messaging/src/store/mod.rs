@@ -1,7 +1,7 @@
 //! The messaging service's storage seam: what it keeps (clients, tokens, messages — the
 //! durable queue —, result groups, uploads and the outbox of what the carrier was handed)
-//! behind one [`Store`] interface, so a second backend slots in beside [`sqlite`] without
-//! touching the domain code. [`open`] is the one place that picks the backend.
+//! behind one [`Store`] interface, on SQLite or PostgreSQL ([`sql`]) without the domain
+//! code knowing which. [`open`] is the one place that picks the backend.
 
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use crate::model::{
     CarrierCode, Channel, FallbackStatus, MessageType, RcsStatus, Route, Status, UploadKind,
 };
 
-mod sqlite;
+mod sql;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MessageRow {
@@ -227,12 +227,12 @@ pub trait Store: Send + Sync {
     async fn search(&self, q: &SearchQuery<'_>) -> sqlx::Result<Vec<MessageRow>>;
     /// One page of a client's XMS search as the JSON array of its rows: (the array, rows
     /// found — `limit + 1` means more follow —, the last uid on the page). Times are
-    /// formatted with `utc_offset` (`+09:00`), the service zone's offset at the page's
-    /// start.
+    /// formatted with `utc_offset_s`, the service zone's offset at the page's start in
+    /// seconds east of UTC.
     async fn xms_page(
         &self,
         q: &SearchQuery<'_>,
-        utc_offset: &str,
+        utc_offset_s: i64,
     ) -> sqlx::Result<(String, i64, Option<MessageUid>)>;
 
     /// Hands out up to `limit` finished RCS results that no open group holds, as the new
@@ -292,8 +292,17 @@ pub trait Store: Send + Sync {
     async fn queued(&self) -> sqlx::Result<i64>;
 }
 
-/// Opens the service's store (`messaging.db` under the data dir), migrated.
+/// Opens the service's store on the backend of the settings (`messaging.db` under the
+/// data dir, or schema `kep_messaging` of `database_url`), migrated.
 pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
-    let pool = ctx.database("messaging", &sqlite::MIGRATOR).await?;
-    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+    use kep_core::storage::Database;
+    Ok(
+        match ctx
+            .database_on("messaging", &sql::SQLITE, &sql::POSTGRES)
+            .await?
+        {
+            Database::Sqlite(pool) => Arc::new(sql::SqliteStore::new(pool)),
+            Database::Postgres(pool) => Arc::new(sql::PgStore::new(pool)),
+        },
+    )
 }

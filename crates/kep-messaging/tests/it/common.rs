@@ -39,7 +39,8 @@ pub async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Serve
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
-        .with_clock(clock.clone());
+        .with_clock(clock.clone())
+        .with_database_url(kep_core::storage::database_for_a_test().await);
     platform.start::<MessagingService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {

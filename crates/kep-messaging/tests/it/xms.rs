@@ -275,6 +275,21 @@ async fn search_pages_by_uid_within_the_callers_messages() {
         .await;
     assert_eq!(odd["count"], 2);
     assert_eq!(odd["results"][0]["etc1"], "odd");
+    // A search row (made by the database) says what the message's detail (made in Rust) does.
+    for row in odd["results"].as_array().unwrap() {
+        let (_, detail) = srv
+            .get(
+                &token,
+                &format!(
+                    "/v2/info/message/search/detail/{}",
+                    row["uid"].as_str().unwrap()
+                ),
+            )
+            .await;
+        for field in ["uid", "cid", "reg_date", "status_code"] {
+            assert_eq!(detail["result"][field], row[field], "{field}: {detail}");
+        }
+    }
 
     // Today by explicit dates finds them; yesterday finds none.
     let today = srv

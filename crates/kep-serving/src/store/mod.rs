@@ -1,6 +1,6 @@
 //! The serving service's storage seam: images, models, endpoints, deployments, events and
-//! alerts behind one [`Store`] interface, so a second backend slots in beside [`sqlite`]
-//! without touching the domain code. [`open`] is the one place that picks the backend.
+//! alerts behind one [`Store`] interface, on SQLite or PostgreSQL ([`sql`]) without the
+//! domain code knowing which. [`open`] is the one place that picks the backend.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use crate::ids::{
 };
 use crate::kinds::{AlertStatus, Condition, DeploymentState, EventKind, InstanceState, Protocol};
 
-mod sqlite;
+mod sql;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ImageRow {
@@ -321,8 +321,17 @@ pub trait Store: Send + Sync {
     ) -> sqlx::Result<()>;
 }
 
-/// Opens the service's store (`serving.db` under the data dir), migrated.
+/// Opens the service's store on the backend of the settings (`serving.db` under the data
+/// dir, or schema `kep_serving` of `database_url`), migrated.
 pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
-    let pool = ctx.database("serving", &sqlite::MIGRATOR).await?;
-    Ok(Arc::new(sqlite::SqliteStore::new(pool)))
+    use kep_core::storage::Database;
+    Ok(
+        match ctx
+            .database_on("serving", &sql::SQLITE, &sql::POSTGRES)
+            .await?
+        {
+            Database::Sqlite(pool) => Arc::new(sql::SqliteStore::new(pool)),
+            Database::Postgres(pool) => Arc::new(sql::PgStore::new(pool)),
+        },
+    )
 }

@@ -49,7 +49,8 @@ pub async fn spawn_on(
     let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
-        .with_clock(clock);
+        .with_clock(clock)
+        .with_database_url(kep_core::storage::database_for_a_test().await);
     let service = platform
         .start::<ServingService>((settings, gateway_settings))
         .await

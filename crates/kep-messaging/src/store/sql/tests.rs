@@ -2,7 +2,9 @@
 //! real query builders.
 
 use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{Sqlite, SqlitePool};
 
+use super::sqlite::{HANDOVERS, push_operator_messages, push_report_groups};
 use super::*;
 use crate::model::Status;
 
@@ -24,7 +26,7 @@ async fn the_operators_views_read_an_index_in_order_and_never_sort() {
         .connect("sqlite::memory:")
         .await
         .unwrap();
-    MIGRATOR.run(&pool).await.unwrap();
+    SQLITE.run(&pool).await.unwrap();
     let client = || Some(ClientId::from("c"));
     let before = || Some(MessageUid::from("17000000000000000000"));
     let none = || MessageFilter {

@@ -7,7 +7,7 @@ use kep_api::serving::{AlertCondition, AlertSettings};
 use kep_model_server::model::{DataType, TensorSpec};
 use sqlx::SqlitePool;
 
-use super::{MIGRATOR, SqliteStore};
+use super::{SQLITE, SqliteStore};
 use crate::control::DeploymentSpec;
 use crate::ids::{DeploymentName, EndpointName, InstanceId};
 use crate::kinds::{AlertStatus, Condition, DeploymentState, InstanceState, Protocol};
@@ -17,7 +17,7 @@ use crate::store::{
 
 async fn open() -> (SqliteStore, SqlitePool, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let pool = kep_core::storage::open(dir.path(), "serving", &MIGRATOR)
+    let pool = kep_core::storage::open(dir.path(), "serving", &SQLITE)
         .await
         .unwrap();
     (SqliteStore::new(pool.clone()), pool, dir)
