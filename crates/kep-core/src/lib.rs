@@ -4,6 +4,7 @@
 
 pub mod activity;
 pub mod clock;
+pub mod cluster;
 pub mod docs;
 pub mod http;
 pub mod id;

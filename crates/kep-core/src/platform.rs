@@ -22,6 +22,7 @@ use utoipa::openapi::server::Server;
 
 use crate::activity::{self, Activity};
 use crate::clock::Clock;
+use crate::cluster::Cluster;
 use crate::limits::{Limiter, Limits};
 use crate::listener::{self, App, Bound};
 use crate::service::{Context, Service};
@@ -42,6 +43,8 @@ pub struct Platform {
     /// The services' documents served at `/openapi/<name>.json`, by name.
     doc_names: Vec<&'static str>,
     database_url: Option<String>,
+    /// Joined at the first service's start.
+    cluster: Option<Cluster>,
     listeners: Vec<(&'static str, Bound, App, Limits)>,
     stops: Vec<Stop>,
     addresses: BTreeMap<&'static str, SocketAddr>,
@@ -65,6 +68,7 @@ impl Platform {
             admin_doc: operator_doc(),
             doc_names: Vec::new(),
             database_url: None,
+            cluster: None,
             listeners: Vec::new(),
             stops: Vec::new(),
         })
@@ -95,10 +99,24 @@ impl Platform {
         self.shutdown.clone()
     }
 
+    /// This node's part in the cluster of its database: joined once, for every service.
+    async fn cluster(&mut self) -> anyhow::Result<Cluster> {
+        if let Some(c) = &self.cluster {
+            return Ok(c.clone());
+        }
+        let cluster = match &self.database_url {
+            Some(url) => Cluster::join(url, self.shutdown.clone(), &self.tasks).await?,
+            None => Cluster::single(),
+        };
+        self.cluster = Some(cluster.clone());
+        Ok(cluster)
+    }
+
     /// Binds the service's listener, starts it and takes its routes and documents.
     pub async fn start<S: Service>(&mut self, settings: S::Settings) -> anyhow::Result<S> {
         let listener_settings = S::listener(&settings);
         let bound = listener::bind(S::LISTENER, listener_settings.addr).await?;
+        let cluster = self.cluster().await?;
         let ctx = Context {
             data_dir: self.data_dir.clone(),
             shutdown: self.shutdown.clone(),
@@ -107,6 +125,7 @@ impl Platform {
             clock: self.clock.clone(),
             activity: self.activity.clone(),
             database_url: self.database_url.clone(),
+            cluster,
         };
         let service = S::start(settings, &ctx).await?;
         self.operator_routes =

@@ -38,6 +38,8 @@ pub struct Context {
     pub activity: Activity,
     /// Its database, when not SQLite under the data dir: a `postgres://` URL.
     pub database_url: Option<String>,
+    /// The other nodes on that database, to tell what changed here.
+    pub cluster: crate::cluster::Cluster,
 }
 
 impl Context {
@@ -52,6 +54,7 @@ impl Context {
             clock: Clock::system(),
             activity: Activity::new(Clock::system(), ACTIVITY_BACKLOG),
             database_url: None,
+            cluster: crate::cluster::Cluster::single(),
         }
     }
 

@@ -41,12 +41,7 @@ pub async fn open_postgres(url: &str, name: &str, migrator: &Migrator) -> anyhow
         .connect()
         .await
         .with_context(|| format!("connecting to the database for {name}"))?;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "CREATE SCHEMA IF NOT EXISTS {schema}"
-    )))
-    .execute(&mut conn)
-    .await
-    .with_context(|| format!("making schema {schema}"))?;
+    make_schema(&mut conn, &schema).await?;
     let pool = PgPoolOptions::new()
         .max_connections(16)
         .connect_with(options.options([("search_path", schema.as_str())]))
@@ -57,6 +52,23 @@ pub async fn open_postgres(url: &str, name: &str, migrator: &Migrator) -> anyhow
         .await
         .with_context(|| format!("migrating schema {schema}"))?;
     Ok(pool)
+}
+
+/// Makes `schema` if there is none. Nodes starting at once would race on `CREATE SCHEMA IF
+/// NOT EXISTS` (its check and its insert are not one step), so they take turns.
+pub async fn make_schema(conn: &mut sqlx::PgConnection, schema: &str) -> anyhow::Result<()> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('kep schemas'))")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema}"
+    )))
+    .execute(&mut *tx)
+    .await
+    .with_context(|| format!("making schema {schema}"))?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Opens (creating if needed) `<data_dir>/<name>.db` and brings its schema up to date.

@@ -1,16 +1,18 @@
 //! Who may do what: the live services (by the hashes of their secrets) and the admin
 //! tokens that Provision hands out.
 //!
-//! Both are kept in memory, written through to `live.db`, and loaded at start: every Room
+//! Both are kept in memory, written through to the store, and loaded at start: every Room
 //! call and every participant join checks them, and a database read on that path would cost
-//! more than the call itself.
+//! more than the call itself. With several nodes, a change made on one is announced to the
+//! others, which read it back from the store, before its call answers.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use kep_core::secret::{new_secret, new_uuid, sha256, sha256_hex};
 
 use kep_core::clock::Clock;
+use kep_core::cluster::Cluster;
 
 use crate::ids::ServiceId;
 use crate::store::{ServiceRow, Store, TokenRow};
@@ -31,55 +33,138 @@ pub struct Grant {
     pub expires_at: i64,
 }
 
+impl Service {
+    fn of_row(r: ServiceRow) -> (ServiceId, Service) {
+        let svc = Service {
+            admin_ha: r.admin_ha,
+            service_hs: r.service_hs,
+            admin_uuid: r.admin_uuid,
+            external_verifier_url: r.external_verifier_url,
+        };
+        (r.service_id, svc)
+    }
+}
+
+impl Grant {
+    /// A stored token as the cache keeps it: by the digest its hex hash spells.
+    fn of_row(t: TokenRow) -> Option<([u8; 32], Grant)> {
+        let mut digest = [0u8; 32];
+        hex::decode_to_slice(&t.token_hash, &mut digest).ok()?;
+        let grant = Grant {
+            service_id: t.service_id.as_str().into(),
+            expires_at: t.expires_at,
+        };
+        Some((digest, grant))
+    }
+}
+
+/// Runs `apply` on the access, if it is still there, for a change another node announced.
+async fn reload<F>(
+    access: Weak<Access>,
+    key: String,
+    apply: fn(Arc<Access>, String) -> F,
+) -> Result<String, String>
+where
+    F: std::future::Future<Output = sqlx::Result<()>>,
+{
+    let Some(access) = access.upgrade() else {
+        return Err("the live service stopped".into());
+    };
+    apply(access, key).await.map_err(|e| e.to_string())?;
+    Ok(String::new())
+}
+
 pub enum CreateOutcome {
     Created(ServiceSecrets),
     Taken,
 }
 
+/// The cluster's topics: a service (by id) or an admin token (by hash) changed.
+const SERVICE_CHANGED: &str = "live.service";
+const TOKEN_ISSUED: &str = "live.token";
+
 pub struct Access {
     store: Arc<dyn Store>,
     clock: Clock,
+    cluster: Cluster,
     services: RwLock<HashMap<ServiceId, Service>>,
     /// By the SHA-256 digest of the token (raw bytes: no hex on the hot path).
     tokens: RwLock<HashMap<[u8; 32], Grant>>,
 }
 
 impl Access {
-    pub async fn load(store: Arc<dyn Store>, clock: Clock) -> sqlx::Result<Self> {
+    /// Loads the services and tokens, and takes the changes other nodes announce.
+    pub async fn load(
+        store: Arc<dyn Store>,
+        clock: Clock,
+        cluster: Cluster,
+    ) -> sqlx::Result<Arc<Self>> {
         let services = store
             .services()
             .await?
             .into_iter()
-            .map(|r| {
-                let svc = Service {
-                    admin_ha: r.admin_ha,
-                    service_hs: r.service_hs,
-                    admin_uuid: r.admin_uuid,
-                    external_verifier_url: r.external_verifier_url,
-                };
-                (r.service_id, svc)
-            })
+            .map(Service::of_row)
             .collect();
         let tokens = store
             .live_tokens(clock.unix_s())
             .await?
             .into_iter()
-            .filter_map(|t| {
-                let mut digest = [0u8; 32];
-                hex::decode_to_slice(&t.token_hash, &mut digest).ok()?;
-                let grant = Grant {
-                    service_id: t.service_id.as_str().into(),
-                    expires_at: t.expires_at,
-                };
-                Some((digest, grant))
-            })
+            .filter_map(Grant::of_row)
             .collect();
-        Ok(Access {
+        let access = Arc::new(Access {
             store,
             clock,
+            cluster: cluster.clone(),
             services: RwLock::new(services),
             tokens: RwLock::new(tokens),
-        })
+        });
+        let me = Arc::downgrade(&access);
+        cluster.handle(
+            SERVICE_CHANGED,
+            Arc::new(move |id| Box::pin(reload(me.clone(), id, Access::reload_service))),
+        );
+        let me = Arc::downgrade(&access);
+        cluster.handle(
+            TOKEN_ISSUED,
+            Arc::new(move |hash| Box::pin(reload(me.clone(), hash, Access::reload_token))),
+        );
+        Ok(access)
+    }
+
+    /// A service as another node left it.
+    async fn reload_service(self: Arc<Self>, service_id: String) -> sqlx::Result<()> {
+        let service_id = ServiceId::from(service_id);
+        let row = self.store.service(&service_id).await?;
+        let mut services = self.services.write().expect("services lock");
+        match row {
+            Some(row) => {
+                let (id, svc) = Service::of_row(row);
+                services.insert(id, svc);
+            }
+            None => {
+                services.remove(&service_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// A token another node issued.
+    async fn reload_token(self: Arc<Self>, token_hash: String) -> sqlx::Result<()> {
+        if let Some((digest, grant)) = self.store.token(&token_hash).await?.and_then(Grant::of_row)
+        {
+            self.tokens
+                .write()
+                .expect("tokens lock")
+                .insert(digest, grant);
+        }
+        Ok(())
+    }
+
+    /// Tells the other nodes, and waits until they took it.
+    async fn announce(&self, topic: &str, key: &str) {
+        if let Err(e) = self.cluster.broadcast(topic, key).await {
+            tracing::warn!(error = %e, topic, "other nodes were not told of a change");
+        }
     }
 
     /// The clock tokens expire by.
@@ -132,6 +217,8 @@ impl Access {
             .write()
             .expect("services lock")
             .insert(row.service_id.clone(), svc);
+        self.announce(SERVICE_CHANGED, row.service_id.as_str())
+            .await;
         Ok(CreateOutcome::Created(ServiceSecrets {
             service_id: row.service_id.into_string(),
             admin_secret,
@@ -157,6 +244,7 @@ impl Access {
             svc.admin_ha = ha;
             svc.service_hs = hs;
         }
+        self.announce(SERVICE_CHANGED, service_id.as_str()).await;
         Ok(Some(ServiceSecrets {
             service_id: service_id.to_string(),
             admin_secret,
@@ -184,6 +272,7 @@ impl Access {
         {
             svc.external_verifier_url = url;
         }
+        self.announce(SERVICE_CHANGED, service_id.as_str()).await;
         Ok(true)
     }
 
@@ -198,15 +287,18 @@ impl Access {
             expires_at: now.saturating_add(i64::try_from(ttl_s).unwrap_or(i64::MAX)),
         };
         self.store.insert_token(&row, now).await?;
-        let mut tokens = self.tokens.write().expect("tokens lock");
-        tokens.retain(|_, g| g.expires_at > now);
-        tokens.insert(
-            digest,
-            Grant {
-                service_id: row.service_id.as_str().into(),
-                expires_at: row.expires_at,
-            },
-        );
+        {
+            let mut tokens = self.tokens.write().expect("tokens lock");
+            tokens.retain(|_, g| g.expires_at > now);
+            tokens.insert(
+                digest,
+                Grant {
+                    service_id: row.service_id.as_str().into(),
+                    expires_at: row.expires_at,
+                },
+            );
+        }
+        self.announce(TOKEN_ISSUED, &row.token_hash).await;
         Ok(token)
     }
 

@@ -102,7 +102,7 @@ impl Default for LiveSettings {
 
 pub(crate) struct Live {
     settings: LiveSettings,
-    access: access::Access,
+    access: Arc<access::Access>,
     provisioner: provision::Provisioner,
     rooms: Arc<rooms::Rooms>,
     media: Arc<media::Media>,
@@ -156,10 +156,12 @@ impl Service for LiveService {
     /// handed out as `api`; shutdown closes participant sockets.
     async fn start(settings: LiveSettings, ctx: &Context) -> anyhow::Result<Self> {
         let store = store::open(ctx).await?;
-        let access = access::Access::load(Arc::clone(&store), ctx.clock.clone()).await?;
+        let access =
+            access::Access::load(Arc::clone(&store), ctx.clock.clone(), ctx.cluster.clone())
+                .await?;
         let webhooks = Arc::new(
             webhooks::Webhooks::start(
-                store,
+                Arc::clone(&store),
                 webhooks::DeliveryPolicy {
                     outbox: webhooks::policy(
                         settings.webhook_attempts,
@@ -179,6 +181,7 @@ impl Service for LiveService {
             ctx.public_url.clone(),
             Duration::from_secs(settings.external_verifier_timeout_s),
             ctx.clock.clone(),
+            Arc::clone(&store),
         );
         let (media, gone) = media::Media::bind(
             settings.media_addr,

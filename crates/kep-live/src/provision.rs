@@ -1,10 +1,8 @@
 //! Provision: the two-step admin-token exchange of seed 000, with its nonce store.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use kep_core::clock::Clock;
 
 use kep_core::secret::{constant_time_eq, random_token, sha256_hex};
@@ -12,63 +10,58 @@ use kep_core::secret::{constant_time_eq, random_token, sha256_hex};
 use crate::LiveError;
 use crate::access::Access;
 use crate::ids::ServiceId;
+use crate::store::Store;
 use kep_api::live::{ProvisionAuth, ProvisionParams, ProvisionResult, Scheme};
 
-/// Nonces of step 1, each good for one step 2 within the transaction window.
+/// Nonces of step 1, each good for one step 2 within the transaction window. They are kept
+/// in the store, so that step 2 may reach another node than step 1.
 pub struct Nonces {
     window: Duration,
     clock: Clock,
-    inner: Mutex<NonceState>,
-}
-
-#[derive(Default)]
-struct NonceState {
-    live: HashMap<String, (String, Timestamp)>,
-    // Issue order, so expired nonces are swept from the front without a scan.
-    order: VecDeque<(Timestamp, String)>,
+    store: Arc<dyn Store>,
 }
 
 impl Nonces {
-    pub fn new(window: Duration, clock: Clock) -> Self {
+    pub fn new(window: Duration, clock: Clock, store: Arc<dyn Store>) -> Self {
         Nonces {
             window,
             clock,
-            inner: Mutex::new(NonceState::default()),
+            store,
         }
     }
 
-    /// A fresh nonce for `service_id`, with a fresh window.
-    pub fn issue(&self, service_id: &str) -> String {
+    fn window_ms(&self) -> i64 {
+        i64::try_from(self.window.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// A fresh nonce for `service_id`, with a fresh window; those whose window ended go.
+    pub async fn issue(&self, service_id: &str) -> sqlx::Result<String> {
         let nonce = random_token(16);
-        let now = self.clock.now();
-        let mut st = self.inner.lock().expect("nonce lock");
-        while let Some((issued, _)) = st.order.front() {
-            if self.within(*issued, now) {
-                break;
-            }
-            let (_, old) = st.order.pop_front().expect("front exists");
-            st.live.remove(&old);
-        }
-        st.live.insert(nonce.clone(), (service_id.to_owned(), now));
-        st.order.push_back((now, nonce.clone()));
-        nonce
+        let now = self.clock.unix_ms();
+        let expired = now.saturating_sub(self.window_ms());
+        self.store
+            .insert_nonce(&nonce, service_id, now, expired)
+            .await?;
+        Ok(nonce)
     }
 
     /// Uses up `nonce`: fine when it was issued for `service_id` within the window, else
     /// why not (for the log: the nonce is no secret, and neither is this).
-    pub fn take(&self, nonce: &str, service_id: &str) -> Result<(), &'static str> {
-        let taken = self.inner.lock().expect("nonce lock").live.remove(nonce);
-        let now = self.clock.now();
-        match taken {
+    pub async fn take(
+        &self,
+        nonce: &str,
+        service_id: &str,
+    ) -> sqlx::Result<Result<(), &'static str>> {
+        let taken = self.store.take_nonce(nonce).await?;
+        let now = self.clock.unix_ms();
+        Ok(match taken {
             None => Err("unknown nonce (never issued, used or swept)"),
             Some((svc, _)) if svc != service_id => Err("a nonce of another service"),
-            Some((_, issued)) if !self.within(issued, now) => Err("expired nonce"),
+            Some((_, issued)) if now.saturating_sub(issued) >= self.window_ms() => {
+                Err("expired nonce")
+            }
             Some(_) => Ok(()),
-        }
-    }
-
-    fn within(&self, issued: Timestamp, now: Timestamp) -> bool {
-        now.duration_since(issued).unsigned_abs() < self.window
+        })
     }
 }
 
@@ -86,13 +79,14 @@ impl Provisioner {
         api_url: String,
         verifier_timeout: Duration,
         clock: Clock,
+        store: Arc<dyn Store>,
     ) -> Self {
         let http = reqwest::Client::builder()
             .timeout(verifier_timeout)
             .build()
             .expect("building the HTTP client");
         Provisioner {
-            nonces: Nonces::new(window, clock),
+            nonces: Nonces::new(window, clock, store),
             token_ttl_s,
             api_url,
             http,
@@ -108,9 +102,9 @@ impl Provisioner {
     ) -> Result<ProvisionResult, LiveError> {
         let service_id = params.service_id;
         let Some(auth) = params.auth else {
-            return Err(self.unauthorized(&service_id));
+            return Err(self.unauthorized(&service_id).await);
         };
-        let refused = match self.nonces.take(&auth.nonce, &service_id) {
+        let refused = match self.nonces.take(&auth.nonce, &service_id).await? {
             Err(why) => Some(why),
             Ok(()) if auth.key != service_id => Some("key is not the serviceId"),
             Ok(()) => match access.service(&service_id) {
@@ -124,11 +118,11 @@ impl Provisioner {
         if let Some(why) = refused {
             // Why, never the value or the secret it was checked against.
             tracing::info!(service_id, why, "provision refused");
-            return Err(self.unauthorized(&service_id));
+            return Err(self.unauthorized(&service_id).await);
         }
-        let svc = access
-            .service(&service_id)
-            .ok_or_else(|| self.unauthorized(&service_id))?;
+        let Some(svc) = access.service(&service_id) else {
+            return Err(self.unauthorized(&service_id).await);
+        };
         let token = access
             .issue_token(&ServiceId::from(service_id.as_str()), self.token_ttl_s)
             .await?;
@@ -140,9 +134,11 @@ impl Provisioner {
         })
     }
 
-    fn unauthorized(&self, service_id: &str) -> LiveError {
-        LiveError::Unauthorized {
-            nonce: Some(self.nonces.issue(service_id)),
+    /// Refused, with a fresh nonce to try again with.
+    async fn unauthorized(&self, service_id: &str) -> LiveError {
+        match self.nonces.issue(service_id).await {
+            Ok(nonce) => LiveError::Unauthorized { nonce: Some(nonce) },
+            Err(e) => e.into(),
         }
     }
 
@@ -181,32 +177,55 @@ impl Provisioner {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_nonce_is_single_use_and_bound_to_its_service() {
-        let nonces = Nonces::new(Duration::from_secs(5), Clock::system());
-        let n = nonces.issue("a");
-        assert_eq!(nonces.take(&n, "b"), Err("a nonce of another service"));
-        let n = nonces.issue("a");
-        assert_eq!(nonces.take(&n, "a"), Ok(()));
-        let unknown = Err("unknown nonce (never issued, used or swept)");
-        assert_eq!(nonces.take(&n, "a"), unknown, "used twice");
-        assert_eq!(nonces.take("never-issued", "a"), unknown);
+    async fn nonces(window: Duration, clock: Clock) -> (Nonces, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::open(&kep_core::service::Context::standalone(dir.path()))
+            .await
+            .unwrap();
+        (Nonces::new(window, clock, store), dir)
     }
 
-    #[test]
-    fn a_nonce_expires_with_its_window() {
-        let clock = Clock::manual(Timestamp::UNIX_EPOCH);
-        let nonces = Nonces::new(Duration::from_millis(30), clock.clone());
-        let n = nonces.issue("a");
+    #[tokio::test]
+    async fn a_nonce_is_single_use_and_bound_to_its_service() {
+        let (nonces, _dir) = nonces(Duration::from_secs(5), Clock::system()).await;
+        let n = nonces.issue("a").await.unwrap();
+        let take = |n: String, svc: &'static str| {
+            let nonces = &nonces;
+            async move { nonces.take(&n, svc).await.unwrap() }
+        };
+        assert_eq!(take(n, "b").await, Err("a nonce of another service"));
+        let n = nonces.issue("a").await.unwrap();
+        assert_eq!(take(n.clone(), "a").await, Ok(()));
+        let unknown = Err("unknown nonce (never issued, used or swept)");
+        assert_eq!(take(n, "a").await, unknown, "used twice");
+        assert_eq!(take("never-issued".into(), "a").await, unknown);
+    }
+
+    #[tokio::test]
+    async fn a_nonce_expires_with_its_window() {
+        let clock = Clock::manual(jiff::Timestamp::UNIX_EPOCH);
+        let (nonces, _dir) = nonces(Duration::from_millis(30), clock.clone()).await;
+        let n = nonces.issue("a").await.unwrap();
         clock.advance(Duration::from_millis(29));
-        assert_eq!(nonces.take(&n, "a"), Ok(()), "within the window");
-        let n = nonces.issue("a");
+        assert_eq!(
+            nonces.take(&n, "a").await.unwrap(),
+            Ok(()),
+            "within the window"
+        );
+        let n = nonces.issue("a").await.unwrap();
         clock.advance(Duration::from_millis(30));
-        assert_eq!(nonces.take(&n, "a"), Err("expired nonce"), "at its end");
-        // Issuing sweeps what expired.
-        let _ = nonces.issue("a");
+        assert_eq!(
+            nonces.take(&n, "a").await.unwrap(),
+            Err("expired nonce"),
+            "at its end"
+        );
+        // Issuing sweeps what expired: the first of these is gone when the second is made.
+        let swept = nonces.issue("a").await.unwrap();
         clock.advance(Duration::from_millis(30));
-        let _ = nonces.issue("a");
-        assert_eq!(nonces.inner.lock().unwrap().live.len(), 1);
+        let _ = nonces.issue("a").await.unwrap();
+        assert_eq!(
+            nonces.take(&swept, "a").await.unwrap(),
+            Err("unknown nonce (never issued, used or swept)")
+        );
     }
 }

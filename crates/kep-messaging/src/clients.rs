@@ -34,7 +34,7 @@ impl Messaging {
         {
             return Ok(None);
         }
-        self.tokens.forget_client(client_id);
+        self.tokens.revoke_client(client_id).await;
         let id = client_id.as_str();
         self.activity
             .record("client.secret_rotated", id, Value::Null);
@@ -46,7 +46,7 @@ impl Messaging {
         if !self.store.delete_client(client_id).await? {
             return Ok(false);
         }
-        self.tokens.forget_client(client_id);
+        self.tokens.revoke_client(client_id).await;
         let id = client_id.as_str();
         self.activity.record("client.deleted", id, Value::Null);
         Ok(true)

@@ -107,7 +107,7 @@ pub(crate) struct Messaging {
     dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
     writer: writer::Writer,
     uploads: Arc<uploads::Uploads>,
-    tokens: oauth::Tokens,
+    tokens: Arc<oauth::Tokens>,
     limiter: Limiter,
     activity: ServiceActivity,
 }
@@ -169,13 +169,13 @@ impl Service for MessagingService {
         });
         let sweep_every = Duration::from_secs(settings.upload_sweep_interval_s.max(1));
         ctx.spawn(Arc::clone(&uploads).sweep(sweep_every));
-        let tokens = oauth::Tokens::new(store.clone(), clock.clone());
+        let tokens = oauth::Tokens::new(store.clone(), clock.clone(), ctx.cluster.clone());
         Ok(MessagingService(Arc::new(Messaging {
             limiter: Limiter::new(&settings.limits),
             settings,
             store,
             zone,
-            uids: time::Uids::new(clock.clone()),
+            uids: time::Uids::new(clock.clone(), ctx.cluster.slot()),
             clock,
             dispatcher,
             writer,

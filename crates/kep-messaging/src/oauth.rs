@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kep_core::clock::Clock;
+use kep_core::cluster::Cluster;
 use kep_core::secret::{constant_time_eq, new_secret, sha256, sha256_hex};
 
 use crate::error::{MessagingError, OAuthError};
@@ -18,11 +19,16 @@ pub struct Issued {
     pub expires_in: u64,
 }
 
+/// A client's tokens were revoked (topic of the cluster; the body is its id).
+const CLIENT_REVOKED: &str = "messaging.client";
+
 /// Access tokens: stored hashed in the database, and cached in memory by their digest, so
-/// the check on every message call reads no disk.
+/// the check on every message call reads no disk. A node that has not cached a token reads
+/// the database; a revocation is announced to every node before its call answers.
 pub struct Tokens {
     store: Arc<dyn Store>,
     clock: Clock,
+    cluster: Cluster,
     cache: RwLock<HashMap<[u8; 32], (ClientId, i64)>>,
     /// Bumped by every revocation: a lookup that read the database before one must not
     /// put a revoked token back into the cache.
@@ -30,13 +36,26 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    pub fn new(store: Arc<dyn Store>, clock: Clock) -> Self {
-        Tokens {
+    /// Tokens that also forget what other nodes revoke.
+    pub fn new(store: Arc<dyn Store>, clock: Clock, cluster: Cluster) -> Arc<Self> {
+        let tokens = Arc::new(Tokens {
             store,
             clock,
+            cluster: cluster.clone(),
             cache: RwLock::default(),
             revocations: AtomicU64::new(0),
-        }
+        });
+        let me = Arc::downgrade(&tokens);
+        cluster.handle(
+            CLIENT_REVOKED,
+            Arc::new(move |client_id| {
+                if let Some(tokens) = me.upgrade() {
+                    tokens.forget_client(&ClientId::from(client_id));
+                }
+                Box::pin(std::future::ready(Ok(String::new())))
+            }),
+        );
+        tokens
     }
 
     /// `POST /v2/oauth/token`, first half: the client, if `secret` is its secret.
@@ -106,8 +125,19 @@ impl Tokens {
         Ok(client)
     }
 
-    /// The client's secret changed or it is gone: its tokens stop working.
-    pub fn forget_client(&self, client_id: &ClientId) {
+    /// The client's secret changed or it is gone: its tokens stop working, on every node.
+    pub async fn revoke_client(&self, client_id: &ClientId) {
+        self.forget_client(client_id);
+        if let Err(e) = self
+            .cluster
+            .broadcast(CLIENT_REVOKED, client_id.as_str())
+            .await
+        {
+            tracing::warn!(error = %e, "other nodes were not told of a revocation");
+        }
+    }
+
+    fn forget_client(&self, client_id: &ClientId) {
         let mut cache = self.cache.write().expect("token cache lock");
         self.revocations.fetch_add(1, Ordering::SeqCst);
         cache.retain(|_, (c, _)| c != client_id);

@@ -381,7 +381,7 @@ mod tests {
         tokio::spawn(Arc::clone(&dispatcher).run());
         let now = ctx.clock.unix_ms();
         let row = MessageRow {
-            uid: crate::time::Uids::new(ctx.clock.clone()).next(),
+            uid: crate::time::Uids::new(ctx.clock.clone(), 0).next(),
             client_id: "c".into(),
             cid: "x".into(),
             channel: Channel::Xms,

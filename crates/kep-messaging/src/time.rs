@@ -7,33 +7,50 @@ use kep_core::clock::Clock;
 
 use crate::ids::MessageUid;
 
-/// uids per millisecond: a uid is `ms * UIDS_PER_MS + n`, twenty digits.
+/// uids per millisecond: a uid is `ms * UIDS_PER_MS + node * UIDS_PER_NODE + n`, twenty
+/// digits.
 pub const UIDS_PER_MS: i64 = 1_000_000;
+/// Each node's share of a millisecond: its cluster slot (0 to 99) keeps its uids apart from
+/// the other nodes' issued in the same millisecond.
+const UIDS_PER_NODE: i64 = UIDS_PER_MS / kep_core::cluster::SLOTS as i64;
 
 /// Issues message keys: twenty digits that sort in issue order (the millisecond of the
-/// service's clock, then a counter), so searches page by uid.
+/// service's clock, then the node's slot, then a counter), so searches page by uid.
 pub struct Uids {
     clock: Clock,
+    /// Where this node's run starts within a millisecond.
+    offset: i64,
     last: AtomicI64,
 }
 
 impl Uids {
-    pub fn new(clock: Clock) -> Self {
+    /// The uids of the node in cluster slot `slot`.
+    pub fn new(clock: Clock, slot: u16) -> Self {
         Uids {
             clock,
+            offset: i64::from(slot) * UIDS_PER_NODE,
             last: AtomicI64::new(0),
         }
     }
 
     pub fn next(&self) -> MessageUid {
-        let floor = self.clock.unix_ms() * UIDS_PER_MS;
+        let start = |ms: i64| ms * UIDS_PER_MS + self.offset;
+        let floor = start(self.clock.unix_ms());
+        let step = |last: i64| {
+            let next = (last + 1).max(floor);
+            // Past its share of a millisecond, a node goes on in its share of the next one.
+            let ms = (next - self.offset).div_euclid(UIDS_PER_MS);
+            if next - start(ms) >= UIDS_PER_NODE {
+                start(ms + 1)
+            } else {
+                next
+            }
+        };
         let prev = self
             .last
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
-                Some((last + 1).max(floor))
-            })
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(step(last)))
             .expect("the closure always returns Some");
-        MessageUid::from(format!("{:020}", (prev + 1).max(floor)))
+        MessageUid::from(format!("{:020}", step(prev)))
     }
 }
 
@@ -105,7 +122,7 @@ mod tests {
     #[test]
     fn uids_sort_in_issue_order() {
         let clock = Clock::manual(jiff::Timestamp::from_second(1_700_000_000).unwrap());
-        let uids = Uids::new(clock.clone());
+        let uids = Uids::new(clock.clone(), 0);
         let a = uids.next();
         let b = uids.next();
         assert!(a < b);
@@ -114,6 +131,43 @@ mod tests {
         // A new millisecond of the clock starts its own run.
         clock.advance(std::time::Duration::from_millis(1));
         assert_eq!(uids.next(), uid_at(clock.unix_ms()));
+    }
+
+    #[test]
+    fn nodes_issue_apart_and_a_full_share_goes_on_in_the_next_millisecond() {
+        let clock = Clock::manual(jiff::Timestamp::from_second(1_700_000_000).unwrap());
+        let ms = clock.unix_ms();
+        let (a, b) = (Uids::new(clock.clone(), 0), Uids::new(clock.clone(), 1));
+        assert_eq!(a.next().as_str(), format!("{:020}", ms * UIDS_PER_MS));
+        assert_eq!(
+            b.next().as_str(),
+            format!("{:020}", ms * UIDS_PER_MS + UIDS_PER_NODE)
+        );
+        // Node 1's 10,000 uids of this millisecond, then its share of the next.
+        let mut last = None;
+        for _ in 1..UIDS_PER_NODE {
+            last = Some(b.next());
+        }
+        assert_eq!(
+            last.unwrap().as_str(),
+            format!("{:020}", ms * UIDS_PER_MS + 2 * UIDS_PER_NODE - 1)
+        );
+        assert_eq!(
+            b.next().as_str(),
+            format!("{:020}", (ms + 1) * UIDS_PER_MS + UIDS_PER_NODE)
+        );
+        // The last slot's share ends where the next millisecond starts.
+        let z = Uids::new(clock.clone(), kep_core::cluster::SLOTS - 1);
+        for _ in 0..UIDS_PER_NODE {
+            z.next();
+        }
+        assert_eq!(
+            z.next().as_str(),
+            format!(
+                "{:020}",
+                (ms + 1) * UIDS_PER_MS + UIDS_PER_MS - UIDS_PER_NODE
+            )
+        );
     }
 
     #[test]

@@ -1,7 +1,6 @@
-//! The live service's storage seam: what it keeps (services, admin tokens, webhooks and
-//! their events) behind one
-//! [`Store`] interface, so a second backend slots in beside [`sqlite`] without touching
-//! the domain code. [`open`] is the one place that picks the backend.
+//! The live service's storage seam: what it keeps (services, admin tokens, Provision
+//! nonces, webhooks and their events) behind one [`Store`] interface, on SQLite or
+//! PostgreSQL ([`sql`]). [`open`] is the one place that picks the backend.
 
 use std::sync::Arc;
 
@@ -40,7 +39,7 @@ pub struct WebhookRow {
 /// A room event to write down for delivery.
 #[derive(Debug, Clone)]
 pub struct NewWebhookEvent {
-    /// Its place in the order of every event (the writer's, from one past the last stored).
+    /// Its place in the order of every event, given as it is written down.
     pub seq: i64,
     pub id: String,
     pub service_id: std::sync::Arc<str>,
@@ -114,6 +113,21 @@ pub trait Store: Send + Sync {
         service_id: &ServiceId,
         url: Option<&str>,
     ) -> sqlx::Result<bool>;
+    /// One service, as stored now (what another node changed).
+    async fn service(&self, service_id: &ServiceId) -> sqlx::Result<Option<ServiceRow>>;
+    /// One admin token, by its hash.
+    async fn token(&self, token_hash: &str) -> sqlx::Result<Option<TokenRow>>;
+    /// Stores a Provision nonce issued at `issued_at` (unix ms) and drops those issued at or
+    /// before `expired_at`, at once.
+    async fn insert_nonce(
+        &self,
+        nonce: &str,
+        service_id: &str,
+        issued_at: i64,
+        expired_at: i64,
+    ) -> sqlx::Result<()>;
+    /// Uses a nonce up: its service and when it was issued, if it was there.
+    async fn take_nonce(&self, nonce: &str) -> sqlx::Result<Option<(String, i64)>>;
     /// The admin tokens still valid at `now`.
     async fn live_tokens(&self, now: i64) -> sqlx::Result<Vec<TokenRow>>;
     /// Stores a new token and drops the expired ones, at once.
@@ -123,10 +137,9 @@ pub trait Store: Send + Sync {
     async fn webhooks(&self) -> sqlx::Result<Vec<WebhookRow>>;
     /// Sets a service's webhook whole (a known service's).
     async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()>;
-    /// The last event's `seq`, 0 when there is none.
-    async fn last_webhook_seq(&self) -> sqlx::Result<i64>;
-    /// Writes room events down, pending, in one transaction.
-    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<()>;
+    /// Numbers room events (their `seq`, from the counter every node shares) and writes
+    /// them down, pending, in one transaction.
+    async fn insert_webhook_events(&self, events: &mut [NewWebhookEvent]) -> sqlx::Result<()>;
     /// The pending events, oldest first: (service, room, seq).
     async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>>;
     async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>>;

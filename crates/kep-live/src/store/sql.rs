@@ -128,14 +128,20 @@ kep_core::sql_store! {
         Ok(())
     }
 
-    async fn last_webhook_seq(&self) -> sqlx::Result<i64> {
-        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM live_webhook_events")
-            .fetch_one(&self.pool)
-            .await
-    }
-
-    async fn insert_webhook_events(&self, events: &[NewWebhookEvent]) -> sqlx::Result<()> {
+    async fn insert_webhook_events(&self, events: &mut [NewWebhookEvent]) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
+        // The batch's numbers, taken from the one counter every node shares; its row is
+        // held until the batch is in, so numbers are written in the order they were taken.
+        let last: i64 = sqlx::query_scalar(
+            "UPDATE live_webhook_seq SET last = last + $1 RETURNING last",
+        )
+        .bind(i64::try_from(events.len()).unwrap_or(i64::MAX))
+        .fetch_one(&mut *tx)
+        .await?;
+        let first = last - i64::try_from(events.len()).unwrap_or(i64::MAX) + 1;
+        for (e, seq) in events.iter_mut().zip(first..) {
+            e.seq = seq;
+        }
         // 7 values a row: well under SQLite's 32,766 per statement.
         for chunk in events.chunks(1024) {
             let mut b: QueryBuilder<_> = QueryBuilder::new(
@@ -154,6 +160,53 @@ kep_core::sql_store! {
             b.build().execute(&mut *tx).await?;
         }
         tx.commit().await
+    }
+
+    async fn insert_nonce(
+        &self,
+        nonce: &str,
+        service_id: &str,
+        issued_at: i64,
+        expired_at: i64,
+    ) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM live_nonces WHERE issued_at <= $1")
+            .bind(expired_at)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO live_nonces (nonce, service_id, issued_at) VALUES ($1, $2, $3)")
+            .bind(nonce)
+            .bind(service_id)
+            .bind(issued_at)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    async fn take_nonce(&self, nonce: &str) -> sqlx::Result<Option<(String, i64)>> {
+        sqlx::query_as("DELETE FROM live_nonces WHERE nonce = $1 RETURNING service_id, issued_at")
+            .bind(nonce)
+            .fetch_optional(&self.pool)
+            .await
+    }
+
+    async fn service(&self, service_id: &ServiceId) -> sqlx::Result<Option<ServiceRow>> {
+        sqlx::query_as(
+            "SELECT service_id, admin_ha, service_hs, admin_uuid, external_verifier_url
+             FROM live_services WHERE service_id = $1",
+        )
+        .bind(service_id)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
+    async fn token(&self, token_hash: &str) -> sqlx::Result<Option<TokenRow>> {
+        sqlx::query_as(
+            "SELECT token_hash, service_id, expires_at FROM live_tokens WHERE token_hash = $1",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await
     }
 
     async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>> {

@@ -82,7 +82,6 @@ impl Webhooks {
             store: Arc::clone(&store),
             dispatcher,
             unsent,
-            next_seq: store.last_webhook_seq().await? + 1,
         };
         ctx.tasks.spawn(writer.run(queued, ctx.shutdown.clone()));
         Ok(Webhooks {
@@ -198,20 +197,19 @@ fn room_key(service_id: &str, room_id: &str) -> String {
     format!("{service_id}/{room_id}")
 }
 
-/// Takes the rooms' events off their queue in order, numbers them, writes them down in
+/// Takes the rooms' events off their queue in order, writes them down (numbered) in
 /// batches and queues each for its room.
 struct Writer {
     store: Arc<dyn Store>,
     dispatcher: Dispatcher<Deliveries>,
     /// The events written down and not yet out, by `seq`: what deliveries read.
     unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
-    next_seq: i64,
 }
 
 impl Writer {
     /// At the platform's stop it writes down what is queued, and ends.
     async fn run(
-        mut self,
+        self,
         mut queued: mpsc::UnboundedReceiver<NewWebhookEvent>,
         shutdown: CancellationToken,
     ) {
@@ -231,11 +229,7 @@ impl Writer {
                     true
                 }
             };
-            for e in &mut batch {
-                e.seq = self.next_seq;
-                self.next_seq += 1;
-            }
-            match self.store.insert_webhook_events(&batch).await {
+            match self.store.insert_webhook_events(&mut batch).await {
                 // Resumed at the next start.
                 Ok(()) if stopping => return,
                 Ok(()) => {

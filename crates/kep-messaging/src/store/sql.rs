@@ -13,6 +13,9 @@ use super::{
     MessageSummaryRow, OutboxRow, ReportGroupRow, SearchFilter, SearchQuery, Store, UploadRow,
 };
 use crate::model::{Channel, Status, UploadKind};
+use dialect::Dialect;
+
+mod dialect;
 
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -130,10 +133,11 @@ kep_core::sql_store! {
         ) -> sqlx::Result<Vec<MessageRow>> {
             // `status = '100'` (Accepted) is written out as the partial index `messages_due` has
             // it, so the planner uses the index. Nodes claiming at once skip each other's rows.
+            let skip_locked = SQL.skip_locked();
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "UPDATE messages SET next_attempt_at = $1, attempts = attempts + 1
                  WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= $2
-                               ORDER BY next_attempt_at LIMIT $3{SKIP_LOCKED})
+                               ORDER BY next_attempt_at LIMIT $3{skip_locked})
                  RETURNING {MESSAGE_COLUMNS}"
             )))
             .bind(now_ms + lease_ms)
@@ -221,12 +225,14 @@ kep_core::sql_store! {
             // the JSON and hands back one row.
             let size = q.limit - 1;
             let mut b: QueryBuilder<Db> = QueryBuilder::new("SELECT COALESCE(");
-            b.push(PAGE_ARRAY.0).push_bind(size).push(PAGE_ARRAY.1);
+            let array = SQL.page_array();
+            b.push(array.0).push_bind(size).push(array.1);
             b.push(", '[]'), COUNT(*), MAX(uid) FILTER (WHERE rn <= ");
             b.push_bind(size);
             b.push(") FROM (SELECT uid, ROW_NUMBER() OVER (ORDER BY uid) AS rn, ");
-            b.push(XMS_ROW.0).push(REG_DATE.0).push_bind(utc_offset_s).push(REG_DATE.1);
-            b.push(XMS_ROW.1);
+            let (row, date) = (SQL.xms_row(), SQL.reg_date());
+            b.push(row.0).push(date.0).push_bind(utc_offset_s).push(date.1);
+            b.push(row.1);
             b.push(
                 " AS obj FROM (SELECT uid, cid, reg_date, status, sms_status_code, error_message, request
                    FROM messages WHERE client_id = ",
@@ -235,7 +241,7 @@ kep_core::sql_store! {
             push_filters(&mut b, q);
             b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
             b.push(") m");
-            b.push(REQUEST_JSON);
+            b.push(SQL.request_json());
             b.push(") page");
             b.build_query_as().fetch_one(&self.pool).await
         }
@@ -264,10 +270,11 @@ kep_core::sql_store! {
                 .await?;
             // The RCS results not yet reported, in the words of the partial index
             // `messages_unreported`, so the planner uses it.
+            let skip_locked = SQL.skip_locked();
             let mut rows: Vec<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "UPDATE messages SET report_group_id = $1 WHERE uid IN
                    (SELECT uid FROM messages WHERE client_id = $2 AND channel = 'RCS' AND reported = 0 AND status <> '100'
-                      AND report_group_id IS NULL ORDER BY uid LIMIT $3{SKIP_LOCKED})
+                      AND report_group_id IS NULL ORDER BY uid LIMIT $3{skip_locked})
                  RETURNING {MESSAGE_COLUMNS}"
             )))
             .bind(group_id)
@@ -550,14 +557,10 @@ kep_core::sql_store! {
         Ok(())
     }
 
-    /// A text field of the stored request, as SQL.
-    fn request_text(field: &str) -> String {
-        if ON_POSTGRES {
-            format!("(request::json ->> '{field}')")
-        } else {
-            format!("json_extract(request, '$.{field}')")
-        }
-    }
+    /// Where this backend's SQL differs from the other's.
+    const SQL: Dialect = Dialect {
+        postgres: ON_POSTGRES,
+    };
 
     /// The rest of a search's `WHERE`, after `client_id = $1`: its channel, uid bounds and
     /// filters.
@@ -570,10 +573,10 @@ kep_core::sql_store! {
                 SearchFilter::Status(s) => b.push(" AND status = ").push_bind(*s),
                 SearchFilter::MessageType(t) => b.push(" AND message_type = ").push_bind(*t),
                 SearchFilter::Etc1(v) => b
-                    .push(format!(" AND {} = ", request_text("etc1")))
+                    .push(format!(" AND {} = ", SQL.request_text("etc1")))
                     .push_bind(v),
                 SearchFilter::Etc2(v) => b
-                    .push(format!(" AND {} = ", request_text("etc2")))
+                    .push(format!(" AND {} = ", SQL.request_text("etc2")))
                     .push_bind(v),
             };
         }
@@ -644,64 +647,6 @@ kep_core::sql_store! {
         })
             .push_bind(limit);
     }
-
-    /// The JSON array of a page's first rows (`rn <=` the bind between the two halves), in
-    /// uid order.
-    const PAGE_ARRAY: (&str, &str) = if ON_POSTGRES {
-        ("'[' || string_agg(obj, ',' ORDER BY rn) FILTER (WHERE rn <= ", ") || ']'")
-    } else {
-        ("json_group_array(json(obj)) FILTER (WHERE rn <= ", ")")
-    };
-
-    /// A search's XMS row as the seed's JSON object text, fields without a value left out;
-    /// its `reg_date` goes between the halves.
-    const XMS_ROW: (&str, &str) = if ON_POSTGRES {
-        (
-            "CAST(json_strip_nulls(json_build_object('uid', uid, 'cid', cid, 'reg_date', ",
-            concat!(
-                ", 'status_code', 'API_' || status, 'sms_status_code', sms_status_code, 'error_message', error_message,
-                   'tax_cd1', r -> 'tax_cd1', 'tax_cd2', r -> 'tax_cd2', 'etc1', r -> 'etc1', 'etc2', r -> 'etc2',
-                   'etc3', r -> 'etc3', 'etc4', r -> 'etc4', 'etc5', r -> 'etc5', 'etc6', r -> 'etc6',
-                   'etc7', r -> 'etc7', 'etc8', r -> 'etc8', 'etc9', r -> 'etc9', 'etc10', r -> 'etc10'))",
-                " AS TEXT)"
-            ),
-        )
-    } else {
-        (
-            "json_patch('{}', json_object('uid', uid, 'cid', cid, 'reg_date', ",
-            ", 'status_code', 'API_' || status, 'sms_status_code', sms_status_code, 'error_message', error_message,
-               'tax_cd1', json_extract(request, '$.tax_cd1'), 'tax_cd2', json_extract(request, '$.tax_cd2'),
-               'etc1', json_extract(request, '$.etc1'), 'etc2', json_extract(request, '$.etc2'),
-               'etc3', json_extract(request, '$.etc3'), 'etc4', json_extract(request, '$.etc4'),
-               'etc5', json_extract(request, '$.etc5'), 'etc6', json_extract(request, '$.etc6'),
-               'etc7', json_extract(request, '$.etc7'), 'etc8', json_extract(request, '$.etc8'),
-               'etc9', json_extract(request, '$.etc9'), 'etc10', json_extract(request, '$.etc10')))",
-        )
-    };
-
-    /// `reg_date` as `yyyy-mm-dd HH:MM:SS`, shifted by the offset bound between the halves.
-    const REG_DATE: (&str, &str) = if ON_POSTGRES {
-        (
-            "to_char(to_timestamp(reg_date / 1000 + ",
-            ") AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')",
-        )
-    } else {
-        ("strftime('%Y-%m-%d %H:%M:%S', reg_date / 1000 + ", ", 'unixepoch')")
-    };
-
-    /// The request parsed once per row (`r`), where `XMS_ROW` reads it so.
-    const REQUEST_JSON: &str = if ON_POSTGRES {
-        ", LATERAL (SELECT CAST(request AS JSON) AS r) j"
-    } else {
-        ""
-    };
-
-    /// Rows another transaction holds are left to it: SQLite has one writer at a time.
-    const SKIP_LOCKED: &str = if ON_POSTGRES {
-        " FOR UPDATE SKIP LOCKED"
-    } else {
-        ""
-    };
 
     /// A message's hand-overs, oldest first.
     pub(super) const HANDOVERS: &str = "SELECT route, outcome, at, carrier FROM outbox WHERE uid = $1 ORDER BY id";

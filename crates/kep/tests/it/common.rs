@@ -21,6 +21,12 @@ pub struct Server {
 }
 
 impl Server {
+    /// What it logged so far (its stderr, which goes to `kep.log` in its data dir: a pipe
+    /// nobody reads would stop it once full).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("kep.log")).unwrap_or_default()
+    }
+
     /// The base URL of a listener: `admin`, `live`, `adapter`, `messaging` or `gateway`.
     pub fn url(&self, listener: &str) -> String {
         format!("http://{}", self.addresses[listener].as_str().unwrap())
@@ -41,18 +47,19 @@ pub fn serve(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    std::fs::create_dir_all(data_dir).unwrap();
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(data_dir.join("kep.log"))
         .unwrap();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
     let addresses = eventually_blocking(Duration::from_secs(30), "kep serve starts", || {
         if let Ok(b) = std::fs::read(data_dir.join("addresses.json")) {
             return Ok(serde_json::from_slice::<Value>(&b).unwrap());
         }
         if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            let err = std::fs::read_to_string(data_dir.join("kep.log")).unwrap_or_default();
             panic!("kep serve exited with {status}: {err}");
         }
         Err("no addresses.json yet")

@@ -4,3 +4,4 @@ mod common;
 mod crash_recovery;
 mod isolation;
 mod serve;
+mod several_nodes;

@@ -211,9 +211,7 @@ fn sigterm_closes_participants_and_a_restart_keeps_services_and_tokens() {
         || srv.child.try_wait().unwrap().ok_or("still running"),
     );
     assert!(exit.success(), "{exit}");
-    let mut logs = String::new();
-    std::io::Read::read_to_string(srv.child.stderr.as_mut().unwrap(), &mut logs).unwrap();
-    for line in logs.lines() {
+    for line in srv.logs().lines() {
         let v: Value =
             serde_json::from_str(line).unwrap_or_else(|_| panic!("--log-format json: {line}"));
         assert!(v["level"].is_string());

@@ -1,0 +1,120 @@
+//! Nodes on one database tell each other what changed and ask each other, over
+//! `LISTEN`/`NOTIFY`; a node that left is not waited for.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kep_core::cluster::{CallError, Cluster};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+struct Node {
+    cluster: Cluster,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    /// What other nodes told it.
+    told: Arc<Mutex<Vec<String>>>,
+}
+
+impl Node {
+    async fn join(url: &str) -> Node {
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let cluster = Cluster::join(url, stop.clone(), &tasks).await.unwrap();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let seen = told.clone();
+        cluster.handle(
+            "test.changed",
+            Arc::new(move |body| {
+                seen.lock().unwrap().push(body);
+                Box::pin(std::future::ready(Ok(String::new())))
+            }),
+        );
+        let id = cluster.node_id().unwrap().to_owned();
+        cluster.handle(
+            "test.echo",
+            Arc::new(move |body| {
+                let answer = if body == "refuse" {
+                    Err("refused".to_owned())
+                } else {
+                    Ok(format!("{id}: {body}"))
+                };
+                Box::pin(std::future::ready(answer))
+            }),
+        );
+        Node {
+            cluster,
+            stop,
+            tasks,
+            told,
+        }
+    }
+
+    async fn leave(self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+#[tokio::test]
+async fn nodes_tell_each_other_and_ask_each_other() {
+    let Some(url) = kep_core::storage::database_for_a_test().await else {
+        eprintln!("no KEP_TEST_DATABASE_URL: nothing to test against");
+        return;
+    };
+    let (a, b, c) = (
+        Node::join(&url).await,
+        Node::join(&url).await,
+        Node::join(&url).await,
+    );
+    let mut up = a.cluster.nodes().await.unwrap();
+    up.sort();
+    let mut ids: Vec<String> = [&a, &b, &c]
+        .iter()
+        .map(|n| n.cluster.node_id().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    assert_eq!(up, ids);
+
+    // A broadcast returns once every other node has taken it: nothing to wait for after.
+    a.cluster.broadcast("test.changed", "k1").await.unwrap();
+    assert_eq!(*b.told.lock().unwrap(), ["k1"]);
+    assert_eq!(*c.told.lock().unwrap(), ["k1"]);
+    assert!(a.told.lock().unwrap().is_empty(), "not told itself");
+
+    // A call goes to the one node named.
+    let c_id = c.cluster.node_id().unwrap().to_owned();
+    let reply = a.cluster.call(&c_id, "test.echo", "hi").await.unwrap();
+    assert_eq!(reply, format!("{c_id}: hi"));
+    let refused = a.cluster.call(&c_id, "test.echo", "refuse").await;
+    assert!(
+        matches!(&refused, Err(CallError::Refused { reason, .. }) if reason == "refused"),
+        "{refused:?}"
+    );
+    let unknown = a.cluster.call(&c_id, "test.nothing", "").await;
+    assert!(
+        matches!(unknown, Err(CallError::Refused { .. })),
+        "{unknown:?}"
+    );
+    let too_large = a.cluster.call(&c_id, "test.echo", &"x".repeat(8000)).await;
+    assert!(
+        matches!(too_large, Err(CallError::TooLarge(_))),
+        "{too_large:?}"
+    );
+
+    // A node that left is gone from the list at once, and nobody waits for it.
+    c.leave().await;
+    assert_eq!(a.cluster.nodes().await.unwrap().len(), 2);
+    let started = Instant::now();
+    b.cluster.broadcast("test.changed", "k2").await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(*a.told.lock().unwrap(), ["k2"]);
+    let gone = a.cluster.call(&c_id, "test.echo", "hi").await;
+    assert!(matches!(gone, Err(CallError::NoReply(_))), "{gone:?}");
+    a.leave().await;
+    b.leave().await;
+}
