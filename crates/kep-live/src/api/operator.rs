@@ -385,14 +385,18 @@ pub(crate) async fn show_webhook(
 /// the old one signs nothing more.
 #[utoipa::path(post, path = paths::WEBHOOK_SECRET,
     params(("id" = String, Path, description = "serviceId")),
-    responses((status = 200, body = Webhook), (status = 404, body = kep_core::http::ErrorBody)),
+    responses((status = 200, body = Webhook), (status = 404, body = kep_core::http::ErrorBody),
+              (status = 409, body = kep_core::http::ErrorBody, description = "the service has no webhook to sign for")),
     security(("operator" = [])))]
 pub(crate) async fn rotate_webhook_secret(
     State(live): State<LiveService>,
     Path(id): Path<ServiceId>,
 ) -> Result<Json<Webhook>, ApiError> {
     known_service(&live, id.as_str())?;
-    let old = live.0.webhooks.get(id.as_str()).ok_or_else(no_webhook)?;
+    // The service is there: what it lacks is a webhook to rotate the secret of.
+    let old = live.0.webhooks.get(id.as_str()).ok_or_else(|| {
+        ApiError::conflict("the service has no webhook: set one first (PUT …/webhook)")
+    })?;
     let secret = Some(kep_core::secret::new_secret());
     let row = live
         .0

@@ -413,7 +413,8 @@ async fn webhook_calls_check_what_they_are_given() {
                 .unwrap_err()
         )
         .0,
-        404
+        409,
+        "a known service with nothing to rotate"
     );
 
     for len in [2047, 2048] {
