@@ -33,8 +33,10 @@ pub const SLOTS: u16 = 100;
 const SLOT_KEPT_MS: i64 = 600_000;
 /// How long a call waits for its replies before it goes on without them.
 const REPLY_WITHIN: Duration = Duration::from_secs(2);
-/// `NOTIFY` takes payloads up to 8,000 bytes.
+/// `NOTIFY` takes payloads up to 8,000 bytes: a larger message is stored and named.
 const MAX_PAYLOAD: usize = 7_900;
+/// How long a stored message is kept for the nodes to read.
+const STORED_FOR_MS: i64 = 60_000;
 
 /// The database's clock in unix milliseconds: one clock for every node's beats.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
@@ -50,8 +52,6 @@ pub enum CallError {
     Refused { node: String, reason: String },
     #[error("the cluster's database: {0}")]
     Database(#[from] sqlx::Error),
-    #[error("a message of {0} bytes is more than NOTIFY carries")]
-    TooLarge(usize),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -71,6 +71,8 @@ enum Message {
         to: String,
         result: Result<String, String>,
     },
+    /// A message too large for `NOTIFY`, in `stored_messages`.
+    Stored { id: i64 },
 }
 
 /// This node's part in the cluster, shared by every service of the node.
@@ -88,7 +90,7 @@ struct Shared {
 }
 
 /// Each node's reply to a call, by node.
-type Replies = Vec<(String, Result<String, String>)>;
+pub type Replies = Vec<(String, Result<String, String>)>;
 
 struct Waiting {
     from: HashSet<String>,
@@ -179,24 +181,30 @@ impl Cluster {
     /// Tells every other node that is up, and returns once each has replied (or stopped
     /// answering, which is logged): what changed here has then taken effect everywhere.
     pub async fn broadcast(&self, topic: &str, body: &str) -> Result<(), CallError> {
-        let Some(s) = &self.0 else {
-            return Ok(());
-        };
-        let others = s.others().await?;
-        if others.is_empty() {
-            return Ok(());
-        }
-        let replies = s.call(None, others.clone(), topic, body).await?;
-        let answered: HashSet<&str> = replies.iter().map(|(n, _)| n.as_str()).collect();
-        for node in others.iter().filter(|n| !answered.contains(n.as_str())) {
-            tracing::warn!(%node, topic, "a node did not take a change in time");
-        }
-        for (node, result) in &replies {
+        for (node, result) in self.gather(topic, body).await? {
             if let Err(reason) = result {
                 tracing::warn!(%node, topic, reason, "a node could not take a change");
             }
         }
         Ok(())
+    }
+
+    /// Asks every other node that is up; their replies, by node. A node that does not
+    /// answer in time is logged and left out.
+    pub async fn gather(&self, topic: &str, body: &str) -> Result<Replies, CallError> {
+        let Some(s) = &self.0 else {
+            return Ok(Vec::new());
+        };
+        let others = s.others().await?;
+        if others.is_empty() {
+            return Ok(Vec::new());
+        }
+        let replies = s.call(None, others.clone(), topic, body).await?;
+        let answered: HashSet<&str> = replies.iter().map(|(n, _)| n.as_str()).collect();
+        for node in others.iter().filter(|n| !answered.contains(n.as_str())) {
+            tracing::warn!(%node, topic, "a node did not answer in time");
+        }
+        Ok(replies)
     }
 
     /// Asks `node` and waits for its reply.
@@ -256,6 +264,12 @@ async fn register(pool: &PgPool, node_id: &str) -> anyhow::Result<u16> {
 
 impl Shared {
     async fn beat(&self) -> sqlx::Result<()> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM stored_messages WHERE at < {NOW_MS} - $1"
+        )))
+        .bind(STORED_FOR_MS)
+        .execute(&self.pool)
+        .await?;
         let done = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE nodes SET seen_at = {NOW_MS} WHERE node_id = $1"
         )))
@@ -287,9 +301,15 @@ impl Shared {
     }
 
     async fn notify(&self, m: &Message) -> Result<(), CallError> {
-        let payload = serde_json::to_string(m).expect("a message serialises");
+        let mut payload = serde_json::to_string(m).expect("a message serialises");
         if payload.len() > MAX_PAYLOAD {
-            return Err(CallError::TooLarge(payload.len()));
+            let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO stored_messages (payload, at) VALUES ($1, {NOW_MS}) RETURNING id"
+            )))
+            .bind(&payload)
+            .fetch_one(&self.pool)
+            .await?;
+            payload = serde_json::to_string(&Message::Stored { id }).expect("serialises");
         }
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANNEL)
@@ -350,7 +370,11 @@ impl Shared {
                     continue;
                 }
             };
-            match serde_json::from_str::<Message>(n.payload()) {
+            let message = match serde_json::from_str::<Message>(n.payload()) {
+                Ok(Message::Stored { id }) => self.stored(id).await,
+                read => read.map_err(|e| e.to_string()),
+            };
+            match message {
                 Ok(Message::Call {
                     id,
                     from,
@@ -388,9 +412,20 @@ impl Shared {
                     result,
                 }) if to == self.node_id => self.replied(id, from, result),
                 Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "a cluster message kep does not read"),
+                Err(e) => tracing::warn!(error = %e, "a cluster message kep cannot read"),
             }
         }
+    }
+
+    /// A message stored for being too large for `NOTIFY`.
+    async fn stored(&self, id: i64) -> Result<Message, String> {
+        let payload: String =
+            sqlx::query_scalar("SELECT payload FROM stored_messages WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        serde_json::from_str(&payload).map_err(|e| e.to_string())
     }
 
     fn replied(&self, id: u64, from: String, result: Result<String, String>) {

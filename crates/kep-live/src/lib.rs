@@ -105,6 +105,8 @@ pub(crate) struct Live {
     access: Arc<access::Access>,
     provisioner: provision::Provisioner,
     rooms: Arc<rooms::Rooms>,
+    /// The Room methods, on this node's rooms and the other nodes'.
+    room_methods: rooms::RoomMethods,
     media: Arc<media::Media>,
     limiter: Limiter,
     shutdown: CancellationToken,
@@ -209,6 +211,7 @@ impl Service for LiveService {
             settings,
             access,
             provisioner,
+            room_methods: rooms::RoomMethods::new(Arc::clone(&rooms), ctx.cluster.clone()),
             rooms,
             media,
             shutdown: ctx.shutdown.clone(),

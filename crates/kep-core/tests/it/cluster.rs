@@ -96,11 +96,26 @@ async fn nodes_tell_each_other_and_ask_each_other() {
         matches!(unknown, Err(CallError::Refused { .. })),
         "{unknown:?}"
     );
-    let too_large = a.cluster.call(&c_id, "test.echo", &"x".repeat(8000)).await;
-    assert!(
-        matches!(too_large, Err(CallError::TooLarge(_))),
-        "{too_large:?}"
-    );
+    // More than NOTIFY carries, both ways: stored and named.
+    let large = "x".repeat(20_000);
+    let reply = a.cluster.call(&c_id, "test.echo", &large).await.unwrap();
+    assert_eq!(reply, format!("{c_id}: {large}"));
+    let mut from: Vec<_> = a
+        .cluster
+        .gather("test.echo", "all")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(n, r)| (n, r.unwrap()))
+        .collect();
+    from.sort();
+    let b_id = b.cluster.node_id().unwrap().to_owned();
+    let mut expected = vec![
+        (b_id.clone(), format!("{b_id}: all")),
+        (c_id.clone(), format!("{c_id}: all")),
+    ];
+    expected.sort();
+    assert_eq!(from, expected);
 
     // A node that left is gone from the list at once, and nobody waits for it.
     c.leave().await;

@@ -243,11 +243,11 @@ pub(crate) async fn list_rooms(
     Path(id): Path<String>,
 ) -> Result<Json<RoomList>, ApiError> {
     let service = known_service(&live, &id)?;
-    let rooms = &live.0.rooms;
+    let rooms = &live.0.room_methods;
     let mut list = Vec::new();
-    for room_id in rooms.list_rooms(&service) {
+    for room_id in rooms.list_rooms(&service).await.map_err(room_error)? {
         // A room that closed since it was listed is left out.
-        let Ok(participants) = rooms.participants(&service, &room_id) else {
+        let Ok(participants) = rooms.participants(&service, &room_id).await else {
             continue;
         };
         list.push(RoomInfo {
@@ -268,7 +268,11 @@ pub(crate) async fn destroy_room(
     Path((id, room)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let service = known_service(&live, &id)?;
-    live.0.rooms.destroy(&service, &room).map_err(room_error)?;
+    live.0
+        .room_methods
+        .destroy(&service, &room)
+        .await
+        .map_err(room_error)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -287,8 +291,9 @@ pub(crate) async fn kick(
     check_targets(&mut req.targets, live.0.settings.max_targets).map_err(room_error)?;
     let service = known_service(&live, &id)?;
     live.0
-        .rooms
+        .room_methods
         .kick(&service, &room, &req.targets)
+        .await
         .map_err(room_error)?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -308,8 +313,9 @@ pub(crate) async fn inactivate(
     check_targets(&mut req.targets, live.0.settings.max_targets).map_err(room_error)?;
     let service = known_service(&live, &id)?;
     live.0
-        .rooms
+        .room_methods
         .inactivate(&service, &room, &req.targets)
+        .await
         .map_err(room_error)?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -441,24 +441,24 @@ async fn execute(
         Operation::Room(op) => op,
     };
     let service = service.ok_or(LiveError::Unauthorized { nonce: None })?;
-    let rooms = &live.rooms;
+    let rooms = &live.room_methods;
     let json = match op {
         RoomOperation::ListRooms => {
-            serde_json::to_string(&rooms.list_rooms(&service)).expect("serialises")
+            serde_json::to_string(&rooms.list_rooms(&service).await?).expect("serialises")
         }
         RoomOperation::ListParticipants(p) => {
-            return rooms.list_participants(&service, &p.room_id);
+            return rooms.list_participants(&service, &p.room_id).await;
         }
         RoomOperation::DestroyRoom(p) => {
-            rooms.destroy(&service, &p.room_id)?;
+            rooms.destroy(&service, &p.room_id).await?;
             serde_json::to_string(&DestroyRoomResult { room_id: p.room_id }).expect("serialises")
         }
         RoomOperation::KickParticipant(p) => {
-            rooms.kick(&service, &p.room_id, &p.targets)?;
+            rooms.kick(&service, &p.room_id, &p.targets).await?;
             "{}".to_owned()
         }
         RoomOperation::InactiveStream(p) => {
-            rooms.inactivate(&service, &p.room_id, &p.targets)?;
+            rooms.inactivate(&service, &p.room_id, &p.targets).await?;
             "{}".to_owned()
         }
     };

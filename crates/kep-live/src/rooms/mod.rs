@@ -5,9 +5,12 @@
 //! the participants' sockets before the lock is released, so a `Room.*` call that follows
 //! sees the change, and every participant sees a room's events in one order.
 
+mod methods;
 mod room;
 #[cfg(test)]
 mod tests;
+
+pub use methods::RoomMethods;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,6 +65,16 @@ fn open<'a>(
         });
     }
     Ok(st)
+}
+
+/// A Kick target no participant answers to, as the error lists it.
+pub fn missing_participant(t: &ParticipantTarget) -> Value {
+    json!({ "participantId": t.participant_id })
+}
+
+/// An Inactivate target no stream answers to, as the error lists it.
+pub fn missing_stream(t: &StreamTarget) -> Value {
+    json!({ "participantId": t.participant_id, "streamId": t.stream_id })
 }
 
 pub fn next_conn_id() -> ConnId {
@@ -404,7 +417,7 @@ impl Rooms {
             let missing: Vec<_> = targets
                 .iter()
                 .filter(|t| !st.participants.contains_key(&t.participant_id))
-                .map(|t| serde_json::json!({ "participantId": t.participant_id }))
+                .map(missing_participant)
                 .collect();
             if !missing.is_empty() {
                 return Err(LiveError::TargetsNotFound { missing });
@@ -459,7 +472,7 @@ impl Rooms {
                     .get(&t.participant_id)
                     .is_some_and(|p| p.streams.contains(&t.stream_id))
             })
-            .map(|t| serde_json::json!({ "participantId": t.participant_id, "streamId": t.stream_id }))
+            .map(missing_stream)
             .collect();
         if !missing.is_empty() {
             return Err(LiveError::TargetsNotFound { missing });

@@ -7,9 +7,9 @@ mod postgres;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kep_api::live::{Scheme, provision_value};
+use kep_api::live::{EventKind, Scheme, ServerMessage, provision_value};
 use kep_client::AdminClient;
-use kep_client::live::LiveClient;
+use kep_client::live::{LiveClient, Participant};
 use kep_client::messaging::MessagingClient;
 use serde_json::{Value, json};
 
@@ -144,6 +144,86 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
             .await;
         assert!(sent.is_err(), "node {}: a revoked token: {sent:?}", i + 1);
     }
+}
+
+/// Messages until the event `kind` (others, such as a join, go by); panics on a close first.
+async fn until_event(p: &mut Participant, kind: EventKind) {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), p.next()).await {
+            Ok(Ok(Ok(ServerMessage::Event(e)))) if e.event == kind => return,
+            Ok(Ok(Ok(_))) => {}
+            other => panic!("waiting for {kind:?}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn room_methods_on_any_node_act_where_the_participants_are() {
+    let cluster = Cluster::start(3, &[]);
+    let live = |i: usize| cluster.nodes[i].live.clone();
+    let secrets = cluster
+        .admin(0)
+        .create_live_service(&kep_api::live::CreateServiceRequest {
+            service_id: Some("rooms".into()),
+            external_verifier_url: None,
+        })
+        .await
+        .unwrap();
+    let token = LiveClient::new(&live(0))
+        .provision("rooms", &secrets.admin_secret)
+        .await
+        .unwrap()
+        .token;
+    let on = |i: usize| LiveClient::new(&live(i)).with_token(&token);
+
+    // Alice joins room r on node 1, Bob on node 3: every node lists both.
+    let join = |i: usize, who: &'static str| {
+        let (base, secret) = (live(i), secrets.service_secret.clone());
+        async move {
+            Participant::join(&base, "rooms", &secret, "r", Some(who))
+                .await
+                .unwrap()
+        }
+    };
+    let mut alice = join(0, "alice").await;
+    let mut bob = join(2, "bob").await;
+    for i in 0..3 {
+        assert_eq!(on(i).list_rooms().await.unwrap(), ["r"], "node {}", i + 1);
+        let mut ids: Vec<_> = on(i)
+            .list_participants("r")
+            .await
+            .unwrap()
+            .participants
+            .into_iter()
+            .map(|p| p.participant_id)
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["alice", "bob"], "node {}", i + 1);
+    }
+
+    // Kicked through node 1 (which has only Alice): Bob, on node 3, hears it and is gone.
+    let missing = on(0).kick("r", &["bob".into(), "carol".into()]).await;
+    assert!(missing.is_err(), "all targets or none: {missing:?}");
+    on(0).kick("r", &["bob".into()]).await.unwrap();
+    until_event(&mut bob, EventKind::Kicked).await;
+    let ids: Vec<_> = on(1)
+        .list_participants("r")
+        .await
+        .unwrap()
+        .participants
+        .into_iter()
+        .map(|p| p.participant_id)
+        .collect();
+    assert_eq!(ids, ["alice"]);
+
+    // The room joined on node 1, destroyed through node 2.
+    on(1).destroy_room("r").await.unwrap();
+    until_event(&mut alice, EventKind::RoomDestroyed).await;
+    for i in 0..3 {
+        assert!(on(i).list_rooms().await.unwrap().is_empty(), "node {}", i + 1);
+    }
+    let gone = on(2).destroy_room("r").await;
+    assert!(gone.is_err(), "a room no node has: {gone:?}");
 }
 
 /// A message load spread over three nodes, one of them killed -9 in the middle: every
