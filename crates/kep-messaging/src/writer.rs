@@ -2,13 +2,15 @@
 //! delivery) goes through one writer task, which commits whatever is queued in one
 //! transaction. A send is answered only after the transaction that stored it committed.
 //!
-//! SQLite has one writer at a time; one transaction of a few hundred rows costs about what
-//! a transaction of one does, so under load this turns per-request commits into a few
-//! commits per millisecond.
+//! One transaction of a few hundred rows costs about what a transaction of one does, so under
+//! load this turns per-request commits into a few commits per millisecond. SQLite has one
+//! writer at a time, so its batches commit one after the other; PostgreSQL takes several at
+//! once ([`Store::writers`]), so a batch gathers while others commit (its commit waits for
+//! the WAL's flush).
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::store::{Handover, Inserted, MessageRow, Store};
 
@@ -55,8 +57,18 @@ impl Writer {
 }
 
 async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.recv().await {
+    let writers = Arc::new(Semaphore::new(store.writers()));
+    let mut committing = tokio::task::JoinSet::new();
+    loop {
+        // A batch starts once a writer is free, so what arrives meanwhile joins it.
+        let permit = Arc::clone(&writers)
+            .acquire_owned()
+            .await
+            .expect("the semaphore stays open");
+        let Some(first) = rx.recv().await else {
+            break;
+        };
+        let mut batch = Vec::with_capacity(MAX_BATCH);
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -64,11 +76,27 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
                 Err(_) => break,
             }
         }
-        commit(&*store, &mut batch).await;
+        let store = Arc::clone(&store);
+        committing.spawn(async move {
+            commit(&*store, &mut batch).await;
+            drop(permit);
+        });
+        while committing.try_join_next().is_some() {}
     }
+    committing.join_all().await;
 }
 
 async fn commit(store: &dyn Store, batch: &mut Vec<Write>) {
+    // Rows in one order in every batch: transactions that insert the same cids at once take
+    // their locks in the same order, and never deadlock.
+    batch.sort_by(|a, b| match (a, b) {
+        (Write::Insert(a, _), Write::Insert(b, _)) => {
+            (&a.client_id, &a.cid).cmp(&(&b.client_id, &b.cid))
+        }
+        (Write::Insert(..), Write::Finish(..)) => std::cmp::Ordering::Less,
+        (Write::Finish(..), Write::Insert(..)) => std::cmp::Ordering::Greater,
+        (Write::Finish(..), Write::Finish(..)) => std::cmp::Ordering::Equal,
+    });
     let accepted: Vec<&MessageRow> = batch
         .iter()
         .filter_map(|w| match w {

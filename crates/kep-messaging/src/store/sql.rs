@@ -241,7 +241,7 @@ kep_core::sql_store! {
             push_filters(&mut b, q);
             b.push(" ORDER BY uid LIMIT ").push_bind(q.limit);
             b.push(") m");
-            b.push(SQL.request_json());
+            b.push(SQL.request_fields());
             b.push(") page");
             b.build_query_as().fetch_one(&self.pool).await
         }
@@ -408,6 +408,10 @@ kep_core::sql_store! {
             sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE status = '100'")
                 .fetch_one(&self.pool)
                 .await
+        }
+
+        fn writers(&self) -> usize {
+            if ON_POSTGRES { 4 } else { 1 }
         }
 
         async fn operator_messages(&self, f: &MessageFilter) -> sqlx::Result<Vec<MessageSummaryRow>> {

@@ -220,7 +220,11 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
     on(1).destroy_room("r").await.unwrap();
     until_event(&mut alice, EventKind::RoomDestroyed).await;
     for i in 0..3 {
-        assert!(on(i).list_rooms().await.unwrap().is_empty(), "node {}", i + 1);
+        assert!(
+            on(i).list_rooms().await.unwrap().is_empty(),
+            "node {}",
+            i + 1
+        );
     }
     let gone = on(2).destroy_room("r").await;
     assert!(gone.is_err(), "a room no node has: {gone:?}");
