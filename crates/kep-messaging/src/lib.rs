@@ -154,7 +154,8 @@ impl Service for MessagingService {
             max_attempts: settings.dispatch_max_attempts,
             backoff: Backoff::from_first(Duration::from_millis(settings.dispatch_backoff_ms)),
         };
-        let writer = writer::Writer::start(store.clone());
+        let claim = writer::Claim(i64::try_from(policy.lease.as_millis()).unwrap_or(i64::MAX));
+        let writer = writer::Writer::start(store.clone(), claim);
         let clock = ctx.clock.clone();
         let dispatcher =
             pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy, ctx);

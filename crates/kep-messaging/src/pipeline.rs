@@ -1,7 +1,9 @@
-//! The delivery pipeline: a dispatcher claims due messages from the durable queue (the
-//! `messages` table), hands them to a carrier connector with bounded concurrency, and
-//! records the outcome. A message claimed by a process that died is claimed again once its
-//! lease runs out, so nothing accepted is lost.
+//! The delivery pipeline: a dispatcher hands messages to a carrier connector with bounded
+//! concurrency and records the outcome. A message is stored already claimed by the node
+//! that accepted it, which offers it to its own dispatcher; the dispatcher also claims what
+//! is due from the durable queue (the `messages` table): retries, and what a node that died
+//! held, once its lease ran out. So nothing accepted is lost, and a message costs no claim
+//! of its own on the way in.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -13,7 +15,7 @@ use kep_core::clock::Clock;
 use kep_core::retry::Backoff;
 use kep_core::service::Context;
 use serde_json::json;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
 
 use crate::ids::MessageUid;
@@ -105,7 +107,9 @@ pub struct Dispatcher<C> {
     carrier: C,
     policy: DispatchPolicy,
     clock: Clock,
-    wake: Notify,
+    /// Messages this node accepted, claimed for it as they were stored.
+    offered: mpsc::UnboundedSender<MessageRow>,
+    accepted: Mutex<Option<mpsc::UnboundedReceiver<MessageRow>>>,
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
     in_flight: Mutex<HashSet<MessageUid>>,
@@ -123,6 +127,7 @@ impl<C: Carrier> Dispatcher<C> {
         policy: DispatchPolicy,
         ctx: &Context,
     ) -> Arc<Self> {
+        let (offered, accepted) = mpsc::unbounded_channel();
         Arc::new(Dispatcher {
             store,
             writer,
@@ -130,7 +135,8 @@ impl<C: Carrier> Dispatcher<C> {
             policy,
             clock: ctx.clock.clone(),
             deliveries: ctx.tasks.clone(),
-            wake: Notify::new(),
+            offered,
+            accepted: Mutex::new(Some(accepted)),
             in_flight: Mutex::default(),
             activity: ctx
                 .activity
@@ -138,16 +144,30 @@ impl<C: Carrier> Dispatcher<C> {
         })
     }
 
-    /// Something new is due.
-    pub fn wake(&self) {
-        self.wake.notify_one();
+    /// A message this node just stored, claimed for it ([`crate::writer::Writer::insert`]).
+    pub fn offer(&self, m: MessageRow) {
+        let _ = self.offered.send(m);
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.policy.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Runs until the process ends.
     pub async fn run(self: Arc<Self>) {
         let permits = Arc::new(Semaphore::new(self.policy.concurrency.max(1)));
-        let lease_ms = i64::try_from(self.policy.lease.as_millis()).unwrap_or(i64::MAX);
+        let lease_ms = self.lease_ms();
+        let mut accepted = self
+            .accepted
+            .lock()
+            .expect("accepted lock")
+            .take()
+            .expect("a dispatcher runs once");
         loop {
+            while let Ok(m) = accepted.try_recv() {
+                let claimed_until = m.reg_date.saturating_add(lease_ms);
+                self.start(m, Some(claimed_until), &permits).await;
+            }
             let free = i64::try_from(permits.available_permits()).unwrap_or(0);
             let due = if free == 0 {
                 Vec::new()
@@ -165,35 +185,57 @@ impl<C: Carrier> Dispatcher<C> {
                 }
             };
             if due.is_empty() {
-                // New work wakes us; the timer catches retries that came due.
+                // What this node accepts wakes us; the timer catches retries that came due.
                 tokio::select! {
-                    _ = self.wake.notified() => {}
+                    Some(m) = accepted.recv() => {
+                        let claimed_until = m.reg_date.saturating_add(lease_ms);
+                        self.start(m, Some(claimed_until), &permits).await;
+                    }
                     _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 }
                 continue;
             }
             for m in due {
-                if !self
-                    .in_flight
-                    .lock()
-                    .expect("in-flight lock")
-                    .insert(m.uid.clone())
-                {
-                    continue;
-                }
-                let permit = Arc::clone(&permits)
-                    .acquire_owned()
-                    .await
-                    .expect("semaphore open");
-                let me = Arc::clone(&self);
-                self.deliveries.spawn(async move {
-                    let uid = m.uid.clone();
-                    me.process(m).await;
-                    me.in_flight.lock().expect("in-flight lock").remove(&uid);
-                    drop(permit);
-                });
+                self.start(m, None, &permits).await;
             }
         }
+    }
+
+    /// Delivers `m` once a permit is free. A message offered at its acceptance goes only
+    /// while half its claim is left: one that waited longer is left to be claimed again
+    /// when its claim runs out, rather than handed over as another node may take it.
+    async fn start(
+        self: &Arc<Self>,
+        m: MessageRow,
+        claimed_until: Option<i64>,
+        permits: &Arc<Semaphore>,
+    ) {
+        if !self
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .insert(m.uid.clone())
+        {
+            return;
+        }
+        let permit = Arc::clone(permits)
+            .acquire_owned()
+            .await
+            .expect("semaphore open");
+        if claimed_until.is_some_and(|until| until - self.clock.unix_ms() < self.lease_ms() / 2) {
+            self.in_flight
+                .lock()
+                .expect("in-flight lock")
+                .remove(&m.uid);
+            return;
+        }
+        let me = Arc::clone(self);
+        self.deliveries.spawn(async move {
+            let uid = m.uid.clone();
+            me.process(m).await;
+            me.in_flight.lock().expect("in-flight lock").remove(&uid);
+            drop(permit);
+        });
     }
 
     /// Hands `route`'s payload to the carrier; `None` when the carrier could not be
@@ -360,7 +402,7 @@ mod tests {
             .insert_client(&ClientId::from("c"), None, "h", 0)
             .await
             .unwrap();
-        let writer = Writer::start(store.clone());
+        let writer = Writer::start(store.clone(), crate::writer::Claim(30_000));
         let calls = Arc::new(AtomicUsize::new(0));
         let policy = DispatchPolicy {
             concurrency: 4,
@@ -394,15 +436,15 @@ mod tests {
             fallback_status: None,
             sms_status_code: None,
             error_message: None,
-            attempts: 0,
+            attempts: 1,
             reg_date: now,
             req_date: Some(now),
             sent_date: None,
             res_date: None,
         };
         let uid = row.uid.clone();
-        writer.insert(row).await.unwrap();
-        dispatcher.wake();
+        writer.insert(row.clone()).await.unwrap();
+        dispatcher.offer(row);
         for _ in 0..300 {
             let m = store
                 .message(&ClientId::from("c"), Channel::Xms, &uid)

@@ -74,14 +74,15 @@ impl Messaging {
             fallback_status: None,
             sms_status_code: None,
             error_message: None,
-            attempts: 0,
+            // Its first attempt: it is stored claimed for this node's dispatcher.
+            attempts: 1,
             reg_date: now,
             req_date: Some(now),
             sent_date: None,
             res_date: None,
         };
         let uid = row.uid.clone();
-        match self.writer.insert(row).await? {
+        match self.writer.insert(row.clone()).await? {
             Inserted::New => {
                 metrics::counter!("kep_messaging_accepted_total", "channel" => T::CHANNEL.as_str())
                     .increment(1);
@@ -90,7 +91,7 @@ impl Messaging {
                     format!("{}/{uid}", caller_id),
                     json!({ "channel": T::CHANNEL.as_str(), "messageType": message_type, "cid": cid }),
                 );
-                self.dispatcher.wake();
+                self.dispatcher.offer(row);
                 Ok((uid, cid))
             }
             Inserted::Existing(first)

@@ -25,22 +25,26 @@ pub struct Writer {
     tx: mpsc::UnboundedSender<Write>,
 }
 
+/// How long an accepted message stays claimed by the node that accepted it.
+#[derive(Clone, Copy)]
+pub struct Claim(pub i64);
+
 /// Most writes in one transaction; the SQLite store writes a batch's messages in single
-/// statements, which this keeps under SQLite's 32,766 values (13 a message).
+/// statements, which this keeps under SQLite's 32,766 values (14 a message).
 const MAX_BATCH: usize = 1024;
 
 impl Writer {
     /// The writer task lives as long as its handles: it ends once the service and its
     /// deliveries have dropped theirs, after committing what they queued (a stop must not cut
     /// off a delivery's record, so the shutdown token does not end it).
-    pub fn start(store: Arc<dyn Store>) -> Self {
+    pub fn start(store: Arc<dyn Store>, claim: Claim) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, rx));
+        tokio::spawn(run(store, claim, rx));
         Writer { tx }
     }
 
-    /// Stores an accepted message (or finds the one its cid already names); returns once
-    /// committed.
+    /// Stores an accepted message (or finds the one its cid already names), claimed for this
+    /// node's dispatcher; returns once committed.
     pub async fn insert(&self, row: MessageRow) -> sqlx::Result<Inserted> {
         let (done, wait) = oneshot::channel();
         self.tx
@@ -56,7 +60,7 @@ impl Writer {
     }
 }
 
-async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
+async fn run(store: Arc<dyn Store>, claim: Claim, mut rx: mpsc::UnboundedReceiver<Write>) {
     let writers = Arc::new(Semaphore::new(store.writers()));
     let mut committing = tokio::task::JoinSet::new();
     loop {
@@ -78,7 +82,7 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
         }
         let store = Arc::clone(&store);
         committing.spawn(async move {
-            commit(&*store, &mut batch).await;
+            commit(&*store, claim, &mut batch).await;
             drop(permit);
         });
         while committing.try_join_next().is_some() {}
@@ -86,7 +90,7 @@ async fn run(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
     committing.join_all().await;
 }
 
-async fn commit(store: &dyn Store, batch: &mut Vec<Write>) {
+async fn commit(store: &dyn Store, claim: Claim, batch: &mut Vec<Write>) {
     // Rows in one order in every batch: transactions that insert the same cids at once take
     // their locks in the same order, and never deadlock.
     batch.sort_by(|a, b| match (a, b) {
@@ -111,7 +115,7 @@ async fn commit(store: &dyn Store, batch: &mut Vec<Write>) {
             Write::Insert(..) => None,
         })
         .collect();
-    let result = store.commit(&accepted, &finished).await;
+    let result = store.commit(&accepted, &finished, claim.0).await;
     match result {
         Ok(answers) => {
             let waiting = batch.drain(..).filter_map(|w| match w {

@@ -210,11 +210,13 @@ pub trait Store: Send + Sync {
     /// One group commit, in one transaction: stores the accepted messages — one answer
     /// each, in order; a message whose cid its client already used (earlier, or earlier in
     /// the batch) is answered with the message that has it — and records the final states
-    /// of the finished ones with their hand-overs.
+    /// of the finished ones with their hand-overs. An accepted message goes in already
+    /// claimed, for `claim_ms` after its `reg_date`, by the node that accepted it.
     async fn commit(
         &self,
         accepted: &[&MessageRow],
         finished: &[(&MessageRow, &[Handover])],
+        claim_ms: i64,
     ) -> sqlx::Result<Vec<Inserted>>;
 
     async fn message(

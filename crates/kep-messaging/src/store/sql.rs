@@ -161,14 +161,15 @@ kep_core::sql_store! {
             &self,
             accepted: &[&MessageRow],
             finished: &[(&MessageRow, &[Handover])],
+            claim_ms: i64,
         ) -> sqlx::Result<Vec<Inserted>> {
             let mut tx = self.pool.begin().await?;
-            // All the accepted messages in one statement (SQLite takes up to 32,766 values: 13
+            // All the accepted messages in one statement (SQLite takes up to 32,766 values: 14
             // columns × the writer's batch fits), then all the finishes in two.
             let inserted = if accepted.is_empty() {
                 HashSet::new()
             } else {
-                insert_messages(&mut tx, accepted).await?
+                insert_messages(&mut tx, accepted, claim_ms).await?
             };
             let mut answers = Vec::with_capacity(accepted.len());
             for row in accepted {
@@ -473,10 +474,11 @@ kep_core::sql_store! {
     async fn insert_messages(
         tx: &mut <Db as sqlx::Database>::Connection,
         rows: &[&MessageRow],
+        claim_ms: i64,
     ) -> sqlx::Result<HashSet<MessageUid>> {
         let mut b: QueryBuilder<Db> = QueryBuilder::new(
             "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
-               status, rcs_status, next_attempt_at, reg_date, req_date) ",
+               status, rcs_status, attempts, next_attempt_at, reg_date, req_date) ",
         );
         b.push_values(rows, |mut v, m| {
             v.push_bind(&m.uid)
@@ -489,7 +491,8 @@ kep_core::sql_store! {
                 .push_bind(&m.request_hash)
                 .push_bind(m.status)
                 .push_bind(m.rcs_status)
-                .push_bind(m.reg_date)
+                .push_bind(m.attempts)
+                .push_bind(m.reg_date.saturating_add(claim_ms))
                 .push_bind(m.reg_date)
                 .push_bind(m.req_date);
         });

@@ -286,7 +286,8 @@ async fn search_pages_by_uid_within_the_callers_messages() {
                 ),
             )
             .await;
-        for field in ["uid", "cid", "reg_date", "status_code"] {
+        // (Its status may move on between the two reads.)
+        for field in ["uid", "cid", "reg_date"] {
             assert_eq!(detail["result"][field], row[field], "{field}: {detail}");
         }
     }
