@@ -6,6 +6,10 @@
 //!
 //! A key's worker lives only while the key has items: it ends when its queue is empty, so
 //! a key per session or per endpoint costs nothing once its items are out.
+//!
+//! With several nodes, an item belongs to the node that wrote it: only that node sends it.
+//! What a stopped or dead node left is adopted by the first node to look, at its start and,
+//! on a cluster, every few seconds after.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -26,8 +30,14 @@ pub trait Outbox: Send + Sync + 'static {
     type Id: Clone + Display + Send + Sync + 'static;
     type Item: Send + Sync;
 
-    /// The items a previous run left undelivered, in the order they were written.
-    async fn pending(&self) -> anyhow::Result<Vec<(Self::Key, Self::Id)>>;
+    /// Makes `node` (`None`: a node on its own) the owner of the undelivered items that no
+    /// node of `up` owns (a previous run left them, or a node that died), and returns them
+    /// in the order they were written.
+    async fn adopt(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+    ) -> anyhow::Result<Vec<(Self::Key, Self::Id)>>;
 
     /// The item, with the attempts already made on it; `None` once it is no longer to be
     /// sent (delivered, given up, its owner gone or done).
@@ -94,11 +104,36 @@ impl<O: Outbox> Dispatcher<O> {
         &self.inner.outbox
     }
 
-    /// Queues what a previous run left undelivered; how many items.
+    /// Queues what a previous run left undelivered; how many items. On a cluster it goes on
+    /// adopting, every few seconds, what a node that died left.
     pub async fn resume(&self) -> anyhow::Result<usize> {
-        let pending = self.inner.outbox.pending().await?;
-        let n = pending.len();
-        for (key, id) in pending {
+        let n = self.adopt().await?;
+        if self.inner.ctx.cluster.node_id().is_some() {
+            let me = self.clone();
+            self.inner.ctx.spawn(async move {
+                let every = std::time::Duration::from_millis(crate::cluster::DEAD_AFTER_MS as u64);
+                let mut tick = tokio::time::interval(every);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    match me.adopt().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(items = n, "adopted what a stopped node left"),
+                        Err(e) => tracing::warn!(error = %e, "adopting what stopped nodes left"),
+                    }
+                }
+            });
+        }
+        Ok(n)
+    }
+
+    /// Queues the items no node that is up sends; how many.
+    async fn adopt(&self) -> anyhow::Result<usize> {
+        let cluster = &self.inner.ctx.cluster;
+        let up = cluster.nodes().await?;
+        let items = self.inner.outbox.adopt(cluster.node_id(), &up).await?;
+        let n = items.len();
+        for (key, id) in items {
             self.queue(key, id).await;
         }
         Ok(n)

@@ -144,6 +144,24 @@ macro_rules! sql_store {
     };
 }
 
+/// `(node_id IS NULL OR node_id NOT IN (<up>))`: an outbox item (a row with a `node_id`
+/// column) that no node of `up` owns; with no nodes listed (one node on its own), every item.
+pub fn push_unowned<DB: sqlx::Database>(b: &mut sqlx::QueryBuilder<DB>, up: &[String])
+where
+    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    if up.is_empty() {
+        b.push("1 = 1");
+        return;
+    }
+    b.push("(node_id IS NULL OR node_id NOT IN (");
+    let mut nodes = b.separated(", ");
+    for node in up {
+        nodes.push_bind(node.clone());
+    }
+    nodes.push_unseparated("))");
+}
+
 /// For the services' tests: with `KEP_TEST_DATABASE_URL` (a PostgreSQL server, as `./test`
 /// starts one), the URL of a new, empty database there for one test; else none (SQLite
 /// under the test's data dir).

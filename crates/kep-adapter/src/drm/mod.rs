@@ -49,6 +49,8 @@ pub struct Drm {
     max_file_bytes: u64,
     notifications: Dispatcher<Notifications>,
     activity: ServiceActivity,
+    /// This node, which notifies the agent of the sessions it makes.
+    node: Option<String>,
 }
 
 /// A session as the agent's calls see it, after the org check.
@@ -92,6 +94,7 @@ impl Drm {
             max_file_bytes,
             notifications,
             activity,
+            node: ctx.cluster.node_id().map(str::to_owned),
         })
     }
 
@@ -139,7 +142,9 @@ impl Drm {
             created_at: now,
             expires_at: now.saturating_add(self.session_ttl_s),
         };
-        self.store.insert_session(&row).await?;
+        self.store
+            .insert_session(&row, self.node.as_deref())
+            .await?;
         self.record(
             "drm_session.requested",
             &row,

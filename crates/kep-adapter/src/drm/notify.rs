@@ -71,8 +71,13 @@ impl Outbox for Notifications {
     /// The notice, and where it goes.
     type Item = (AgentNotification, String);
 
-    async fn pending(&self) -> anyhow::Result<Vec<(SessionId, SessionId)>> {
-        let ids = self.store.unnotified_sessions(self.clock.unix_s()).await?;
+    async fn adopt(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+    ) -> anyhow::Result<Vec<(SessionId, SessionId)>> {
+        let now = self.clock.unix_s();
+        let ids = self.store.adopt_unnotified_sessions(node, up, now).await?;
         Ok(ids.into_iter().map(|id| (id.clone(), id)).collect())
     }
 

@@ -110,7 +110,8 @@ pub trait Store: Send + Sync {
     /// can go. `None` for an unknown org login type.
     async fn delete_org(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<Vec<SessionId>>>;
 
-    async fn insert_session(&self, s: &SessionRow) -> sqlx::Result<()>;
+    /// A new session, whose agent `node` notifies.
+    async fn insert_session(&self, s: &SessionRow, node: Option<&str>) -> sqlx::Result<()>;
     async fn session(&self, session_id: &SessionId) -> sqlx::Result<Option<SessionRow>>;
     /// Records the agent's result if the session is still `PENDING` and unexpired.
     async fn record_result(
@@ -138,8 +139,15 @@ pub trait Store: Send + Sync {
         status: Option<u16>,
         error: Option<&str>,
     ) -> sqlx::Result<()>;
-    /// Sessions still `PENDING` at `now` whose agent has not answered 2xx, oldest first.
-    async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>>;
+    /// Sessions still `PENDING` at `now` whose agent has not answered 2xx and that no node
+    /// of `up` notifies, now `node`'s to notify ([`kep_core::outbox::Outbox::adopt`]),
+    /// oldest first.
+    async fn adopt_unnotified_sessions(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+        now: i64,
+    ) -> sqlx::Result<Vec<SessionId>>;
     /// A session's notification attempts, in order.
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>>;
     /// The sessions `filter` picks at `now`, in its order.

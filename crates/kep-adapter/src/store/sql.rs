@@ -105,10 +105,10 @@ kep_core::sql_store! {
         Ok((done.rows_affected() == 1).then(|| sessions.into_iter().map(|s| s.0).collect()))
     }
 
-    async fn insert_session(&self, s: &SessionRow) -> sqlx::Result<()> {
+    async fn insert_session(&self, s: &SessionRow, node: Option<&str>) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO drm_sessions (session_id, org_login_type_id, file_id, file_type, \"user\", status,
-               created_at, expires_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+               created_at, expires_at, updated_at, node_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&s.session_id)
         .bind(s.org_login_type_id)
@@ -119,6 +119,7 @@ kep_core::sql_store! {
         .bind(s.created_at)
         .bind(s.expires_at)
         .bind(s.created_at)
+        .bind(node)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -273,17 +274,22 @@ kep_core::sql_store! {
         b.build_query_as().fetch_all(&self.pool).await
     }
 
-    async fn unnotified_sessions(&self, now: i64) -> sqlx::Result<Vec<SessionId>> {
-        let rows: Vec<(SessionId,)> = sqlx::query_as(
-            "SELECT session_id FROM drm_sessions s
-             WHERE status = 'PENDING' AND expires_at > $1
-               AND NOT EXISTS (SELECT 1 FROM drm_notifications n
-                               WHERE n.session_id = s.session_id AND n.status BETWEEN 200 AND 299)
-             ORDER BY created_at, session_id",
-        )
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await?;
+    async fn adopt_unnotified_sessions(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+        now: i64,
+    ) -> sqlx::Result<Vec<SessionId>> {
+        let mut b = QueryBuilder::new("UPDATE drm_sessions SET node_id = ");
+        b.push_bind(node).push(" WHERE status = 'PENDING' AND expires_at > ");
+        b.push_bind(now).push(
+            " AND NOT EXISTS (SELECT 1 FROM drm_notifications n
+               WHERE n.session_id = drm_sessions.session_id AND n.status BETWEEN 200 AND 299) AND ",
+        );
+        kep_core::storage::push_unowned(&mut b, up);
+        b.push(" RETURNING session_id, created_at");
+        let mut rows: Vec<(SessionId, i64)> = b.build_query_as().fetch_all(&self.pool).await?;
+        rows.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 }

@@ -135,13 +135,24 @@ pub trait Store: Send + Sync {
 
     /// Every service's webhook.
     async fn webhooks(&self) -> sqlx::Result<Vec<WebhookRow>>;
+    /// One service's webhook, as stored now (what another node changed).
+    async fn webhook(&self, service_id: &ServiceId) -> sqlx::Result<Option<WebhookRow>>;
     /// Sets a service's webhook whole (a known service's).
     async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()>;
     /// Numbers room events (their `seq`, from the counter every node shares) and writes
-    /// them down, pending, in one transaction.
-    async fn insert_webhook_events(&self, events: &mut [NewWebhookEvent]) -> sqlx::Result<()>;
-    /// The pending events, oldest first: (service, room, seq).
-    async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>>;
+    /// them down, pending, owned by `node`, in one transaction.
+    async fn insert_webhook_events(
+        &self,
+        events: &mut [NewWebhookEvent],
+        node: Option<&str>,
+    ) -> sqlx::Result<()>;
+    /// Makes `node` the owner of the pending events no node of `up` owns
+    /// ([`kep_core::outbox::Outbox::adopt`]); they, oldest first: (service, room, seq).
+    async fn adopt_webhook_events(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+    ) -> sqlx::Result<Vec<(ServiceId, String, i64)>>;
     async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>>;
     /// Records attempts' outcomes, in one transaction.
     async fn webhook_attempted(&self, outcomes: &[WebhookAttempt]) -> sqlx::Result<()>;

@@ -109,6 +109,16 @@ kep_core::sql_store! {
         .await
     }
 
+    async fn webhook(&self, service_id: &ServiceId) -> sqlx::Result<Option<WebhookRow>> {
+        sqlx::query_as(
+            "SELECT service_id, url, enabled, secret, disabled_reason FROM live_webhooks
+             WHERE service_id = $1",
+        )
+        .bind(service_id)
+        .fetch_optional(&self.pool)
+        .await
+    }
+
     async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO live_webhooks (service_id, url, enabled, secret, disabled_reason, updated_at)
@@ -128,7 +138,11 @@ kep_core::sql_store! {
         Ok(())
     }
 
-    async fn insert_webhook_events(&self, events: &mut [NewWebhookEvent]) -> sqlx::Result<()> {
+    async fn insert_webhook_events(
+        &self,
+        events: &mut [NewWebhookEvent],
+        node: Option<&str>,
+    ) -> sqlx::Result<()> {
         let mut tx = self.pool.begin().await?;
         // The batch's numbers, taken from the one counter every node shares; its row is
         // held until the batch is in, so numbers are written in the order they were taken.
@@ -145,7 +159,7 @@ kep_core::sql_store! {
         // 7 values a row: well under SQLite's 32,766 per statement.
         for chunk in events.chunks(1024) {
             let mut b: QueryBuilder<_> = QueryBuilder::new(
-                "INSERT INTO live_webhook_events (seq, id, service_id, room_id, event, body, at, status) ",
+                "INSERT INTO live_webhook_events (seq, id, service_id, room_id, event, body, at, node_id, status) ",
             );
             b.push_values(chunk, |mut v, e| {
                 v.push_bind(e.seq)
@@ -155,6 +169,7 @@ kep_core::sql_store! {
                     .push_bind(e.event)
                     .push_bind(&e.body)
                     .push_bind(e.at)
+                    .push_bind(node)
                     .push("'pending'");
             });
             b.build().execute(&mut *tx).await?;
@@ -209,13 +224,19 @@ kep_core::sql_store! {
         .await
     }
 
-    async fn pending_webhook_events(&self) -> sqlx::Result<Vec<(ServiceId, String, i64)>> {
-        sqlx::query_as(
-            "SELECT service_id, room_id, seq FROM live_webhook_events
-             WHERE status = 'pending' ORDER BY seq",
-        )
-        .fetch_all(&self.pool)
-        .await
+    async fn adopt_webhook_events(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+    ) -> sqlx::Result<Vec<(ServiceId, String, i64)>> {
+        let mut b = QueryBuilder::new("UPDATE live_webhook_events SET node_id = ");
+        b.push_bind(node).push(" WHERE status = 'pending' AND ");
+        kep_core::storage::push_unowned(&mut b, up);
+        b.push(" RETURNING service_id, room_id, seq");
+        let mut rows: Vec<(ServiceId, String, i64)> =
+            b.build_query_as().fetch_all(&self.pool).await?;
+        rows.sort_by_key(|r| r.2);
+        Ok(rows)
     }
 
     async fn webhook_event(&self, seq: i64) -> sqlx::Result<Option<WebhookEventRow>> {

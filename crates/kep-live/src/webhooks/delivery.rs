@@ -38,6 +38,8 @@ pub(super) struct Deliveries {
     http: reqwest::Client,
     policy: DeliveryPolicy,
     clock: Clock,
+    /// The other nodes, told when a webhook is turned off.
+    cluster: kep_core::cluster::Cluster,
 }
 
 impl Deliveries {
@@ -48,6 +50,7 @@ impl Deliveries {
         outcomes: mpsc::UnboundedSender<WebhookAttempt>,
         policy: DeliveryPolicy,
         clock: Clock,
+        cluster: kep_core::cluster::Cluster,
     ) -> anyhow::Result<Self> {
         // A redirect is not followed: the receiver is the URL the operator set.
         let http = reqwest::Client::builder()
@@ -63,6 +66,7 @@ impl Deliveries {
             http,
             policy,
             clock,
+            cluster,
         })
     }
 
@@ -100,6 +104,7 @@ impl Deliveries {
             Ok(()) => {
                 tracing::warn!(service = service_id, reason = ?hook.disabled_reason, "webhook turned off");
                 self.hooks.insert(service_id.to_owned(), Arc::new(hook));
+                super::announce(&self.cluster, service_id).await;
             }
             Err(e) => tracing::error!(service = service_id, error = %e, "turning a webhook off"),
         }
@@ -124,8 +129,8 @@ impl Outbox for Deliveries {
     type Id = i64;
     type Item = Arc<WebhookEventRow>;
 
-    async fn pending(&self) -> anyhow::Result<Vec<(String, i64)>> {
-        let rows = self.store.pending_webhook_events().await?;
+    async fn adopt(&self, node: Option<&str>, up: &[String]) -> anyhow::Result<Vec<(String, i64)>> {
+        let rows = self.store.adopt_webhook_events(node, up).await?;
         Ok(rows
             .into_iter()
             .map(|(service, room, seq)| (super::room_key(service.as_str(), &room), seq))

@@ -34,12 +34,23 @@ type Hooks = DashMap<String, Arc<WebhookRow>>;
 /// Events written down in one transaction, at most.
 const BATCH: usize = 512;
 
+/// The cluster's topic: a service's webhook changed (the body is its id).
+const HOOK_CHANGED: &str = "live.webhook";
+
+/// Tells the other nodes that a service's webhook changed, and waits until they read it.
+async fn announce(cluster: &kep_core::cluster::Cluster, service_id: &str) {
+    if let Err(e) = cluster.broadcast(HOOK_CHANGED, service_id).await {
+        tracing::warn!(error = %e, "other nodes were not told of a webhook change");
+    }
+}
+
 /// The webhooks of every service, and the queue of their events.
 pub struct Webhooks {
     /// By service: what a room's change is checked against, without the store.
     hooks: Arc<Hooks>,
     store: Arc<dyn Store>,
     clock: Clock,
+    cluster: kep_core::cluster::Cluster,
     events: mpsc::UnboundedSender<NewWebhookEvent>,
 }
 
@@ -55,6 +66,24 @@ impl Webhooks {
         for row in store.webhooks().await? {
             hooks.insert(row.service_id.as_str().to_owned(), Arc::new(row));
         }
+        let (table, reader) = (Arc::downgrade(&hooks), Arc::clone(&store));
+        ctx.cluster.handle(
+            HOOK_CHANGED,
+            Arc::new(move |service_id| {
+                let (table, reader) = (table.clone(), Arc::clone(&reader));
+                Box::pin(async move {
+                    let row = reader.webhook(&ServiceId::from(service_id.clone())).await;
+                    let (Some(hooks), Ok(row)) = (table.upgrade(), row) else {
+                        return Err("the webhooks could not be read".to_owned());
+                    };
+                    match row {
+                        Some(row) => hooks.insert(service_id, Arc::new(row)),
+                        None => hooks.remove(&service_id).map(|(_, h)| h),
+                    };
+                    Ok(String::new())
+                })
+            }),
+        );
         let unsent = Arc::new(DashMap::new());
         let (outcomes, recorded) = mpsc::unbounded_channel();
         // Not `ctx.spawn`, here and for the writer: at a stop, what is queued is still
@@ -71,6 +100,7 @@ impl Webhooks {
             outcomes,
             policy,
             ctx.clock.clone(),
+            ctx.cluster.clone(),
         )?;
         let dispatcher = Dispatcher::new(deliveries, policy.outbox, ctx);
         let resumed = dispatcher.resume().await?;
@@ -82,12 +112,14 @@ impl Webhooks {
             store: Arc::clone(&store),
             dispatcher,
             unsent,
+            node: ctx.cluster.node_id().map(str::to_owned),
         };
         ctx.tasks.spawn(writer.run(queued, ctx.shutdown.clone()));
         Ok(Webhooks {
             hooks,
             store,
             clock: ctx.clock.clone(),
+            cluster: ctx.cluster.clone(),
             events,
         })
     }
@@ -118,6 +150,7 @@ impl Webhooks {
         self.store.put_webhook(&row, self.clock.unix_s()).await?;
         self.hooks
             .insert(service_id.as_str().to_owned(), Arc::new(row.clone()));
+        announce(&self.cluster, service_id.as_str()).await;
         Ok(row)
     }
 
@@ -204,6 +237,8 @@ struct Writer {
     dispatcher: Dispatcher<Deliveries>,
     /// The events written down and not yet out, by `seq`: what deliveries read.
     unsent: Arc<DashMap<i64, Arc<WebhookEventRow>>>,
+    /// This node, which owns what it writes down.
+    node: Option<String>,
 }
 
 impl Writer {
@@ -229,7 +264,11 @@ impl Writer {
                     true
                 }
             };
-            match self.store.insert_webhook_events(&mut batch).await {
+            match self
+                .store
+                .insert_webhook_events(&mut batch, self.node.as_deref())
+                .await
+            {
                 // Resumed at the next start.
                 Ok(()) if stopping => return,
                 Ok(()) => {

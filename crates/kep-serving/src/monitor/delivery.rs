@@ -46,6 +46,7 @@ impl Delivery {
             timeout: policy.timeout,
             clock: ctx.clock.clone(),
             activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
+            node: ctx.cluster.node_id().map(str::to_owned),
         };
         let dispatcher = Dispatcher::new(alerts, policy.outbox, ctx);
         dispatcher.resume().await?;
@@ -56,7 +57,12 @@ impl Delivery {
     pub async fn send(&self, alert: &NewAlert, webhook_url: &str) {
         let alerts = self.dispatcher.outbox();
         let at = alerts.clock.unix_ms();
-        match alerts.store.insert_alert(alert, webhook_url, at).await {
+        let node = alerts.node.as_deref();
+        match alerts
+            .store
+            .insert_alert(alert, webhook_url, at, node)
+            .await
+        {
             Ok(id) => self.dispatcher.queue(alert.endpoint.clone(), id).await,
             Err(e) => tracing::error!(endpoint = %alert.endpoint, error = %e, "recording an alert"),
         }
@@ -79,6 +85,8 @@ struct Alerts {
     /// What deliveries are dated by.
     clock: Clock,
     activity: ServiceActivity,
+    /// This node, which sends the alerts it raises.
+    node: Option<String>,
 }
 
 #[async_trait::async_trait]
@@ -87,9 +95,12 @@ impl Outbox for Alerts {
     type Id = AlertId;
     type Item = AlertRow;
 
-    async fn pending(&self) -> anyhow::Result<Vec<(EndpointName, AlertId)>> {
-        let rows = self.store.pending_alerts().await?;
-        Ok(rows.into_iter().map(|r| (r.endpoint, r.id)).collect())
+    async fn adopt(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+    ) -> anyhow::Result<Vec<(EndpointName, AlertId)>> {
+        Ok(self.store.adopt_alerts(node, up).await?)
     }
 
     /// Gone with its endpoint, or no longer pending: not sent again.

@@ -298,18 +298,24 @@ pub trait Store: Send + Sync {
     ) -> sqlx::Result<()>;
     /// Every endpoint's alert settings.
     async fn alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, AlertSettings)>>;
-    /// Records a raised alert as pending; its id.
+    /// Records a raised alert as pending, sent by `node`; its id.
     async fn insert_alert(
         &self,
         a: &NewAlert,
         webhook_url: &str,
         at_ms: i64,
+        node: Option<&str>,
     ) -> sqlx::Result<AlertId>;
     async fn alert(&self, id: AlertId) -> sqlx::Result<Option<AlertRow>>;
     /// An endpoint's last `limit` alerts, newest first.
     async fn alerts(&self, endpoint: &EndpointName, limit: i64) -> sqlx::Result<Vec<AlertRow>>;
-    /// Alerts not yet sent nor given up on, oldest first.
-    async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>>;
+    /// Alerts not yet sent nor given up on that no node of `up` sends, now `node`'s to send
+    /// ([`kep_core::outbox::Outbox::adopt`]), oldest first.
+    async fn adopt_alerts(
+        &self,
+        node: Option<&str>,
+        up: &[String],
+    ) -> sqlx::Result<Vec<(EndpointName, AlertId)>>;
     /// The outcome of a delivery attempt: `status` stays `pending` while retries remain.
     async fn alert_attempted(
         &self,

@@ -352,10 +352,11 @@ kep_core::sql_store! {
             a: &NewAlert,
             webhook_url: &str,
             at_ms: i64,
+            node: Option<&str>,
         ) -> sqlx::Result<AlertId> {
             sqlx::query_scalar(
-                "INSERT INTO alerts (endpoint, deployment, condition, text, webhook_url, status, at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                "INSERT INTO alerts (endpoint, deployment, condition, text, webhook_url, status, at_ms, node_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
             )
             .bind(&a.endpoint)
             .bind(&a.deployment)
@@ -364,6 +365,7 @@ kep_core::sql_store! {
             .bind(webhook_url)
             .bind(AlertStatus::Pending)
             .bind(at_ms)
+            .bind(node)
             .fetch_one(&self.pool)
             .await
         }
@@ -385,11 +387,20 @@ kep_core::sql_store! {
             .await
         }
 
-        async fn pending_alerts(&self) -> sqlx::Result<Vec<AlertRow>> {
+        async fn adopt_alerts(
+            &self,
+            node: Option<&str>,
+            up: &[String],
+        ) -> sqlx::Result<Vec<(EndpointName, AlertId)>> {
             // The status as a literal, so that SQLite reads the partial index `alerts_pending`.
-            sqlx::query_as(select_alerts!("WHERE status = 'pending' ORDER BY id"))
-                .fetch_all(&self.pool)
-                .await
+            let mut b = sqlx::QueryBuilder::new("UPDATE alerts SET node_id = ");
+            b.push_bind(node).push(" WHERE status = 'pending' AND ");
+            kep_core::storage::push_unowned(&mut b, up);
+            b.push(" RETURNING endpoint, id");
+            let mut rows: Vec<(EndpointName, AlertId)> =
+                b.build_query_as().fetch_all(&self.pool).await?;
+            rows.sort_by_key(|r| r.1.0);
+            Ok(rows)
         }
 
         async fn alert_attempted(

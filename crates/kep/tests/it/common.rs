@@ -1,9 +1,11 @@
 //! What the tests of the real `kep` binary share: `kep serve` on port 0, the CLI and plain
 //! HTTP calls to it.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -260,4 +262,39 @@ pub fn eventually_blocking<T, E: std::fmt::Display>(
         }
         pause = (pause * 2).min(Duration::from_millis(200));
     }
+}
+
+/// A webhook receiver on `listener`: each request's `Kep-Signature` and body, answered
+/// 204.
+pub fn receive_webhooks(listener: TcpListener, taken: Arc<Mutex<Vec<(String, String)>>>) {
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let mut reader = BufReader::new(conn);
+            let (mut signature, mut length) = (String::new(), 0);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let (name, value) = line.split_once(':').unwrap_or((&line, ""));
+                match name.to_ascii_lowercase().as_str() {
+                    "kep-signature" => signature = value.trim().to_owned(),
+                    "content-length" => length = value.trim().parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+            let mut body = vec![0; length];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            taken
+                .lock()
+                .unwrap()
+                .push((signature, String::from_utf8(body).unwrap()));
+            let _ = reader.get_mut().write_all(
+                b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
 }

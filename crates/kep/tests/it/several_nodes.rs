@@ -13,7 +13,7 @@ use kep_client::live::{LiveClient, Participant};
 use kep_client::messaging::MessagingClient;
 use serde_json::{Value, json};
 
-use crate::common::{Server, eventually, port0, serve};
+use crate::common::{Server, eventually, port0, receive_webhooks, serve};
 use postgres::Postgres;
 
 const OPERATOR_TOKEN: &str = "several-nodes-operator";
@@ -228,6 +228,87 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
     }
     let gone = on(2).destroy_room("r").await;
     assert!(gone.is_err(), "a room no node has: {gone:?}");
+}
+
+/// Room events a node wrote down and could not deliver before it was killed -9 are sent by
+/// another node once its receiver is back, each once, though three nodes could take them.
+#[tokio::test]
+async fn webhook_events_a_dead_node_left_go_out_from_another_once() {
+    let mut cluster = Cluster::start(3, &[("KEP_LIVE_WEBHOOK_RETRY_MS", "50")]);
+    // A port with nothing on it: the receiver is down until node 2 is dead.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let secrets = cluster
+        .admin(0)
+        .create_live_service(&kep_api::live::CreateServiceRequest {
+            service_id: Some("hooks".into()),
+            external_verifier_url: None,
+        })
+        .await
+        .unwrap();
+    // Set through node 1; the room's events are written by node 2.
+    cluster
+        .admin(0)
+        .set_live_webhook("hooks", &format!("http://127.0.0.1:{port}/hook"), true)
+        .await
+        .unwrap();
+    let alice = Participant::join(
+        &cluster.nodes[1].live,
+        "hooks",
+        &secrets.service_secret,
+        "r",
+        Some("alice"),
+    )
+    .await
+    .unwrap();
+    let admin = cluster.admin(2);
+    let written = eventually(Duration::from_secs(20), "the events tried", async || {
+        let list = admin.live_webhook_deliveries("hooks", None).await;
+        let list = list.map_err(|e| e.to_string())?.deliveries;
+        // The room's first event failing again and again, the second waiting its turn.
+        let tried = list.iter().any(|d| d.attempts > 1);
+        if list.len() == 2 && tried && list.iter().all(|d| d.status == "pending") {
+            Ok(list)
+        } else {
+            Err(format!("{list:?}"))
+        }
+    })
+    .await;
+    let victim = &mut cluster.nodes[1].child;
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    drop(alice);
+
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    receive_webhooks(
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap(),
+        std::sync::Arc::clone(&taken),
+    );
+    eventually(Duration::from_secs(30), "both delivered", async || {
+        let list = admin.live_webhook_deliveries("hooks", None).await;
+        let list = list.map_err(|e| e.to_string())?.deliveries;
+        if list.iter().all(|d| d.status == "delivered") {
+            Ok(())
+        } else {
+            Err(format!("{list:?}"))
+        }
+    })
+    .await;
+    // Deliberate: two more rounds of adoption (every 3 s), in which a second send would show.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mut ids: Vec<String> = taken
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, body)| serde_json::from_str::<Value>(body).unwrap()["id"].to_string())
+        .collect();
+    ids.sort();
+    let mut expected: Vec<String> = written.iter().map(|d| format!("{:?}", d.id)).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each event once");
 }
 
 /// A message load spread over three nodes, one of them killed -9 in the middle: every

@@ -2,7 +2,6 @@
 //! reach, after the restart, a receiver that was down all along, each signed, in order
 //! per room, a participant's `left` after its `joined`.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,41 +10,9 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::common::{Joiner, StopsGracefully, cli, eventually_blocking, port0, serve};
-
-/// A receiver on `port`: each request's `Kep-Signature` and body, answered 204.
-fn receive(listener: TcpListener, taken: Arc<Mutex<Vec<(String, String)>>>) {
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { return };
-            let mut reader = BufReader::new(conn);
-            let (mut signature, mut length) = (String::new(), 0);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                let (name, value) = line.split_once(':').unwrap_or((&line, ""));
-                match name.to_ascii_lowercase().as_str() {
-                    "kep-signature" => signature = value.trim().to_owned(),
-                    "content-length" => length = value.trim().parse().unwrap_or(0),
-                    _ => {}
-                }
-            }
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            taken
-                .lock()
-                .unwrap()
-                .push((signature, String::from_utf8(body).unwrap()));
-            let _ = reader.get_mut().write_all(
-                b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            );
-        }
-    });
-}
+use crate::common::{
+    Joiner, StopsGracefully, cli, eventually_blocking, port0, receive_webhooks, serve,
+};
 
 fn signed(secret: &str, signature: &str, body: &str) -> bool {
     let parts: Vec<(&str, &str)> = signature
@@ -123,7 +90,7 @@ fn webhook_events_outlive_a_kill_9_and_reach_a_receiver_that_comes_back() {
     drop(first); // SIGKILL
 
     let taken = Arc::new(Mutex::new(Vec::new()));
-    receive(
+    receive_webhooks(
         TcpListener::bind(("127.0.0.1", port)).unwrap(),
         Arc::clone(&taken),
     );
