@@ -107,6 +107,8 @@ pub(crate) struct Live {
     rooms: Arc<rooms::Rooms>,
     /// The Room methods, on this node's rooms and the other nodes'.
     room_methods: rooms::RoomMethods,
+    /// The other nodes: asked where a room's media runs.
+    cluster: kep_core::cluster::Cluster,
     media: Arc<media::Media>,
     limiter: Limiter,
     shutdown: CancellationToken,
@@ -194,6 +196,22 @@ impl Service for LiveService {
         .await?;
         tracing::info!(addr = %media.local_addr(), "media listening (UDP)");
         let media = Arc::new(media);
+        let (here, url) = (Arc::downgrade(&media), ctx.public_url.clone());
+        ctx.cluster.handle(
+            media::WHERE,
+            Arc::new(move |ask| {
+                let ask: serde_json::Value = serde_json::from_str(&ask).unwrap_or_default();
+                let room = (
+                    Arc::from(ask["service"].as_str().unwrap_or_default()),
+                    ask["room"].as_str().unwrap_or_default().to_owned(),
+                );
+                let answer = match here.upgrade() {
+                    Some(media) if media.has_room(&room) => Ok(url.clone()),
+                    _ => Err("not here".to_owned()),
+                };
+                Box::pin(std::future::ready(answer))
+            }),
+        );
         let activity = ctx.activity.of(Self::NAME);
         let rooms = Arc::new(
             rooms::Rooms::new(
@@ -212,6 +230,7 @@ impl Service for LiveService {
             access,
             provisioner,
             room_methods: rooms::RoomMethods::new(Arc::clone(&rooms), ctx.cluster.clone()),
+            cluster: ctx.cluster.clone(),
             rooms,
             media,
             shutdown: ctx.shutdown.clone(),

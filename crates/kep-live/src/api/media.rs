@@ -28,6 +28,7 @@ use kep_api::live::paths;
         (status = 403, description = "A join token of another room, or one that does not allow this", body = kep_api::live::RpcResponse),
         (status = 413, description = "An offer over the body limit", body = kep_api::live::RpcResponse),
         (status = 415, description = "A body that is not application/sdp", body = kep_api::live::RpcResponse),
+        (status = 307, description = "The room's media runs on another node of the cluster: the same request there (`Location`)"),
     ),
     security(("bearer" = [])))]
 pub(crate) async fn publish(
@@ -37,6 +38,9 @@ pub(crate) async fn publish(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Some(there) = elsewhere(&live, &headers, &room_id).await {
+        return redirect(&there, &kep_api::path(paths::WHIP, &[&room_id]));
+    }
     let published = async {
         let (grant, _in_flight, mut negotiated) =
             answer_offer(&live, &headers, peer, &room_id, body, &Role::Publish)?;
@@ -87,6 +91,7 @@ pub(crate) async fn publish(
         (status = 413, description = "An offer over the body limit", body = kep_api::live::RpcResponse),
         (status = 415, description = "A body that is not application/sdp", body = kep_api::live::RpcResponse),
         (status = 404, description = "No such stream with a publisher in the room", body = kep_api::live::RpcResponse),
+        (status = 307, description = "The room's media runs on another node of the cluster: the same request there (`Location`)"),
     ),
     security(("bearer" = [])))]
 pub(crate) async fn subscribe(
@@ -96,6 +101,9 @@ pub(crate) async fn subscribe(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if let Some(there) = elsewhere(&live, &headers, &room_id).await {
+        return redirect(&there, &kep_api::path(paths::WHEP, &[&room_id, &stream_id]));
+    }
     let subscribed = async {
         let stream: i64 = stream_id
             .parse()
@@ -265,6 +273,41 @@ fn sdp_body(
         _ => LiveError::InvalidOffer(e.body_text()),
     })?;
     String::from_utf8(body.to_vec()).map_err(|_| LiveError::InvalidOffer("not UTF-8".into()))
+}
+
+/// The live URL of the node where the room's media runs, when that is another node (CONTRACT
+/// §5): asked only for a valid join token of the room, so the room's whereabouts are told
+/// to nobody else; anything else is this node's to answer.
+async fn elsewhere(live: &LiveService, headers: &HeaderMap, room_id: &str) -> Option<String> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| kep_core::http::credentials(v, "Bearer"))?;
+    let grant = live.0.access.join_grant(token).ok()?;
+    if grant.room_id != room_id {
+        return None;
+    }
+    let key: crate::media::RoomKey = (grant.service_id.into(), room_id.to_owned());
+    if live.0.media.has_room(&key) || live.0.cluster.node_id().is_none() {
+        return None;
+    }
+    let ask = serde_json::json!({ "service": &*key.0, "room": key.1 }).to_string();
+    let replies = live
+        .0
+        .cluster
+        .gather(crate::media::WHERE, &ask)
+        .await
+        .ok()?;
+    replies.into_iter().find_map(|(_, r)| r.ok())
+}
+
+/// `307` to the same request on the node `there` (RFC 9725 allows the redirect).
+fn redirect(there: &str, path: &str) -> Response {
+    let mut res = StatusCode::TEMPORARY_REDIRECT.into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("{}{path}", there.trim_end_matches('/'))) {
+        res.headers_mut().insert(header::LOCATION, location);
+    }
+    res
 }
 
 fn created(answer: String, location: &str) -> Response {

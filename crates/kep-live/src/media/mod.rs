@@ -129,6 +129,10 @@ impl Negotiated {
     }
 }
 
+/// The cluster's topic: which node runs a room's media (the body `{service, room}`; the
+/// reply, that node's live URL).
+pub const WHERE: &str = "live.media";
+
 pub struct Media {
     socket: Arc<UdpSocket>,
     local: SocketAddr,
@@ -172,6 +176,11 @@ impl Media {
             shutdown,
         };
         Ok((media, gone_rx))
+    }
+
+    /// Whether the room's media runs here.
+    pub fn has_room(&self, room: &RoomKey) -> bool {
+        self.rooms.contains_key(room)
     }
 
     /// The bound media address.

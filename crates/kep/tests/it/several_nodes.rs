@@ -230,6 +230,95 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
     assert!(gone.is_err(), "a room no node has: {gone:?}");
 }
 
+/// A room's media runs on one node: WHIP and WHEP on another node answer `307` to it, for a
+/// valid join token of the room only.
+#[tokio::test]
+async fn whip_and_whep_on_another_node_go_to_the_one_with_the_rooms_media() {
+    let cluster = Cluster::start(2, &[]);
+    let (one, two) = (&cluster.nodes[0].live, &cluster.nodes[1].live);
+    let secrets = cluster
+        .admin(0)
+        .create_live_service(&kep_api::live::CreateServiceRequest {
+            service_id: Some("media".into()),
+            external_verifier_url: None,
+        })
+        .await
+        .unwrap();
+    let token = |room: &str, who: &str| {
+        let claims = kep_api::live::JoinClaims {
+            iss: "media".into(),
+            room: room.into(),
+            sub: who.into(),
+            exp: jiff::Timestamp::now().as_second() + 600,
+            publish: None,
+            subscribe: None,
+        };
+        kep_client::live::join_token("media", &secrets.service_secret, &claims)
+    };
+    // A real publisher (aiortc) on node 1: the room's media runs there.
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../kep-live/tests/media_peer.py"
+    );
+    let mut publisher = std::process::Command::new("python3")
+        .args([
+            script,
+            "publish",
+            "--url",
+            &format!("{one}/api/whip/r"),
+            "--token",
+        ])
+        .arg(token("r", "alice"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with aiortc (the test command installs it)");
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(publisher.stdout.take().unwrap()));
+    let answered: Value = loop {
+        let line: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if line["event"] == "answered" {
+            break line;
+        }
+        assert_ne!(line["event"], "refused", "{line}");
+    };
+    let stream = answered["stream_id"].as_str().unwrap().to_owned();
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let offer = |url: String, token: String| {
+        http.post(url)
+            .bearer_auth(token)
+            .header("content-type", "application/sdp")
+            .body("v=0\r\n")
+            .send()
+    };
+    for path in ["/api/whip/r".to_owned(), format!("/api/whep/r/{stream}")] {
+        let res = offer(format!("{two}{path}"), token("r", "bob"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 307, "{path}");
+        assert_eq!(res.headers()["location"], format!("{one}{path}").as_str());
+    }
+    // A token of another room, or none: node 2 answers itself, and tells nothing.
+    let res = offer(format!("{two}/api/whip/r"), token("elsewhere", "bob"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let res = offer(format!("{two}/api/whip/r"), "forged".into())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    // A room whose media runs nowhere yet is node 2's own (this offer is not one).
+    let res = offer(format!("{two}/api/whip/new"), token("new", "bob"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+}
+
 /// Room events a node wrote down and could not deliver before it was killed -9 are sent by
 /// another node once its receiver is back, each once, though three nodes could take them.
 #[tokio::test]
