@@ -177,47 +177,7 @@ impl RoomMethods {
         room: &str,
         targets: &[ParticipantTarget],
     ) -> Result<(), LiveError> {
-        if self.alone() {
-            return self.rooms.kick(service, room, targets);
-        }
-        let found = self.whereabouts(service, room).await?;
-        let at = |t: &ParticipantTarget| {
-            found
-                .iter()
-                .find(|(_, ps)| ps.iter().any(|p| p.participant_id == t.participant_id))
-                .map(|(node, _)| node.clone())
-        };
-        let missing: Vec<_> = targets
-            .iter()
-            .filter(|t| at(t).is_none())
-            .map(missing_participant)
-            .collect();
-        if !missing.is_empty() {
-            return Err(LiveError::TargetsNotFound { missing });
-        }
-        for (node, _) in &found {
-            let mine: Vec<_> = targets
-                .iter()
-                .filter(|t| at(t).as_ref() == Some(node))
-                .cloned()
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            match node {
-                None => self.rooms.kick(service, room, &mine)?,
-                Some(node) => {
-                    let missing = mine.iter().map(missing_participant).collect();
-                    let ask = Ask::Kick {
-                        service: service.to_string(),
-                        room: room.to_owned(),
-                        targets: mine,
-                    };
-                    self.ask(node, &ask, missing).await?;
-                }
-            }
-        }
-        Ok(())
+        self.on_targets(service, room, targets).await
     }
 
     /// `Room.InactiveStream`: all targets or none, each on the node its publisher joined.
@@ -227,47 +187,46 @@ impl RoomMethods {
         room: &str,
         targets: &[StreamTarget],
     ) -> Result<(), LiveError> {
+        self.on_targets(service, room, targets).await
+    }
+
+    /// Acts on every target where it is, once every target was found somewhere.
+    async fn on_targets<T: RoomTarget>(
+        &self,
+        service: &Arc<str>,
+        room: &str,
+        targets: &[T],
+    ) -> Result<(), LiveError> {
         if self.alone() {
-            return self.rooms.inactivate(service, room, targets);
+            return T::act(&self.rooms, service, room, targets);
         }
         let found = self.whereabouts(service, room).await?;
-        let at = |t: &StreamTarget| {
+        let at = |t: &T| {
             found
                 .iter()
-                .find(|(_, ps)| {
-                    ps.iter().any(|p| {
-                        p.participant_id == t.participant_id
-                            && p.streams.iter().any(|s| s.stream_id == t.stream_id)
-                    })
-                })
+                .find(|(_, ps)| ps.iter().any(|p| t.held_by(p)))
                 .map(|(node, _)| node.clone())
         };
         let missing: Vec<_> = targets
             .iter()
             .filter(|t| at(t).is_none())
-            .map(missing_stream)
+            .map(T::missing)
             .collect();
         if !missing.is_empty() {
             return Err(LiveError::TargetsNotFound { missing });
         }
         for (node, _) in &found {
-            let mine: Vec<_> = targets
+            let mine: Vec<T> = targets
                 .iter()
                 .filter(|t| at(t).as_ref() == Some(node))
                 .cloned()
                 .collect();
-            if mine.is_empty() {
-                continue;
-            }
             match node {
-                None => self.rooms.inactivate(service, room, &mine)?,
+                _ if mine.is_empty() => {}
+                None => T::act(&self.rooms, service, room, &mine)?,
                 Some(node) => {
-                    let missing = mine.iter().map(missing_stream).collect();
-                    let ask = Ask::Inactivate {
-                        service: service.to_string(),
-                        room: room.to_owned(),
-                        targets: mine,
-                    };
+                    let missing = mine.iter().map(T::missing).collect();
+                    let ask = T::ask(service.to_string(), room.to_owned(), mine);
                     self.ask(node, &ask, missing).await?;
                 }
             }
@@ -283,6 +242,78 @@ impl RoomMethods {
             Ok(_) => Ok(()),
             Err(CallError::Refused { .. }) => Err(LiveError::TargetsNotFound { missing: targets }),
             Err(e) => Err(internal(e)),
+        }
+    }
+}
+
+/// A Kick or Inactivate target, as the methods across nodes find it and hand it on.
+trait RoomTarget: Clone {
+    /// Whether it is `p` (a participant on some node), or one of `p`'s streams.
+    fn held_by(&self, p: &ParticipantInfo) -> bool;
+    /// How a Not found lists it.
+    fn missing(&self) -> Value;
+    /// This node's Room call on `targets`.
+    fn act(
+        rooms: &Arc<Rooms>,
+        service: &Arc<str>,
+        room: &str,
+        targets: &[Self],
+    ) -> Result<(), LiveError>;
+    /// What asks another node to act on `targets`.
+    fn ask(service: String, room: String, targets: Vec<Self>) -> Ask;
+}
+
+impl RoomTarget for ParticipantTarget {
+    fn held_by(&self, p: &ParticipantInfo) -> bool {
+        p.participant_id == self.participant_id
+    }
+
+    fn missing(&self) -> Value {
+        missing_participant(self)
+    }
+
+    fn act(
+        rooms: &Arc<Rooms>,
+        service: &Arc<str>,
+        room: &str,
+        targets: &[Self],
+    ) -> Result<(), LiveError> {
+        rooms.kick(service, room, targets)
+    }
+
+    fn ask(service: String, room: String, targets: Vec<Self>) -> Ask {
+        Ask::Kick {
+            service,
+            room,
+            targets,
+        }
+    }
+}
+
+impl RoomTarget for StreamTarget {
+    fn held_by(&self, p: &ParticipantInfo) -> bool {
+        p.participant_id == self.participant_id
+            && p.streams.iter().any(|s| s.stream_id == self.stream_id)
+    }
+
+    fn missing(&self) -> Value {
+        missing_stream(self)
+    }
+
+    fn act(
+        rooms: &Arc<Rooms>,
+        service: &Arc<str>,
+        room: &str,
+        targets: &[Self],
+    ) -> Result<(), LiveError> {
+        rooms.inactivate(service, room, targets)
+    }
+
+    fn ask(service: String, room: String, targets: Vec<Self>) -> Ask {
+        Ask::Inactivate {
+            service,
+            room,
+            targets,
         }
     }
 }

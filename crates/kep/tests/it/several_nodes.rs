@@ -52,6 +52,17 @@ impl Cluster {
     fn admin(&self, node: usize) -> AdminClient {
         AdminClient::new(&self.nodes[node].admin, OPERATOR_TOKEN)
     }
+
+    /// A live service made through node 1: its secrets.
+    async fn live_service(&self, id: &str) -> kep_api::live::ServiceSecrets {
+        self.admin(0)
+            .create_live_service(&kep_api::live::CreateServiceRequest {
+                service_id: Some(id.into()),
+                external_verifier_url: None,
+            })
+            .await
+            .unwrap()
+    }
 }
 
 fn sms(cid: &str, number: &str) -> Value {
@@ -66,14 +77,7 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
 
     // Live: a service made on node 1; Provision's step 1 on node 1, step 2 on node 2; the
     // token it gives works on node 3.
-    let secrets = cluster
-        .admin(0)
-        .create_live_service(&kep_api::live::CreateServiceRequest {
-            service_id: Some("multi".into()),
-            external_verifier_url: None,
-        })
-        .await
-        .unwrap();
+    let secrets = cluster.live_service("multi").await;
     let nonce = LiveClient::new(&node(0).live)
         .provision_nonce("multi", Scheme::Internal)
         .await
@@ -161,14 +165,7 @@ async fn until_event(p: &mut Participant, kind: EventKind) {
 async fn room_methods_on_any_node_act_where_the_participants_are() {
     let cluster = Cluster::start(3, &[]);
     let live = |i: usize| cluster.nodes[i].live.clone();
-    let secrets = cluster
-        .admin(0)
-        .create_live_service(&kep_api::live::CreateServiceRequest {
-            service_id: Some("rooms".into()),
-            external_verifier_url: None,
-        })
-        .await
-        .unwrap();
+    let secrets = cluster.live_service("rooms").await;
     let token = LiveClient::new(&live(0))
         .provision("rooms", &secrets.admin_secret)
         .await
@@ -236,14 +233,7 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
 async fn whip_and_whep_on_another_node_go_to_the_one_with_the_rooms_media() {
     let cluster = Cluster::start(2, &[]);
     let (one, two) = (&cluster.nodes[0].live, &cluster.nodes[1].live);
-    let secrets = cluster
-        .admin(0)
-        .create_live_service(&kep_api::live::CreateServiceRequest {
-            service_id: Some("media".into()),
-            external_verifier_url: None,
-        })
-        .await
-        .unwrap();
+    let secrets = cluster.live_service("media").await;
     let token = |room: &str, who: &str| {
         let claims = kep_api::live::JoinClaims {
             iss: "media".into(),
@@ -330,14 +320,7 @@ async fn webhook_events_a_dead_node_left_go_out_from_another_once() {
         .local_addr()
         .unwrap()
         .port();
-    let secrets = cluster
-        .admin(0)
-        .create_live_service(&kep_api::live::CreateServiceRequest {
-            service_id: Some("hooks".into()),
-            external_verifier_url: None,
-        })
-        .await
-        .unwrap();
+    let secrets = cluster.live_service("hooks").await;
     // Set through node 1; the room's events are written by node 2.
     cluster
         .admin(0)
