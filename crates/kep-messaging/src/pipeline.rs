@@ -163,10 +163,17 @@ impl<C: Carrier> Dispatcher<C> {
             .expect("accepted lock")
             .take()
             .expect("a dispatcher runs once");
+        // Due messages (retries, and what a node that died held) are claimed on a timer, not
+        // after every accepted message: each claim is a query.
+        let mut claim_at = tokio::time::Instant::now();
         loop {
-            while let Ok(m) = accepted.try_recv() {
-                let claimed_until = m.reg_date.saturating_add(lease_ms);
-                self.start(m, Some(claimed_until), &permits).await;
+            tokio::select! {
+                Some(m) = accepted.recv() => {
+                    let claimed_until = m.reg_date.saturating_add(lease_ms);
+                    self.start(m, Some(claimed_until), &permits).await;
+                    continue;
+                }
+                () = tokio::time::sleep_until(claim_at) => {}
             }
             let free = i64::try_from(permits.available_permits()).unwrap_or(0);
             let due = if free == 0 {
@@ -184,17 +191,14 @@ impl<C: Carrier> Dispatcher<C> {
                     }
                 }
             };
-            if due.is_empty() {
-                // What this node accepts wakes us; the timer catches retries that came due.
-                tokio::select! {
-                    Some(m) = accepted.recv() => {
-                        let claimed_until = m.reg_date.saturating_add(lease_ms);
-                        self.start(m, Some(claimed_until), &permits).await;
-                    }
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                }
-                continue;
-            }
+            // A full claim may have left more: the next one comes at once.
+            let full = free > 0 && i64::try_from(due.len()).unwrap_or(0) == free;
+            claim_at = tokio::time::Instant::now()
+                + if full {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(100)
+                };
             for m in due {
                 self.start(m, None, &permits).await;
             }
