@@ -41,7 +41,7 @@ impl std::fmt::Display for AlertId {
 
 /// A deployment, by its endpoint's name and its own: the runtime's key. The gateway has
 /// its own untyped key, [`DeploymentKey::gateway`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct DeploymentKey {
     pub endpoint: EndpointName,
     pub deployment: DeploymentName,

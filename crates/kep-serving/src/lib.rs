@@ -143,8 +143,9 @@ impl Service for ServingService {
         }
     }
 
-    /// Opens `serving.db`, kills what a previous kep left running, and starts every
-    /// deployment's instances. The gateway's public URL is the base of the endpoint URLs.
+    /// Opens the store, kills what a previous kep left running, routes every endpoint, and
+    /// starts every deployment's instances once this node leads serving (at once, on its
+    /// own). The gateway's public URL is the base of the endpoint URLs.
     async fn start((settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
         let data_dir = ctx.data_dir.as_path();
         let store = store::open(ctx).await?;
@@ -156,6 +157,10 @@ impl Service for ServingService {
             tracing::info!(killed, "stopped instance processes left by a previous run");
         }
         let (gateway, routes) = kep_gateway::Gateway::start(&gateway, root.join("spool"), ctx);
+        let placement = control::Placement::new(ctx.cluster.clone(), routes.clone());
+        // The runtime's ready instances reach this node's gateway and every other node's.
+        let (runtime_routes, shared) = tokio::sync::mpsc::unbounded_channel();
+        ctx.spawn(Arc::clone(&placement.backends).share(shared));
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let (listeners, _) = tokio::sync::broadcast::channel(1024);
         ctx.spawn(runtime::record_events(
@@ -180,7 +185,7 @@ impl Service for ServingService {
                 drain: Duration::from_millis(settings.termination_drain_ms),
             },
             http: runtime::probe::http_client(),
-            routes: routes.clone(),
+            routes: runtime_routes,
             events: events_tx,
             clock: ctx.clock.clone(),
             tasks: ctx.tasks.clone(),
@@ -213,9 +218,10 @@ impl Service for ServingService {
         )
         .await?;
         let control = Arc::new(control::Control::new(
-            settings, store, runtime, routes, root, ctx,
+            settings, store, runtime, placement, routes, root, ctx,
         )?);
         control.resume().await?;
+        control.serve_nodes(ctx.shutdown.clone()).await;
         Ok(ServingService {
             control,
             gateway,

@@ -6,10 +6,8 @@ use std::path::PathBuf;
 
 use super::artifacts::{check_model, forget_workdir};
 use super::launch::{DeploymentSpec, ImageRef, ModelRef};
-use super::{Control, rfc3339, validate};
+use super::{Control, nodes, rfc3339, validate};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
-use crate::kinds::DeploymentState;
-use crate::runtime::InstanceStatus;
 use crate::store::{DeploymentRow, LiveSources};
 use crate::{ServingError, spec};
 use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};
@@ -114,11 +112,8 @@ impl Control {
         // Recorded before its instances start: their events follow it.
         let detail = serde_json::json!({ "type": spec.kind.as_str() });
         self.record("deployment.created", format!("{endpoint}/{name}"), detail);
-        self.runtime.apply(
-            DeploymentKey::new(endpoint, &name),
-            self.launch(&spec, &e),
-            e.instance_count as u32,
-        );
+        self.run_instances(DeploymentKey::new(endpoint, &name), &spec, &e)
+            .await;
         self.publish_route(endpoint).await?;
         drop(_guard);
         self.deployment(endpoint, &name).await
@@ -164,9 +159,8 @@ impl Control {
 
     async fn deployment_view(&self, row: DeploymentRow, live: &LiveSources) -> Deployment {
         let spec = row.spec;
-        let status = self
-            .runtime
-            .status(DeploymentKey::new(&row.endpoint, &row.name))
+        let placed = self
+            .placed(DeploymentKey::new(&row.endpoint, &row.name))
             .await;
         let source_deleted = spec.image.iter().any(|i| !live.images.contains(&i.id))
             || spec.model.iter().any(|m| !live.models.contains(&m.id));
@@ -182,15 +176,10 @@ impl Control {
             port: (spec.kind == DeploymentType::CustomImage).then_some(spec.port),
             readiness: spec.readiness,
             liveness: spec.liveness,
-            state: (status.as_ref())
-                .map_or(DeploymentState::Progressing, |s| s.state)
-                .as_str()
-                .to_owned(),
             weight: row.weight as u32,
             source_deleted,
-            instances: status
-                .map(|s| s.instances.iter().map(InstanceStatus::view).collect())
-                .unwrap_or_default(),
+            state: placed.as_ref().map_or_else(nodes::unplaced, |p| p.state.clone()),
+            instances: placed.map(|p| p.instances).unwrap_or_default(),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
         }
@@ -254,11 +243,8 @@ impl Control {
             .update_deployment(endpoint, name, &new, self.now_unix())
             .await?;
         if !old.same_launch(&new) {
-            self.runtime.apply(
-                DeploymentKey::new(endpoint, name),
-                self.launch(&new, &e),
-                e.instance_count as u32,
-            );
+            self.run_instances(DeploymentKey::new(endpoint, name), &new, &e)
+                .await;
         }
         drop(_guard);
         let detail = serde_json::json!({ "rolledOver": !old.same_launch(&new) });
@@ -287,8 +273,7 @@ impl Control {
                 .await?;
         }
         self.publish_route(endpoint).await?;
-        self.runtime
-            .remove(DeploymentKey::new(endpoint, name))
+        self.stop_instances(DeploymentKey::new(endpoint, name))
             .await;
         let object = format!("{endpoint}/{name}");
         self.record("deployment.deleted", object, serde_json::Value::Null);

@@ -86,12 +86,13 @@ impl Control {
         futures_util::future::join_all(
             deployments
                 .iter()
-                .map(|d| self.runtime.remove(DeploymentKey::new(name, &d.name))),
+                .map(|d| self.stop_instances(DeploymentKey::new(name, &d.name))),
         )
         .await;
         self.store.delete_endpoint(name).await?;
         self.update_routes(RouteUpdate::EndpointRemoved(name.to_string()))
             .await;
+        self.share_route(name).await;
         self.record("endpoint.deleted", name.as_str(), Value::Null);
         Ok(())
     }

@@ -10,6 +10,7 @@ mod images;
 mod launch;
 mod logs;
 mod models;
+mod nodes;
 mod quota;
 mod traffic;
 pub(crate) mod validate;
@@ -22,19 +23,22 @@ use std::sync::Arc;
 
 use kep_core::clock::Clock;
 use tokio::sync::{Mutex, mpsc};
+use tokio_util::task::TaskTracker;
 
-use crate::ids::DeploymentKey;
 use crate::runtime::RuntimeHandle;
 use crate::store::Store;
 use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
 pub(crate) use launch::DeploymentSpec;
+pub use nodes::Placement;
 use launch::ModelServer;
 
 pub struct Control {
     settings: ServingSettings,
     store: Arc<dyn Store>,
     runtime: RuntimeHandle,
+    /// Which node runs the runtime, and the instances this node's gateway routes to.
+    placement: Placement,
     routes: mpsc::UnboundedSender<RouteUpdate>,
     root: PathBuf,
     gateway_url: String,
@@ -45,6 +49,7 @@ pub struct Control {
     /// check and the write.
     changes: Mutex<()>,
     activity: ServiceActivity,
+    tasks: TaskTracker,
 }
 
 impl Control {
@@ -63,6 +68,7 @@ impl Control {
         settings: ServingSettings,
         store: Arc<dyn Store>,
         runtime: RuntimeHandle,
+        placement: Placement,
         routes: mpsc::UnboundedSender<RouteUpdate>,
         root: PathBuf,
         ctx: &Context,
@@ -82,26 +88,22 @@ impl Control {
             settings,
             store,
             runtime,
+            placement,
             routes,
             root,
             gateway_url: ctx.public_url.clone(),
             clock: ctx.clock.clone(),
             changes: Mutex::new(()),
             activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
+            tasks: ctx.tasks.clone(),
         })
     }
 
-    /// At start: routes for every endpoint, instances for every deployment.
+    /// At start: this node's routes for every endpoint. Instances start on the node that
+    /// leads ([`Control::serve_nodes`]).
     pub async fn resume(&self) -> Result<(), ServingError> {
         for e in self.store.endpoints().await? {
-            self.publish_route(&e.name).await?;
-            for d in self.store.deployments(Some(&e.name)).await? {
-                self.runtime.resume(
-                    DeploymentKey::new(&e.name, &d.name),
-                    self.launch(&d.spec, &e),
-                    e.instance_count as u32,
-                );
-            }
+            self.route_endpoint(&e.name).await?;
         }
         Ok(())
     }

@@ -73,8 +73,15 @@ impl Control {
         })
     }
 
-    /// Tells the gateway how the endpoint routes now.
+    /// Tells every node's gateway how the endpoint routes now.
     pub(super) async fn publish_route(&self, name: &EndpointName) -> Result<(), ServingError> {
+        self.route_endpoint(name).await?;
+        self.share_route(name).await;
+        Ok(())
+    }
+
+    /// Tells this node's gateway how the endpoint routes now.
+    pub(super) async fn route_endpoint(&self, name: &EndpointName) -> Result<(), ServingError> {
         let row = self.endpoint_row(name).await?;
         let deployments = self.store.deployments(Some(name)).await?;
         let mut key_hash = [0u8; 32];

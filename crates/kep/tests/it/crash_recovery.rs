@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::{Server, StopsGracefully, eventually};
 use load::*;
+pub(crate) use load::instance_processes;
 
 /// The statuses a message ends in.
 const FINAL: [&str; 3] = ["API_200", "API_510", "API_520"];

@@ -469,3 +469,151 @@ async fn a_node_killed_under_message_load_loses_no_message() {
         accepted.len()
     );
 }
+
+/// Kills, when dropped, every process whose environment holds `marker`: the instances a
+/// node killed -9 could not stop.
+struct KillsInstances(String);
+
+impl Drop for KillsInstances {
+    fn drop(&mut self) {
+        for pid in crate::crash_recovery::instance_processes(&self.0) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The pids of the deployment's two instances once it is Available.
+async fn available_pids(admin: AdminClient) -> Result<std::collections::BTreeSet<u32>, String> {
+    let d = admin.deployment("moving", "app").await;
+    let d = d.map_err(|e| e.to_string())?;
+    let pids: std::collections::BTreeSet<u32> = d.instances.iter().filter_map(|i| i.pid).collect();
+    if d.state == "Available" && pids.len() == 2 {
+        Ok(pids)
+    } else {
+        Err(format!("{} {:?}", d.state, d.instances))
+    }
+}
+
+/// What the endpoint's instance answered through `node`'s gateway: its pid.
+async fn instance_pid(cluster: &Cluster, node: usize, key: &str) -> Result<u64, String> {
+    let res = reqwest::Client::new()
+        .get(format!("{}/endpoints/moving/hello", cluster.nodes[node].url("gateway")))
+        .bearer_auth(key)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = res.status();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    match body["pid"].as_u64() {
+        Some(pid) if status == 200 => Ok(pid),
+        _ => Err(format!("{status} {body}")),
+    }
+}
+
+/// The serving runtime runs on the one node that leads serving; management calls through
+/// any node reach its instances, every node's gateway routes to them, and a key reissued
+/// through one node is the only one every gateway takes. Killed -9, another node takes the
+/// runtime over and starts the instances again, and the gateways answer again: the time
+/// from the kill to the first good answer is printed (BENCHMARKS.md, `bench/failover.sh`).
+#[tokio::test]
+async fn serving_moves_to_another_node_when_its_node_is_killed() {
+    let mut cluster = Cluster::start(3, &[]);
+    let run = tempfile::tempdir().unwrap();
+    let marker = format!("KEP_FAILOVER_RUN={}", run.path().display());
+    let _instances = KillsInstances(marker.clone());
+    let instance = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kep-serving/tests/instance.py")
+        .canonicalize()
+        .unwrap();
+    let image = json!({"name": "py", "command": ["python3", instance]});
+    cluster
+        .admin(0)
+        .create_image(&serde_json::from_value(image).unwrap())
+        .await
+        .unwrap();
+    let endpoint = json!({"name": "moving", "instance_count": 2});
+    let created = cluster
+        .admin(1)
+        .create_endpoint(&serde_json::from_value(endpoint).unwrap())
+        .await
+        .unwrap();
+    let deployment = json!({"name": "app", "type": "custom-image", "image": "py",
+        "env": {"KEP_FAILOVER_RUN": run.path().display().to_string()}});
+    cluster
+        .admin(2)
+        .create_deployment("moving", &serde_json::from_value(deployment).unwrap())
+        .await
+        .unwrap();
+
+    // Whichever node runs them, every node tells their state and routes to them.
+    let pids = |node: usize| available_pids(cluster.admin(node));
+    let first = eventually(Duration::from_secs(30), "Available", async || pids(2).await).await;
+    assert_eq!(pids(0).await.unwrap(), first);
+    assert_eq!(pids(1).await.unwrap(), first);
+    let mut key = created.api_key.clone();
+    for node in 0..3 {
+        let pid = eventually(Duration::from_secs(10), "an answer", async || {
+            instance_pid(&cluster, node, &key).await
+        })
+        .await;
+        assert!(first.contains(&(pid as u32)), "node {node} answered from {pid}");
+    }
+
+    // A key reissued through node 1: the old one stops working on node 3 at once.
+    let reissued = cluster.admin(0).reissue_api_key("moving").await.unwrap();
+    let refused = instance_pid(&cluster, 2, &key).await.unwrap_err();
+    assert!(refused.starts_with("401"), "{refused}");
+    key = reissued.api_key;
+    instance_pid(&cluster, 2, &key).await.unwrap();
+
+    let leader = (0..3)
+        .find(|&n| {
+            let started = std::fs::read_to_string(
+                cluster.nodes[n].data_dir.join("kep.log"),
+            )
+            .unwrap_or_default();
+            started.contains("leading") && started.contains("role=\"serving\"")
+        })
+        .expect("a node leads serving");
+    let survivor = (leader + 1) % 3;
+    let victim = &mut cluster.nodes[leader].child;
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let killed = std::time::Instant::now();
+    let mut answered = eventually(Duration::from_secs(30), "an answer after the kill", async || {
+        let pid = instance_pid(&cluster, survivor, &key).await?;
+        if first.contains(&(pid as u32)) {
+            Err(format!("answered by {pid}, an instance of the killed node"))
+        } else {
+            Ok(pid)
+        }
+    })
+    .await;
+    println!(
+        "serving failover: {} ms from the kill to the first good answer",
+        killed.elapsed().as_millis()
+    );
+    let second = eventually(Duration::from_secs(30), "Available again", async || {
+        available_pids(cluster.admin(survivor)).await
+    })
+    .await;
+    assert!(second.is_disjoint(&first), "{first:?} then {second:?}");
+    assert!(second.contains(&(answered as u32)));
+    let other = 3 - leader - survivor;
+    answered = eventually(Duration::from_secs(10), "the third node routes", async || {
+        instance_pid(&cluster, other, &key).await
+    })
+    .await;
+    assert!(second.contains(&(answered as u32)));
+
+    // Deleted through the node that does not run them: the new instances stop.
+    cluster.admin(other).delete_endpoint("moving").await.unwrap();
+    let running = crate::crash_recovery::instance_processes(&marker);
+    assert!(
+        second.iter().all(|p| !running.contains(&u64::from(*p))),
+        "{second:?} still among {running:?}"
+    );
+}

@@ -22,6 +22,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod leader;
+
 const CHANNEL: &str = "kep_cluster";
 const BEAT: Duration = Duration::from_secs(1);
 /// A node not seen for this long is down: its calls are not waited for.
@@ -46,7 +48,7 @@ pub type Handler = Arc<dyn Fn(String) -> BoxFuture<'static, Result<String, Strin
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("node {0} did not answer within {REPLY_WITHIN:?}")]
+    #[error("node {0} did not answer in time")]
     NoReply(String),
     #[error("node {node} could not: {reason}")]
     Refused { node: String, reason: String },
@@ -87,6 +89,9 @@ struct Shared {
     /// Calls waiting for replies, by id: the nodes still to answer and where to put them.
     waiting: Mutex<HashMap<u64, Waiting>>,
     next_id: AtomicU64,
+    /// The node's tasks and its shutdown, for what a service starts later (elections).
+    tasks: TaskTracker,
+    stop: CancellationToken,
 }
 
 /// Each node's reply to a call, by node.
@@ -133,6 +138,8 @@ impl Cluster {
             handlers: RwLock::default(),
             waiting: Mutex::default(),
             next_id: AtomicU64::new(1),
+            tasks: tasks.clone(),
+            stop: shutdown.clone(),
         });
         tracing::info!(node = %shared.node_id, slot, "joined the cluster");
         let (beating, listening) = (shared.clone(), shared.clone());
@@ -199,7 +206,9 @@ impl Cluster {
         if others.is_empty() {
             return Ok(Vec::new());
         }
-        let replies = s.call(None, others.clone(), topic, body).await?;
+        let replies = s
+            .call(None, others.clone(), topic, body, REPLY_WITHIN)
+            .await?;
         let answered: HashSet<&str> = replies.iter().map(|(n, _)| n.as_str()).collect();
         for node in others.iter().filter(|n| !answered.contains(n.as_str())) {
             tracing::warn!(%node, topic, "a node did not answer in time");
@@ -209,11 +218,22 @@ impl Cluster {
 
     /// Asks `node` and waits for its reply.
     pub async fn call(&self, node: &str, topic: &str, body: &str) -> Result<String, CallError> {
+        self.call_within(node, topic, body, REPLY_WITHIN).await
+    }
+
+    /// Asks `node` and waits up to `within` for its reply: for what takes the node longer.
+    pub async fn call_within(
+        &self,
+        node: &str,
+        topic: &str,
+        body: &str,
+        within: Duration,
+    ) -> Result<String, CallError> {
         let Some(s) = &self.0 else {
             return Err(CallError::NoReply(node.to_owned()));
         };
         let replies = s
-            .call(Some(node), HashSet::from([node.to_owned()]), topic, body)
+            .call(Some(node), HashSet::from([node.to_owned()]), topic, body, within)
             .await?;
         match replies.into_iter().next() {
             Some((_, Ok(reply))) => Ok(reply),
@@ -325,6 +345,7 @@ impl Shared {
         from: HashSet<String>,
         topic: &str,
         body: &str,
+        within: Duration,
     ) -> Result<Replies, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (done, replies) = oneshot::channel();
@@ -349,7 +370,7 @@ impl Shared {
             self.waiting.lock().expect("waiting lock").remove(&id);
             return Err(e);
         }
-        let got = tokio::time::timeout(REPLY_WITHIN, replies).await;
+        let got = tokio::time::timeout(within, replies).await;
         let left = self.waiting.lock().expect("waiting lock").remove(&id);
         Ok(match got {
             Ok(Ok(all)) => all,
