@@ -95,7 +95,9 @@ impl Default for GatewaySettings {
 }
 
 /// A deployment of an endpoint, as routes and meters name it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct DeploymentKey {
     pub endpoint: String,
     pub deployment: String,

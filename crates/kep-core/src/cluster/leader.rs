@@ -34,7 +34,11 @@ impl Cluster {
                     Some(Err(e)) => tracing::warn!(role, error = %e, "leading lost its connection"),
                     Some(Ok(())) => {}
                 }
-                if stop.run_until_cancelled(tokio::time::sleep(TRY_EVERY)).await.is_none() {
+                if stop
+                    .run_until_cancelled(tokio::time::sleep(TRY_EVERY))
+                    .await
+                    .is_none()
+                {
                     return;
                 }
             }

@@ -196,6 +196,22 @@ impl Cluster {
         Ok(())
     }
 
+    /// Tells every other node without waiting for them: for news whose order matters more
+    /// than its arrival (a node that is down would hold each message up).
+    pub async fn tell(&self, topic: &str, body: &str) -> Result<(), CallError> {
+        let Some(s) = &self.0 else {
+            return Ok(());
+        };
+        s.notify(&Message::Call {
+            id: s.next_id.fetch_add(1, Ordering::Relaxed),
+            from: s.node_id.clone(),
+            to: None,
+            topic: topic.to_owned(),
+            body: body.to_owned(),
+        })
+        .await
+    }
+
     /// Asks every other node that is up; their replies, by node. A node that does not
     /// answer in time is logged and left out.
     pub async fn gather(&self, topic: &str, body: &str) -> Result<Replies, CallError> {
@@ -233,7 +249,13 @@ impl Cluster {
             return Err(CallError::NoReply(node.to_owned()));
         };
         let replies = s
-            .call(Some(node), HashSet::from([node.to_owned()]), topic, body, within)
+            .call(
+                Some(node),
+                HashSet::from([node.to_owned()]),
+                topic,
+                body,
+                within,
+            )
             .await?;
         match replies.into_iter().next() {
             Some((_, Ok(reply))) => Ok(reply),

@@ -133,3 +133,44 @@ async fn nodes_tell_each_other_and_ask_each_other() {
     a.leave().await;
     b.leave().await;
 }
+
+/// One node at a time leads a role; when it leaves, another takes the lead, and `leader`
+/// names whoever leads.
+#[tokio::test]
+async fn one_node_leads_and_another_takes_over_when_it_leaves() {
+    let Some(url) = kep_core::storage::database_for_a_test().await else {
+        return;
+    };
+    let nodes = [Node::join(&url).await, Node::join(&url).await];
+    let mut leading: Vec<_> = nodes.iter().map(|n| n.cluster.elect("test")).collect();
+    let leads = |w: &[tokio::sync::watch::Receiver<bool>]| -> Vec<bool> {
+        w.iter().map(|l| *l.borrow()).collect()
+    };
+    let started = Instant::now();
+    while !leads(&leading).contains(&true) {
+        assert!(started.elapsed() < Duration::from_secs(5), "nobody leads");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A second look: the other has tried the lock meanwhile and still does not lead.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let now = leads(&leading);
+    assert_eq!(now.iter().filter(|l| **l).count(), 1, "{now:?}");
+    let first = now.iter().position(|l| *l).unwrap();
+    let first_id = nodes[first].cluster.node_id().unwrap().to_owned();
+    assert_eq!(
+        nodes[1 - first].cluster.leader("test").await.unwrap(),
+        Some(first_id)
+    );
+
+    let [a, b] = nodes;
+    let (gone, stays) = if first == 0 { (a, b) } else { (b, a) };
+    let stays_id = stays.cluster.node_id().unwrap().to_owned();
+    gone.leave().await;
+    let mut next = leading.remove(1 - first);
+    tokio::time::timeout(Duration::from_secs(5), next.wait_for(|l| *l))
+        .await
+        .expect("the other node takes the lead")
+        .unwrap();
+    assert_eq!(stays.cluster.leader("test").await.unwrap(), Some(stays_id));
+    stays.leave().await;
+}

@@ -178,7 +178,9 @@ impl Control {
             liveness: spec.liveness,
             weight: row.weight as u32,
             source_deleted,
-            state: placed.as_ref().map_or_else(nodes::unplaced, |p| p.state.clone()),
+            state: placed
+                .as_ref()
+                .map_or_else(nodes::unplaced, |p| p.state.clone()),
             instances: placed.map(|p| p.instances).unwrap_or_default(),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),

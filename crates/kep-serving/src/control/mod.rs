@@ -30,8 +30,8 @@ use crate::store::Store;
 use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
 pub(crate) use launch::DeploymentSpec;
-pub use nodes::Placement;
 use launch::ModelServer;
+pub use nodes::Placement;
 
 pub struct Control {
     settings: ServingSettings,

@@ -99,13 +99,20 @@ impl Backends {
 
     /// Takes every instance out of rotation: they were another leader's.
     fn clear(&self) {
-        let keys: Vec<_> = self.ready.lock().expect("backends lock").keys().cloned().collect();
+        let keys: Vec<_> = self
+            .ready
+            .lock()
+            .expect("backends lock")
+            .keys()
+            .cloned()
+            .collect();
         for key in keys {
             self.set(key, Vec::new());
         }
     }
 
-    /// Hands the runtime's updates to this node's gateway, then to every other node's.
+    /// Hands the runtime's updates to this node's gateway, then to every other node's (in
+    /// order, not waiting for them: one that is down would hold every update up).
     pub async fn share(self: Arc<Self>, mut runtime: mpsc::UnboundedReceiver<RouteUpdate>) {
         while let Some(update) = runtime.recv().await {
             let RouteUpdate::Backends { key, ready } = update else {
@@ -118,7 +125,7 @@ impl Backends {
             })
             .expect("serialises");
             self.set(key, ready);
-            if let Err(e) = self.cluster.broadcast(BACKENDS, &body).await {
+            if let Err(e) = self.cluster.tell(BACKENDS, &body).await {
                 tracing::warn!(error = %e, "telling the nodes of ready instances");
             }
         }
@@ -192,7 +199,9 @@ impl Control {
     pub(super) async fn placed(&self, key: DeploymentKey) -> Option<Placed> {
         if !self.leads() {
             let body = serde_json::to_string(&key).expect("serialises");
-            let reply = self.ask_leader(STATUS, body, Duration::from_secs(2)).await?;
+            let reply = self
+                .ask_leader(STATUS, body, Duration::from_secs(2))
+                .await?;
             return serde_json::from_str(&reply).ok().flatten();
         }
         let status = self.runtime.status(key).await?;
@@ -261,7 +270,9 @@ impl Control {
             Ok(serde_json::to_string(&placed).expect("serialises"))
         });
         self.handle(ROUTE, |c, body| async move {
-            c.route_here(EndpointName::from(body)).await.map(|()| String::new())
+            c.route_here(EndpointName::from(body))
+                .await
+                .map(|()| String::new())
         });
         self.handle(BACKENDS, |c, body| async move {
             let b: Backend = read(&body)?;
@@ -283,7 +294,9 @@ impl Control {
             Ok(String::new())
         });
         if !self.leads()
-            && let Some(all) = self.ask_leader(ALL_BACKENDS, String::new(), Duration::from_secs(2)).await
+            && let Some(all) = self
+                .ask_leader(ALL_BACKENDS, String::new(), Duration::from_secs(2))
+                .await
         {
             for b in serde_json::from_str::<Vec<Backend>>(&all).unwrap_or_default() {
                 self.placement.backends.set(b.key, b.ready);
@@ -313,7 +326,8 @@ impl Control {
 
     async fn take_lead(&self) {
         self.placement.backends.clear();
-        if let Err(e) = self.placement.cluster.broadcast(LED, "").await {
+        // Told before any instance starts, so that it comes before their news.
+        if let Err(e) = self.placement.cluster.tell(LED, "").await {
             tracing::warn!(error = %e, "telling the nodes of the serving runtime's move");
         }
         if let Err(e) = self.resume_instances().await {

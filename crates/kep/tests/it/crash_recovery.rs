@@ -22,8 +22,8 @@ use sha2::{Digest as _, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{Server, StopsGracefully, eventually};
-use load::*;
 pub(crate) use load::instance_processes;
+use load::*;
 
 /// The statuses a message ends in.
 const FINAL: [&str; 3] = ["API_200", "API_510", "API_520"];

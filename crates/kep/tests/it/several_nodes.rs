@@ -500,7 +500,10 @@ async fn available_pids(admin: AdminClient) -> Result<std::collections::BTreeSet
 /// What the endpoint's instance answered through `node`'s gateway: its pid.
 async fn instance_pid(cluster: &Cluster, node: usize, key: &str) -> Result<u64, String> {
     let res = reqwest::Client::new()
-        .get(format!("{}/endpoints/moving/hello", cluster.nodes[node].url("gateway")))
+        .get(format!(
+            "{}/endpoints/moving/hello",
+            cluster.nodes[node].url("gateway")
+        ))
         .bearer_auth(key)
         .send()
         .await
@@ -559,7 +562,10 @@ async fn serving_moves_to_another_node_when_its_node_is_killed() {
             instance_pid(&cluster, node, &key).await
         })
         .await;
-        assert!(first.contains(&(pid as u32)), "node {node} answered from {pid}");
+        assert!(
+            first.contains(&(pid as u32)),
+            "node {node} answered from {pid}"
+        );
     }
 
     // A key reissued through node 1: the old one stops working on node 3 at once.
@@ -571,10 +577,8 @@ async fn serving_moves_to_another_node_when_its_node_is_killed() {
 
     let leader = (0..3)
         .find(|&n| {
-            let started = std::fs::read_to_string(
-                cluster.nodes[n].data_dir.join("kep.log"),
-            )
-            .unwrap_or_default();
+            let started = std::fs::read_to_string(cluster.nodes[n].data_dir.join("kep.log"))
+                .unwrap_or_default();
             started.contains("leading") && started.contains("role=\"serving\"")
         })
         .expect("a node leads serving");
@@ -583,14 +587,18 @@ async fn serving_moves_to_another_node_when_its_node_is_killed() {
     victim.kill().unwrap();
     victim.wait().unwrap();
     let killed = std::time::Instant::now();
-    let mut answered = eventually(Duration::from_secs(30), "an answer after the kill", async || {
-        let pid = instance_pid(&cluster, survivor, &key).await?;
-        if first.contains(&(pid as u32)) {
-            Err(format!("answered by {pid}, an instance of the killed node"))
-        } else {
-            Ok(pid)
-        }
-    })
+    let mut answered = eventually(
+        Duration::from_secs(30),
+        "an answer after the kill",
+        async || {
+            let pid = instance_pid(&cluster, survivor, &key).await?;
+            if first.contains(&(pid as u32)) {
+                Err(format!("answered by {pid}, an instance of the killed node"))
+            } else {
+                Ok(pid)
+            }
+        },
+    )
     .await;
     println!(
         "serving failover: {} ms from the kill to the first good answer",
@@ -603,14 +611,20 @@ async fn serving_moves_to_another_node_when_its_node_is_killed() {
     assert!(second.is_disjoint(&first), "{first:?} then {second:?}");
     assert!(second.contains(&(answered as u32)));
     let other = 3 - leader - survivor;
-    answered = eventually(Duration::from_secs(10), "the third node routes", async || {
-        instance_pid(&cluster, other, &key).await
-    })
+    answered = eventually(
+        Duration::from_secs(10),
+        "the third node routes",
+        async || instance_pid(&cluster, other, &key).await,
+    )
     .await;
     assert!(second.contains(&(answered as u32)));
 
     // Deleted through the node that does not run them: the new instances stop.
-    cluster.admin(other).delete_endpoint("moving").await.unwrap();
+    cluster
+        .admin(other)
+        .delete_endpoint("moving")
+        .await
+        .unwrap();
     let running = crate::crash_recovery::instance_processes(&marker);
     assert!(
         second.iter().all(|p| !running.contains(&u64::from(*p))),
