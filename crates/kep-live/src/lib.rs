@@ -213,16 +213,23 @@ impl Service for LiveService {
             }),
         );
         let activity = ctx.activity.of(Self::NAME);
-        let rooms = Arc::new(
-            rooms::Rooms::new(
-                Duration::from_secs(settings.empty_room_grace_s),
-                ctx.tasks.clone(),
-                ctx.shutdown.clone(),
-            )
-            .with_media(Arc::clone(&media))
-            .with_activity(activity.clone())
-            .with_webhooks(Arc::clone(&webhooks)),
-        );
+        let mut rooms = rooms::Rooms::new(
+            Duration::from_secs(settings.empty_room_grace_s),
+            ctx.tasks.clone(),
+            ctx.shutdown.clone(),
+        )
+        .with_media(Arc::clone(&media))
+        .with_activity(activity.clone())
+        .with_webhooks(Arc::clone(&webhooks));
+        let relay = rooms::relay_channel(&ctx.cluster);
+        if let Some((tx, _)) = &relay {
+            rooms = rooms.with_relay(tx.clone(), ctx.cluster.slot());
+        }
+        let rooms = Arc::new(rooms);
+        if let Some((_, events)) = relay {
+            let relaying = rooms::relay(Arc::downgrade(&rooms), ctx.cluster.clone(), events);
+            ctx.spawn(relaying);
+        }
         ctx.spawn(sessions_ended(gone, Arc::clone(&media), Arc::clone(&rooms)));
         Ok(LiveService(Arc::new(Live {
             limiter: Limiter::new(&settings.limits),

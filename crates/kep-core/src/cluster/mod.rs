@@ -40,10 +40,16 @@ const MAX_PAYLOAD: usize = 7_900;
 /// How long a stored message is kept for the nodes to read.
 const STORED_FOR_MS: i64 = 60_000;
 
+/// The id of a call nobody waits for ([`Cluster::tell`]): it gets no reply. Calls that
+/// are waited for count from 1.
+const TOLD: u64 = 0;
+
 /// The database's clock in unix milliseconds: one clock for every node's beats.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
-/// What a node does with a call of one topic: its reply's body, or why it could not.
+/// What a node does with a call of one topic: its reply's body, or why it could not. It is
+/// called in the order calls arrive, so what it does before its future first waits is done
+/// in that order.
 pub type Handler = Arc<dyn Fn(String) -> BoxFuture<'static, Result<String, String>> + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +209,7 @@ impl Cluster {
             return Ok(());
         };
         s.notify(&Message::Call {
-            id: s.next_id.fetch_add(1, Ordering::Relaxed),
+            id: TOLD,
             from: s.node_id.clone(),
             to: None,
             topic: topic.to_owned(),
@@ -431,10 +437,17 @@ impl Shared {
                         .expect("handlers lock")
                         .get(&topic)
                         .cloned();
+                    let answer = handler.map(|h| h(body));
+                    if id == TOLD {
+                        if let Some(answer) = answer {
+                            tokio::spawn(answer);
+                        }
+                        continue;
+                    }
                     let me = self.clone();
                     tokio::spawn(async move {
-                        let result = match handler {
-                            Some(h) => h(body).await,
+                        let result = match answer {
+                            Some(answer) => answer.await,
                             None => Err(format!("no handler for {topic}")),
                         };
                         let reply = Message::Reply {

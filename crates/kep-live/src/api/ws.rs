@@ -122,10 +122,18 @@ async fn session(live: Arc<Live>, mut socket: WebSocket, peer: IpAddr) {
         member.conn,
         outbox,
     );
+    // With several nodes, the room's participants on the others too.
+    let participants = match live.cluster.node_id() {
+        None => joined.participants,
+        Some(_) => (live.room_methods)
+            .participants(&member.service_id, &member.room_id)
+            .await
+            .unwrap_or(joined.participants),
+    };
     let hello = ServerMessage::Joined {
         room_id: member.room_id.clone(),
         participant_id: member.participant_id.clone(),
-        participants: joined.participants,
+        participants,
     };
     let end = if send(&mut socket, &hello).await.is_err() {
         End::Dropped

@@ -6,11 +6,13 @@
 //! sees the change, and every participant sees a room's events in one order.
 
 mod methods;
+mod relay;
 mod room;
 #[cfg(test)]
 mod tests;
 
 pub use methods::RoomMethods;
+pub use relay::{channel as relay_channel, relay};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -100,6 +102,12 @@ pub struct Rooms {
     activity: Option<ServiceActivity>,
     /// Where what happens in them goes to their services' webhooks.
     webhooks: Option<Arc<Webhooks>>,
+    /// Where their events go to the other nodes' parts of the same rooms.
+    relay: Option<relay::Relay>,
+    /// Stream ids are `(n - 1) * step + offset + 1` (n = 1, 2, …): 1, 2, 3 … on one node;
+    /// with several nodes the step is the number of slots and the offset the node's, so two
+    /// parts of a room never give the same id.
+    stream_ids: room::StreamIds,
 }
 
 /// A participant's view right after joining.
@@ -121,7 +129,20 @@ impl Rooms {
             media: None,
             activity: None,
             webhooks: None,
+            relay: None,
+            stream_ids: room::StreamIds::default(),
         }
+    }
+
+    /// Rooms whose events go to the other nodes' parts of the same rooms too (`relay`), on
+    /// the node of `slot`.
+    pub fn with_relay(mut self, relay: relay::Relay, slot: u16) -> Self {
+        self.relay = Some(relay);
+        self.stream_ids = room::StreamIds {
+            step: i64::from(kep_core::cluster::SLOTS),
+            offset: i64::from(slot),
+        };
+        self
     }
 
     /// Rooms whose changes are events of their services' webhooks.
@@ -195,11 +216,13 @@ impl Rooms {
                     let activity = RoomActivity {
                         activity: self.activity.clone(),
                         webhooks: self.webhooks.clone(),
+                        relay: self.relay.clone(),
                         service_id: service_id.clone(),
                         room_id: room_id.to_owned(),
                     };
                     let state = RoomState {
                         activity: Some(activity),
+                        stream_ids: self.stream_ids,
                         ..RoomState::default()
                     };
                     state.record("room.opened", None, Value::Null);

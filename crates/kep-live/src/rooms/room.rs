@@ -51,16 +51,32 @@ pub(super) struct RoomState {
     pub(super) closed: bool,
     pub(super) participants: IndexMap<String, Participant>,
     pub(super) next_stream_id: i64,
+    pub(super) stream_ids: StreamIds,
     /// `Room.ListParticipants`' result, kept until the next change.
     pub(super) listing: Option<Bytes>,
     /// Where what happens in the room is recorded.
     pub(super) activity: Option<RoomActivity>,
 }
 
-/// Where a room's changes are told: the platform's activity, and its service's webhook.
+/// How a room's stream ids are made: `(n - 1) * step + offset + 1`, n counting from 1.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StreamIds {
+    pub(super) step: i64,
+    pub(super) offset: i64,
+}
+
+impl Default for StreamIds {
+    fn default() -> Self {
+        StreamIds { step: 1, offset: 0 }
+    }
+}
+
+/// Where a room's changes are told: the platform's activity, its service's webhook, and
+/// the other nodes' parts of the room.
 pub(super) struct RoomActivity {
     pub(super) activity: Option<ServiceActivity>,
     pub(super) webhooks: Option<Arc<Webhooks>>,
+    pub(super) relay: Option<super::relay::Relay>,
     pub(super) service_id: Arc<str>,
     pub(super) room_id: String,
 }
@@ -110,7 +126,7 @@ impl RoomState {
     /// A new stream of the participant: the others are told. Its id.
     pub(super) fn add_stream(&mut self, room_id: &str, participant_id: &str) -> i64 {
         self.next_stream_id += 1;
-        let sid = self.next_stream_id;
+        let sid = (self.next_stream_id - 1) * self.stream_ids.step + self.stream_ids.offset + 1;
         if let Some(p) = self.participants.get_mut(participant_id) {
             p.streams.insert(sid);
         }
@@ -191,6 +207,16 @@ impl RoomState {
     ) {
         let ev = event(kind, room_id, Some(participant_id), stream_id);
         self.broadcast(&ev, except);
+        if let Some(a) = &self.activity
+            && let Some(relay) = &a.relay
+        {
+            let _ = relay.send(super::relay::Relayed {
+                service: a.service_id.clone(),
+                room: room_id.to_owned(),
+                text: String::from_utf8_lossy(&ev).into_owned(),
+                except: except.map(str::to_owned),
+            });
+        }
         if let Some(name) = activity_event(happened) {
             let detail = stream_id.map_or(Value::Null, |s| json!({ "streamId": s }));
             self.record(name, Some(participant_id), detail);
@@ -215,7 +241,7 @@ impl RoomState {
         }
     }
 
-    /// Queues `text` to everyone in the room but `except`.
+    /// Queues `text` to everyone in this node's part of the room but `except`.
     pub(super) fn broadcast(&self, text: &Bytes, except: Option<&str>) {
         for (pid, p) in &self.participants {
             if Some(pid.as_str()) != except {

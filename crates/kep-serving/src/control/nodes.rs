@@ -58,13 +58,15 @@ pub struct Placement {
 
 impl Placement {
     pub fn new(cluster: Cluster, routes: mpsc::UnboundedSender<RouteUpdate>) -> Self {
+        let backends = Arc::new(Backends {
+            routes,
+            cluster: cluster.clone(),
+            ready: Mutex::default(),
+        });
+        backends.answer();
         Placement {
             leading: cluster.elect(ROLE),
-            backends: Arc::new(Backends {
-                routes,
-                cluster: cluster.clone(),
-                ready: Mutex::default(),
-            }),
+            backends,
             cluster,
         }
     }
@@ -109,6 +111,44 @@ impl Backends {
         for key in keys {
             self.set(key, Vec::new());
         }
+    }
+
+    /// Takes the leader's news of instances, each before the next: one deployment's ready
+    /// instances ([`BACKENDS`]), a new leader ([`LED`]), and a starting node's question for
+    /// all of them ([`ALL_BACKENDS`]).
+    fn answer(self: &Arc<Self>) {
+        let on = |topic: &str, answer: fn(&Backends, &str) -> Result<String, String>| {
+            let backends = Arc::downgrade(self);
+            self.cluster.handle(
+                topic,
+                Arc::new(move |body| {
+                    let done = match backends.upgrade() {
+                        Some(b) => answer(&b, &body),
+                        None => Err("serving has stopped".to_owned()),
+                    };
+                    Box::pin(std::future::ready(done))
+                }),
+            );
+        };
+        on(BACKENDS, |b, body| {
+            let news: Backend = serde_json::from_str(body).map_err(|e| e.to_string())?;
+            b.set(news.key, news.ready);
+            Ok(String::new())
+        });
+        on(LED, |b, _| {
+            b.clear();
+            Ok(String::new())
+        });
+        on(ALL_BACKENDS, |b, _| {
+            let all: Vec<Backend> = (b.ready.lock().expect("backends lock"))
+                .iter()
+                .map(|(key, ready)| Backend {
+                    key: key.clone(),
+                    ready: ready.clone(),
+                })
+                .collect();
+            Ok(serde_json::to_string(&all).expect("serialises"))
+        });
     }
 
     /// Hands the runtime's updates to this node's gateway, then to every other node's (in
@@ -273,25 +313,6 @@ impl Control {
             c.route_here(EndpointName::from(body))
                 .await
                 .map(|()| String::new())
-        });
-        self.handle(BACKENDS, |c, body| async move {
-            let b: Backend = read(&body)?;
-            c.placement.backends.set(b.key, b.ready);
-            Ok(String::new())
-        });
-        self.handle(ALL_BACKENDS, |c, _| async move {
-            let all: Vec<Backend> = (c.placement.backends.ready.lock().expect("backends lock"))
-                .iter()
-                .map(|(key, ready)| Backend {
-                    key: key.clone(),
-                    ready: ready.clone(),
-                })
-                .collect();
-            Ok(serde_json::to_string(&all).expect("serialises"))
-        });
-        self.handle(LED, |c, _| async move {
-            c.placement.backends.clear();
-            Ok(String::new())
         });
         if !self.leads()
             && let Some(all) = self

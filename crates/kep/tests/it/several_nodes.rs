@@ -151,10 +151,10 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
 }
 
 /// Messages until the event `kind` (others, such as a join, go by); panics on a close first.
-async fn until_event(p: &mut Participant, kind: EventKind) {
+async fn until_event(p: &mut Participant, kind: EventKind) -> kep_api::live::Event {
     loop {
         match tokio::time::timeout(Duration::from_secs(30), p.next()).await {
-            Ok(Ok(Ok(ServerMessage::Event(e)))) if e.event == kind => return,
+            Ok(Ok(Ok(ServerMessage::Event(e)))) if e.event == kind => return e,
             Ok(Ok(Ok(_))) => {}
             other => panic!("waiting for {kind:?}: {other:?}"),
         }
@@ -225,6 +225,55 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
     }
     let gone = on(2).destroy_room("r").await;
     assert!(gone.is_err(), "a room no node has: {gone:?}");
+}
+
+/// Participants of one room who joined different nodes get each other's events, in order,
+/// and the one who joins later is told of those already there; their streams' ids differ.
+#[tokio::test]
+async fn participants_on_different_nodes_get_each_others_events() {
+    let cluster = Cluster::start(2, &[]);
+    let secrets = cluster.live_service("spread").await;
+    let join = |i: usize, who: &'static str| {
+        let (base, secret) = (
+            cluster.nodes[i].live.clone(),
+            secrets.service_secret.clone(),
+        );
+        async move {
+            Participant::join(&base, "spread", &secret, "r", Some(who))
+                .await
+                .unwrap()
+        }
+    };
+    let mut alice = join(0, "alice").await;
+    let alice_stream = alice.publish().await.unwrap();
+    let mut bob = join(1, "bob").await;
+    let ServerMessage::Joined { participants, .. } = &bob.joined else {
+        unreachable!()
+    };
+    let there: BTreeMap<_, _> = participants
+        .iter()
+        .map(|p| (p.participant_id.as_str(), p.streams.len()))
+        .collect();
+    assert_eq!(there, BTreeMap::from([("alice", 1), ("bob", 0)]));
+
+    let joined = until_event(&mut alice, EventKind::ParticipantJoined).await;
+    assert_eq!(joined.participant_id.as_deref(), Some("bob"));
+    let bob_stream = bob.publish().await.unwrap();
+    assert_ne!(bob_stream, alice_stream);
+    let published = until_event(&mut alice, EventKind::StreamPublished).await;
+    assert_eq!(
+        (published.participant_id.as_deref(), published.stream_id),
+        (Some("bob"), Some(bob_stream))
+    );
+    let second = alice.publish().await.unwrap();
+    let published = until_event(&mut bob, EventKind::StreamPublished).await;
+    assert_eq!(
+        (published.participant_id.as_deref(), published.stream_id),
+        (Some("alice"), Some(second))
+    );
+    drop(bob);
+    let left = until_event(&mut alice, EventKind::ParticipantLeft).await;
+    assert_eq!(left.participant_id.as_deref(), Some("bob"));
 }
 
 /// A room's media runs on one node: WHIP and WHEP on another node answer `307` to it, for a
