@@ -164,6 +164,7 @@ impl Service for MessagingService {
             store: store.clone(),
             clock: clock.clone(),
             dir: ctx.data_dir.join("messaging-files"),
+            shared: ctx.cluster.files(Self::NAME),
             ttl_ms: i64::try_from(settings.upload_ttl_s)
                 .unwrap_or(i64::MAX / 2)
                 .saturating_mul(1000),

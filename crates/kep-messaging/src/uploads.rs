@@ -1,9 +1,10 @@
 //! Uploads: RCS images and MMS images, checked by their bytes (CONTRACT §4), kept in the
-//! data dir until they expire.
+//! data dir (and, with several nodes, in the database for every node) until they expire.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kep_core::cluster::SharedFiles;
 use kep_core::secret::random_token;
 
 use crate::MessagingError;
@@ -31,6 +32,8 @@ pub struct Uploads {
     pub store: Arc<dyn Store>,
     pub clock: Clock,
     pub dir: PathBuf,
+    /// The files for every node (several nodes).
+    pub shared: SharedFiles,
     pub ttl_ms: i64,
 }
 
@@ -68,7 +71,12 @@ impl Uploads {
         tokio::fs::create_dir_all(&self.dir)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
-        tokio::fs::write(self.dir.join(row.file_id.as_str()), bytes)
+        let path = self.dir.join(row.file_id.as_str());
+        tokio::fs::write(&path, bytes)
+            .await
+            .map_err(|e| MessagingError::Internal(e.into()))?;
+        self.shared
+            .publish(row.file_id.as_str(), &path)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
         Ok(row)
@@ -158,6 +166,7 @@ impl Uploads {
                 Ok(ids) => {
                     for id in ids {
                         let _ = tokio::fs::remove_file(self.dir.join(id.as_str())).await;
+                        let _ = self.shared.remove(id.as_str()).await;
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "sweeping expired uploads"),

@@ -13,6 +13,7 @@ use tokio::io::AsyncWriteExt as _;
 
 use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
+use kep_core::cluster::SharedFiles;
 use kep_core::outbox::Dispatcher;
 use kep_core::service::{Context, Service};
 use serde_json::json;
@@ -45,6 +46,8 @@ pub struct Drm {
     store: Arc<dyn Store>,
     clock: Clock,
     files: PathBuf,
+    /// The released files for every node (with several nodes; CONTRACT §5).
+    shared: SharedFiles,
     session_ttl_s: i64,
     max_file_bytes: u64,
     notifications: Dispatcher<Notifications>,
@@ -90,6 +93,7 @@ impl Drm {
             store,
             clock: ctx.clock.clone(),
             files,
+            shared: ctx.cluster.files(<crate::AdapterService as Service>::NAME),
             session_ttl_s: i64::try_from(session_ttl_s).unwrap_or(i64::MAX),
             max_file_bytes,
             notifications,
@@ -385,6 +389,11 @@ impl Drm {
         tokio::fs::rename(&part_path, &final_path)
             .await
             .map_err(internal)?;
+        // Every node's before the session says RELEASED.
+        if let Err(e) = self.shared.publish(session_id.as_str(), &final_path).await {
+            let _ = tokio::fs::remove_file(&final_path).await;
+            return Err(internal(e));
+        }
         let size = i64::try_from(released.size).unwrap_or(i64::MAX);
         if !self
             .store
@@ -392,6 +401,7 @@ impl Drm {
             .await?
         {
             let _ = tokio::fs::remove_file(&final_path).await;
+            let _ = self.shared.remove(session_id.as_str()).await;
             return Err(AdapterError::Conflict(
                 "the session was released or expired meanwhile".into(),
             ));
@@ -412,16 +422,28 @@ impl Drm {
         let Some(row) = self.store.session(session_id).await? else {
             return Ok(None);
         };
-        match (row.status, row.file_size, row.file_sha256) {
-            (SessionStatus::Released, Some(size), Some(sha256)) => Ok(Some((
-                self.file_path(session_id),
-                ReleasedFile {
-                    size: size.unsigned_abs(),
-                    sha256,
-                },
-            ))),
-            _ => Ok(None),
+        let (SessionStatus::Released, Some(size), Some(sha256)) =
+            (row.status, row.file_size, row.file_sha256)
+        else {
+            return Ok(None);
+        };
+        // Released through another node: copied here first.
+        let path = self.file_path(session_id);
+        if !self
+            .shared
+            .fetch(session_id.as_str(), &path)
+            .await
+            .map_err(internal)?
+        {
+            return Err(internal(std::io::Error::other(format!(
+                "the released file of {session_id} is lost"
+            ))));
         }
+        let file = ReleasedFile {
+            size: size.unsigned_abs(),
+            sha256,
+        };
+        Ok(Some((path, file)))
     }
 
     /// Removes what a process killed mid-upload left: half-written `.part` files, and files
@@ -447,6 +469,7 @@ impl Drm {
     pub async fn forget_files(&self, session_ids: &[SessionId]) {
         for id in session_ids {
             let _ = tokio::fs::remove_file(self.file_path(id)).await;
+            let _ = self.shared.remove(id.as_str()).await;
         }
     }
 

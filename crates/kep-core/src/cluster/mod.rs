@@ -22,7 +22,10 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub mod files;
 mod leader;
+
+pub use files::SharedFiles;
 
 const CHANNEL: &str = "kep_cluster";
 const BEAT: Duration = Duration::from_secs(1);
@@ -95,6 +98,9 @@ struct Shared {
     /// Calls waiting for replies, by id: the nodes still to answer and where to put them.
     waiting: Mutex<HashMap<u64, Waiting>>,
     next_id: AtomicU64,
+    /// The pool files are streamed through: a long upload holds a connection of its own,
+    /// never one the heartbeat needs.
+    files: PgPool,
     /// The node's tasks and its shutdown, for what a service starts later (elections).
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -127,12 +133,15 @@ impl Cluster {
             .options([("search_path", "kep_cluster")]);
         let pool = PgPoolOptions::new()
             .max_connections(4)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .context("connecting to the database for the cluster")?;
         static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/cluster");
         crate::storage::make_schema(&mut *pool.acquire().await?, "kep_cluster").await?;
         MIGRATOR.run(&pool).await.context("migrating kep_cluster")?;
+        let files = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_lazy_with(options.clone());
         let node_id = crate::secret::new_uuid();
         let mut listener = PgListener::connect_with(&pool).await?;
         listener.listen(CHANNEL).await?;
@@ -144,6 +153,7 @@ impl Cluster {
             handlers: RwLock::default(),
             waiting: Mutex::default(),
             next_id: AtomicU64::new(1),
+            files,
             tasks: tasks.clone(),
             stop: shutdown.clone(),
         });

@@ -174,3 +174,44 @@ async fn one_node_leads_and_another_takes_over_when_it_leaves() {
     assert_eq!(stays.cluster.leader("test").await.unwrap(), Some(stays_id));
     stays.leave().await;
 }
+
+/// A file kept through one node is whole on another, a chunk at a time, across chunk
+/// boundaries (at, under and over one chunk); an empty file is a file; a removed one is
+/// nowhere, and a copy a node already has is left alone.
+#[tokio::test]
+async fn files_kept_through_one_node_are_read_on_another() {
+    let Some(url) = kep_core::storage::database_for_a_test().await else {
+        return;
+    };
+    let (a, b) = (Node::join(&url).await, Node::join(&url).await);
+    let (here, there) = (a.cluster.files("test"), b.cluster.files("test"));
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    const CHUNK: usize = kep_core::cluster::files::CHUNK;
+    for (name, len) in [
+        ("empty", 0),
+        ("under", CHUNK - 1),
+        ("at", CHUNK),
+        ("over", 2 * CHUNK + 1),
+    ] {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let source = dirs.0.path().join(name);
+        std::fs::write(&source, &bytes).unwrap();
+        here.publish(name, &source).await.unwrap();
+        let copy = dirs.1.path().join("sub").join(name);
+        assert!(there.fetch(name, &copy).await.unwrap(), "{name}");
+        assert!(std::fs::read(&copy).unwrap() == bytes, "{name} differs");
+    }
+    here.remove("over").await.unwrap();
+    let elsewhere = dirs.1.path().join("over-again");
+    assert!(!there.fetch("over", &elsewhere).await.unwrap());
+    assert!(!elsewhere.exists());
+    // What a node has is used as it is.
+    assert!(
+        there
+            .fetch("over", &dirs.1.path().join("sub/over"))
+            .await
+            .unwrap()
+    );
+    a.leave().await;
+    b.leave().await;
+}

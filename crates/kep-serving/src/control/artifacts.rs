@@ -8,10 +8,50 @@ use kep_model_server::Engine;
 use kep_model_server::model::Signature;
 
 use super::Control;
-use super::launch::{KEP_ENGINE, NATIVE, Native};
+use super::launch::{DeploymentSpec, KEP_ENGINE, NATIVE, Native};
 use crate::ServingError;
 use crate::store::ModelRow;
 use kep_api::serving::DeploymentType;
+
+/// A script file's name among the shared files: `scripts/<uuid>/serve.rhai`, the end of
+/// its path under whichever node's serving folder made it.
+fn script_name(path: &str) -> Option<String> {
+    let parts: Vec<_> = Path::new(path).iter().rev().take(3).collect();
+    match parts.as_slice() {
+        [file, dir, scripts] if *scripts == "scripts" => Some(format!(
+            "scripts/{}/{}",
+            dir.to_string_lossy(),
+            file.to_string_lossy()
+        )),
+        _ => None,
+    }
+}
+
+impl Control {
+    /// The spec with its files on this node, where instances run: a model or script made
+    /// through another node is copied here first. A file no node has stays as it was named,
+    /// and the instance that cannot find it says so.
+    pub(super) async fn localized(&self, spec: &DeploymentSpec) -> DeploymentSpec {
+        let mut spec = spec.clone();
+        if let Some(model) = &mut spec.model {
+            match self.model_file(&model.id).await {
+                Ok(path) => model.path = path.to_string_lossy().into_owned(),
+                Err(e) => tracing::warn!(model = %model.id, error = %e, "a model's file"),
+            }
+        }
+        if let Some(script) = &mut spec.script_path
+            && let Some(name) = script_name(script)
+        {
+            let here = self.root.join(&name);
+            match self.files.fetch(&name, &here).await {
+                Ok(true) => *script = here.to_string_lossy().into_owned(),
+                Ok(false) => tracing::warn!(script = %name, "a script file is on no node"),
+                Err(e) => tracing::warn!(script = %name, error = %e, "a script file"),
+            }
+        }
+        spec
+    }
+}
 
 /// How long a repository clone may take.
 const CLONE_TIMEOUT_S: u64 = 120;
@@ -39,7 +79,11 @@ impl Control {
             Ok(text) => {
                 let path = dir.join("serve.rhai");
                 tokio::fs::write(&path, text).await?;
-                Ok(path.to_string_lossy().into_owned())
+                let path = path.to_string_lossy().into_owned();
+                if let Some(name) = script_name(&path) {
+                    self.files.publish(&name, Path::new(&path)).await?;
+                }
+                Ok(path)
             }
             Err(e) => {
                 let _ = tokio::fs::remove_dir_all(&dir).await;

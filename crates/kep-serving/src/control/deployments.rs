@@ -2,7 +2,6 @@
 //! place (a change its instances see rolls them over) and deleted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use super::artifacts::{check_model, forget_workdir};
 use super::launch::{DeploymentSpec, ImageRef, ModelRef};
@@ -50,7 +49,7 @@ impl Control {
                     })?;
                 validate::served_framework(req.kind, &row.framework)?;
                 match self.model_server.choice(&req.env)? {
-                    Some(engine) => check_model(PathBuf::from(&row.path), engine).await?,
+                    Some(engine) => check_model(self.model_file(&row.id).await?, engine).await?,
                     None => native = Some(self.native_layout(req.kind, &row).await?),
                 }
                 Some(ModelRef {

@@ -50,6 +50,8 @@ pub struct Control {
     changes: Mutex<()>,
     activity: ServiceActivity,
     tasks: TaskTracker,
+    /// Models and scripts for every node (several nodes).
+    files: kep_core::cluster::SharedFiles,
 }
 
 impl Control {
@@ -96,6 +98,7 @@ impl Control {
             changes: Mutex::new(()),
             activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
             tasks: ctx.tasks.clone(),
+            files: ctx.cluster.files(<crate::ServingService as Service>::NAME),
         })
     }
 

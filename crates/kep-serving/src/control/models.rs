@@ -21,6 +21,26 @@ pub(super) fn models_dir(root: &Path) -> PathBuf {
     root.join("models")
 }
 
+/// A model's file among the shared files (several nodes).
+fn model_name(id: &ModelId) -> String {
+    format!("models/{id}")
+}
+
+impl Control {
+    /// The model's file on this node: one uploaded through another node is copied here
+    /// first (several nodes).
+    pub(super) async fn model_file(&self, id: &ModelId) -> Result<PathBuf, ServingError> {
+        let path = models_dir(&self.root).join(id.as_str());
+        if self.files.fetch(&model_name(id), &path).await? {
+            Ok(path)
+        } else {
+            Err(ServingError::Internal(anyhow::anyhow!(
+                "the file of model {id} is on no node"
+            )))
+        }
+    }
+}
+
 /// A model upload under way: the file is streamed to `{id}.part` in the models folder,
 /// counted and hashed as it comes, and becomes `{id}` when the model is registered. An
 /// upload that fails leaves no file behind.
@@ -124,6 +144,16 @@ impl ModelUpload<'_> {
         let (inputs, outputs) = inspect_model(part.clone(), &framework).await?;
         let path = models_dir(&self.control.root).join(self.id.as_str());
         tokio::fs::rename(&part, &path).await?;
+        // Every node's before the model is registered.
+        if let Err(e) = self
+            .control
+            .files
+            .publish(&model_name(&self.id), &path)
+            .await
+        {
+            let _ = tokio::fs::remove_file(&path).await;
+            return Err(e.into());
+        }
         let row = ModelRow {
             id: self.id.clone(),
             name: ModelName::from(name),
@@ -137,6 +167,7 @@ impl ModelUpload<'_> {
         };
         if !self.control.store.insert_model(&row).await? {
             let _ = tokio::fs::remove_file(&row.path).await;
+            let _ = self.control.files.remove(&model_name(&self.id)).await;
             return Err(ServingError::Conflict(format!(
                 "a model named {} exists",
                 row.name

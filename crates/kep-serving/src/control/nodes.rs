@@ -216,8 +216,9 @@ impl Control {
         e: &EndpointRow,
     ) {
         if self.leads() {
+            let spec = self.localized(spec).await;
             self.runtime
-                .apply(key, self.launch(spec, e), e.instance_count as u32);
+                .apply(key, self.launch(&spec, e), e.instance_count as u32);
         } else {
             let body = serde_json::to_string(&key).expect("serialises");
             self.ask_leader(APPLY, body, Duration::from_secs(2)).await;
@@ -275,9 +276,10 @@ impl Control {
     async fn resume_instances(&self) -> Result<(), ServingError> {
         for e in self.store.endpoints().await? {
             for d in self.store.deployments(Some(&e.name)).await? {
+                let spec = self.localized(&d.spec).await;
                 self.runtime.resume(
                     DeploymentKey::new(&e.name, &d.name),
-                    self.launch(&d.spec, &e),
+                    self.launch(&spec, &e),
                     e.instance_count as u32,
                 );
             }
@@ -289,8 +291,9 @@ impl Control {
     async fn apply_stored(&self, key: DeploymentKey) -> Result<(), ServingError> {
         let e = self.endpoint_row(&key.endpoint).await?;
         let d = self.deployment_row(&key.endpoint, &key.deployment).await?;
+        let spec = self.localized(&d.spec).await;
         self.runtime
-            .apply(key, self.launch(&d.spec, &e), e.instance_count as u32);
+            .apply(key, self.launch(&spec, &e), e.instance_count as u32);
         Ok(())
     }
 

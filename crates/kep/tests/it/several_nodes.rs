@@ -624,13 +624,7 @@ async fn serving_moves_to_another_node_when_its_node_is_killed() {
     key = reissued.api_key;
     instance_pid(&cluster, 2, &key).await.unwrap();
 
-    let leader = (0..3)
-        .find(|&n| {
-            let started = std::fs::read_to_string(cluster.nodes[n].data_dir.join("kep.log"))
-                .unwrap_or_default();
-            started.contains("leading") && started.contains("role=\"serving\"")
-        })
-        .expect("a node leads serving");
+    let leader = serving_leader(&cluster).expect("a node leads serving");
     let survivor = (leader + 1) % 3;
     let victim = &mut cluster.nodes[leader].child;
     victim.kill().unwrap();
@@ -679,4 +673,166 @@ async fn serving_moves_to_another_node_when_its_node_is_killed() {
         second.iter().all(|p| !running.contains(&u64::from(*p))),
         "{second:?} still among {running:?}"
     );
+}
+
+/// The node that leads serving, by its log.
+fn serving_leader(cluster: &Cluster) -> Option<usize> {
+    (0..cluster.nodes.len()).find(|&n| {
+        let log = cluster.nodes[n].logs();
+        log.contains("leading") && log.contains("role=\"serving\"")
+    })
+}
+
+/// Files kept through one node are read on another (CONTRACT §5): a model uploaded
+/// through the node that does not run serving is served by the one that does, and a DRM
+/// release of several chunks uploaded through one node is downloaded whole through the
+/// other.
+#[tokio::test]
+async fn files_kept_through_one_node_are_read_on_another() {
+    let cluster = Cluster::start(2, &[]);
+    let client = reqwest::Client::new();
+    let admin = |n: usize, path: &str| format!("{}{path}", cluster.nodes[n].admin);
+    let leader = eventually(Duration::from_secs(10), "a serving leader", async || {
+        serving_leader(&cluster).ok_or("none yet")
+    })
+    .await;
+    let other = 1 - leader;
+
+    // The model: uploaded and deployed through the other node, run by the leader.
+    let models = tempfile::tempdir().unwrap();
+    let _instances = KillsInstances(format!("KEP_FILES_RUN={}", models.path().display()));
+    let made = std::process::Command::new("python3")
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../kep-model-server/tests/make_models.py"),
+        )
+        .arg(models.path())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let form = reqwest::multipart::Form::new()
+        .text("name", "mlp")
+        .text("framework", "pytorch")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(std::fs::read(models.path().join("mlp.onnx")).unwrap())
+                .file_name("mlp.onnx"),
+        );
+    let res = client
+        .post(admin(other, "/admin/v1/serving/models"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let created = cluster
+        .admin(other)
+        .create_endpoint(&serde_json::from_value(json!({"name": "tri"})).unwrap())
+        .await
+        .unwrap();
+    cluster
+        .admin(other)
+        .create_deployment(
+            "tri",
+            &serde_json::from_value(json!({"name": "d1", "type": "triton", "model": "mlp",
+                "env": {"KEP_FILES_RUN": models.path().display().to_string()}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let infer = json!({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+        "data": [[1.0, 2.0, 3.0, 4.0]]}]});
+    let answer = eventually(Duration::from_secs(60), "an inference", async || {
+        let res = client
+            .post(format!(
+                "{}/endpoints/tri/v2/models/mlp/infer",
+                cluster.nodes[other].url("gateway")
+            ))
+            .bearer_auth(&created.api_key)
+            .json(&infer)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = res.status();
+        let body: Value = res.json().await.unwrap_or(Value::Null);
+        if status == 200 {
+            Ok(body)
+        } else {
+            Err(format!("{status} {body}"))
+        }
+    })
+    .await;
+    assert_eq!(answer["outputs"][0]["shape"], json!([1, 3]));
+    let leader_copy = cluster.nodes[leader].data_dir.join("serving/models");
+    assert_eq!(std::fs::read_dir(leader_copy).unwrap().count(), 1);
+
+    // The DRM release: 2.5 chunks, through node 1; the file through node 2.
+    let org: Value = client
+        .post(admin(0, "/admin/v1/adapter/org-login-types"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&json!({"method": "SAML2", "adapter_agent": "127.0.0.1:9"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let session: Value = client
+        .post(admin(0, "/admin/v1/adapter/drm-requests"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&json!({"org_login_type_id": org["id"], "file_id": "f-1", "file_type": "DRM"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let file: Vec<u8> = (0..5 * 1024 * 1024 / 2).map(|i| (i % 253) as u8).collect();
+    let agent = |path: &str| {
+        client
+            .post(format!(
+                "{}/api/trust/drm/v0/{path}",
+                cluster.nodes[0].url("adapter")
+            ))
+            .header(
+                "Authorization",
+                format!("Secret {}", org["secret_key"].as_str().unwrap()),
+            )
+            .header("Kep-OrgLoginType", format!("ID {}", org["id"]))
+            .header(
+                "Kep-AgentSession",
+                format!("DSID {}", session["session_id"].as_str().unwrap()),
+            )
+            .header("Kep-File-Id", "f-1")
+    };
+    let res = agent("uploadResult")
+        .header("Kep-File-Type", "DRM")
+        .json(&json!({"result": "SUCCESS", "reason": "several nodes"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let part = reqwest::multipart::Part::bytes(file.clone()).file_name("f-1");
+    let res = agent("uploadDecrypted")
+        .multipart(reqwest::multipart::Form::new().part("file", part))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    let res = client
+        .get(admin(
+            1,
+            &format!(
+                "/admin/v1/adapter/drm-requests/{}/file",
+                session["session_id"].as_str().unwrap()
+            ),
+        ))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let got = res.bytes().await.unwrap();
+    assert!(got[..] == file[..], "the file read through node 2 differs");
 }
