@@ -13,8 +13,10 @@ use super::{
     MessageSummaryRow, OutboxRow, ReportGroupRow, SearchFilter, SearchQuery, Store, UploadRow,
 };
 use crate::model::{Channel, Status, UploadKind};
+use batch::Batches;
 use dialect::Dialect;
 
+mod batch;
 mod dialect;
 
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -83,10 +85,21 @@ kep_core::sql_store! {
         }
 
         async fn delete_client(&self, client_id: &ClientId) -> sqlx::Result<bool> {
+            let mut tx = self.pool.begin().await?;
+            // Its messages and hand-overs by hand: PostgreSQL has no foreign key there.
+            let due = ON_POSTGRES
+                .then_some("DELETE FROM due WHERE uid IN (SELECT uid FROM messages WHERE client_id = $1)");
+            for sql in due.into_iter().chain([
+                "DELETE FROM outbox WHERE uid IN (SELECT uid FROM messages WHERE client_id = $1)",
+                "DELETE FROM messages WHERE client_id = $1",
+            ]) {
+                sqlx::query(sql).bind(client_id).execute(&mut *tx).await?;
+            }
             let done = sqlx::query("DELETE FROM clients WHERE client_id = $1")
                 .bind(client_id)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
             Ok(done.rows_affected() == 1)
         }
 
@@ -131,29 +144,46 @@ kep_core::sql_store! {
             lease_ms: i64,
             limit: i64,
         ) -> sqlx::Result<Vec<MessageRow>> {
-            // `status = '100'` (Accepted) is written out as the partial index `messages_due` has
-            // it, so the planner uses the index. Nodes claiming at once skip each other's rows.
-            let skip_locked = SQL.skip_locked();
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "UPDATE messages SET next_attempt_at = $1, attempts = attempts + 1
-                 WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= $2
-                               ORDER BY next_attempt_at LIMIT $3{skip_locked})
-                 RETURNING {MESSAGE_COLUMNS}"
-            )))
-            .bind(now_ms + lease_ms)
-            .bind(now_ms)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
+            // SQLite: `status = '100'` (Accepted) is written out as the partial index
+            // `messages_due` has it, so the planner uses the index. PostgreSQL: the queue is
+            // its own table (migration 0003), and nodes claiming at once skip each other's rows.
+            let sql = if ON_POSTGRES {
+                format!(
+                    "WITH c AS (UPDATE due SET next_attempt_at = $1 WHERE uid IN
+                       (SELECT uid FROM due WHERE next_attempt_at <= $2
+                        ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING uid)
+                     UPDATE messages SET next_attempt_at = $1, attempts = attempts + 1
+                     WHERE uid IN (SELECT uid FROM c) RETURNING {MESSAGE_COLUMNS}"
+                )
+            } else {
+                format!(
+                    "UPDATE messages SET next_attempt_at = $1, attempts = attempts + 1
+                     WHERE uid IN (SELECT uid FROM messages WHERE status = '100' AND next_attempt_at <= $2
+                                   ORDER BY next_attempt_at LIMIT $3)
+                     RETURNING {MESSAGE_COLUMNS}"
+                )
+            };
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(now_ms + lease_ms)
+                .bind(now_ms)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
         }
 
         async fn retry_at(&self, uid: &MessageUid, at_ms: i64) -> sqlx::Result<()> {
-            sqlx::query("UPDATE messages SET next_attempt_at = $1 WHERE uid = $2 AND status = $3")
-                .bind(at_ms)
-                .bind(uid)
-                .bind(Status::Accepted)
-                .execute(&self.pool)
-                .await?;
+            // A message is in PostgreSQL's queue table while it is Accepted.
+            let query = if ON_POSTGRES {
+                sqlx::query("UPDATE due SET next_attempt_at = $1 WHERE uid = $2")
+                    .bind(at_ms)
+                    .bind(uid)
+            } else {
+                sqlx::query("UPDATE messages SET next_attempt_at = $1 WHERE uid = $2 AND status = $3")
+                    .bind(at_ms)
+                    .bind(uid)
+                    .bind(Status::Accepted)
+            };
+            query.execute(&self.pool).await?;
             Ok(())
         }
 
@@ -169,7 +199,7 @@ kep_core::sql_store! {
             let inserted = if accepted.is_empty() {
                 HashSet::new()
             } else {
-                insert_messages(&mut tx, accepted, claim_ms).await?
+                <Db as Batches>::insert_messages(&mut tx, accepted, claim_ms).await?
             };
             let mut answers = Vec::with_capacity(accepted.len());
             for row in accepted {
@@ -184,7 +214,7 @@ kep_core::sql_store! {
             }
             // 8 values a row: the writer's batch fits one statement.
             if !finished.is_empty() {
-                finish_all(&mut tx, finished).await?;
+                <Db as Batches>::finish_all(&mut tx, finished).await?;
             }
             tx.commit().await?;
             Ok(answers)
@@ -405,8 +435,14 @@ kep_core::sql_store! {
         }
 
         async fn queued(&self) -> sqlx::Result<i64> {
-            // Read from the partial index of the messages at 100.
-            sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE status = '100'")
+            // Read from the partial index of the messages at 100 (SQLite), the queue table
+            // (PostgreSQL).
+            let sql = if ON_POSTGRES {
+                "SELECT COUNT(*) FROM due"
+            } else {
+                "SELECT COUNT(*) FROM messages WHERE status = '100'"
+            };
+            sqlx::query_scalar(sql)
                 .fetch_one(&self.pool)
                 .await
         }
@@ -469,38 +505,6 @@ kep_core::sql_store! {
         }
     }
 
-    /// Stores many accepted messages in one statement; the uids that went in (the others'
-    /// cids were taken).
-    async fn insert_messages(
-        tx: &mut <Db as sqlx::Database>::Connection,
-        rows: &[&MessageRow],
-        claim_ms: i64,
-    ) -> sqlx::Result<HashSet<MessageUid>> {
-        let mut b: QueryBuilder<Db> = QueryBuilder::new(
-            "INSERT INTO messages (uid, client_id, cid, channel, message_type, phone_number, request, request_hash,
-               status, rcs_status, attempts, next_attempt_at, reg_date, req_date) ",
-        );
-        b.push_values(rows, |mut v, m| {
-            v.push_bind(&m.uid)
-                .push_bind(&m.client_id)
-                .push_bind(&m.cid)
-                .push_bind(m.channel)
-                .push_bind(m.message_type)
-                .push_bind(&m.phone_number)
-                .push_bind(&m.request)
-                .push_bind(&m.request_hash)
-                .push_bind(m.status)
-                .push_bind(m.rcs_status)
-                .push_bind(m.attempts)
-                .push_bind(m.reg_date.saturating_add(claim_ms))
-                .push_bind(m.reg_date)
-                .push_bind(m.req_date);
-        });
-        b.push(" ON CONFLICT (client_id, cid) DO NOTHING RETURNING uid");
-        let inserted: Vec<(MessageUid,)> = b.build_query_as().fetch_all(&mut *tx).await?;
-        Ok(inserted.into_iter().map(|r| r.0).collect())
-    }
-
     /// The message a client's cid names.
     async fn message_by_cid(
         tx: &mut <Db as sqlx::Database>::Connection,
@@ -514,54 +518,6 @@ kep_core::sql_store! {
         .bind(cid)
         .fetch_one(&mut *tx)
         .await
-    }
-
-    /// The final states of many messages, and what the carrier was handed: two statements
-    /// for the whole batch (`UPDATE … FROM (VALUES …)` and a multi-row insert).
-    async fn finish_all(
-        tx: &mut <Db as sqlx::Database>::Connection,
-        done: &[(&MessageRow, &[Handover])],
-    ) -> sqlx::Result<()> {
-        let mut b: QueryBuilder<Db> = QueryBuilder::new(
-            "WITH v(uid, status, rcs_status, fallback_status, sms_status_code, error_message, sent_date, res_date) AS (",
-        );
-        b.push_values(done, |mut v, (m, _)| {
-            v.push_bind(&m.uid)
-                .push_bind(m.status)
-                .push_bind(m.rcs_status)
-                .push_bind(m.fallback_status)
-                .push_bind(m.sms_status_code)
-                .push_bind(&m.error_message)
-                .push_bind(m.sent_date)
-                .push_bind(m.res_date);
-        });
-        b.push(
-            ") UPDATE messages SET status = v.status, rcs_status = v.rcs_status, fallback_status = v.fallback_status,
-               sms_status_code = v.sms_status_code, error_message = v.error_message, sent_date = v.sent_date,
-               res_date = v.res_date FROM v WHERE messages.uid = v.uid",
-        );
-        b.build().execute(&mut *tx).await?;
-        let handovers: Vec<(&MessageRow, &Handover)> = done
-            .iter()
-            .flat_map(|(m, hs)| hs.iter().map(move |h| (*m, h)))
-            .collect();
-        // 7 values a row: well under SQLite's 32,766 per statement.
-        for chunk in handovers.chunks(4096) {
-            let mut b: QueryBuilder<Db> = QueryBuilder::new(
-                "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at, carrier) ",
-            );
-            b.push_values(chunk, |mut v, (m, h)| {
-                v.push_bind(&m.uid)
-                    .push_bind(h.route)
-                    .push_bind(&m.phone_number)
-                    .push_bind(&m.request)
-                    .push_bind(h.outcome)
-                    .push_bind(h.at)
-                    .push_bind(&h.carrier);
-            });
-            b.build().execute(&mut *tx).await?;
-        }
-        Ok(())
     }
 
     /// Where this backend's SQL differs from the other's.
