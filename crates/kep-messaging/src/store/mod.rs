@@ -292,8 +292,9 @@ pub trait Store: Send + Sync {
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>>;
     /// How many messages are accepted and not yet at a final status.
     async fn queued(&self) -> sqlx::Result<i64>;
-    /// How many group commits may run at once: one on SQLite (one writer at a time), a few
-    /// on PostgreSQL.
+    /// How many group commits may run at once: one on SQLite (one writer at a time), two
+    /// on PostgreSQL (one commit's flush overlaps the next batch; more split the batches
+    /// too thin, BENCHMARKS.md).
     fn writers(&self) -> usize;
 }
 

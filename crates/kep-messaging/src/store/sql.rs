@@ -448,7 +448,7 @@ kep_core::sql_store! {
         }
 
         fn writers(&self) -> usize {
-            if ON_POSTGRES { 4 } else { 1 }
+            if ON_POSTGRES { 2 } else { 1 }
         }
 
         async fn operator_messages(&self, f: &MessageFilter) -> sqlx::Result<Vec<MessageSummaryRow>> {
@@ -498,7 +498,12 @@ kep_core::sql_store! {
         }
 
         async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
-            sqlx::query_as("SELECT id, uid, route, phone_number, payload, outcome, at FROM outbox ORDER BY id DESC LIMIT $1")
+            // PostgreSQL keeps no copy of the payload: it is the message's request.
+            sqlx::query_as(
+                "SELECT o.id, o.uid, o.route, o.phone_number, COALESCE(o.payload, m.request, '') AS payload,
+                   o.outcome, o.at
+                 FROM outbox o LEFT JOIN messages m ON m.uid = o.uid ORDER BY o.id DESC LIMIT $1",
+            )
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await

@@ -174,16 +174,15 @@ impl Batches for sqlx::Postgres {
         .bind(column(done, |(m, _)| m.res_date))
         .execute(&mut *tx)
         .await?;
+        // The payload is the message's request: no copy (migration 0004).
         let all = handovers(done);
         sqlx::query(
-            "INSERT INTO outbox (uid, route, phone_number, payload, outcome, at, carrier)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-               $6::int8[], $7::text[])",
+            "INSERT INTO outbox (uid, route, phone_number, outcome, at, carrier)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[])",
         )
         .bind(column(&all, |(m, _)| m.uid.as_str()))
         .bind(column(&all, |(_, h)| h.route.as_str()))
         .bind(column(&all, |(m, _)| m.phone_number.as_str()))
-        .bind(column(&all, |(m, _)| m.request.as_str()))
         .bind(column(&all, |(_, h)| h.outcome.as_str()))
         .bind(column(&all, |(_, h)| h.at))
         .bind(column(&all, |(_, h)| h.carrier.as_str()))
