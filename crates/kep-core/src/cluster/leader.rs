@@ -100,3 +100,26 @@ async fn hold(conn: &mut PgConnection) -> sqlx::Result<()> {
         conn.ping().await?;
     }
 }
+
+/// A lock every node honours, held until dropped: a PostgreSQL advisory lock on a
+/// connection of its own, which closes (and so lets the lock go) when dropped, even if the
+/// node dies holding it. On a node of its own it holds nothing.
+pub struct ClusterLock {
+    _conn: Option<PgConnection>,
+}
+
+impl Cluster {
+    /// Waits for `name`'s lock: one node at a time holds it (for changes whose checks must
+    /// hold across nodes until they are written).
+    pub async fn lock(&self, name: &str) -> sqlx::Result<ClusterLock> {
+        let Some(s) = &self.0 else {
+            return Ok(ClusterLock { _conn: None });
+        };
+        let mut conn = s.pool.acquire().await?.detach();
+        sqlx::query("SELECT pg_advisory_lock(hashtext($1))")
+            .bind(format!("kep lock {name}"))
+            .execute(&mut conn)
+            .await?;
+        Ok(ClusterLock { _conn: Some(conn) })
+    }
+}

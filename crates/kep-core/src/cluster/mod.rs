@@ -26,6 +26,7 @@ pub mod files;
 mod leader;
 
 pub use files::SharedFiles;
+pub use leader::ClusterLock;
 
 const CHANNEL: &str = "kep_cluster";
 const BEAT: Duration = Duration::from_secs(1);

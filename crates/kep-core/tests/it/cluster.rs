@@ -215,3 +215,26 @@ async fn files_kept_through_one_node_are_read_on_another() {
     a.leave().await;
     b.leave().await;
 }
+
+/// A cluster lock is held by one node at a time: another node's wait ends when it is let
+/// go, by a drop or by the holder's death (its connection closes either way).
+#[tokio::test]
+async fn a_lock_is_held_by_one_node_at_a_time() {
+    let Some(url) = kep_core::storage::database_for_a_test().await else {
+        return;
+    };
+    let (a, b) = (Node::join(&url).await, Node::join(&url).await);
+    let held = a.cluster.lock("test").await.unwrap();
+    let other = b.cluster.clone();
+    let waiting = tokio::spawn(async move { other.lock("test").await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "taken while held");
+    drop(held);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("taken once let go")
+        .unwrap()
+        .unwrap();
+    a.leave().await;
+    b.leave().await;
+}

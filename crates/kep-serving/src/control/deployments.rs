@@ -87,7 +87,7 @@ impl Control {
     ) -> Result<Deployment, ServingError> {
         let name = DeploymentName::from(req.name.as_str());
         let spec = self.resolve(req).await?;
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         let e = self.endpoint_row(endpoint).await?;
         let existing = self.store.deployments(Some(endpoint)).await?;
         if existing.iter().any(|d| d.name == name) {
@@ -193,7 +193,7 @@ impl Control {
         name: &DeploymentName,
         patch: DeploymentPatch,
     ) -> Result<Deployment, ServingError> {
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         let e = self.endpoint_row(endpoint).await?;
         let old = self.deployment_row(endpoint, name).await?.spec;
         let live = self.store.live_sources().await?;
@@ -258,7 +258,7 @@ impl Control {
         endpoint: &EndpointName,
         name: &DeploymentName,
     ) -> Result<(), ServingError> {
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         let e = self.endpoint_row(endpoint).await?;
         self.deployment_row(endpoint, name).await?;
         if e.mirroring && e.responder.as_ref() == Some(name) {

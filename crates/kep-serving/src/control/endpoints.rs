@@ -29,7 +29,7 @@ impl Control {
             responder: None,
             created_at: self.now_unix(),
         };
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         if !self.store.insert_endpoint(&row).await? {
             return Err(ServingError::Conflict(format!(
                 "an endpoint named {} exists",
@@ -79,7 +79,7 @@ impl Control {
 
     /// Stops every deployment's instances, then forgets the endpoint.
     pub async fn delete_endpoint(&self, name: &EndpointName) -> Result<(), ServingError> {
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         self.endpoint_row(name).await?;
         let deployments = self.store.deployments(Some(name)).await?;
         // Stopped side by side: each waits out its drain and grace periods.
@@ -99,7 +99,7 @@ impl Control {
 
     /// A new API key; the old one stops working at once.
     pub async fn reissue_key(&self, name: &EndpointName) -> Result<String, ServingError> {
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         self.endpoint_row(name).await?;
         let api_key = kep_core::secret::new_secret();
         self.store

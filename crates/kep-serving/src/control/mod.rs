@@ -46,7 +46,7 @@ pub struct Control {
     clock: Clock,
     model_server: ModelServer,
     /// Changes are made one at a time, so names, model counts and quota hold across the
-    /// check and the write.
+    /// check and the write: on this node, and (several nodes) across them ([`Control::change`]).
     changes: Mutex<()>,
     activity: ServiceActivity,
     tasks: TaskTracker,
@@ -59,6 +59,12 @@ impl Control {
     fn record(&self, event: &str, object: impl Into<String>, detail: Value) {
         self.activity.record(event, object, detail);
     }
+}
+
+/// A change's turn, held until dropped.
+struct Change<'a> {
+    _here: tokio::sync::MutexGuard<'a, ()>,
+    _nodes: kep_core::cluster::ClusterLock,
 }
 
 fn rfc3339(unix: i64) -> String {
@@ -109,6 +115,17 @@ impl Control {
             self.route_endpoint(&e.name).await?;
         }
         Ok(())
+    }
+
+    /// Waits for this change's turn: on this node, then among the nodes.
+    async fn change(&self) -> Result<Change<'_>, ServingError> {
+        let here = self.changes.lock().await;
+        let nodes = (self.placement.cluster.lock("serving changes").await)
+            .map_err(|e| ServingError::Internal(e.into()))?;
+        Ok(Change {
+            _here: here,
+            _nodes: nodes,
+        })
     }
 
     /// Seconds since the epoch, as created and updated dates are stored.

@@ -17,7 +17,7 @@ impl Control {
         endpoint: &EndpointName,
         req: TrafficRequest,
     ) -> Result<Traffic, ServingError> {
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         self.endpoint_row(endpoint).await?;
         let rows = self.store.deployments(Some(endpoint)).await?;
         let names: Vec<String> = rows.iter().map(|d| d.name.to_string()).collect();
@@ -42,7 +42,7 @@ impl Control {
         endpoint: &EndpointName,
         req: Mirroring,
     ) -> Result<Mirroring, ServingError> {
-        let _guard = self.changes.lock().await;
+        let _guard = self.change().await?;
         self.endpoint_row(endpoint).await?;
         let responder = req.responder.map(DeploymentName::from);
         if req.enabled {

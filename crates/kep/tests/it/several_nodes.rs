@@ -768,26 +768,23 @@ async fn files_kept_through_one_node_are_read_on_another() {
     assert_eq!(std::fs::read_dir(leader_copy).unwrap().count(), 1);
 
     // The DRM release: 2.5 chunks, through node 1; the file through node 2.
-    let org: Value = client
-        .post(admin(0, "/admin/v1/adapter/org-login-types"))
-        .bearer_auth(OPERATOR_TOKEN)
-        .json(&json!({"method": "SAML2", "adapter_agent": "127.0.0.1:9"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let session: Value = client
-        .post(admin(0, "/admin/v1/adapter/drm-requests"))
-        .bearer_auth(OPERATOR_TOKEN)
-        .json(&json!({"org_login_type_id": org["id"], "file_id": "f-1", "file_type": "DRM"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let operator = |path: &'static str, body: Value| {
+        let req = client
+            .post(admin(0, path))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&body);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let org = operator(
+        "/admin/v1/adapter/org-login-types",
+        json!({"method": "SAML2", "adapter_agent": "127.0.0.1:9"}),
+    )
+    .await;
+    let session = operator(
+        "/admin/v1/adapter/drm-requests",
+        json!({"org_login_type_id": org["id"], "file_id": "f-1", "file_type": "DRM"}),
+    )
+    .await;
     let file: Vec<u8> = (0..5 * 1024 * 1024 / 2).map(|i| (i % 253) as u8).collect();
     let agent = |path: &str| {
         client
