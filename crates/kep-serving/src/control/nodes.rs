@@ -191,7 +191,9 @@ impl Control {
         let leader = match cluster.leader(ROLE).await {
             Ok(Some(node)) => node,
             Ok(None) => {
-                tracing::warn!(topic, "no node runs the serving runtime now");
+                // At a cluster's start, or between a leader's death and the next one's
+                // start: the next one starts from the store.
+                tracing::info!(topic, "no node runs the serving runtime now");
                 return None;
             }
             Err(e) => {
