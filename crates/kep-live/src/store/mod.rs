@@ -139,6 +139,16 @@ pub trait Store: Send + Sync {
     async fn webhook(&self, service_id: &ServiceId) -> sqlx::Result<Option<WebhookRow>>;
     /// Sets a service's webhook whole (a known service's).
     async fn put_webhook(&self, row: &WebhookRow, now: i64) -> sqlx::Result<()>;
+    /// With several nodes: records that `node` now holds a part of the room (`open`) or no
+    /// longer does; whether no other node that is up holds one (the room's first part to
+    /// open, or its last to close). Always true on a node of its own.
+    async fn room_part(
+        &self,
+        service_id: &str,
+        room_id: &str,
+        node: &str,
+        open: bool,
+    ) -> sqlx::Result<bool>;
     /// Numbers room events (their `seq`, from the counter every node shares) and writes
     /// them down, pending, owned by `node`, in one transaction.
     async fn insert_webhook_events(

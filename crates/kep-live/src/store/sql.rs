@@ -138,6 +138,52 @@ kep_core::sql_store! {
         Ok(())
     }
 
+    async fn room_part(
+        &self,
+        service_id: &str,
+        room_id: &str,
+        node: &str,
+        open: bool,
+    ) -> sqlx::Result<bool> {
+        // Only several nodes share rooms, and only on PostgreSQL (`live_room_parts`).
+        if !ON_POSTGRES {
+            return Ok(true);
+        }
+        let mut tx = self.pool.begin().await?;
+        // One room's parts change one at a time: of two parts opening at once, one is first.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("kep room {service_id}/{room_id}"))
+            .execute(&mut *tx)
+            .await?;
+        let change = if open {
+            "INSERT INTO live_room_parts (service_id, room_id, node_id) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING"
+        } else {
+            // With the parts of nodes that left the cluster.
+            "DELETE FROM live_room_parts WHERE (service_id = $1 AND room_id = $2 AND node_id = $3)
+               OR node_id NOT IN (SELECT node_id FROM kep_cluster.nodes)"
+        };
+        sqlx::query(change)
+            .bind(service_id)
+            .bind(room_id)
+            .bind(node)
+            .execute(&mut *tx)
+            .await?;
+        let others: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM live_room_parts p JOIN kep_cluster.nodes n ON n.node_id = p.node_id
+             WHERE p.service_id = $1 AND p.room_id = $2 AND p.node_id <> $3
+               AND n.seen_at > (extract(epoch from clock_timestamp()) * 1000)::bigint - {}",
+            kep_core::cluster::DEAD_AFTER_MS
+        )))
+        .bind(service_id)
+        .bind(room_id)
+        .bind(node)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(others == 0)
+    }
+
     async fn insert_webhook_events(
         &self,
         events: &mut [NewWebhookEvent],

@@ -208,13 +208,16 @@ impl Webhooks {
     }
 }
 
+const ROOM_OPENED: &str = "Room.OnRoomOpened";
+const ROOM_CLOSED: &str = "Room.OnRoomClosed";
+
 /// The vendor's event and action for a room change of the activity.
 fn vendor_event(change: &str) -> Option<(&'static str, Option<&'static str>)> {
     const PARTICIPANT: &str = "Room.OnParticipantEvent";
     const STREAM: &str = "Room.OnStreamEvent";
     Some(match change {
-        "room.opened" => ("Room.OnRoomOpened", None),
-        "room.closed" => ("Room.OnRoomClosed", None),
+        "room.opened" => (ROOM_OPENED, None),
+        "room.closed" => (ROOM_CLOSED, None),
         "participant.joined" => (PARTICIPANT, Some("joined")),
         "participant.left" => (PARTICIPANT, Some("left")),
         "participant.kicked" => (PARTICIPANT, Some("kicked")),
@@ -264,6 +267,7 @@ impl Writer {
                     true
                 }
             };
+            self.whole_rooms_only(&mut batch).await;
             match self
                 .store
                 .insert_webhook_events(&mut batch, self.node.as_deref())
@@ -289,6 +293,38 @@ impl Writer {
                 return;
             }
         }
+    }
+}
+
+impl Writer {
+    /// With several nodes, each holds its own part of a room, which opens and closes on its
+    /// own: a room's webhook hears it open with its first part and close with its last.
+    async fn whole_rooms_only(&self, batch: &mut Vec<NewWebhookEvent>) {
+        let Some(node) = &self.node else { return };
+        let mut kept = Vec::with_capacity(batch.len());
+        for e in batch.drain(..) {
+            let open = match e.event {
+                ROOM_OPENED => true,
+                ROOM_CLOSED => false,
+                _ => {
+                    kept.push(e);
+                    continue;
+                }
+            };
+            match self
+                .store
+                .room_part(&e.service_id, &e.room_id, node, open)
+                .await
+            {
+                Ok(false) => {} // another node's part of the room is open
+                Ok(true) => kept.push(e),
+                Err(err) => {
+                    tracing::warn!(error = %err, room = %e.room_id, "a room part's change");
+                    kept.push(e);
+                }
+            }
+        }
+        *batch = kept;
     }
 }
 

@@ -229,10 +229,19 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
 
 /// Participants of one room who joined different nodes get each other's events, in order,
 /// and the one who joins later is told of those already there; their streams' ids differ.
+/// The room's webhook hears it open once and close once, though each node opened and
+/// closed its part of it.
 #[tokio::test]
 async fn participants_on_different_nodes_get_each_others_events() {
     let cluster = Cluster::start(2, &[]);
     let secrets = cluster.live_service("spread").await;
+    // A receiver that is down: the events wait, listed, in the database.
+    let port = port0_tcp();
+    cluster
+        .admin(0)
+        .set_live_webhook("spread", &format!("http://127.0.0.1:{port}/hook"), true)
+        .await
+        .unwrap();
     let join = |i: usize, who: &'static str| {
         let (base, secret) = (
             cluster.nodes[i].live.clone(),
@@ -274,6 +283,31 @@ async fn participants_on_different_nodes_get_each_others_events() {
     drop(bob);
     let left = until_event(&mut alice, EventKind::ParticipantLeft).await;
     assert_eq!(left.participant_id.as_deref(), Some("bob"));
+    drop(alice);
+
+    let admin = cluster.admin(1);
+    eventually(Duration::from_secs(20), "the room's events", async || {
+        let list = admin.live_webhook_deliveries("spread", None).await;
+        let list = list.map_err(|e| e.to_string())?.deliveries;
+        let count = |event: &str| list.iter().filter(|d| d.event == event).count();
+        let seen = (count("Room.OnRoomOpened"), count("Room.OnRoomClosed"));
+        // Joined twice, left twice.
+        if seen == (1, 1) && count("Room.OnParticipantEvent") == 4 {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}: {list:?}"))
+        }
+    })
+    .await;
+}
+
+/// A loopback port nothing listens on.
+fn port0_tcp() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A room's media runs on one node: WHIP and WHEP on another node answer `307` to it, for a
@@ -364,11 +398,7 @@ async fn whip_and_whep_on_another_node_go_to_the_one_with_the_rooms_media() {
 async fn webhook_events_a_dead_node_left_go_out_from_another_once() {
     let mut cluster = Cluster::start(3, &[("KEP_LIVE_WEBHOOK_RETRY_MS", "50")]);
     // A port with nothing on it: the receiver is down until node 2 is dead.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = port0_tcp();
     let secrets = cluster.live_service("hooks").await;
     // Set through node 1; the room's events are written by node 2.
     cluster
