@@ -87,6 +87,11 @@ async fn a_client_and_its_messages_are_activity_events_in_order() {
         .send()
         .await
         .unwrap();
-    assert!(res.status().is_success());
+    let status = res.status();
+    assert!(
+        status.is_success(),
+        "{status}: {}",
+        res.text().await.unwrap()
+    );
     assert_eq!(next().await.0, "client.deleted");
 }

@@ -152,11 +152,16 @@ impl Batches for sqlx::Postgres {
     }
 
     async fn finish_all(tx: &mut sqlx::PgConnection, done: &Finished<'_>) -> sqlx::Result<()> {
-        // Out of the queue table in the same statement; the update changes no indexed
-        // column, so it is made in place (HOT).
+        // Out of the queue table first: every statement that touches both locks `due`
+        // before `messages` (claims, a client's deletion), so none waits on another in a
+        // circle. The update changes no indexed column, so it is made in place (HOT).
+        let uids = column(done, |(m, _)| m.uid.as_str());
+        sqlx::query("DELETE FROM due WHERE uid = ANY($1::text[])")
+            .bind(&uids)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
-            r#"WITH gone AS (DELETE FROM due WHERE uid = ANY($1::text[]))
-               UPDATE messages SET status = v.status, rcs_status = v.rcs_status,
+            r#"UPDATE messages SET status = v.status, rcs_status = v.rcs_status,
                  fallback_status = v.fallback_status, sms_status_code = v.sms_status_code,
                  error_message = v.error_message, sent_date = v.sent_date, res_date = v.res_date
                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -164,7 +169,7 @@ impl Batches for sqlx::Postgres {
                  AS v(uid, status, rcs_status, fallback_status, sms_status_code, error_message, sent_date, res_date)
                WHERE messages.uid = v.uid COLLATE "C""#,
         )
-        .bind(column(done, |(m, _)| m.uid.as_str()))
+        .bind(uids)
         .bind(column(done, |(m, _)| m.status.as_str()))
         .bind(column(done, |(m, _)| m.rcs_status.map(|s| s.as_str())))
         .bind(column(done, |(m, _)| m.fallback_status.map(|s| s.as_str())))
