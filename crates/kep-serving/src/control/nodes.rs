@@ -172,11 +172,14 @@ impl Backends {
     }
 }
 
+/// How long the leader may take to answer what it does at once.
+const ASK_WITHIN: Duration = Duration::from_secs(2);
+
 /// How long the leader may take to stop a deployment's instances: drain, then grace.
 fn stop_within(settings: &crate::ServingSettings) -> Duration {
     Duration::from_millis(settings.termination_drain_ms)
         + Duration::from_secs(settings.termination_grace_s)
-        + Duration::from_secs(2)
+        + ASK_WITHIN
 }
 
 impl Control {
@@ -186,7 +189,13 @@ impl Control {
 
     /// Asks the leader; `None` when there is none now, or it did not answer (logged): the
     /// next leader starts from the store.
-    async fn ask_leader(&self, topic: &str, body: String, within: Duration) -> Option<String> {
+    async fn ask_leader(
+        &self,
+        topic: &str,
+        body: &impl Serialize,
+        within: Duration,
+    ) -> Option<String> {
+        let body = serde_json::to_string(body).expect("serialises");
         let cluster = &self.placement.cluster;
         let leader = match cluster.leader(ROLE).await {
             Ok(Some(node)) => node,
@@ -222,8 +231,7 @@ impl Control {
             self.runtime
                 .apply(key, self.launch(&spec, e), e.instance_count as u32);
         } else {
-            let body = serde_json::to_string(&key).expect("serialises");
-            self.ask_leader(APPLY, body, Duration::from_secs(2)).await;
+            self.ask_leader(APPLY, &key, ASK_WITHIN).await;
         }
     }
 
@@ -232,8 +240,7 @@ impl Control {
         if self.leads() {
             self.runtime.remove(key).await;
         } else {
-            let body = serde_json::to_string(&key).expect("serialises");
-            self.ask_leader(REMOVE, body, stop_within(&self.settings))
+            self.ask_leader(REMOVE, &key, stop_within(&self.settings))
                 .await;
         }
     }
@@ -241,10 +248,7 @@ impl Control {
     /// The deployment's state and instances, from the node that runs them.
     pub(super) async fn placed(&self, key: DeploymentKey) -> Option<Placed> {
         if !self.leads() {
-            let body = serde_json::to_string(&key).expect("serialises");
-            let reply = self
-                .ask_leader(STATUS, body, Duration::from_secs(2))
-                .await?;
+            let reply = self.ask_leader(STATUS, &key, ASK_WITHIN).await?;
             return serde_json::from_str(&reply).ok().flatten();
         }
         let status = self.runtime.status(key).await?;
@@ -320,9 +324,7 @@ impl Control {
                 .map(|()| String::new())
         });
         if !self.leads()
-            && let Some(all) = self
-                .ask_leader(ALL_BACKENDS, String::new(), Duration::from_secs(2))
-                .await
+            && let Some(all) = self.ask_leader(ALL_BACKENDS, &(), ASK_WITHIN).await
         {
             for b in serde_json::from_str::<Vec<Backend>>(&all).unwrap_or_default() {
                 self.placement.backends.set(b.key, b.ready);
