@@ -11,7 +11,7 @@ ROUNDS=${ROUNDS:-5}
 cargo test -q -p kep --test it --no-run 2>/dev/null
 figures=()
 for _ in $(seq "$ROUNDS"); do
-  ms=$(cargo test -q -p kep --test it several_nodes::serving_moves -- --nocapture 2>&1 |
+  ms=$(cargo test -q -p kep --test it several_nodes::serving::serving_moves -- --nocapture 2>&1 |
     sed -n 's/^serving failover: \([0-9]*\) ms.*/\1/p')
   echo "round: ${ms:?the test printed no figure} ms"
   figures+=("$ms")
