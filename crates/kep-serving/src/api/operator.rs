@@ -384,7 +384,9 @@ async fn instance_logs(
 /// `{"weights": {"d1": 30, "d2": 70}}` (steps of 5, summing to 100) or
 /// `{"ratio": "1:2", "deployments": ["d1", "d2"]}`.
 #[utoipa::path(put, path = paths::TRAFFIC, request_body = TrafficRequest,
-    responses((status = 200, body = Traffic), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)), security(("operator" = [])))]
+    responses((status = 200, body = Traffic), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "the endpoint has no deployment to send traffic to", body = ErrorBody)),
+    security(("operator" = [])))]
 async fn set_traffic(
     State(s): State<ServingService>,
     Path(e): Path<String>,
