@@ -55,6 +55,21 @@ impl Cluster {
         AdminClient::new(&self.nodes[node].admin, OPERATOR_TOKEN)
     }
 
+    /// A messaging client made through node 1, and a token node 1 issued it: its id and
+    /// the token.
+    async fn messaging_token(&self) -> (String, String) {
+        let client = self.admin(0).create_messaging_client(None).await.unwrap();
+        let token = MessagingClient::token(
+            &self.nodes[0].url("messaging"),
+            &client.client_id,
+            &client.client_secret,
+        )
+        .await
+        .unwrap()
+        .access_token;
+        (client.client_id, token)
+    }
+
     /// A live service made through node 1: its secrets.
     async fn live_service(&self, id: &str) -> kep_api::live::ServiceSecrets {
         self.admin(0)
@@ -114,19 +129,7 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
 
     // Messaging: a token from node 1 sends through node 3; the client's secret rotated on
     // node 2 ends it on node 1 (which issued it) and node 3 (which has seen it) at once.
-    let client = cluster
-        .admin(0)
-        .create_messaging_client(None)
-        .await
-        .unwrap();
-    let token = MessagingClient::token(
-        &node(0).url("messaging"),
-        &client.client_id,
-        &client.client_secret,
-    )
-    .await
-    .unwrap()
-    .access_token;
+    let (client_id, token) = cluster.messaging_token().await;
     for (i, cid) in [(2, "n3-before"), (0, "n1-before")] {
         let sent = MessagingClient::new(&node(i).url("messaging"), &token)
             .send_xms(&sms(cid, "821012345678"))
@@ -137,7 +140,7 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
         .post(format!(
             "{}/admin/v1/messaging/clients/{}/secret",
             node(1).admin,
-            client.client_id
+            client_id
         ))
         .bearer_auth(OPERATOR_TOKEN)
         .send()
@@ -151,6 +154,7 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
         assert!(sent.is_err(), "node {}: a revoked token: {sent:?}", i + 1);
     }
 }
+
 /// A message load spread over three nodes, one of them killed -9 in the middle: every
 /// message any node accepted reaches a final status, whichever node delivers it.
 #[tokio::test]
@@ -163,19 +167,7 @@ async fn a_node_killed_under_message_load_loses_no_message() {
             ("KEP_SIMULATOR_DELAY_MS", "500"),
         ],
     );
-    let client = cluster
-        .admin(0)
-        .create_messaging_client(None)
-        .await
-        .unwrap();
-    let token = MessagingClient::token(
-        &cluster.nodes[0].url("messaging"),
-        &client.client_id,
-        &client.client_secret,
-    )
-    .await
-    .unwrap()
-    .access_token;
+    let (_, token) = cluster.messaging_token().await;
     let urls: Vec<String> = cluster.nodes.iter().map(|n| n.url("messaging")).collect();
     let mut accepted = BTreeMap::new();
     for n in 0..600 {

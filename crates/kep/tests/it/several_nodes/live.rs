@@ -22,6 +22,16 @@ async fn until_event(p: &mut Participant, kind: EventKind) -> kep_api::live::Eve
     }
 }
 
+/// Room `r`'s participants, as `Room.ListParticipants` through this client lists them, sorted.
+async fn participant_ids(client: &LiveClient) -> Vec<String> {
+    let mut ids: Vec<_> = (client.list_participants("r").await.unwrap().participants)
+        .into_iter()
+        .map(|p| p.participant_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
 #[tokio::test]
 async fn room_methods_on_any_node_act_where_the_participants_are() {
     let cluster = Cluster::start(3, &[]);
@@ -47,16 +57,12 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
     let mut bob = join(2, "bob").await;
     for i in 0..3 {
         assert_eq!(on(i).list_rooms().await.unwrap(), ["r"], "node {}", i + 1);
-        let mut ids: Vec<_> = on(i)
-            .list_participants("r")
-            .await
-            .unwrap()
-            .participants
-            .into_iter()
-            .map(|p| p.participant_id)
-            .collect();
-        ids.sort();
-        assert_eq!(ids, ["alice", "bob"], "node {}", i + 1);
+        assert_eq!(
+            participant_ids(&on(i)).await,
+            ["alice", "bob"],
+            "node {}",
+            i + 1
+        );
     }
 
     // Kicked through node 1 (which has only Alice): Bob, on node 3, hears it and is gone.
@@ -64,15 +70,7 @@ async fn room_methods_on_any_node_act_where_the_participants_are() {
     assert!(missing.is_err(), "all targets or none: {missing:?}");
     on(0).kick("r", &["bob".into()]).await.unwrap();
     until_event(&mut bob, EventKind::Kicked).await;
-    let ids: Vec<_> = on(1)
-        .list_participants("r")
-        .await
-        .unwrap()
-        .participants
-        .into_iter()
-        .map(|p| p.participant_id)
-        .collect();
-    assert_eq!(ids, ["alice"]);
+    assert_eq!(participant_ids(&on(1)).await, ["alice"]);
 
     // The room joined on node 1, destroyed through node 2.
     on(1).destroy_room("r").await.unwrap();
