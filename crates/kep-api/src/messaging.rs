@@ -166,6 +166,27 @@ pub struct OutboxEntry {
     pub at: String,
 }
 
+/// A carrier messages leave through, as `GET /admin/v1/messaging/carriers` shows it: the
+/// configured ones in the order they are tried, then the simulator, which takes what none
+/// of them takes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CarrierStatus {
+    pub name: String,
+    /// `simulator`, `smpp` or `http`.
+    pub kind: String,
+    /// `up`; for an SMPP carrier `connecting` while it is not bound, `stopped` after an unbind.
+    pub state: String,
+    /// Hand-overs tried since the node started, and those the carrier acknowledged.
+    pub submitted: u64,
+    pub acknowledged: u64,
+    /// `submit_sm` awaiting their response now (SMPP).
+    pub window_in_use: u64,
+    /// Binds lost and made again (SMPP).
+    pub reconnects: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
 /// `GET /admin/v1/messaging/messages` query: filters that all apply (AND), across every
 /// client unless `clientId` names one.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
@@ -416,6 +437,7 @@ pub mod paths {
     pub const CLIENT: &str = "/admin/v1/messaging/clients/{id}";
     pub const CLIENT_SECRET: &str = "/admin/v1/messaging/clients/{id}/secret";
     pub const OUTBOX: &str = "/admin/v1/messaging/outbox";
+    pub const CARRIERS: &str = "/admin/v1/messaging/carriers";
     pub const MESSAGES: &str = "/admin/v1/messaging/messages";
     pub const MESSAGE: &str = "/admin/v1/messaging/messages/{uid}";
     pub const REPORT_GROUPS: &str = "/admin/v1/messaging/report-groups";

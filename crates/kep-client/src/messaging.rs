@@ -41,6 +41,13 @@ impl AdminClient {
         .await
     }
 
+    /// `GET /admin/v1/messaging/carriers`: the carriers, in the order they are tried.
+    pub async fn messaging_carriers(
+        &self,
+    ) -> Result<Vec<kep_api::messaging::CarrierStatus>, ClientError> {
+        self.send(self.http.get(self.url(paths::CARRIERS))).await
+    }
+
     /// `GET /admin/v1/messaging/messages`: every client's messages, newest first, as `q`
     /// filters them.
     pub async fn messages(&self, q: &MessageQuery) -> Result<MessageList, ClientError> {

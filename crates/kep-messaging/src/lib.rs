@@ -3,6 +3,7 @@
 //! operator's clients and outbox read-back on the admin listener.
 
 pub mod api;
+pub mod carriers;
 mod clients;
 mod error;
 mod ids;
@@ -10,6 +11,7 @@ mod model;
 mod oauth;
 mod pipeline;
 mod rcs;
+mod receipts;
 mod results;
 mod search;
 mod send;
@@ -58,8 +60,13 @@ pub struct MessagingSettings {
     pub dispatch_concurrency: usize,
     /// A claimed message not finished within this is claimed again (a crash, say).
     pub dispatch_lease_s: u64,
-    pub dispatch_max_attempts: i64,
+    /// A message whose carriers cannot be reached is tried again this long, then ends 520.
+    pub carrier_retry_s: u64,
     pub dispatch_backoff_ms: u64,
+    /// An acknowledged hand-over whose delivery receipts do not come by then ends 520.
+    pub receipt_timeout_s: u64,
+    /// `[[messaging.carriers]]`: tried in order; none: the simulator takes everything.
+    pub carriers: Vec<carriers::CarrierSettings>,
     pub body_limit_bytes: usize,
     /// A result group not completed within this goes back to the pool.
     pub results_lease_s: u64,
@@ -82,8 +89,11 @@ impl Default for MessagingSettings {
             // Sleeping hand-overs are cheap; at 200 ms each, 10,000/s needs 2,000 at once.
             dispatch_concurrency: 4096,
             dispatch_lease_s: 30,
-            dispatch_max_attempts: 5,
+            carrier_retry_s: 600,
             dispatch_backoff_ms: 500,
+            // SMSCs keep an undelivered message for a day or two (its validity period).
+            receipt_timeout_s: 86_400,
+            carriers: Vec::new(),
             body_limit_bytes: 1024 * 1024,
             results_lease_s: 300,
             upload_ttl_s: 7 * 24 * 3600,
@@ -104,8 +114,10 @@ pub(crate) struct Messaging {
     /// The wall clock of every stored and answered date (the platform's).
     clock: Clock,
     uids: time::Uids,
-    dispatcher: Arc<pipeline::Dispatcher<pipeline::Simulator>>,
+    dispatcher: Arc<pipeline::Dispatcher<carriers::Carriers>>,
     writer: writer::Writer,
+    /// Where HTTP carriers' receipts (their dlr callbacks) go.
+    receipts: tokio::sync::mpsc::UnboundedSender<carriers::CarrierReceipt>,
     uploads: Arc<uploads::Uploads>,
     tokens: Arc<oauth::Tokens>,
     limiter: Limiter,
@@ -124,6 +136,7 @@ impl MessagingService {
             Ok(n) => metrics::gauge!("kep_messaging_queue_depth").set(n as f64),
             Err(e) => tracing::warn!(error = %e, "counting the queued messages"),
         }
+        self.0.dispatcher.carrier().observe();
     }
 }
 
@@ -145,21 +158,29 @@ impl Service for MessagingService {
     async fn start(settings: MessagingSettings, ctx: &Context) -> anyhow::Result<Self> {
         let store = store::open(ctx).await?;
         let zone = time::ServiceZone::new(&settings.time_zone)?;
-        let carrier = pipeline::Simulator {
-            delay: Duration::from_millis(settings.simulator_delay_ms),
-        };
+        let (receipts, receipts_rx) = tokio::sync::mpsc::unbounded_channel();
+        let carriers = carriers::Carriers::start(
+            &settings.carriers,
+            Duration::from_millis(settings.simulator_delay_ms),
+            &ctx.public_url,
+            &receipts,
+        )?;
         let policy = pipeline::DispatchPolicy {
             concurrency: settings.dispatch_concurrency,
             lease: Duration::from_secs(settings.dispatch_lease_s),
-            max_attempts: settings.dispatch_max_attempts,
+            retry_for: Duration::from_secs(settings.carrier_retry_s),
             backoff: Backoff::from_first(Duration::from_millis(settings.dispatch_backoff_ms)),
+            receipt_timeout: Duration::from_secs(settings.receipt_timeout_s),
+            receipts_in_memory: ctx.cluster.node_id().is_none(),
         };
         let claim = writer::Claim(i64::try_from(policy.lease.as_millis()).unwrap_or(i64::MAX));
         let writer = writer::Writer::start(store.clone(), claim);
         let clock = ctx.clock.clone();
         let dispatcher =
-            pipeline::Dispatcher::new(store.clone(), writer.clone(), carrier, policy, ctx);
+            pipeline::Dispatcher::new(store.clone(), writer.clone(), carriers, policy, ctx);
         ctx.spawn(Arc::clone(&dispatcher).run());
+        ctx.spawn(Arc::clone(&dispatcher).run_receipts(receipts_rx));
+        ctx.spawn(Arc::clone(&dispatcher).sweep_receipts(Duration::from_secs(60)));
         let uploads = Arc::new(uploads::Uploads {
             store: store.clone(),
             clock: clock.clone(),
@@ -181,6 +202,7 @@ impl Service for MessagingService {
             clock,
             dispatcher,
             writer,
+            receipts,
             uploads,
             tokens,
             activity: ctx.activity.of(Self::NAME),
@@ -203,5 +225,10 @@ impl Service for MessagingService {
 
     fn api_doc() -> Option<utoipa::openapi::OpenApi> {
         Some(with_bearer(api::MessagingApiDoc::openapi()))
+    }
+
+    /// Unbinds from the SMPP carriers.
+    async fn stop(&self) {
+        self.0.dispatcher.carrier().stop().await;
     }
 }

@@ -102,6 +102,15 @@ stored_as_text! {
     }
 }
 
+impl MessageType {
+    pub fn is_rcs(self) -> bool {
+        matches!(
+            self,
+            MessageType::RcsSms | MessageType::RcsLms | MessageType::RcsMms | MessageType::RcsTmpl
+        )
+    }
+}
+
 stored_as_text! {
     /// Where a message stands (`messages.status`); answers write it `API_<code>`.
     Status {

@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::store::{Handover, Inserted, MessageRow, Store};
+use crate::store::{Handed, Handover, Inserted, MessageRow, Store};
 
 enum Write {
     Insert(Box<MessageRow>, oneshot::Sender<sqlx::Result<Inserted>>),
     Finish(Box<MessageRow>, Vec<Handover>),
+    Handed(Box<Handed>),
 }
 
 /// The handle the handlers and the dispatcher write through.
@@ -58,6 +59,13 @@ impl Writer {
     pub fn finish(&self, row: MessageRow, handovers: Vec<Handover>) {
         let _ = self.tx.send(Write::Finish(Box::new(row), handovers));
     }
+
+    /// Records a hand-over the carrier acknowledged, whose receipts are awaited. Not waited
+    /// for either: if it is lost in a crash, the message's lease runs out and it is handed
+    /// over again (at least once).
+    pub fn handed(&self, handed: Handed) {
+        let _ = self.tx.send(Write::Handed(Box::new(handed)));
+    }
 }
 
 async fn run(store: Arc<dyn Store>, claim: Claim, mut rx: mpsc::UnboundedReceiver<Write>) {
@@ -97,30 +105,37 @@ async fn commit(store: &dyn Store, claim: Claim, batch: &mut Vec<Write>) {
         (Write::Insert(a, _), Write::Insert(b, _)) => {
             (&a.client_id, &a.cid).cmp(&(&b.client_id, &b.cid))
         }
-        (Write::Insert(..), Write::Finish(..)) => std::cmp::Ordering::Less,
-        (Write::Finish(..), Write::Insert(..)) => std::cmp::Ordering::Greater,
-        (Write::Finish(..), Write::Finish(..)) => std::cmp::Ordering::Equal,
+        (Write::Insert(..), _) => std::cmp::Ordering::Less,
+        (_, Write::Insert(..)) => std::cmp::Ordering::Greater,
+        _ => std::cmp::Ordering::Equal,
     });
     let accepted: Vec<&MessageRow> = batch
         .iter()
         .filter_map(|w| match w {
             Write::Insert(row, _) => Some(&**row),
-            Write::Finish(..) => None,
+            _ => None,
         })
         .collect();
     let finished: Vec<(&MessageRow, &[Handover])> = batch
         .iter()
         .filter_map(|w| match w {
             Write::Finish(row, handovers) => Some((&**row, handovers.as_slice())),
-            Write::Insert(..) => None,
+            _ => None,
         })
         .collect();
-    let result = store.commit(&accepted, &finished, claim.0).await;
+    let handed: Vec<&Handed> = batch
+        .iter()
+        .filter_map(|w| match w {
+            Write::Handed(h) => Some(&**h),
+            _ => None,
+        })
+        .collect();
+    let result = store.commit(&accepted, &finished, &handed, claim.0).await;
     match result {
         Ok(answers) => {
             let waiting = batch.drain(..).filter_map(|w| match w {
                 Write::Insert(_, done) => Some(done),
-                Write::Finish(..) => None,
+                _ => None,
             });
             for (done, answer) in waiting.zip(answers) {
                 let _ = done.send(Ok(answer));

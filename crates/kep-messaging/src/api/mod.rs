@@ -1,6 +1,7 @@
 //! Wire types and handlers of the messaging API.
 
 mod auth;
+mod dlr;
 pub mod operator;
 mod rcs;
 mod uploads;
@@ -61,6 +62,10 @@ pub(crate) fn router(m: MessagingService) -> Router {
         .route(paths::RCS_DETAIL, get(rcs::detail))
         .route(paths::XMS_SEARCH, post(search_xms))
         .route(paths::XMS_DETAIL, get(xms_detail))
+        .route(
+            crate::carriers::http::DLR_PATH,
+            get(dlr::carrier_dlr).post(dlr::carrier_dlr),
+        )
         // A path of no API is invalid input, in the table's codes and the detail's shape.
         .fallback(|| async { MessagingError::invalid("path", "no such API").answer("code_detail") })
         .method_not_allowed_fallback(wrong_method)
@@ -103,7 +108,8 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Respo
         rcs::search_get,
         rcs::detail,
         uploads::upload_rcs,
-        uploads::upload_mms
+        uploads::upload_mms,
+        dlr::carrier_dlr
     ),
     modifiers(&LIMIT_ANSWERS, &ErrorAnswers),
     components(schemas(
@@ -133,6 +139,8 @@ impl utoipa::Modify for ErrorAnswers {
         use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
         for (path, op) in kep_core::http::operations_mut(doc) {
             let (schema, bearer) = match path {
+                // A carrier's callback: a token of its own; its answers are text (but a 429).
+                crate::carriers::http::DLR_PATH => ("ErrorAnswer", false),
                 paths::TOKEN => ("OAuthErrorAnswer", false),
                 // HTTP-style codes; its 400 for `Accept` is documented with the call.
                 paths::RCS_DETAIL => ("DetailErrorAnswer", false),
@@ -141,7 +149,7 @@ impl utoipa::Modify for ErrorAnswers {
                 _ => ("ErrorAnswer", true),
             };
             let answers = &mut op.responses.responses;
-            if path != paths::TOKEN {
+            if path != paths::TOKEN && path != crate::carriers::http::DLR_PATH {
                 answers.entry("401".into()).or_insert_with(|| {
                     RefOr::T(
                         ResponseBuilder::new()

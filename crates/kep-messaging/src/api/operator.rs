@@ -16,9 +16,9 @@ use crate::store::{MessageFilter, MessageSummaryRow};
 use crate::time::ServiceZone;
 use kep_api::messaging::paths;
 use kep_api::messaging::{
-    ClientSecret, ClientSummary, CreateClient, MessageList, MessageQuery, MessageSummary,
-    MessageTimeline, OutboxEntry, ReportGroup, ReportGroupList, ReportGroupQuery, TimelineEntry,
-    TimelineEvent,
+    CarrierStatus, ClientSecret, ClientSummary, CreateClient, MessageList, MessageQuery,
+    MessageSummary, MessageTimeline, OutboxEntry, ReportGroup, ReportGroupList, ReportGroupQuery,
+    TimelineEntry, TimelineEvent,
 };
 
 pub(crate) fn router(m: MessagingService) -> Router {
@@ -27,6 +27,7 @@ pub(crate) fn router(m: MessagingService) -> Router {
         .route(paths::CLIENT, delete(delete_client))
         .route(paths::CLIENT_SECRET, post(rotate_secret))
         .route(paths::OUTBOX, get(outbox))
+        .route(paths::CARRIERS, get(carriers))
         .route(paths::MESSAGES, get(messages))
         .route(paths::MESSAGE, get(message))
         .route(paths::REPORT_GROUPS, get(report_groups))
@@ -42,6 +43,7 @@ pub(crate) fn router(m: MessagingService) -> Router {
         delete_client,
         rotate_secret,
         outbox,
+        carriers,
         messages,
         message,
         report_groups
@@ -51,6 +53,7 @@ pub(crate) fn router(m: MessagingService) -> Router {
         ClientSecret,
         ClientSummary,
         OutboxEntry,
+        CarrierStatus,
         MessageList,
         MessageSummary,
         MessageTimeline,
@@ -169,6 +172,13 @@ pub(crate) async fn outbox(
             })
             .collect(),
     ))
+}
+
+/// `GET /admin/v1/messaging/carriers`: this node's carriers, in the order they are tried,
+/// and how each is doing.
+#[utoipa::path(get, path = paths::CARRIERS, responses((status = 200, body = Vec<CarrierStatus>)), security(("operator" = [])))]
+pub(crate) async fn carriers(State(m): State<MessagingService>) -> Json<Vec<CarrierStatus>> {
+    Json(m.0.dispatcher.carrier().states())
 }
 
 /// The page size of the operator's lists: 1 to 500, default 50.

@@ -72,6 +72,35 @@ pub struct Handover {
     pub carrier: String,
 }
 
+/// A hand-over the carrier acknowledged, whose parts' delivery receipts are awaited until
+/// `deadline` (the message waits in the queue until then).
+#[derive(Debug, Clone)]
+pub struct Handed {
+    pub uid: MessageUid,
+    pub route: Route,
+    /// The message's attempt (`attempts`) it was: a receipt of an earlier one is no answer.
+    pub attempt: i64,
+    pub carrier: String,
+    /// The id the carrier gave each submitted part.
+    pub carrier_message_ids: Vec<String>,
+    pub at: i64,
+    pub deadline: i64,
+    /// The message's RCS status so far (an RCS that failed before a fallback was handed).
+    pub rcs_status: Option<RcsStatus>,
+}
+
+/// One submitted part of a hand-over and its receipt, if one came.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReceiptRow {
+    pub uid: MessageUid,
+    pub route: Route,
+    pub attempt: i64,
+    pub carrier: String,
+    pub submitted_at: i64,
+    /// The receipt's state word (`DELIVRD`, `UNDELIV`, …).
+    pub state: Option<String>,
+}
+
 /// A message as the operator's list shows it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MessageSummaryRow {
@@ -212,12 +241,32 @@ pub trait Store: Send + Sync {
     /// the batch) is answered with the message that has it — and records the final states
     /// of the finished ones with their hand-overs. An accepted message goes in already
     /// claimed, for `claim_ms` after its `reg_date`, by the node that accepted it.
+    /// Also records the hand-overs awaiting receipts (`handed`): their parts, and each
+    /// message kept in the queue until its deadline.
     async fn commit(
         &self,
         accepted: &[&MessageRow],
         finished: &[(&MessageRow, &[Handover])],
+        handed: &[&Handed],
         claim_ms: i64,
     ) -> sqlx::Result<Vec<Inserted>>;
+
+    /// Records a receipt for the part the carrier gave `carrier_message_id`: every part of
+    /// its hand-over, as far as their receipts came; none when the part already had its
+    /// receipt; `None` for a part kep never handed over.
+    async fn record_receipt(
+        &self,
+        carrier: &str,
+        carrier_message_id: &str,
+        state: &str,
+        at: i64,
+    ) -> sqlx::Result<Option<Vec<ReceiptRow>>>;
+    /// Every part a message was handed over in, with its receipt if one came.
+    async fn receipts_of(&self, uid: &MessageUid) -> sqlx::Result<Vec<ReceiptRow>>;
+    /// Forgets the parts submitted before `before_ms`; how many.
+    async fn sweep_receipts(&self, before_ms: i64) -> sqlx::Result<u64>;
+    /// Any client's message.
+    async fn message_by_uid(&self, uid: &MessageUid) -> sqlx::Result<Option<MessageRow>>;
 
     async fn message(
         &self,

@@ -9,10 +9,11 @@ use sqlx::QueryBuilder;
 use sqlx::migrate::Migrator;
 
 use super::{
-    ClientRow, GroupCompletion, Handover, Inserted, MessageDetailRow, MessageFilter, MessageRow,
-    MessageSummaryRow, OutboxRow, ReportGroupRow, SearchFilter, SearchQuery, Store, UploadRow,
+    ClientRow, GroupCompletion, Handed, Handover, Inserted, MessageDetailRow, MessageFilter,
+    MessageRow, MessageSummaryRow, OutboxRow, ReceiptRow, ReportGroupRow, SearchFilter,
+    SearchQuery, Store, UploadRow,
 };
-use crate::model::{Channel, Status, UploadKind};
+use crate::model::{Channel, Route, Status, UploadKind};
 use batch::Batches;
 use dialect::Dialect;
 
@@ -191,6 +192,7 @@ kep_core::sql_store! {
             &self,
             accepted: &[&MessageRow],
             finished: &[(&MessageRow, &[Handover])],
+            handed: &[&Handed],
             claim_ms: i64,
         ) -> sqlx::Result<Vec<Inserted>> {
             let mut tx = self.pool.begin().await?;
@@ -216,8 +218,95 @@ kep_core::sql_store! {
             if !finished.is_empty() {
                 <Db as Batches>::finish_all(&mut tx, finished).await?;
             }
+            if !handed.is_empty() {
+                <Db as Batches>::hand_over_all(&mut tx, handed).await?;
+            }
             tx.commit().await?;
             Ok(answers)
+        }
+
+        async fn record_receipt(
+            &self,
+            carrier: &str,
+            carrier_message_id: &str,
+            state: &str,
+            at: i64,
+        ) -> sqlx::Result<Option<Vec<ReceiptRow>>> {
+            let mut tx = self.pool.begin().await?;
+            // Of two receipts of one hand-over at once, exactly one must see every part
+            // decided: PostgreSQL serialises them on the message (a row lock on the parts
+            // would deadlock two parts locked in turn); SQLite has one writer, taken by the
+            // update that comes first.
+            if ON_POSTGRES {
+                sqlx::query(
+                    "SELECT pg_advisory_xact_lock(hashtext(uid)) FROM carrier_receipts
+                     WHERE carrier = $1 AND carrier_message_id = $2",
+                )
+                .bind(carrier)
+                .bind(carrier_message_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            // The first receipt of a part decides it: a repeated one changes nothing.
+            let part: Option<(MessageUid, Route, i64)> = sqlx::query_as(
+                "UPDATE carrier_receipts SET state = $1, received_at = $2
+                 WHERE carrier = $3 AND carrier_message_id = $4 AND state IS NULL
+                 RETURNING uid, route, attempt",
+            )
+            .bind(state)
+            .bind(at)
+            .bind(carrier)
+            .bind(carrier_message_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((uid, route, attempt)) = part else {
+                let known: Option<(i64,)> = sqlx::query_as(
+                    "SELECT 1 FROM carrier_receipts WHERE carrier = $1 AND carrier_message_id = $2",
+                )
+                .bind(carrier)
+                .bind(carrier_message_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                return Ok(known.map(|_| Vec::new()));
+            };
+            let parts = sqlx::query_as(
+                "SELECT uid, route, attempt, carrier, submitted_at, state FROM carrier_receipts
+                 WHERE uid = $1 AND route = $2 AND attempt = $3",
+            )
+            .bind(&uid)
+            .bind(route)
+            .bind(attempt)
+            .fetch_all(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some(parts))
+        }
+
+        async fn receipts_of(&self, uid: &MessageUid) -> sqlx::Result<Vec<ReceiptRow>> {
+            sqlx::query_as(
+                "SELECT uid, route, attempt, carrier, submitted_at, state FROM carrier_receipts
+                 WHERE uid = $1 ORDER BY submitted_at, carrier_message_id",
+            )
+            .bind(uid)
+            .fetch_all(&self.pool)
+            .await
+        }
+
+        async fn sweep_receipts(&self, before_ms: i64) -> sqlx::Result<u64> {
+            Ok(sqlx::query("DELETE FROM carrier_receipts WHERE submitted_at < $1")
+                .bind(before_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
+        }
+
+        async fn message_by_uid(&self, uid: &MessageUid) -> sqlx::Result<Option<MessageRow>> {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE uid = $1"
+            )))
+            .bind(uid)
+            .fetch_optional(&self.pool)
+            .await
         }
 
         async fn message(

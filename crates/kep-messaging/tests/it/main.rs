@@ -2,6 +2,7 @@
 //! delivery pipeline, uploads, search and detail.
 
 mod activity;
+mod carriers;
 mod common;
 mod edges;
 mod limits;

@@ -39,6 +39,13 @@ enum MsgCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The carriers messages leave through, in the order they are tried, and how each is
+    /// doing on the node asked (operator token).
+    Carriers {
+        /// The JSON the operator API answers, instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Get an access token and keep it for the other commands.
     Token {
         #[arg(long, env = "KEP_MSG_CLIENT_ID")]
@@ -181,6 +188,36 @@ pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
                 "{}",
                 super::table(["at", "uid", "route", "to", "outcome"], 5, rows)
             );
+            Ok(())
+        }
+        MsgCommand::Carriers { json } => {
+            let carriers = args.common.admin()?.messaging_carriers().await?;
+            if *json {
+                return print_json(&carriers);
+            }
+            let rows = carriers.into_iter().map(|c| {
+                [
+                    c.name,
+                    c.kind,
+                    c.state,
+                    c.last_error.unwrap_or_default(),
+                    c.submitted.to_string(),
+                    c.acknowledged.to_string(),
+                    c.window_in_use.to_string(),
+                    c.reconnects.to_string(),
+                ]
+            });
+            let head = [
+                "name",
+                "kind",
+                "state",
+                "last error",
+                "submitted",
+                "acknowledged",
+                "window",
+                "reconnects",
+            ];
+            print!("{}", super::table(head, 4, rows));
             Ok(())
         }
         MsgCommand::Token {

@@ -10,7 +10,7 @@ use std::future::Future;
 use sqlx::QueryBuilder;
 
 use crate::ids::MessageUid;
-use crate::store::{Handover, MessageRow};
+use crate::store::{Handed, Handover, MessageRow};
 
 /// A batch of finished messages, each with what was handed to the carrier.
 pub type Finished<'a> = [(&'a MessageRow, &'a [Handover])];
@@ -29,6 +29,25 @@ pub trait Batches: sqlx::Database {
         tx: &mut Self::Connection,
         done: &Finished<'_>,
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// The parts of the acknowledged hand-overs, and each message kept in the queue until
+    /// its receipts' deadline.
+    fn hand_over_all(
+        tx: &mut Self::Connection,
+        handed: &[&Handed],
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+}
+
+/// Every submitted part of the hand-overs: (hand-over, carrier message id).
+fn parts<'a>(handed: &'a [&'a Handed]) -> Vec<(&'a Handed, &'a str)> {
+    handed
+        .iter()
+        .flat_map(|h| {
+            h.carrier_message_ids
+                .iter()
+                .map(move |id| (*h, id.as_str()))
+        })
+        .collect()
 }
 
 fn handovers<'a>(done: &'a Finished<'a>) -> Vec<(&'a MessageRow, &'a Handover)> {
@@ -105,6 +124,45 @@ impl Batches for sqlx::Sqlite {
             });
             b.build().execute(&mut *tx).await?;
         }
+        Ok(())
+    }
+
+    async fn hand_over_all(
+        tx: &mut sqlx::SqliteConnection,
+        handed: &[&Handed],
+    ) -> sqlx::Result<()> {
+        // 6 values a row: well under SQLite's 32,766 per statement. A part already known
+        // (the same id twice from a carrier) keeps its first hand-over.
+        for chunk in parts(handed).chunks(4096) {
+            let mut b: QueryBuilder<sqlx::Sqlite> = QueryBuilder::new(
+                "INSERT OR IGNORE INTO carrier_receipts (carrier, carrier_message_id, uid, route, attempt, submitted_at) ",
+            );
+            b.push_values(chunk, |mut v, (h, id)| {
+                v.push_bind(&h.carrier)
+                    .push_bind(*id)
+                    .push_bind(&h.uid)
+                    .push_bind(h.route)
+                    .push_bind(h.attempt)
+                    .push_bind(h.at);
+            });
+            b.build().execute(&mut *tx).await?;
+        }
+        // A message still Accepted waits in the queue for its receipts (one a receipt
+        // already finished is left alone).
+        let mut b: QueryBuilder<sqlx::Sqlite> =
+            QueryBuilder::new("WITH v(uid, deadline, sent_date, rcs_status) AS (");
+        b.push_values(handed, |mut v, h| {
+            v.push_bind(&h.uid)
+                .push_bind(h.deadline)
+                .push_bind(h.at)
+                .push_bind(h.rcs_status);
+        });
+        b.push(
+            ") UPDATE messages SET next_attempt_at = v.deadline, sent_date = COALESCE(messages.sent_date, v.sent_date),
+               rcs_status = COALESCE(v.rcs_status, messages.rcs_status)
+             FROM v WHERE messages.uid = v.uid AND messages.status = '100'",
+        );
+        b.build().execute(&mut *tx).await?;
         Ok(())
     }
 }
@@ -191,6 +249,45 @@ impl Batches for sqlx::Postgres {
         .bind(column(&all, |(_, h)| h.outcome.as_str()))
         .bind(column(&all, |(_, h)| h.at))
         .bind(column(&all, |(_, h)| h.carrier.as_str()))
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn hand_over_all(tx: &mut sqlx::PgConnection, handed: &[&Handed]) -> sqlx::Result<()> {
+        let all = parts(handed);
+        sqlx::query(
+            "INSERT INTO carrier_receipts (carrier, carrier_message_id, uid, route, attempt, submitted_at)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(column(&all, |(h, _)| h.carrier.as_str()))
+        .bind(column(&all, |(_, id)| *id))
+        .bind(column(&all, |(h, _)| h.uid.as_str()))
+        .bind(column(&all, |(h, _)| h.route.as_str()))
+        .bind(column(&all, |(h, _)| h.attempt))
+        .bind(column(&all, |(h, _)| h.at))
+        .execute(&mut *tx)
+        .await?;
+        // `due` before `messages`, as everywhere (finish_all).
+        let uids = column(handed, |h| h.uid.as_str());
+        sqlx::query(
+            r#"UPDATE due SET next_attempt_at = v.deadline
+               FROM unnest($1::text[], $2::int8[]) AS v(uid, deadline) WHERE due.uid = v.uid COLLATE "C""#,
+        )
+        .bind(&uids)
+        .bind(column(handed, |h| h.deadline))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            r#"UPDATE messages SET sent_date = COALESCE(messages.sent_date, v.sent_date),
+                 rcs_status = COALESCE(v.rcs_status, messages.rcs_status)
+               FROM unnest($1::text[], $2::int8[], $3::text[]) AS v(uid, sent_date, rcs_status)
+               WHERE messages.uid = v.uid COLLATE "C" AND messages.status = '100'"#,
+        )
+        .bind(&uids)
+        .bind(column(handed, |h| h.at))
+        .bind(column(handed, |h| h.rcs_status.map(|s| s.as_str())))
         .execute(&mut *tx)
         .await?;
         Ok(())

@@ -1,0 +1,204 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::carriers::{CarrierReceipt, MessageState};
+use crate::ids::ClientId;
+use crate::writer::Writer;
+
+/// A carrier that cannot be reached the first `failures` times, then decides at once or
+/// acknowledges `parts` parts (ids `<uid>-<n>`), sending `receipts` for them itself (before
+/// it answers: a receipt may overtake its hand-over's record).
+#[derive(Default)]
+struct Scripted {
+    failures: usize,
+    parts: usize,
+    receipts: Vec<MessageState>,
+    tx: Option<mpsc::UnboundedSender<CarrierReceipt>>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Carrier for Scripted {
+    async fn hand_over(&self, o: &Outgoing<'_>) -> Result<(Arc<str>, Submitted), String> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.failures {
+            return Err("connection refused".into());
+        }
+        let carrier: Arc<str> = Arc::from("scripted");
+        if self.parts == 0 {
+            return Ok((carrier, Submitted::Final(CarrierOutcome::Delivered)));
+        }
+        let ids: Vec<String> = (0..self.parts)
+            .map(|i| format!("{}-{i}", o.phone_number))
+            .collect();
+        for (id, state) in ids.iter().zip(&self.receipts) {
+            let _ = self.tx.as_ref().unwrap().send(CarrierReceipt {
+                carrier: Arc::clone(&carrier),
+                message_id: id.clone(),
+                state: *state,
+            });
+        }
+        Ok((carrier, Submitted::Receipts(ids)))
+    }
+}
+
+struct Run {
+    retry_for: Duration,
+    receipt_timeout: Duration,
+    in_memory: bool,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            retry_for: Duration::from_secs(600),
+            receipt_timeout: Duration::from_secs(600),
+            in_memory: true,
+        }
+    }
+}
+
+/// Delivers one SM through `carrier`; the message once final, and the carrier's calls.
+async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Context::standalone(dir.path());
+    let store = crate::store::open(&ctx).await.unwrap();
+    store
+        .insert_client(&ClientId::from("c"), None, "h", 0)
+        .await
+        .unwrap();
+    let writer = Writer::start(store.clone(), crate::writer::Claim(30_000));
+    let calls = carrier.calls.clone();
+    let (tx, rx) = mpsc::unbounded_channel();
+    carrier.tx = Some(tx);
+    let policy = DispatchPolicy {
+        concurrency: 4,
+        lease: Duration::from_secs(30),
+        retry_for: run.retry_for,
+        backoff: Backoff::from_first(Duration::from_millis(10)),
+        receipt_timeout: run.receipt_timeout,
+        receipts_in_memory: run.in_memory,
+    };
+    let dispatcher = Dispatcher::new(store.clone(), writer.clone(), carrier, policy, &ctx);
+    tokio::spawn(Arc::clone(&dispatcher).run());
+    tokio::spawn(Arc::clone(&dispatcher).run_receipts(rx));
+    let now = ctx.clock.unix_ms();
+    let row = MessageRow {
+        uid: crate::time::Uids::new(ctx.clock.clone(), 0).next(),
+        client_id: "c".into(),
+        cid: "x".into(),
+        channel: Channel::Xms,
+        message_type: crate::model::MessageType::Sm,
+        phone_number: "821012345678".into(),
+        request: r#"{"message":"안녕하세요","sender_no":"0212345678"}"#.into(),
+        request_hash: "h".into(),
+        status: Status::Accepted,
+        rcs_status: None,
+        fallback_status: None,
+        sms_status_code: None,
+        error_message: None,
+        attempts: 1,
+        reg_date: now,
+        req_date: Some(now),
+        sent_date: None,
+        res_date: None,
+    };
+    let uid = row.uid.clone();
+    writer.insert(row.clone()).await.unwrap();
+    dispatcher.offer(row);
+    for _ in 0..500 {
+        let m = store
+            .message(&ClientId::from("c"), Channel::Xms, &uid)
+            .await
+            .unwrap()
+            .unwrap();
+        if m.status != Status::Accepted {
+            return (m, calls.load(Ordering::SeqCst));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "never finished: {:?}",
+        store.receipts_of(&uid).await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_carrier_is_retried_with_back_off() {
+    let carrier = Scripted {
+        failures: 2,
+        ..Scripted::default()
+    };
+    let (m, calls) = deliver_with(carrier, Run::default()).await;
+    assert_eq!((m.status.as_str(), m.attempts, calls), ("200", 3, 3));
+}
+
+#[tokio::test]
+async fn a_carrier_unreachable_past_the_retry_budget_ends_520() {
+    let carrier = Scripted {
+        failures: usize::MAX,
+        ..Scripted::default()
+    };
+    let run = Run {
+        retry_for: Duration::from_millis(300),
+        ..Run::default()
+    };
+    let (m, calls) = deliver_with(carrier, run).await;
+    assert_eq!(m.status.as_str(), "520");
+    assert!(calls > 1, "tried again before giving up: {calls}");
+    assert!(m.error_message.unwrap().starts_with("carrier unreachable"));
+}
+
+#[tokio::test]
+async fn receipts_decide_and_the_worst_part_wins() {
+    for in_memory in [true, false] {
+        let delivered = Scripted {
+            parts: 2,
+            receipts: vec![MessageState::Delivered, MessageState::Accepted],
+            ..Scripted::default()
+        };
+        let run = Run {
+            in_memory,
+            ..Run::default()
+        };
+        let (m, _) = deliver_with(delivered, run).await;
+        assert_eq!((m.status.as_str(), in_memory), ("200", in_memory));
+
+        let one_undelivered = Scripted {
+            parts: 3,
+            receipts: vec![
+                MessageState::Enroute,
+                MessageState::Delivered,
+                MessageState::Undeliverable,
+            ],
+            ..Scripted::default()
+        };
+        // ENROUTE is not final: the first part's final receipt is still missing, so only
+        // the deadline decides (below); here the two others do not decide alone.
+        let run = Run {
+            in_memory,
+            receipt_timeout: Duration::from_millis(500),
+            ..Run::default()
+        };
+        let (m, _) = deliver_with(one_undelivered, run).await;
+        assert_eq!(
+            (m.status.as_str(), m.error_message.as_deref(), in_memory),
+            (
+                "520",
+                Some("no delivery receipt in time (messaging.receipt_timeout_s)"),
+                in_memory
+            )
+        );
+
+        let rejected = Scripted {
+            parts: 2,
+            receipts: vec![MessageState::Delivered, MessageState::Rejected],
+            ..Scripted::default()
+        };
+        let run = Run {
+            in_memory,
+            ..Run::default()
+        };
+        let (m, _) = deliver_with(rejected, run).await;
+        assert_eq!((m.status.as_str(), in_memory), ("510", in_memory));
+    }
+}

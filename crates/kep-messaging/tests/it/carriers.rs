@@ -1,0 +1,298 @@
+//! Carriers end to end: messages sent through the API leave over a real SMPP 3.4 bind to a
+//! small SMSC (`kep_smpp::smsc`), whose receipts decide their status; routing, failover, a
+//! carrier down at start, throttling and receipts that never come.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kep_messaging::carriers::{CarrierKind, CarrierSettings};
+use kep_smpp::smsc::{Smsc, SmscBehaviour};
+use kep_smpp::{DataCoding, LongText, MessageState};
+use serde_json::{Value, json};
+
+use crate::common::{Server, eventually, sms, spawn_with};
+
+const SYSTEM_ID: &str = "kep";
+const PASSWORD: &str = "secret";
+
+/// Receipts by the number's last four digits: 0000 undeliverable, 0001 rejected, 0009
+/// none at all; any other delivered.
+fn by_number() -> SmscBehaviour {
+    SmscBehaviour {
+        receipt: Arc::new(|to: &str| match &to[to.len().saturating_sub(4)..] {
+            "0000" => Some(MessageState::Undeliverable),
+            "0001" => Some(MessageState::Rejected),
+            "0009" => None,
+            _ => Some(MessageState::Delivered),
+        }),
+        throttle_first: 0,
+        system_id: SYSTEM_ID.into(),
+        password: PASSWORD.into(),
+        record: true,
+    }
+}
+
+async fn smsc(behaviour: SmscBehaviour) -> Smsc {
+    Smsc::start("127.0.0.1:0".parse().unwrap(), behaviour)
+        .await
+        .unwrap()
+}
+
+/// A loopback port nothing listens on (yet).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn smpp(name: &str, port: u16) -> CarrierSettings {
+    let mut s: CarrierSettings = serde_json::from_value(json!({
+        "name": name, "kind": "smpp", "host": "127.0.0.1", "port": port,
+        "system_id": SYSTEM_ID, "password": PASSWORD, "source_addr": "1588",
+    }))
+    .unwrap();
+    s.enquire_link_s = 1;
+    s
+}
+
+async fn kep_with(carriers: Vec<CarrierSettings>) -> (Server, String) {
+    let server = spawn_with(|s| s.carriers = carriers).await;
+    let (id, secret) = server.client().await;
+    let token = server.token(&id, &secret).await;
+    (server, token)
+}
+
+async fn send(server: &Server, token: &str, body: &Value) -> String {
+    let (status, v) = server.post(token, "/v2/send/xms", body).await;
+    assert_eq!(status, 200, "{v}");
+    v["uid"].as_str().unwrap().to_owned()
+}
+
+fn utf16be(text: &str) -> Vec<u8> {
+    text.encode_utf16().flat_map(u16::to_be_bytes).collect()
+}
+
+#[tokio::test]
+async fn receipts_from_an_smpp_carrier_decide_each_message() {
+    let smsc = smsc(by_number()).await;
+    let (server, token) = kep_with(vec![smpp("smsc", smsc.port())]).await;
+    let delivered = send(&server, &token, &sms("d", "821012345678")).await;
+    let undeliverable = send(&server, &token, &sms("u", "821012340000")).await;
+    let rejected = send(&server, &token, &sms("r", "821012340001")).await;
+
+    let d = server.settled(&token, &delivered).await;
+    assert_eq!(d["status_code"], "API_200", "{d}");
+    for uid in [&undeliverable, &rejected] {
+        let v = server.settled(&token, uid).await;
+        assert_eq!(v["status_code"], "API_510", "{v}");
+    }
+    // The SMSC got each once, as UCS-2 with a receipt asked for, from the sender number.
+    let received = smsc.received();
+    assert_eq!(received.len(), 3);
+    let first = received
+        .iter()
+        .find(|s| s.destination == "821012345678")
+        .unwrap();
+    assert_eq!(
+        (
+            first.data_coding,
+            first.registered_delivery & 1,
+            first.source.as_str()
+        ),
+        (8, 1, "0212345678")
+    );
+    assert_eq!(first.short_message, utf16be("안녕하세요"));
+    // The outbox names the carrier each went to.
+    let outbox = server.outbox().await;
+    assert!(
+        outbox
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["outcome"] == "API_200" || e["outcome"] == "API_510"),
+        "{outbox}"
+    );
+}
+
+#[tokio::test]
+async fn long_text_goes_in_udh_parts_or_whole_in_the_payload() {
+    let text: String = "가나다라마바사아자차".repeat(20); // 200 Hangul: 400 CP949 bytes
+    let lm = json!({"cid": "lm", "message_type": "LM", "phone_number": "821012345678",
+        "title": "제목", "message": text, "sender_no": "0212345678"});
+    let whole = format!("제목\n{text}");
+
+    let udh = smsc(by_number()).await;
+    let (server, token) = kep_with(vec![smpp("udh", udh.port())]).await;
+    let uid = send(&server, &token, &lm).await;
+    assert_eq!(server.settled(&token, &uid).await["status_code"], "API_200");
+    let parts = udh.received();
+    // 203 UTF-16 units at 67 a part.
+    assert_eq!(parts.len(), 4);
+    let mut joined = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(p.esm_class & 0x40, 0x40, "UDH indicator");
+        let header = &p.short_message[..6];
+        assert_eq!((header[0], header[1], header[2]), (5, 0, 3));
+        assert_eq!((header[4], header[5]), (4, u8::try_from(i + 1).unwrap()));
+        joined.extend_from_slice(&p.short_message[6..]);
+    }
+    assert_eq!(joined, utf16be(&whole));
+
+    let payload = smsc(by_number()).await;
+    let mut carrier = smpp("payload", payload.port());
+    carrier.long_text = LongText::Payload;
+    carrier.data_coding = DataCoding::Ksc5601;
+    let (server, token) = kep_with(vec![carrier]).await;
+    let uid = send(&server, &token, &lm).await;
+    assert_eq!(server.settled(&token, &uid).await["status_code"], "API_200");
+    let received = payload.received();
+    assert_eq!(received.len(), 1);
+    let (cp949, _, _) = encoding_rs::EUC_KR.encode(&whole);
+    assert_eq!(received[0].data_coding, 0x0E);
+    assert!(received[0].short_message.is_empty());
+    assert_eq!(received[0].message_payload.as_deref(), Some(&*cp949));
+}
+
+#[tokio::test]
+async fn a_carrier_down_at_start_gets_the_message_once_it_is_up() {
+    let port = free_port();
+    let (server, token) = kep_with(vec![smpp("late", port)]).await;
+    let uid = send(&server, &token, &sms("late", "821012345678")).await;
+    let carriers = server.operator_get("/admin/v1/messaging/carriers").await;
+    assert_eq!(carriers[0]["state"], "connecting", "{carriers}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, v) = server
+        .get(&token, &format!("/v2/info/message/search/detail/{uid}"))
+        .await;
+    assert_eq!(v["result"]["status_code"], "API_100", "it waits: {v}");
+
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let smsc = Smsc::start(addr, by_number()).await.unwrap();
+    // Its retries back off on the service's clock, which stands still in these tests.
+    let settled = eventually(
+        Duration::from_secs(30),
+        "the message is delivered",
+        async || {
+            server.clock.advance(Duration::from_secs(5));
+            let (_, v) = server
+                .get(&token, &format!("/v2/info/message/search/detail/{uid}"))
+                .await;
+            if v["result"]["status_code"] == "API_100" {
+                Err(v)
+            } else {
+                Ok(v)
+            }
+        },
+    )
+    .await;
+    assert_eq!(settled["result"]["status_code"], "API_200", "{settled}");
+    assert_eq!(smsc.submits(), 1, "handed over once");
+    let carriers = server.operator_get("/admin/v1/messaging/carriers").await;
+    assert_eq!(
+        (
+            carriers[0]["state"].as_str(),
+            carriers[0]["acknowledged"].as_u64()
+        ),
+        (Some("up"), Some(1)),
+        "{carriers}"
+    );
+}
+
+#[tokio::test]
+async fn a_carrier_that_is_down_passes_its_messages_to_the_next() {
+    let up = smsc(by_number()).await;
+    let (server, token) = kep_with(vec![smpp("down", free_port()), smpp("up", up.port())]).await;
+    let uid = send(&server, &token, &sms("f", "821012345678")).await;
+    assert_eq!(server.settled(&token, &uid).await["status_code"], "API_200");
+    assert_eq!(up.submits(), 1);
+    let carriers = server.operator_get("/admin/v1/messaging/carriers").await;
+    let names: Vec<&str> = carriers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["down", "up", "simulator"]);
+}
+
+#[tokio::test]
+async fn prefixes_and_types_route_and_the_simulator_takes_the_rest() {
+    let smsc = smsc(by_number()).await;
+    let mut carrier = smpp("seoul", smsc.port());
+    carrier.prefixes = vec!["8210".into()];
+    carrier.types = vec!["SM".into()];
+    let (server, token) = kep_with(vec![carrier]).await;
+    let routed = send(&server, &token, &sms("a", "821012345678")).await;
+    let other_number = send(&server, &token, &sms("b", "821112345678")).await;
+    for uid in [&routed, &other_number] {
+        assert_eq!(server.settled(&token, uid).await["status_code"], "API_200");
+    }
+    assert_eq!(smsc.submits(), 1, "only 8210… went to the SMSC");
+}
+
+#[tokio::test]
+async fn a_throttling_smsc_slows_kep_down_and_loses_nothing() {
+    let mut behaviour = by_number();
+    behaviour.throttle_first = 3;
+    let smsc = smsc(behaviour).await;
+    let (server, token) = kep_with(vec![smpp("busy", smsc.port())]).await;
+    let mut uids = Vec::new();
+    for i in 0..5 {
+        uids.push(send(&server, &token, &sms(&format!("t{i}"), "821012345678")).await);
+    }
+    for uid in &uids {
+        assert_eq!(server.settled(&token, uid).await["status_code"], "API_200");
+    }
+    assert_eq!(smsc.received().len(), 5, "each accepted once");
+    assert_eq!(
+        smsc.submits(),
+        8,
+        "the three throttled submits were sent again"
+    );
+}
+
+#[tokio::test]
+async fn a_receipt_that_never_comes_ends_520_at_the_receipt_timeout() {
+    let smsc = smsc(by_number()).await;
+    let carriers = vec![smpp("silent", smsc.port())];
+    let server = spawn_with(|s| {
+        s.carriers = carriers;
+        s.receipt_timeout_s = 60;
+    })
+    .await;
+    let (id, secret) = server.client().await;
+    let token = server.token(&id, &secret).await;
+    let uid = send(&server, &token, &sms("s", "821012340009")).await;
+    eventually(Duration::from_secs(30), "the SMSC has it", async || {
+        if smsc.submits() == 1 {
+            Ok(())
+        } else {
+            Err("not yet")
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, v) = server
+        .get(&token, &format!("/v2/info/message/search/detail/{uid}"))
+        .await;
+    assert_eq!(v["result"]["status_code"], "API_100", "{v}");
+    server.clock.advance(Duration::from_secs(61));
+    let v = server.settled(&token, &uid).await;
+    assert_eq!(v["status_code"], "API_520", "{v}");
+}
+
+#[test]
+fn a_carrier_kind_that_carries_no_rcs_refuses_rcs_types() {
+    let mut s = smpp("x", 1);
+    s.types = vec!["RCSSMS".into()];
+    assert_eq!(s.kind, CarrierKind::Smpp);
+    assert!(
+        s.types()
+            .unwrap_err()
+            .to_string()
+            .contains("carries no RCS")
+    );
+}

@@ -1,0 +1,214 @@
+//! A small SMSC, for tests and benchmarks: a real TCP server speaking SMPP 3.4. It binds
+//! ESMEs that give its credentials, answers every submit_sm with a fresh message_id and,
+//! when the behaviour says so, sends a delivery receipt for it.
+
+mod session;
+
+use std::{
+    collections::HashMap,
+    fmt,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use rusmpp::pdus::DeliverSm;
+use tokio::{net::TcpListener, sync::mpsc};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::warn;
+
+use crate::receipt::MessageState;
+
+/// The receipt state for a submit to a destination; None: no receipt.
+pub type ReceiptFor = Arc<dyn Fn(&str) -> Option<MessageState> + Send + Sync>;
+
+/// Sessions that take deliver_sm, by system_id: each session's id and its inbox.
+type Receivers = HashMap<String, Vec<(u64, mpsc::UnboundedSender<DeliverSm>)>>;
+
+/// How the SMSC answers.
+#[derive(Clone)]
+pub struct SmscBehaviour {
+    /// The receipt sent for a submit to this destination; None: no receipt.
+    pub receipt: ReceiptFor,
+    /// The first `throttle_first` submit_sm get ESME_RTHROTTLED.
+    pub throttle_first: usize,
+    /// A bind with other credentials is refused ESME_RINVPASWD.
+    pub system_id: String,
+    pub password: String,
+    /// Keep every submit received (tests); off in benchmarks.
+    pub record: bool,
+}
+
+impl Default for SmscBehaviour {
+    /// Every submit delivered, nothing throttled, credentials `kep` / `secret`, recorded.
+    fn default() -> Self {
+        SmscBehaviour {
+            receipt: Arc::new(|_| Some(MessageState::Delivered)),
+            throttle_first: 0,
+            system_id: "kep".into(),
+            password: "secret".into(),
+            record: true,
+        }
+    }
+}
+
+impl fmt::Debug for SmscBehaviour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmscBehaviour")
+            .field("throttle_first", &self.throttle_first)
+            .field("system_id", &self.system_id)
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A submit_sm as the SMSC received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedSubmit {
+    pub source: String,
+    pub destination: String,
+    pub data_coding: u8,
+    pub esm_class: u8,
+    pub short_message: Vec<u8>,
+    pub message_payload: Option<Vec<u8>>,
+    pub registered_delivery: u8,
+}
+
+/// What every session of one SMSC shares.
+struct Shared {
+    behaviour: SmscBehaviour,
+    throttle_left: AtomicUsize,
+    submits: AtomicU64,
+    binds: AtomicU64,
+    unbinds: AtomicU64,
+    message_ids: AtomicU64,
+    sessions: AtomicU64,
+    received: Mutex<Vec<ReceivedSubmit>>,
+    /// The sessions that take deliver_sm (receivers and transceivers) by system_id, for the
+    /// receipts of submits that came over a transmitter.
+    receivers: Mutex<Receivers>,
+}
+
+impl Shared {
+    /// Hands a receipt to a session of `system_id` that takes them; false if none does.
+    fn route(&self, system_id: &str, receipt: DeliverSm) -> bool {
+        let receivers = self.receivers.lock().expect("receivers lock");
+        receivers
+            .get(system_id)
+            .and_then(|sessions| sessions.first())
+            .is_some_and(|(_, session)| session.send(receipt).is_ok())
+    }
+}
+
+/// A running SMSC. Dropping it stops it too, without waiting.
+pub struct Smsc {
+    shared: Arc<Shared>,
+    port: u16,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl fmt::Debug for Smsc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Smsc")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Smsc {
+    /// Listens on `addr` (`127.0.0.1:0` for any free port) and serves every session.
+    pub async fn start(addr: SocketAddr, behaviour: SmscBehaviour) -> std::io::Result<Smsc> {
+        let listener = TcpListener::bind(addr).await?;
+        let port = listener.local_addr()?.port();
+        let shared = Arc::new(Shared {
+            throttle_left: AtomicUsize::new(behaviour.throttle_first),
+            behaviour,
+            submits: AtomicU64::new(0),
+            binds: AtomicU64::new(0),
+            unbinds: AtomicU64::new(0),
+            message_ids: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            received: Mutex::new(Vec::new()),
+            receivers: Mutex::new(HashMap::new()),
+        });
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        tasks.spawn(accept(
+            listener,
+            shared.clone(),
+            stop.clone(),
+            tasks.clone(),
+        ));
+        Ok(Smsc {
+            shared,
+            port,
+            stop,
+            tasks,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Every submit_sm received, in order (empty unless `record`).
+    pub fn received(&self) -> Vec<ReceivedSubmit> {
+        self.shared.received.lock().expect("received lock").clone()
+    }
+
+    /// submit_sm received, throttled ones included.
+    pub fn submits(&self) -> u64 {
+        self.shared.submits.load(Ordering::Relaxed)
+    }
+
+    /// Successful binds.
+    pub fn binds(&self) -> u64 {
+        self.shared.binds.load(Ordering::Relaxed)
+    }
+
+    /// unbind received.
+    pub fn unbinds(&self) -> u64 {
+        self.shared.unbinds.load(Ordering::Relaxed)
+    }
+
+    /// Closes the listener and every session, abruptly, as a carrier going down would.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+impl Drop for Smsc {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                tasks.spawn(session::serve(stream, shared.clone(), stop.clone()));
+            }
+            Err(e) => {
+                // Out of descriptors and the like: wait a little rather than spin.
+                warn!(error = %e, "SMSC accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
