@@ -183,6 +183,9 @@ pub struct CarrierStatus {
     pub window_in_use: u64,
     /// Binds lost and made again (SMPP).
     pub reconnects: u64,
+    /// `submit_sm` the SMSC answered `ESME_RTHROTTLED` or `ESME_RMSGQFUL` (sent again after a
+    /// pause).
+    pub throttled: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }

@@ -221,6 +221,7 @@ impl Carriers {
                     acknowledged: c.acknowledged.load(Ordering::Relaxed),
                     window_in_use: 0,
                     reconnects: 0,
+                    throttled: 0,
                     last_error: None,
                 };
                 match &c.connector {

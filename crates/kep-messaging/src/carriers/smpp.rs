@@ -99,6 +99,7 @@ impl Smpp {
         .to_owned();
         state.window_in_use = stats.window_in_use as u64;
         state.reconnects = stats.reconnects;
+        state.throttled = stats.throttled;
         state.last_error = stats.last_error;
     }
 

@@ -5,6 +5,7 @@ mod activity;
 mod carriers;
 mod common;
 mod edges;
+mod jasmin;
 mod limits;
 mod operator;
 mod rcs;
