@@ -116,6 +116,23 @@ pub fn port0() -> Vec<&'static str> {
 }
 
 /// Runs a CLI command against the server; its stdout parsed as JSON.
+/// An API client made with the CLI (`kep msg client`), whose token `kep msg token` then
+/// keeps for the other `kep msg` commands, as a user starts; the token's answer.
+pub fn msg_client(srv: &Server, name: &str) -> Value {
+    let client = cli(srv, &["msg", "client", "--name", name]);
+    cli(
+        srv,
+        &[
+            "msg",
+            "token",
+            "--client-id",
+            client["client_id"].as_str().unwrap(),
+            "--client-secret",
+            client["client_secret"].as_str().unwrap(),
+        ],
+    )
+}
+
 pub fn cli(srv: &Server, args: &[&str]) -> Value {
     let out = Command::new(KEP)
         .args(args)

@@ -2,6 +2,7 @@
 
 mod adapter;
 mod browser;
+mod carriers;
 mod live;
 mod messaging;
 mod metrics;

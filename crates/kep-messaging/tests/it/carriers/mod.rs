@@ -309,3 +309,32 @@ fn a_carrier_kind_that_carries_no_rcs_refuses_rcs_types() {
             .contains("carries no RCS")
     );
 }
+
+#[tokio::test]
+async fn an_rcs_that_fails_falls_back_to_an_sms_through_the_same_routing() {
+    let smsc = smsc(by_number()).await;
+    let mut carrier = smpp("sms", smsc.port());
+    carrier.types = vec!["SM".into(), "LM".into()];
+    let (server, token) = kep_with(vec![carrier]).await;
+    // The simulator carries the RCS: 0002 has none.
+    let mut body = crate::common::rcs("r", "821012340002");
+    body["fall_back_yn"] = json!(true);
+    body["fall_back_message_type"] = json!("SM");
+    body["fall_back_message"] = json!("대신 문자");
+    let (status, v) = server.post(&token, "/v2/send/rcs", &body).await;
+    assert_eq!(status, 200, "{v}");
+    let uid = v["uid"].as_str().unwrap();
+    let detail = server.rcs_settled(&token, uid).await;
+    assert_eq!(
+        (
+            &detail["status"],
+            &detail["rcs_status"],
+            &detail["fallback_status"]
+        ),
+        (&json!("API_200"), &json!("fail"), &json!("success")),
+        "{detail}"
+    );
+    let received = smsc.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].short_message, utf16be("대신 문자"));
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Server, cli, eventually_blocking, http, port0, serve};
+use crate::common::{Server, cli, eventually_blocking, http, msg_client, port0, serve};
 
 /// Creates a messaging client through the operator API: (client_id, client_secret).
 fn messaging_client(srv: &Server) -> (String, String) {
@@ -165,18 +165,7 @@ fn the_messaging_flow_from_the_cli() {
     ] {
         assert!(admin_doc["paths"][path].is_object(), "{path} is described");
     }
-    let client = cli(&srv, &["msg", "client", "--name", "cli"]);
-    let token = cli(
-        &srv,
-        &[
-            "msg",
-            "token",
-            "--client-id",
-            client["client_id"].as_str().unwrap(),
-            "--client-secret",
-            client["client_secret"].as_str().unwrap(),
-        ],
-    );
+    let token = msg_client(&srv, "cli");
     assert_eq!(token["token_type"], "Bearer");
     let sent = cli(
         &srv,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{Joiner, Server, cli, eventually_blocking, port0, serve};
+use crate::common::{Joiner, Server, cli, eventually_blocking, msg_client, port0, serve};
 
 /// The value of the series `name{labels}` (labels as Prometheus writes them, in order), if
 /// the scrape has it.
@@ -112,20 +112,7 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
     );
 
     // Messaging: a token, a message accepted and delivered.
-    let client = cli(&srv, &["msg", "client", "--name", "m"]);
-    let id = client["client_id"].as_str().unwrap();
-    let client_secret = client["client_secret"].as_str().unwrap();
-    cli(
-        &srv,
-        &[
-            "msg",
-            "token",
-            "--client-id",
-            id,
-            "--client-secret",
-            client_secret,
-        ],
-    );
+    msg_client(&srv, "m");
     let sent = cli(
         &srv,
         &[

@@ -1,0 +1,103 @@
+//! A carrier configured in the settings file, through the real binary: `kep serve` binds to
+//! an SMSC (kep-smpp's small one) as the TOML says, a message sent with the CLI leaves over
+//! that bind and its receipt makes it 200, `kep msg carriers` and `/metrics` show it, and a
+//! SIGTERM unbinds.
+
+use std::time::Duration;
+
+use kep_smpp::{MessageState, Smsc, SmscBehaviour};
+
+use crate::common::{StopsGracefully, cli, eventually_blocking, msg_client, port0, serve};
+
+#[test]
+fn a_toml_carrier_takes_the_message_and_kep_unbinds_when_it_stops() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let smsc = runtime
+        .block_on(Smsc::start(
+            "127.0.0.1:0".parse().unwrap(),
+            SmscBehaviour {
+                receipt: std::sync::Arc::new(|_: &str| Some(MessageState::Delivered)),
+                system_id: "kep".into(),
+                password: "secret".into(),
+                record: true,
+                ..SmscBehaviour::default()
+            },
+        ))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kep.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[messaging.carriers]]\nname = \"smsc\"\nkind = \"smpp\"\ntypes = [\"SM\"]\n\
+             host = \"127.0.0.1\"\nport = {}\nsystem_id = \"kep\"\npassword = \"secret\"\nwindow = 8\n",
+            smsc.port()
+        ),
+    )
+    .unwrap();
+    let mut args = port0();
+    args.extend(["--config", config.to_str().unwrap()]);
+    let running = StopsGracefully(serve(&dir.path().join("data"), &args, &[]));
+    let srv = &running.0;
+
+    msg_client(srv, "c");
+    let sent = cli(
+        srv,
+        &[
+            "msg",
+            "send-xms",
+            "--to",
+            "821012345678",
+            "--from",
+            "0212345678",
+            "--text",
+            "안녕",
+            "--cid",
+            "c-1",
+        ],
+    );
+    let uid = sent["uid"].as_str().unwrap().to_owned();
+    eventually_blocking(Duration::from_secs(20), "the receipt makes it 200", || {
+        let shown = cli(srv, &["msg", "show", &uid]);
+        match shown["result"]["status_code"].as_str() {
+            Some("API_200") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert_eq!(smsc.received().len(), 1);
+
+    let carriers = cli(srv, &["msg", "carriers", "--json"]);
+    assert_eq!(
+        (
+            &carriers[0]["name"],
+            &carriers[0]["state"],
+            &carriers[0]["acknowledged"]
+        ),
+        (&"smsc".into(), &"up".into(), &1.into()),
+        "{carriers}"
+    );
+    assert_eq!(carriers[1]["name"], "simulator");
+    let table = std::process::Command::new(crate::common::KEP)
+        .args(["msg", "carriers"])
+        .env("KEP_DATA_DIR", &srv.data_dir)
+        .output()
+        .unwrap();
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(table.contains("smsc") && table.contains("up"), "{table}");
+
+    let scrape = reqwest::blocking::get(format!("{}/metrics", srv.admin))
+        .unwrap()
+        .text()
+        .unwrap();
+    for series in [
+        r#"kep_messaging_carrier_acknowledged_total{carrier="smsc"} 1"#,
+        r#"kep_messaging_carrier_receipts_total{carrier="smsc",state="DELIVRD"} 1"#,
+        r#"kep_messaging_carrier_bound{carrier="smsc"} 1"#,
+    ] {
+        assert!(scrape.lines().any(|l| l == series), "{series} in\n{scrape}");
+    }
+
+    assert_eq!(smsc.unbinds(), 0);
+    drop(running);
+    assert_eq!(smsc.unbinds(), 1, "kep unbinds as it stops");
+}
