@@ -4,14 +4,17 @@
 //! state).
 //!
 //! Where this process is the only node, it matches receipts in memory first ([`Awaiting`]):
-//! no query per receipt. Every hand-over is also in the store (`carrier_receipts`), so a
-//! receipt that memory does not know — one for a hand-over made before a restart, or by
-//! another node — is matched there. One that neither knows may have overtaken its
-//! hand-over's record: it is looked for again for a few seconds, then logged and dropped.
+//! no query per receipt. A carrier that receipts at once often has its receipt read before
+//! the task that handed the message over has registered it, so a receipt memory does not
+//! know is held a moment ([`HOLD`]) for its hand-over. Every hand-over is also in the store
+//! (`carrier_receipts`), so a receipt that memory still does not know — one for a hand-over
+//! made before a restart, or by another node — is matched there. One that neither knows may
+//! have overtaken its hand-over's record: it is looked for again for a few seconds, then
+//! logged and dropped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -22,8 +25,11 @@ use crate::pipeline::{Carrier, CarrierOutcome, Delivery, Dispatcher};
 use crate::store::{Handover, ReceiptRow};
 
 /// How often, and how long apart, a receipt nothing knows yet is looked for again.
-const LOOKUPS: u32 = 10;
-const LOOKUP_EVERY: Duration = Duration::from_millis(500);
+const LOOKUPS: u32 = 25;
+const LOOKUP_EVERY: Duration = Duration::from_millis(200);
+/// How long a receipt memory does not know waits there for its hand-over before the store
+/// is asked.
+const HOLD: Duration = Duration::from_secs(1);
 
 /// A hand-over whose receipts this process awaits.
 pub(crate) struct Waiting {
@@ -42,6 +48,8 @@ pub(crate) struct Waiting {
 pub(crate) struct Awaiting {
     by_part: HashMap<(Arc<str>, String), MessageUid>,
     by_uid: HashMap<MessageUid, Waiting>,
+    /// Receipts that came before their hand-over was registered, since when.
+    held: HashMap<(Arc<str>, String), (CarrierReceipt, CarrierOutcome, Instant)>,
 }
 
 /// What a receipt meant to [`Awaiting`].
@@ -54,6 +62,8 @@ enum Matched {
 }
 
 impl Awaiting {
+    /// Registers a hand-over; receipts held for its parts count at once: the hand-over,
+    /// when they decided it.
     pub fn insert(
         &mut self,
         d: Delivery,
@@ -61,25 +71,57 @@ impl Awaiting {
         carrier: Arc<str>,
         parts: Vec<String>,
         at: i64,
-    ) {
+    ) -> Option<Box<Waiting>> {
         let uid = d.m.uid.clone();
         for id in &parts {
             self.by_part
                 .insert((Arc::clone(&carrier), id.clone()), uid.clone());
         }
         let left = parts.len();
+        let held: Vec<(String, CarrierOutcome)> = parts
+            .iter()
+            .filter_map(|id| {
+                let (_, outcome, _) = self.held.remove(&(Arc::clone(&carrier), id.clone()))?;
+                Some((id.clone(), outcome))
+            })
+            .collect();
         self.by_uid.insert(
             uid,
             Waiting {
                 d,
                 route,
-                carrier,
+                carrier: Arc::clone(&carrier),
                 parts,
                 left,
                 worst: CarrierOutcome::Delivered,
                 at,
             },
         );
+        let mut decided = None;
+        for (id, outcome) in held {
+            if let Matched::Decided(w) = self.receipt(&carrier, &id, outcome) {
+                decided = Some(w);
+            }
+        }
+        decided
+    }
+
+    fn hold(&mut self, r: CarrierReceipt, outcome: CarrierOutcome) {
+        let key = (Arc::clone(&r.carrier), r.message_id.clone());
+        self.held.insert(key, (r, outcome, Instant::now()));
+    }
+
+    /// The receipts held since before `before`: no hand-over of this process claimed them.
+    fn release_held(&mut self, before: Instant) -> Vec<CarrierReceipt> {
+        let old: Vec<(Arc<str>, String)> = self
+            .held
+            .iter()
+            .filter(|(_, (_, _, since))| *since < before)
+            .map(|(key, _)| key.clone())
+            .collect();
+        old.into_iter()
+            .filter_map(|key| self.held.remove(&key).map(|(r, _, _)| r))
+            .collect()
     }
 
     pub fn remove(&mut self, uid: &MessageUid) -> Option<Waiting> {
@@ -177,14 +219,31 @@ impl<C: Carrier> Dispatcher<C> {
         self: Arc<Self>,
         mut receipts: mpsc::UnboundedReceiver<CarrierReceipt>,
     ) {
-        while let Some(r) = receipts.recv().await {
-            metrics::counter!(
-                "kep_messaging_carrier_receipts_total",
-                "carrier" => r.carrier.to_string(),
-                "state" => r.state.stat()
-            )
-            .increment(1);
-            self.on_receipt(r, 0);
+        let mut release = tokio::time::interval(HOLD / 4);
+        loop {
+            tokio::select! {
+                r = receipts.recv() => {
+                    let Some(r) = r else { return };
+                    metrics::counter!(
+                        "kep_messaging_carrier_receipts_total",
+                        "carrier" => r.carrier.to_string(),
+                        "state" => r.state.stat()
+                    )
+                    .increment(1);
+                    self.on_receipt(r, 0);
+                }
+                _ = release.tick() => {
+                    let released = self
+                        .awaiting
+                        .lock()
+                        .expect("awaiting lock")
+                        .release_held(Instant::now() - HOLD);
+                    for r in released {
+                        let me = Arc::clone(&self);
+                        self.deliveries.spawn(async move { me.receipt_from_store(r, 0).await });
+                    }
+                }
+            }
         }
     }
 
@@ -213,6 +272,13 @@ impl<C: Carrier> Dispatcher<C> {
         if self.match_in_memory(&r, outcome) {
             return;
         }
+        if self.policy.receipts_in_memory && lookups == 0 {
+            self.awaiting
+                .lock()
+                .expect("awaiting lock")
+                .hold(r, outcome);
+            return;
+        }
         let me = Arc::clone(self);
         self.deliveries
             .spawn(async move { me.receipt_from_store(r, lookups).await });
@@ -228,11 +294,18 @@ impl<C: Carrier> Dispatcher<C> {
             &r.message_id,
             outcome,
         );
-        let w = match matched {
-            Matched::Unknown => return false,
-            Matched::Partly => return true,
-            Matched::Decided(w) => w,
-        };
+        match matched {
+            Matched::Unknown => false,
+            Matched::Partly => true,
+            Matched::Decided(w) => {
+                self.decided(w);
+                true
+            }
+        }
+    }
+
+    /// A hand-over its receipts decided goes on, in a task of its own.
+    pub(crate) fn decided(self: &Arc<Self>, w: Box<Waiting>) {
         let Waiting {
             mut d,
             route,
@@ -250,7 +323,6 @@ impl<C: Carrier> Dispatcher<C> {
         let me = Arc::clone(self);
         self.deliveries
             .spawn(async move { me.go_on(d, route, worst).await });
-        true
     }
 
     async fn receipt_from_store(self: Arc<Self>, r: CarrierReceipt, lookups: u32) {

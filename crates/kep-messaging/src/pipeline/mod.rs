@@ -434,7 +434,7 @@ impl<C: Carrier> Dispatcher<C> {
 
     /// Records an acknowledged hand-over and leaves the message to its receipts.
     fn await_receipts(
-        &self,
+        self: &Arc<Self>,
         d: &mut Delivery,
         route: Route,
         carrier: Arc<str>,
@@ -451,14 +451,26 @@ impl<C: Carrier> Dispatcher<C> {
             deadline: now.saturating_add(ms(self.policy.receipt_timeout)),
             rcs_status: d.m.rcs_status,
         };
+        // Recorded first: a receipt held for it may decide it at once, and its record must
+        // not come after the record of its outcome.
+        self.writer.handed(handed);
         if self.policy.receipts_in_memory {
-            let d = std::mem::replace(d, Delivery::new(d.m.clone()));
-            self.awaiting
+            // The caller is done with `d`: its request needs no parsing again.
+            let placeholder = Delivery {
+                m: d.m.clone(),
+                request: Value::Null,
+                handovers: Vec::new(),
+            };
+            let d = std::mem::replace(d, placeholder);
+            let decided = self
+                .awaiting
                 .lock()
                 .expect("awaiting lock")
                 .insert(d, route, carrier, ids, now);
+            if let Some(w) = decided {
+                self.decided(w);
+            }
         }
-        self.writer.handed(handed);
     }
 
     /// Drops what this process awaited for `uid`: the queue decided it.
