@@ -1,6 +1,9 @@
 //! Load helpers that `bench/*.sh` drive against a real `kep serve`.
 
 mod flood;
+// Not in a test build: the fixture's own tests would come with it.
+#[cfg(all(feature = "jasmin", not(test)))]
+mod jasmin;
 mod media;
 
 use std::time::{Duration, Instant};
@@ -10,6 +13,7 @@ use clap::{Parser, Subcommand};
 use kep_api::live::{EventKind, ServerMessage};
 use kep_client::live::{LiveClient, Participant};
 
+mod smpp;
 mod soak;
 mod webhooks;
 
@@ -84,6 +88,16 @@ enum Cmd {
     Churn(webhooks::ChurnArgs),
     /// A webhook receiver that measures how late each event arrives.
     Receive(webhooks::ReceiveArgs),
+    /// An SMSC that acknowledges every submit_sm and sends its DELIVRD receipt at once
+    /// (kep-smpp's small SMSC, recording nothing), until killed.
+    SmscSink(smpp::SinkArgs),
+    /// One ESME bind (kep's `kep_smpp::Esme`) submitting N Korean SMS as fast as its window
+    /// lets it; prints submit_sm/s once every receipt came.
+    EsmeSubmit(smpp::SubmitArgs),
+    /// Jasmin as the messaging tests' fixture starts it (feature `jasmin`), until killed;
+    /// prints `ready <smpp port> <system_id> <password>`.
+    #[cfg(all(feature = "jasmin", not(test)))]
+    Jasmin,
 }
 
 #[tokio::main]
@@ -108,6 +122,10 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Media(args) => media::media(args).await,
         Cmd::Churn(args) => webhooks::churn(args).await,
         Cmd::Receive(args) => webhooks::receive(args).await,
+        Cmd::SmscSink(args) => smpp::sink(args).await,
+        Cmd::EsmeSubmit(args) => smpp::submit(args).await,
+        #[cfg(all(feature = "jasmin", not(test)))]
+        Cmd::Jasmin => jasmin::jasmin().await,
     }
 }
 

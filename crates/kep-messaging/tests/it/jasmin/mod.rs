@@ -91,6 +91,9 @@ pub struct Jasmin {
     python: PathBuf,
     jasmind: PathBuf,
     redis: Option<Child>,
+    redis_port: u16,
+    /// Its RabbitMQ virtual host.
+    vhost: String,
     daemon: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -127,27 +130,16 @@ impl Jasmin {
             panic!("redis-server is not installed: run `./test` (README), which installs it")
         });
         let vhost = blocking(|| broker().vhost()).await;
-        let broker = broker();
         let dir = tempfile::Builder::new()
             .prefix("kep-jasmin-")
             .tempdir()
             .expect("a temp dir for Jasmin");
-        let [smpp, smpp_pb, cm, router, http, jcli, redis] = free_ports();
+        let [smpp, http, jcli, redis] = free_ports();
         for sub in ["store", "root"] {
             std::fs::create_dir(dir.path().join(sub)).unwrap();
         }
         let path = dir.path();
         std::fs::write(path.join("jasmind-unlocked.py"), UNLOCKED_JASMIND).unwrap();
-        std::fs::write(
-            path.join("jasmin.cfg"),
-            jasmin_cfg(
-                path,
-                [smpp, smpp_pb, cm, router, http, jcli, redis],
-                broker,
-                &vhost,
-            ),
-        )
-        .unwrap();
 
         let mut redis_cmd = command(&redis_server);
         redis_cmd
@@ -177,11 +169,14 @@ impl Jasmin {
             python,
             jasmind,
             redis: Some(spawn(redis_cmd).expect("redis-server starts")),
+            redis_port: redis,
+            vhost,
             daemon: None,
             dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         jasmin.wait_port(redis, deadline, "redis").await;
+        jasmin.configure(smpp, http, jcli);
         jasmin.spawn_daemon();
         jasmin.wait_port(jcli, deadline, "jCli").await;
         jasmin.set_up().await;
@@ -208,11 +203,23 @@ impl Jasmin {
         }
     }
 
-    /// Starts `jasmind` again (stopping it first if it runs) on the same ports, with the
-    /// configuration it persisted; returns once the `loop` connector is bound again.
+    /// Writes jasmin.cfg for these ports (its internal ones drawn anew).
+    fn configure(&mut self, smpp: u16, http: u16, jcli: u16) {
+        let [smpp_pb, cm, router] = free_ports();
+        let ports = [smpp, smpp_pb, cm, router, http, jcli, self.redis_port];
+        let cfg = jasmin_cfg(self.dir.path(), ports, broker(), &self.vhost);
+        std::fs::write(self.dir.path().join("jasmin.cfg"), cfg).unwrap();
+        (self.http_port, self.jcli_port) = (http, jcli);
+    }
+
+    /// Starts `jasmind` again (stopping it first if it runs) on the same SMPP port, with the
+    /// configuration it persisted; returns once the `loop` connector is bound again. Its other
+    /// ports are drawn anew: while it was down, a test running beside it may have taken one.
     pub async fn restart(&mut self) {
         self.stop().await;
         let deadline = Instant::now() + START_TIMEOUT;
+        let [http, jcli] = free_ports();
+        self.configure(self.smpp_port, http, jcli);
         self.spawn_daemon();
         self.wait_port(self.jcli_port, deadline, "jCli").await;
         self.wait_ready(deadline).await;
