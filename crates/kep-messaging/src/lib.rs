@@ -50,6 +50,8 @@ pub mod counting {
 #[serde(default)]
 pub struct MessagingSettings {
     pub addr: SocketAddr,
+    /// How carriers reach this listener: the base of the dlr-url an HTTP carrier is given.
+    pub public_url: Option<String>,
     /// Access token lifetime (`expires_in`).
     pub token_ttl_s: u64,
     /// IANA name of the service time zone: dates in bodies, times in answers.
@@ -83,6 +85,7 @@ impl Default for MessagingSettings {
     fn default() -> Self {
         MessagingSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8803)),
+            public_url: None,
             token_ttl_s: 21_600,
             time_zone: "Asia/Seoul".into(),
             simulator_delay_ms: 200,
@@ -148,7 +151,7 @@ impl Service for MessagingService {
     fn listener(settings: &MessagingSettings) -> ListenerSettings {
         ListenerSettings {
             addr: settings.addr,
-            public_url: None,
+            public_url: settings.public_url.clone(),
             limits: settings.limits,
         }
     }

@@ -338,3 +338,77 @@ async fn an_rcs_that_fails_falls_back_to_an_sms_through_the_same_routing() {
     assert_eq!(received.len(), 1);
     assert_eq!(received[0].short_message, utf16be("대신 문자"));
 }
+
+/// A gateway's `/send`: answers `Success "<id>"` and hands each form over.
+async fn gateway() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<Vec<(String, String)>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/send",
+        axum::routing::post(move |axum::Form(form): axum::Form<Vec<(String, String)>>| {
+            let _ = tx.send(form);
+            async { "Success \"gw-1\"" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/send", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
+    let (url, mut sends) = gateway().await;
+    let carrier: CarrierSettings = serde_json::from_value(json!({
+        "name": "gw", "kind": "http", "url": url, "username": "kep", "password": "pw",
+    }))
+    .unwrap();
+    let server = spawn_with(|s| {
+        s.carriers = vec![carrier];
+        s.public_url = Some("http://kep.example:8803".into());
+    })
+    .await;
+    let (id, secret) = server.client().await;
+    let token = server.token(&id, &secret).await;
+    let uid = send(&server, &token, &sms("g", "821012345678")).await;
+    let form = sends.recv().await.unwrap();
+    let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    assert_eq!(
+        field("hex-content").unwrap(),
+        hex::encode(utf16be("안녕하세요"))
+    );
+    assert_eq!(
+        (field("coding"), field("dlr-level")),
+        (Some("8".into()), Some("2".into()))
+    );
+    let dlr_url = field("dlr-url").unwrap();
+    let query = dlr_url
+        .strip_prefix("http://kep.example:8803/carriers/gw/dlr?")
+        .unwrap_or_else(|| panic!("{dlr_url}"));
+
+    let dlr = format!("{}/carriers/gw/dlr", server.url);
+    let receipt = [
+        ("id", "gw-1"),
+        ("message_status", "DELIVRD"),
+        ("level", "2"),
+    ];
+    let http = reqwest::Client::new();
+    let wrong = http
+        .post(format!("{dlr}?token=nope"))
+        .form(&receipt)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 403);
+    let right = http
+        .post(format!("{dlr}?{query}"))
+        .form(&receipt)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    assert_eq!(right.text().await.unwrap(), "ACK/Jasmin");
+    assert_eq!(server.settled(&token, &uid).await["status_code"], "API_200");
+}
