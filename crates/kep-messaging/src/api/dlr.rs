@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, RawForm, State};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
@@ -29,7 +30,9 @@ pub(crate) async fn carrier_dlr(
     State(m): State<MessagingService>,
     Path(name): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-    RawForm(form): RawForm,
+    // Read as a form whatever its Content-Type says (or without one): a gateway's receipt
+    // is not refused for how it labels it.
+    form: Bytes,
 ) -> Response {
     let Some((carrier, http)) = m.0.dispatcher.carrier().http(&name) else {
         return (StatusCode::NOT_FOUND, "no such HTTP carrier").into_response();
