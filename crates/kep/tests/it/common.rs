@@ -133,6 +133,18 @@ pub fn msg_client(srv: &Server, name: &str) -> Value {
     )
 }
 
+/// An SMS sent with the CLI (`kep msg send-xms`, the kept token) to 821012345678 from
+/// 0212345678; its answer.
+pub fn msg_send(srv: &Server, cid: &str, text: &str) -> Value {
+    let (to, from) = ("821012345678", "0212345678");
+    cli(
+        srv,
+        &[
+            "msg", "send-xms", "--to", to, "--from", from, "--text", text, "--cid", cid,
+        ],
+    )
+}
+
 pub fn cli(srv: &Server, args: &[&str]) -> Value {
     let out = Command::new(KEP)
         .args(args)

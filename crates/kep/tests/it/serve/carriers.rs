@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use kep_smpp::{MessageState, Smsc, SmscBehaviour};
 
-use crate::common::{StopsGracefully, cli, eventually_blocking, msg_client, port0, serve};
+use crate::common::{
+    StopsGracefully, cli, eventually_blocking, msg_client, msg_send, port0, serve,
+};
 
 #[test]
 fn a_toml_carrier_takes_the_message_and_kep_unbinds_when_it_stops() {
@@ -41,21 +43,7 @@ fn a_toml_carrier_takes_the_message_and_kep_unbinds_when_it_stops() {
     let srv = &running.0;
 
     msg_client(srv, "c");
-    let sent = cli(
-        srv,
-        &[
-            "msg",
-            "send-xms",
-            "--to",
-            "821012345678",
-            "--from",
-            "0212345678",
-            "--text",
-            "안녕",
-            "--cid",
-            "c-1",
-        ],
-    );
+    let sent = msg_send(srv, "c-1", "안녕");
     let uid = sent["uid"].as_str().unwrap().to_owned();
     eventually_blocking(Duration::from_secs(20), "the receipt makes it 200", || {
         let shown = cli(srv, &["msg", "show", &uid]);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Server, cli, eventually_blocking, http, msg_client, port0, serve};
+use crate::common::{Server, cli, eventually_blocking, http, msg_client, msg_send, port0, serve};
 
 /// Creates a messaging client through the operator API: (client_id, client_secret).
 fn messaging_client(srv: &Server) -> (String, String) {
@@ -167,21 +167,7 @@ fn the_messaging_flow_from_the_cli() {
     }
     let token = msg_client(&srv, "cli");
     assert_eq!(token["token_type"], "Bearer");
-    let sent = cli(
-        &srv,
-        &[
-            "msg",
-            "send-xms",
-            "--to",
-            "821012345678",
-            "--from",
-            "0212345678",
-            "--text",
-            "안녕",
-            "--cid",
-            "cli-1",
-        ],
-    );
+    let sent = msg_send(&srv, "cli-1", "안녕");
     assert_eq!(sent["code"], "200");
     let uid = sent["uid"].as_str().unwrap().to_owned();
     // The operator's view across clients: the hand-over, as JSON and as a table.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::{Joiner, Server, cli, eventually_blocking, msg_client, port0, serve};
+use crate::common::{Joiner, Server, cli, eventually_blocking, msg_client, msg_send, port0, serve};
 
 /// The value of the series `name{labels}` (labels as Prometheus writes them, in order), if
 /// the scrape has it.
@@ -113,21 +113,7 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
 
     // Messaging: a token, a message accepted and delivered.
     msg_client(&srv, "m");
-    let sent = cli(
-        &srv,
-        &[
-            "msg",
-            "send-xms",
-            "--to",
-            "821012345678",
-            "--from",
-            "0212345678",
-            "--text",
-            "m",
-            "--cid",
-            "m-1",
-        ],
-    );
+    let sent = msg_send(&srv, "m-1", "m");
     assert_eq!(sent["code"], "200");
     until(
         &srv,
