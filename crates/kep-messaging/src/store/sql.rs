@@ -19,6 +19,7 @@ use dialect::Dialect;
 
 mod batch;
 mod dialect;
+mod receipts;
 
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -233,71 +234,48 @@ kep_core::sql_store! {
             at: i64,
         ) -> sqlx::Result<Option<Vec<ReceiptRow>>> {
             let mut tx = self.pool.begin().await?;
-            // Of two receipts of one hand-over at once, exactly one must see every part
-            // decided: PostgreSQL serialises them on the message (a row lock on the parts
-            // would deadlock two parts locked in turn); SQLite has one writer, taken by the
-            // update that comes first.
             if ON_POSTGRES {
-                sqlx::query(
-                    "SELECT pg_advisory_xact_lock(hashtext(uid)) FROM carrier_receipts
-                     WHERE carrier = $1 AND carrier_message_id = $2",
-                )
-                .bind(carrier)
-                .bind(carrier_message_id)
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(receipts::LOCK_MESSAGE)
+                    .bind(carrier)
+                    .bind(carrier_message_id)
+                    .execute(&mut *tx)
+                    .await?;
             }
-            // The first receipt of a part decides it: a repeated one changes nothing.
-            let part: Option<(MessageUid, Route, i64)> = sqlx::query_as(
-                "UPDATE carrier_receipts SET state = $1, received_at = $2
-                 WHERE carrier = $3 AND carrier_message_id = $4 AND state IS NULL
-                 RETURNING uid, route, attempt",
-            )
-            .bind(state)
-            .bind(at)
-            .bind(carrier)
-            .bind(carrier_message_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some((uid, route, attempt)) = part else {
-                let known: Option<(i64,)> = sqlx::query_as(
-                    "SELECT 1 FROM carrier_receipts WHERE carrier = $1 AND carrier_message_id = $2",
-                )
+            let part: Option<(MessageUid, Route, i64)> = sqlx::query_as(receipts::RECORD)
+                .bind(state)
+                .bind(at)
                 .bind(carrier)
                 .bind(carrier_message_id)
                 .fetch_optional(&mut *tx)
                 .await?;
+            let Some((uid, route, attempt)) = part else {
+                let known: Option<(i64,)> = sqlx::query_as(receipts::KNOWN)
+                    .bind(carrier)
+                    .bind(carrier_message_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
                 return Ok(known.map(|_| Vec::new()));
             };
-            let parts = sqlx::query_as(
-                "SELECT uid, route, attempt, carrier, submitted_at, state FROM carrier_receipts
-                 WHERE uid = $1 AND route = $2 AND attempt = $3",
-            )
-            .bind(&uid)
-            .bind(route)
-            .bind(attempt)
-            .fetch_all(&mut *tx)
-            .await?;
+            let parts = sqlx::query_as(receipts::HAND_OVER)
+                .bind(&uid)
+                .bind(route)
+                .bind(attempt)
+                .fetch_all(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(Some(parts))
         }
 
         async fn receipts_of(&self, uid: &MessageUid) -> sqlx::Result<Vec<ReceiptRow>> {
-            sqlx::query_as(
-                "SELECT uid, route, attempt, carrier, submitted_at, state FROM carrier_receipts
-                 WHERE uid = $1 ORDER BY submitted_at, carrier_message_id",
-            )
-            .bind(uid)
-            .fetch_all(&self.pool)
-            .await
+            sqlx::query_as(receipts::OF_MESSAGE)
+                .bind(uid)
+                .fetch_all(&self.pool)
+                .await
         }
 
         async fn sweep_receipts(&self, before_ms: i64) -> sqlx::Result<u64> {
-            Ok(sqlx::query("DELETE FROM carrier_receipts WHERE submitted_at < $1")
-                .bind(before_ms)
-                .execute(&self.pool)
-                .await?
-                .rows_affected())
+            let swept = sqlx::query(receipts::SWEEP).bind(before_ms).execute(&self.pool).await?;
+            Ok(swept.rows_affected())
         }
 
         async fn message_by_uid(&self, uid: &MessageUid) -> sqlx::Result<Option<MessageRow>> {
