@@ -1,7 +1,7 @@
 //! An HTTP carrier: the sending API of common SMS gateways (Jasmin's `/send`). A send is
 //! acknowledged with the gateway's message id; the gateway then POSTs the delivery receipt
 //! to the dlr-url kep gave it, a route on the messaging listener
-//! ([`crate::api::carrier_dlr`]) that only a request carrying the carrier's token may use.
+//! (`api::dlr`) that only a request carrying the carrier's token may use.
 
 use std::time::Duration;
 

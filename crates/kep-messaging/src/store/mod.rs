@@ -68,7 +68,7 @@ pub struct Handover {
     pub route: Route,
     pub outcome: CarrierCode,
     pub at: i64,
-    /// The connector it was handed to ([`crate::pipeline::Carrier::name`]).
+    /// The carrier it was handed to (its `name` in `[[messaging.carriers]]`, or `simulator`).
     pub carrier: String,
 }
 
