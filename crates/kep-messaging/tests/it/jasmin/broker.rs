@@ -171,7 +171,12 @@ until "$KEP_EPMD" -port "$ERL_EPMD_PORT" -names >/dev/null 2>&1; do
 done
 "$KEP_RABBIT" & r=$!
 stop() {
-  kill -TERM $r 2>/dev/null; wait $r
+  # RabbitMQ's own script stops the node through rabbitmqctl on TERM, which can hang: after
+  # 10 s its node (the script's child) and the script are killed.
+  kill -TERM $r 2>/dev/null
+  i=0
+  while kill -0 $r 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  pkill -KILL -P $r 2>/dev/null; kill -KILL $r 2>/dev/null; wait $r
   kill -TERM $e 2>/dev/null; wait $e
   rm -rf "$KEP_DIR"
   exit 0
