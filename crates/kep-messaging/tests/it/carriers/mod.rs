@@ -412,3 +412,30 @@ async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
     assert_eq!(right.text().await.unwrap(), "ACK/Jasmin");
     assert_eq!(server.settled(&token, &uid).await["status_code"], "API_200");
 }
+
+#[tokio::test]
+async fn a_carrier_missing_what_its_kind_needs_or_with_no_window_is_refused_at_start() {
+    use kep_messaging::carriers::Carriers;
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let start = |s: CarrierSettings| {
+        Carriers::start(&[s], Duration::ZERO, "http://127.0.0.1:1", &tx)
+            .err()
+            .map(|e| e.to_string())
+    };
+    let window = |w: usize| {
+        let mut s = smpp("w", free_port());
+        s.window = w;
+        start(s)
+    };
+    assert!(window(0).unwrap().contains("`window` must be at least 1"));
+    assert_eq!(window(1), None);
+    assert_eq!(window(2), None);
+    let mut no_host = smpp("h", 1);
+    no_host.host = None;
+    assert!(start(no_host).unwrap().contains("needs `host`"));
+    let no_url: CarrierSettings = serde_json::from_value(json!({
+        "name": "g", "kind": "http", "username": "u", "password": "p",
+    }))
+    .unwrap();
+    assert!(start(no_url).unwrap().contains("needs `url`"));
+}
