@@ -235,8 +235,23 @@ impl Jasmin {
 
         let run = async {
             let mut session = JCli::connect(self.jcli_port).await?;
-            for line in &lines {
+            let mut i = 0;
+            let mut block_start = 0;
+            let mut retries = 0;
+            while let Some(line) = lines.get(i) {
+                if line.ends_with(" -a") {
+                    block_start = i;
+                }
                 let answer = session.send(line).await?;
+                // Just after start, jasmind may take jCli before its connector manager has
+                // its AMQP channel: that block is cancelled (`ko`) and sent again.
+                if line == "ok" && answer.contains("Failed adding connector") && retries < 20 {
+                    session.send("ko").await?;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    (i, retries) = (block_start, retries + 1);
+                    continue;
+                }
+                i += 1;
                 let failed = if line == "ok" {
                     !answer.contains("Successfully")
                 } else if line.starts_with("smppccm -1") {
