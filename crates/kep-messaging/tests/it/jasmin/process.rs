@@ -76,11 +76,23 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
     }
 }
 
+/// Ports free now, and never handed out before in this process: the Jasmins of tests
+/// running at once (and a restarted one's new ports) never draw the same one.
 pub(super) fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
+    static HANDED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed = HANDED.lock().unwrap();
+    let mut held = Vec::new();
+    let mut ports = Vec::with_capacity(N);
+    while ports.len() < N {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().unwrap().port();
+        if !handed.contains(&port) {
+            handed.push(port);
+            ports.push(port);
+        }
+        held.push(listener);
+    }
+    std::array::from_fn(|i| ports[i])
 }
 
 pub(super) fn find_on_path(name: &str) -> Option<PathBuf> {
