@@ -16,7 +16,8 @@ use rhai::{AST, Dynamic, Engine, Scope};
 use serde_json::{Map, Value};
 
 use crate::model::DataType;
-use crate::tensor::{self};
+use crate::stats::Clock;
+use crate::tensor;
 use crate::{Failure, Served};
 
 pub struct Script {
@@ -112,7 +113,7 @@ async fn predict(
             .map_err(|e| Failure::bad_request(format!("input {name}: {e}")))?;
         tensors.push((name.clone(), t));
     }
-    let results = served.run(tensors).await?;
+    let results = served.run(&mut Clock::start(), tensors).await?;
     let mut outputs = Map::new();
     for (spec, t) in served.model.outputs.iter().zip(&results) {
         let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);

@@ -9,6 +9,7 @@ pub mod model;
 pub mod native;
 #[cfg(feature = "onnxruntime")]
 pub mod onnxruntime;
+pub mod stats;
 pub mod tensor;
 pub mod tfserving;
 
@@ -33,30 +34,52 @@ pub enum Protocol {
     Cosmos,
 }
 
-/// The one model a server serves, under its registered name, at version 1.
+/// The one model a server serves, under its registered name, at version 1, with its
+/// inference statistics.
 pub struct Served {
     pub name: String,
     pub model: Model,
+    pub stats: stats::Statistics,
+    /// The GPUs this process was given (`CUDA_VISIBLE_DEVICES`), as it numbers them: 0…n-1.
+    pub gpus: Vec<i32>,
 }
 
 pub const VERSION: &str = "1";
 
 impl Served {
+    pub fn new(name: impl Into<String>, model: Model) -> Served {
+        Served {
+            name: name.into(),
+            model,
+            stats: stats::Statistics::default(),
+            gpus: Vec::new(),
+        }
+    }
+
     /// Whether `name` and `version` (when given) are this model's.
     fn is(&self, name: &str, version: Option<&str>) -> bool {
         name == self.name && version.is_none_or(|v| v == VERSION)
     }
 
-    /// Runs the model off the async workers: inference is CPU-bound.
+    /// Runs the model off the async workers (inference is CPU-bound), timing it on `clock`:
+    /// the inputs are read when this is called.
     async fn run(
         self: &Arc<Self>,
+        clock: &mut stats::Clock,
         inputs: Vec<(String, tract_onnx::prelude::Tensor)>,
     ) -> Result<Vec<tract_onnx::prelude::Tensor>, Failure> {
+        clock.inputs_read();
         let served = Arc::clone(self);
-        tokio::task::spawn_blocking(move || served.model.run(inputs))
-            .await
-            .map_err(|e| Failure::internal(format!("inference task: {e}")))?
-            .map_err(Failure::from)
+        let queued = std::time::Instant::now();
+        let (queue, infer, result) = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let result = served.model.run(inputs);
+            (started - queued, started.elapsed(), result)
+        })
+        .await
+        .map_err(|e| Failure::internal(format!("inference task: {e}")))?;
+        clock.ran(queue, infer);
+        result.map_err(Failure::from)
     }
 }
 
@@ -169,10 +192,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         outputs = ?model.outputs,
         "model loaded"
     );
-    let served = Arc::new(Served {
-        name: config.name,
-        model,
-    });
+    let served = Arc::new(Served::new(config.name, model));
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     axum::serve(listener, router(config.protocol, served, script))
         .with_graceful_shutdown(stop_signal())

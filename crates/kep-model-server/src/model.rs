@@ -93,6 +93,26 @@ impl DataType {
         })
     }
 
+    /// The name in a Triton model configuration (`data_type`): `TYPE_` and the name, BYTES
+    /// being `TYPE_STRING`.
+    pub fn config_name(self) -> &'static str {
+        match self {
+            DataType::Bool => "TYPE_BOOL",
+            DataType::Uint8 => "TYPE_UINT8",
+            DataType::Uint16 => "TYPE_UINT16",
+            DataType::Uint32 => "TYPE_UINT32",
+            DataType::Uint64 => "TYPE_UINT64",
+            DataType::Int8 => "TYPE_INT8",
+            DataType::Int16 => "TYPE_INT16",
+            DataType::Int32 => "TYPE_INT32",
+            DataType::Int64 => "TYPE_INT64",
+            DataType::Fp16 => "TYPE_FP16",
+            DataType::Fp32 => "TYPE_FP32",
+            DataType::Fp64 => "TYPE_FP64",
+            DataType::Bytes => "TYPE_STRING",
+        }
+    }
+
     /// Bytes per element in the binary tensor format; `None` for BYTES.
     pub fn size(self) -> Option<usize> {
         (self != DataType::Bytes).then(|| self.datum().size_of())
@@ -317,6 +337,7 @@ fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
 /// A model ready to run, shared by concurrent calls.
 pub struct Model {
     pub engine: Engine,
+    pub format: Format,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
     runner: Runner,
@@ -332,20 +353,21 @@ impl Model {
     /// Loads, optimizes and prepares the model in `engine`: what the engine cannot run
     /// fails here, not at the first call.
     pub fn load(path: &Path, engine: Engine) -> Result<Model, ModelError> {
-        let ((inputs, outputs), runner) = match engine {
+        let ((inputs, outputs), format, runner) = match engine {
             Engine::Tract => {
-                let typed = typed(inference_model(path)?.0)?;
+                let (model, format) = inference_model(path)?;
+                let typed = typed(model)?;
                 let signature = signature(&typed)?;
                 let plan = typed
                     .into_optimized()
                     .and_then(|m| m.into_runnable())
                     .map_err(|e| ModelError::Unsupported(format!("{e:#}")))?;
-                (signature, Runner::Tract(plan))
+                (signature, format, Runner::Tract(plan))
             }
             #[cfg(feature = "onnxruntime")]
             Engine::OnnxRuntime => {
                 let (signature, model) = crate::onnxruntime::load(path)?;
-                (signature, Runner::OnnxRuntime(model))
+                (signature, Format::Onnx, Runner::OnnxRuntime(model))
             }
             #[cfg(not(feature = "onnxruntime"))]
             Engine::OnnxRuntime => {
@@ -356,6 +378,7 @@ impl Model {
         };
         Ok(Model {
             engine,
+            format,
             inputs,
             outputs,
             runner,

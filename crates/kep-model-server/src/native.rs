@@ -62,12 +62,9 @@ fn triton_config(name: &str, platform: &str, (inputs, outputs): &Signature) -> S
             let dims: Vec<String> = spec.shape.iter().map(i64::to_string).collect();
             let _ = writeln!(
                 out,
-                "  {{ name: {:?} data_type: TYPE_{} dims: [ {} ] }}{}",
+                "  {{ name: {:?} data_type: {} dims: [ {} ] }}{}",
                 spec.name,
-                match spec.datatype {
-                    DataType::Bytes => "STRING",
-                    other => other.name(),
-                },
+                spec.datatype.config_name(),
                 dims.join(", "),
                 if i + 1 < specs.len() { "," } else { "" }
             );

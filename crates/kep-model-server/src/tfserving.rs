@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use tract_onnx::prelude::Tensor;
 
 use crate::model::{DataType, TensorSpec};
+use crate::stats::Clock;
 use crate::{Failure, Served, VERSION, tensor};
 
 pub fn router(served: Arc<Served>) -> Router {
@@ -162,7 +163,7 @@ async fn predict(
     find(&served, "POST", &uri, &t, servable_not_found)?;
     let model = &served.model;
     let (format, inputs) = decode(&model.inputs, &body)?;
-    let outputs = served.run(inputs).await?;
+    let outputs = served.run(&mut Clock::start(), inputs).await?;
     let mut nested = nested(&outputs, &model.outputs)?;
     match format {
         Format::Rows => Ok(Json(json!({ "predictions": rows(nested)? }))),

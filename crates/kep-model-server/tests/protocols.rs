@@ -48,10 +48,7 @@ const ENGINES: &[Engine] = &[
 
 async fn serve(protocol: Protocol, engine: Engine, name: &str, path: &Path) -> String {
     let model = Model::load(path, engine).unwrap();
-    let served = Arc::new(Served {
-        name: name.to_owned(),
-        model,
-    });
+    let served = Arc::new(Served::new(name, model));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router(protocol, served, None)).await });
@@ -306,10 +303,10 @@ async fn a_cosmos_script_runs_around_the_model() {
     use kep_model_server::cosmos::Script;
     let made = made_models();
     let source = std::fs::read_to_string(tests_dir().join("serve.rhai")).unwrap();
-    let served = Arc::new(Served {
-        name: "mlp".into(),
-        model: Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
-    });
+    let served = Arc::new(Served::new(
+        "mlp",
+        Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
+    ));
     let script = Arc::new(Script::compile(&source).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -358,10 +355,10 @@ async fn a_cosmos_script_runs_around_the_model() {
     assert!(Script::compile("fn (").is_err());
     // A runaway script is stopped by the operations limit, not left spinning.
     let spin = Script::compile("fn preprocess(r) { loop {} } fn postprocess(o, r) { o }").unwrap();
-    let served = Arc::new(Served {
-        name: "mlp".into(),
-        model: Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
-    });
+    let served = Arc::new(Served::new(
+        "mlp",
+        Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = router(Protocol::Cosmos, served, Some(Arc::new(spin)));

@@ -1,6 +1,8 @@
 //! The KServe v2 / Open Inference Protocol over HTTP, with Triton's binary tensor data
 //! extension (`Inference-Header-Content-Length`), which `tritonclient` uses by default.
 
+pub mod config;
+
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -14,6 +16,7 @@ use serde_json::{Map, Value, json};
 use tract_onnx::prelude::Tensor;
 
 use crate::model::{DataType, TensorSpec};
+use crate::stats::Clock;
 use crate::tensor::{self, Data};
 use crate::{Failure, Served, VERSION};
 
@@ -171,7 +174,7 @@ async fn infer(
     body: Bytes,
 ) -> Result<Response, Failure> {
     find(&s, &m, None)?;
-    answer(&s, &headers, &body).await
+    counted(&s, &headers, &body).await
 }
 
 async fn infer_version(
@@ -181,7 +184,15 @@ async fn infer_version(
     body: Bytes,
 ) -> Result<Response, Failure> {
     find(&s, &m, Some(&v))?;
-    answer(&s, &headers, &body).await
+    counted(&s, &headers, &body).await
+}
+
+/// An inference of the served model, counted in its statistics whatever its outcome.
+async fn counted(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Response, Failure> {
+    let mut clock = Clock::start();
+    let answer = answer(s, &mut clock, headers, body).await;
+    s.stats.record(&clock, answer.is_ok());
+    answer
 }
 
 fn flag(parameters: &Map<String, Value>, name: &str) -> Option<bool> {
@@ -286,10 +297,15 @@ pub fn decode(
     })
 }
 
-async fn answer(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Response, Failure> {
+async fn answer(
+    s: &Arc<Served>,
+    clock: &mut Clock,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, Failure> {
     let Decoded { id, inputs, wanted } =
         decode(&s.model.outputs, headers.get(HEADER_LENGTH), body)?;
-    let results = s.run(inputs).await?;
+    let results = s.run(clock, inputs).await?;
 
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut blobs = Vec::new();
