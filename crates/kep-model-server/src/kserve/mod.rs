@@ -40,11 +40,27 @@ pub fn router(served: Arc<Served>) -> Router {
         .with_state(served)
 }
 
+/// The server's name in its metadata, REST and gRPC: Triton's clients and tools look for it.
+pub const SERVER_NAME: &str = "triton";
+/// The server's version in its metadata: kep's own.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The protocol extensions served, by Triton's names, REST and gRPC alike.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_repository",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+];
+
 async fn server_metadata() -> Json<Value> {
     Json(json!({
-        "name": "kep",
-        "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data"],
+        "name": SERVER_NAME,
+        "version": SERVER_VERSION,
+        "extensions": EXTENSIONS,
     }))
 }
 
