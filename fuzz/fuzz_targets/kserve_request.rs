@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => return,
         },
     };
-    match decode(&OUTPUTS, length.as_ref(), body) {
+    match decode("every_datatype", &OUTPUTS, length.as_ref(), body) {
         Ok(request) => {
             // Each tensor's elements fill its shape; each output asked for is the model's.
             for (name, tensor) in &request.inputs {
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
                     "{name}"
                 );
             }
-            assert!(request.wanted.iter().all(|(i, _)| *i < OUTPUTS.len()));
+            assert!(request.wanted.iter().all(|w| w.output < OUTPUTS.len()));
         }
         Err(e) => assert_eq!(e.into_response().status(), 400),
     }

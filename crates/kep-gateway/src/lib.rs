@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::meter::{Meter, Meters};
 use body::{BodyLimits, Held, ProxyBody};
-pub use error::GatewayError;
+pub use error::{GatewayError, Shape};
 pub use h1::parsers;
 use pool::{InstancePool, PoolSettings, SendError};
 pub use route::EndpointRoute;
@@ -240,7 +240,7 @@ impl Gateway {
                     endpoints.remove(&endpoint);
                 }
             }
-            self.table.store(Arc::new(Table { endpoints }));
+            self.table.store(Arc::new(Table::new(endpoints)));
             pools.retain(|addr, _| ready.values().any(|a| a.contains(addr)));
         }
     }
@@ -270,21 +270,32 @@ impl Gateway {
         let (parts, body) = req.into_parts();
         // The path is borrowed from a clone of the URI (a refcount), as `parts` moves on.
         let uri = parts.uri.clone();
-        let Some((endpoint, rest)) = split_path(uri.path()) else {
-            return GatewayError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
-                .into_response();
-        };
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .map(HeaderValue::as_bytes);
+        let authorization = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
         let table = self.table.load();
+        // A gRPC client cannot put the endpoint in its path: its key names it.
+        let (endpoint, rest) = match split_path(uri.path()) {
+            Some(split) => split,
+            None if Shape::of(content_type, uri.path()) == Shape::Grpc => {
+                match table.by_key(authorization) {
+                    Some(route) => (&*route.name, uri.path()),
+                    None => return GatewayError::Unauthorized.answer(Shape::Grpc),
+                }
+            }
+            None => {
+                return GatewayError::NotFound("calls go to /endpoints/{endpoint}/{path}".into())
+                    .into_response();
+            }
+        };
+        let shape = Shape::of(content_type, rest);
         let route = table.endpoints.get(endpoint);
-        let caller = route.filter(|route| {
-            authorized(
-                parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .map(HeaderValue::as_bytes),
-                &route.key_hash,
-            )
-        });
+        let caller = route.filter(|route| authorized(authorization, &route.key_hash));
         // The limits come before the body is read: the endpoint's for a call with its key,
         // the peer's for any other.
         let key = match caller {
@@ -297,36 +308,43 @@ impl Gateway {
             let e = admitted
                 .err()
                 .map_or(GatewayError::Unauthorized, GatewayError::from);
-            return e.into_response();
+            return e.answer(shape);
         };
         let admission = match admitted {
             Ok(admission) => admission,
-            Err(refusal) => return self.metered(&route.meter, start, Err(refusal.into())),
+            Err(refusal) => {
+                return self.metered(&route.meter, start, Err(refusal.into()), shape);
+            }
         };
         if caller.is_none() {
-            return self.metered(&route.meter, start, Err(GatewayError::Unauthorized));
+            return self.metered(&route.meter, start, Err(GatewayError::Unauthorized), shape);
         }
         let Some(choice) = route.choose() else {
             let e = GatewayError::NoReadyInstance(endpoint.to_owned());
-            return self.metered(&route.meter, start, Err(e));
+            return self.metered(&route.meter, start, Err(e), shape);
         };
         let _in_flight = self.metered.then(|| choice.primary.meter.enter());
         let answer = self
             .proxy(route, &choice, parts, body, (endpoint, rest))
             .await;
         // A streamed answer is still in flight for the endpoint's limit.
-        admission.until_sent(self.metered(&choice.primary.meter, start, answer))
+        admission.until_sent(self.metered(&choice.primary.meter, start, answer, shape))
     }
 
+    /// Counts the call on `meter` by its HTTP status (an error's, whatever its `shape`).
     fn metered(
         &self,
         meter: &Meter,
         start: Instant,
         answer: Result<Response, GatewayError>,
+        shape: Shape,
     ) -> Response {
-        let res = answer.unwrap_or_else(IntoResponse::into_response);
+        let (status, res) = match answer {
+            Ok(res) => (res.status(), res),
+            Err(e) => (e.status(), e.answer(shape)),
+        };
         if self.metered {
-            meter.record(res.status(), start.elapsed());
+            meter.record(status, start.elapsed());
         }
         res
     }
@@ -606,7 +624,7 @@ mod tests {
         use axum::http::{HeaderMap, Version};
         let upstream = axum::Router::new().fallback(|req: Request| async move {
             assert_eq!(req.headers()["te"], "trailers", "gRPC servers need it");
-            let version = format!("{:?}", req.version());
+            let version = format!("{:?} {}", req.version(), req.uri().path());
             let mut trailers = HeaderMap::new();
             trailers.insert("grpc-status", HeaderValue::from_static("0"));
             let frames = futures_util::stream::iter([
@@ -657,7 +675,33 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
-        assert_eq!(collected.to_bytes(), format!("{:?}", Version::HTTP_2));
+        assert_eq!(
+            collected.to_bytes(),
+            format!("{:?} /pkg.Service/Method", Version::HTTP_2)
+        );
+
+        // A gRPC client's path has no endpoint in it: the key names the endpoint.
+        let call = |key: &str| {
+            Request::builder()
+                .method("POST")
+                .uri("/pkg.Service/Method")
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(Body::from("frame"))
+                .unwrap()
+        };
+        let res = gateway.forward(call("k")).await;
+        let collected = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap();
+        assert_eq!(
+            collected.to_bytes(),
+            format!("{:?} /pkg.Service/Method", Version::HTTP_2)
+        );
+        let res = gateway.forward(call("wrong")).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["grpc-status"], "16");
     }
 
     #[test]

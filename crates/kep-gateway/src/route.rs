@@ -215,6 +215,30 @@ fn gcd(a: u32, b: u32) -> u32 {
 #[derive(Default)]
 pub struct Table {
     pub endpoints: HashMap<String, Arc<Route>>,
+    /// gRPC endpoints by their key's digest: a gRPC call names its endpoint by its key.
+    grpc_keys: HashMap<[u8; 32], Arc<Route>>,
+}
+
+impl Table {
+    pub fn new(endpoints: HashMap<String, Arc<Route>>) -> Table {
+        let grpc_keys = endpoints
+            .values()
+            .filter(|r| r.http2)
+            .map(|r| (r.key_hash, Arc::clone(r)))
+            .collect();
+        Table {
+            endpoints,
+            grpc_keys,
+        }
+    }
+
+    /// The gRPC endpoint whose key an `Authorization: Bearer` value carries.
+    pub fn by_key(&self, authorization: Option<&[u8]>) -> Option<&Arc<Route>> {
+        let key = authorization
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| kep_core::http::credentials(v, "Bearer"))?;
+        self.grpc_keys.get(&kep_core::secret::sha256(key))
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod tfserving;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -42,6 +43,9 @@ pub struct Served {
     pub stats: stats::Statistics,
     /// The GPUs this process was given (`CUDA_VISIBLE_DEVICES`), as it numbers them: 0…n-1.
     pub gpus: Vec<i32>,
+    /// Whether the model is loaded, as Triton's model repository extension loads and
+    /// unloads it: unloaded, it is kept in memory but answers as a model with no version.
+    loaded: AtomicBool,
 }
 
 pub const VERSION: &str = "1";
@@ -53,7 +57,16 @@ impl Served {
             model,
             stats: stats::Statistics::default(),
             gpus: Vec::new(),
+            loaded: AtomicBool::new(true),
         }
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Relaxed)
+    }
+
+    pub fn set_loaded(&self, loaded: bool) {
+        self.loaded.store(loaded, Ordering::Relaxed);
     }
 
     /// Whether `name` and `version` (when given) are this model's.
@@ -67,7 +80,7 @@ impl Served {
         self: &Arc<Self>,
         clock: &mut stats::Clock,
         inputs: Vec<(String, tract_onnx::prelude::Tensor)>,
-    ) -> Result<Vec<tract_onnx::prelude::Tensor>, Failure> {
+    ) -> Result<Vec<tract_onnx::prelude::Tensor>, ModelError> {
         clock.inputs_read();
         let served = Arc::clone(self);
         let queued = std::time::Instant::now();
@@ -77,9 +90,9 @@ impl Served {
             (started - queued, started.elapsed(), result)
         })
         .await
-        .map_err(|e| Failure::internal(format!("inference task: {e}")))?;
+        .map_err(|e| ModelError::Failed(format!("inference task: {e}")))?;
         clock.ran(queue, infer);
-        result.map_err(Failure::from)
+        result
     }
 }
 
@@ -101,6 +114,27 @@ impl Failure {
     pub fn not_found(message: impl Into<String>) -> Failure {
         Failure {
             status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    pub fn method_not_allowed() -> Failure {
+        Failure {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: "Method Not Allowed".into(),
+        }
+    }
+
+    pub fn not_implemented(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: message.into(),
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::SERVICE_UNAVAILABLE,
             message: message.into(),
         }
     }
@@ -140,7 +174,10 @@ pub fn router(
 ) -> axum::Router {
     let routes = match (protocol, script) {
         (Protocol::TfServing, _) => tfserving::router(served),
-        (Protocol::Kserve, _) => kserve::router(served),
+        // REST and gRPC on the one port: gRPC comes as HTTP/2 on its own paths.
+        (Protocol::Kserve, _) => {
+            kserve::router(Arc::clone(&served)).merge(kserve::grpc::router(served))
+        }
         (Protocol::Cosmos, Some(script)) => cosmos::router(served, script),
         (Protocol::Cosmos, None) => panic!("a Cosmos server needs its script"),
     };
@@ -180,9 +217,22 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     };
     let path = config.model.clone();
     let engine = config.engine;
+    // The GPUs kep gave this process, which it numbers 0…n-1 whatever their host indices;
+    // an entry CUDA cannot read (`-1`) hides it and every one after it, as CUDA does.
+    let gpus: Vec<i32> = std::env::var("CUDA_VISIBLE_DEVICES")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .take_while(|d| !d.is_empty() && !d.starts_with('-'))
+        .zip(0..)
+        .map(|(_, i)| i)
+        .collect();
     #[cfg(feature = "onnxruntime")]
-    if let Some(threads) = config.threads {
-        onnxruntime::use_intra_threads(threads);
+    {
+        if let Some(threads) = config.threads {
+            onnxruntime::use_intra_threads(threads);
+        }
+        onnxruntime::use_gpus(gpus.len());
     }
     let model = tokio::task::spawn_blocking(move || Model::load(&path, engine)).await??;
     tracing::info!(
@@ -192,7 +242,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         outputs = ?model.outputs,
         "model loaded"
     );
-    let served = Arc::new(Served::new(config.name, model));
+    let mut served = Served::new(config.name, model);
+    served.gpus = gpus;
+    let served = Arc::new(served);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     axum::serve(listener, router(config.protocol, served, script))
         .with_graceful_shutdown(stop_signal())

@@ -164,13 +164,37 @@ pub enum ModelError {
     Unsupported(String),
     /// A request that does not fit the model's signature.
     #[error("{0}")]
-    BadInput(String),
+    BadInput(InputError),
     /// The chosen engine is not built in or cannot be loaded.
     #[error("{0}")]
     EngineUnavailable(String),
     /// The engine failed while running valid inputs.
     #[error("inference failed: {0}")]
     Failed(String),
+}
+
+/// How given inputs miss the model's signature: each protocol words it as its server does.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InputError {
+    #[error("missing input {}", .missing.join(", "))]
+    Missing {
+        given: Vec<String>,
+        missing: Vec<String>,
+    },
+    #[error("unexpected input {name}: the model's inputs are {}", .inputs.join(", "))]
+    Unexpected { name: String, inputs: Vec<String> },
+    #[error("input {name}: datatype {} where the model takes {}", .given.map_or("?", DataType::name), .want.name())]
+    DataType {
+        name: String,
+        given: Option<DataType>,
+        want: DataType,
+    },
+    #[error("input {name}: shape {given:?} where the model takes {want:?}")]
+    Shape {
+        name: String,
+        given: Vec<usize>,
+        want: Vec<i64>,
+    },
 }
 
 /// A model's inputs and outputs.
@@ -239,7 +263,10 @@ pub fn is_onnx(path: &Path) -> bool {
 /// messages do not parse as each other).
 fn inference_model(path: &Path) -> Result<(InferenceModel, Format), ModelError> {
     match tract_onnx::onnx().model_for_path(path) {
-        Ok(model) => Ok((model, Format::Onnx)),
+        Ok(mut model) => {
+            open_unknown_dims(&mut model).map_err(|e| ModelError::Unreadable(format!("{e:#}")))?;
+            Ok((model, Format::Onnx))
+        }
         Err(onnx) => frozen_graph(path)
             .map(|model| (model, Format::FrozenGraph))
             .map_err(|tf| {
@@ -263,7 +290,6 @@ fn typed(model: InferenceModel) -> Result<TypedModel, ModelError> {
 fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
     use prost::Message as _;
     use tract_tensorflow::tfpb::tensorflow::{GraphDef, SavedModel};
-    use tract_tensorflow::tract_hir::infer::{GenericFactoid, ShapeFactoid};
     let bytes = std::fs::read(path)?;
     // A SavedModel's first graph is read too: it is what TF Serving is given.
     let graph = match GraphDef::decode(bytes.as_slice()) {
@@ -277,24 +303,59 @@ fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
             .ok_or(frozen)?,
     };
     let mut model = tract_tensorflow::tensorflow().model_for_proto_model(&graph)?;
+    open_unknown_dims(&mut model)?;
+    Ok(model)
+}
+
+/// A dimension an input declares without a size or a name (ONNX's empty `dim`, as
+/// `onnx.helper` writes `None`; TensorFlow's `-1`) or as `-1` (some ONNX exporters) becomes
+/// a variable one of its own, as a named ONNX dimension is; tract cannot type a model
+/// whose input has a dimension it knows nothing of. An output's `-1` is left to inference.
+fn open_unknown_dims(model: &mut InferenceModel) -> TractResult<()> {
+    use tract_tensorflow::tract_hir::infer::{GenericFactoid, ShapeFactoid};
+    let unknown = |d: &GenericFactoid<TDim>| match d {
+        GenericFactoid::Any => true,
+        GenericFactoid::Only(d) => d.as_i64().is_some_and(|n| n < 0),
+    };
     for i in 0..model.inputs.len() {
         let mut fact = model.input_fact(i)?.clone();
-        if !fact.shape.is_open() {
-            let dims = fact
-                .shape
-                .dims()
-                .map(|d| match d {
-                    GenericFactoid::Any => {
-                        GenericFactoid::Only(model.symbols.new_with_prefix("n").to_dim())
-                    }
-                    known => known.clone(),
-                })
-                .collect();
-            fact.shape = ShapeFactoid::closed(dims);
-            model.set_input_fact(i, fact)?;
+        if fact.shape.is_open() || !fact.shape.dims().any(unknown) {
+            continue;
         }
+        let dims = fact
+            .shape
+            .dims()
+            .map(|d| {
+                if unknown(d) {
+                    GenericFactoid::Only(model.symbols.new_with_prefix("n").to_dim())
+                } else {
+                    d.clone()
+                }
+            })
+            .collect();
+        fact.shape = ShapeFactoid::closed(dims);
+        model.set_input_fact(i, fact)?;
     }
-    Ok(model)
+    for i in 0..model.outputs.len() {
+        let mut fact = model.output_fact(i)?.clone();
+        if fact.shape.is_open() || !fact.shape.dims().any(unknown) {
+            continue;
+        }
+        let dims = fact
+            .shape
+            .dims()
+            .map(|d| {
+                if unknown(d) {
+                    GenericFactoid::Any
+                } else {
+                    d.clone()
+                }
+            })
+            .collect();
+        fact.shape = ShapeFactoid::closed(dims);
+        model.set_output_fact(i, fact)?;
+    }
+    Ok(())
 }
 
 fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
@@ -389,40 +450,41 @@ impl Model {
     /// output, in the model's order.
     pub fn run(&self, mut given: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, ModelError> {
         let mut ordered = Vec::with_capacity(self.inputs.len());
+        let mut missing = Vec::new();
         for spec in &self.inputs {
-            let i = given
-                .iter()
-                .position(|(n, _)| *n == spec.name)
-                .ok_or_else(|| ModelError::BadInput(format!("missing input {}", spec.name)))?;
+            let Some(i) = given.iter().position(|(n, _)| *n == spec.name) else {
+                missing.push(spec.name.clone());
+                continue;
+            };
             let (_, tensor) = given.swap_remove(i);
             let datatype = DataType::of(tensor.datum_type());
             if datatype != Some(spec.datatype) {
-                return Err(ModelError::BadInput(format!(
-                    "input {}: datatype {} where the model takes {}",
-                    spec.name,
-                    datatype.map_or("?", DataType::name),
-                    spec.datatype.name()
-                )));
+                return Err(ModelError::BadInput(InputError::DataType {
+                    name: spec.name.clone(),
+                    given: datatype,
+                    want: spec.datatype,
+                }));
             }
             if !spec.accepts(tensor.shape()) {
-                return Err(ModelError::BadInput(format!(
-                    "input {}: shape {:?} where the model takes {:?}",
-                    spec.name,
-                    tensor.shape(),
-                    spec.shape
-                )));
+                return Err(ModelError::BadInput(InputError::Shape {
+                    name: spec.name.clone(),
+                    given: tensor.shape().to_vec(),
+                    want: spec.shape.clone(),
+                }));
             }
             ordered.push(tensor);
         }
+        let names = |specs: &[TensorSpec]| specs.iter().map(|s| s.name.clone()).collect();
         if let Some((name, _)) = given.first() {
-            return Err(ModelError::BadInput(format!(
-                "unexpected input {name}: the model's inputs are {}",
-                self.inputs
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
+            return Err(ModelError::BadInput(InputError::Unexpected {
+                name: name.clone(),
+                inputs: names(&self.inputs),
+            }));
+        }
+        if !missing.is_empty() {
+            let mut given: Vec<String> = names(&self.inputs);
+            given.retain(|n| !missing.contains(n));
+            return Err(ModelError::BadInput(InputError::Missing { given, missing }));
         }
         match &self.runner {
             Runner::Tract(plan) => {

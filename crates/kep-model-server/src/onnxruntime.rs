@@ -1,11 +1,15 @@
 //! The optional engine: ONNX Runtime through `ort`, loaded at run time from a
 //! `libonnxruntime` the user already has. Nothing is downloaded or linked at build time.
+//! A process given GPUs runs its model on ONNX Runtime's CUDA execution provider, where the
+//! library has one (`onnxruntime-gpu`'s), else on the CPU.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use ort::environment::Environment;
+use ort::ep::{CUDA, ExecutionProvider as _};
 use ort::session::Session;
+use ort::session::builder::SessionBuilder;
 use ort::value::{
     DynValue, Outlet, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType,
 };
@@ -20,6 +24,13 @@ use crate::model::{DataType, ModelError, Signature, TensorSpec};
 static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 static INTRA_THREADS: OnceLock<usize> = OnceLock::new();
+static GPUS: OnceLock<usize> = OnceLock::new();
+
+/// How many GPUs the process was given (`CUDA_VISIBLE_DEVICES`), before the first model is
+/// loaded; with one or more, models run on the first.
+pub fn use_gpus(gpus: usize) {
+    let _ = GPUS.set(gpus);
+}
 
 /// Threads one inference may use (ONNX Runtime's intra-op threads), before the first model
 /// is loaded; unset, one per core. An instance is given its instance type's CPUs.
@@ -98,6 +109,9 @@ pub fn load(path: &Path) -> Result<(Signature, OrtModel), ModelError> {
             .with_intra_threads(threads)
             .map_err(|e| unsupported(e.to_string()))?;
     }
+    if GPUS.get().is_some_and(|&n| n > 0) {
+        builder = on_gpu(builder);
+    }
     let session = builder
         .commit_from_file(path)
         .map_err(|e| unsupported(e.to_string()))?;
@@ -109,6 +123,39 @@ pub fn load(path: &Path) -> Result<(Signature, OrtModel), ModelError> {
             session: Mutex::new(session),
         },
     ))
+}
+
+/// The session on the CUDA execution provider where the library has it and it registers;
+/// otherwise as it was, on the CPU, with a warning saying why.
+fn on_gpu(mut builder: SessionBuilder) -> SessionBuilder {
+    let library = LIBRARY
+        .get()
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    match CUDA::is_available() {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(
+                %library,
+                "this libonnxruntime has no CUDA execution provider (onnxruntime-gpu has one): \
+                 the model runs on the CPU"
+            );
+            return builder;
+        }
+        Err(e) => {
+            tracing::warn!(%library, error = %e, "asking ONNX Runtime for its providers: the model runs on the CPU");
+            return builder;
+        }
+    }
+    // Device 0 is the first GPU kep gave this process.
+    match CUDA::default().with_device_id(0).register(&mut builder) {
+        Ok(()) => tracing::info!("the model runs on ONNX Runtime's CUDA execution provider"),
+        // Most often CUDA or cuDNN libraries it could not load.
+        Err(e) => {
+            tracing::warn!(error = %e, "the CUDA execution provider did not start: the model runs on the CPU")
+        }
+    }
+    builder
 }
 
 fn spec(outlet: &Outlet) -> Result<TensorSpec, ModelError> {

@@ -1,100 +1,308 @@
-//! The TensorFlow Serving REST API: model status, metadata and `:predict`, in the row
-//! (`instances`) and the columnar (`inputs`) format, answered as TF Serving answers them.
+//! The TensorFlow Serving REST API as TF Serving answers it: model status, metadata,
+//! `:predict` (row and columnar), `:classify` and `:regress`, with its paths, error texts
+//! and status codes (`model_servers/http_rest_api_handler.cc` and `http_rest_api_util.cc`
+//! in tensorflow/serving).
+
+mod examples;
+mod json;
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::Uri;
-use axum::routing::get;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method as HttpMethod, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
-use tract_onnx::prelude::Tensor;
+use serde_json::{Value, json};
+
+pub use examples::Method;
+pub use json::{Format, decode};
 
 use crate::model::{DataType, TensorSpec};
 use crate::stats::Clock;
-use crate::{Failure, Served, VERSION, tensor};
+use crate::{Failure, Served, VERSION};
 
+/// Every path goes to one handler, which reads it as TF Serving's regular expressions do:
+/// `{m}:predict` is one segment, the words are matched in any case, and the query is part
+/// of the path.
 pub fn router(served: Arc<Served>) -> Router {
-    // `{m}:predict` is one path segment, which axum cannot split: POST takes the last
-    // segment whole and `predict` splits the verb off.
-    Router::new()
-        .route("/v1/models/{m}", get(status).post(predict))
-        .route("/v1/models/{m}/versions/{v}", get(status).post(predict))
-        .route("/v1/models/{m}/metadata", get(metadata))
-        .route("/v1/models/{m}/versions/{v}/metadata", get(metadata))
-        .with_state(served)
+    Router::new().fallback(handle).with_state(served)
 }
 
-/// A path's model and, when it names one, version.
-#[derive(Deserialize)]
+async fn handle(
+    State(served): State<Arc<Served>>,
+    method: HttpMethod,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    // TF Serving's dispatcher takes `(?i)/v1/.*`; libevent answers anything else 404.
+    if !path
+        .get(..4)
+        .is_some_and(|p| p.eq_ignore_ascii_case("/v1/"))
+    {
+        return Failure::not_found("Not Found").into_response();
+    }
+    if method == HttpMethod::OPTIONS {
+        // A CORS preflight (`http_server.cc`): fine with an http(s) Origin.
+        let origin = headers
+            .get("origin")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        return if origin.contains("http://") || origin.contains("https://") {
+            StatusCode::OK.into_response()
+        } else {
+            Failure::bad_request("Origin header is missing in CORS preflight").into_response()
+        };
+    }
+    match answer(&served, method.as_str(), path, &body).await {
+        Ok(v) => Json(v).into_response(),
+        Err(failure) => failure.into_response(),
+    }
+}
+
+/// What a path names: a model, and a version or a label.
+#[derive(Debug, PartialEq, Eq)]
 struct Target {
-    m: String,
-    v: Option<String>,
+    model: String,
+    version: Option<i64>,
+    label: Option<String>,
 }
 
-type Answer = Result<Json<Value>, Failure>;
+/// The call a request makes (`ProcessRequest`).
+#[derive(Debug, PartialEq, Eq)]
+enum Call {
+    Status(Target),
+    Metadata(Target),
+    Predict(Target),
+    Classify(Target),
+    Regress(Target),
+}
 
-/// Checks the path names the served model: TF Serving's model names hold no ':' and its
-/// versions are integers (so `/versions/01` is version 1), else the request is malformed.
-fn find(
-    served: &Served,
-    method: &str,
-    uri: &Uri,
-    target: &Target,
-    missing: fn(&str, Option<u64>) -> String,
-) -> Result<(), Failure> {
-    let malformed = || Failure::bad_request(format!("Malformed request: {method} {}", uri.path()));
-    if target.m.contains(':') {
-        return Err(malformed());
-    }
-    let version = match &target.v {
-        Some(v) if v.bytes().all(|b| b.is_ascii_digit()) => {
-            Some(v.parse::<u64>().map_err(|_| malformed())?)
-        }
-        Some(_) => return Err(malformed()),
-        None => None,
+/// `ParseModelInfo`: `kPredictionApiGegex` for POST, `kModelStatusApiRegex` for GET;
+/// what neither matches, and a verb not in lower case, is a malformed request.
+fn route(method: &str, path: &str) -> Result<Call, Failure> {
+    let malformed = || Failure::bad_request(format!("Malformed request: {method} {path}"));
+    let parsed = match method {
+        "POST" => prediction_path(path),
+        "GET" => status_path(path),
+        _ => None,
     };
-    let version_text = version.map(|v| v.to_string());
-    if served.is(&target.m, version_text.as_deref()) {
-        Ok(())
-    } else {
-        Err(Failure::not_found(missing(&target.m, version)))
+    let Some((model, version, label, word)) = parsed else {
+        return Err(malformed());
+    };
+    let version = version
+        .map(|v| {
+            v.parse::<i64>().map_err(|_| {
+                Failure::bad_request(format!("Failed to convert version: {v} to numeric."))
+            })
+        })
+        .transpose()?;
+    let target = Target {
+        model: percent_decoded(model),
+        version,
+        label: label.map(percent_decoded),
+    };
+    Ok(match (method, word) {
+        ("POST", "predict") => Call::Predict(target),
+        ("POST", "classify") => Call::Classify(target),
+        ("POST", "regress") => Call::Regress(target),
+        ("POST", _) => return Err(malformed()),
+        (_, "metadata") => Call::Metadata(target),
+        _ => Call::Status(target),
+    })
+}
+
+type Parsed<'a> = (&'a str, Option<&'a str>, Option<&'a str>, &'a str);
+
+fn strip_word<'a>(s: &'a str, word: &str) -> Option<&'a str> {
+    let head = s.get(..word.len())?;
+    head.eq_ignore_ascii_case(word).then(|| &s[word.len()..])
+}
+
+/// `[^/:]+`
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['/', ':'])
+}
+
+/// `(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)`
+fn prediction_path(path: &str) -> Option<Parsed<'_>> {
+    let rest = strip_word(path, "/v1/models/")?;
+    let (head, verb) = rest.rsplit_once(':')?;
+    if !["classify", "regress", "predict"]
+        .iter()
+        .any(|w| w.eq_ignore_ascii_case(verb))
+    {
+        return None;
+    }
+    let (model, choice) = head
+        .split_once('/')
+        .map_or((head, None), |(m, c)| (m, Some(c)));
+    if !is_name(model) {
+        return None;
+    }
+    let (version, label) = match choice.map(|c| c.split_once('/')) {
+        None => (None, None),
+        Some(Some((word, v)))
+            if word.eq_ignore_ascii_case("versions")
+                && !v.is_empty()
+                && v.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            (Some(v), None)
+        }
+        Some(Some((word, l))) if word.eq_ignore_ascii_case("labels") && is_name(l) => {
+            (None, Some(l))
+        }
+        Some(_) => return None,
+    };
+    Some((model, version, label, verb))
+}
+
+/// `(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))` at the start of `s`: the version or the
+/// label, and what follows.
+fn version_or_label(s: &str) -> Option<(Option<&str>, Option<&str>, &str)> {
+    if let Some(rest) = strip_word(s, "/versions/") {
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if end > 0 {
+            return Some((Some(&rest[..end]), None, &rest[end..]));
+        }
+    }
+    if let Some(rest) = strip_word(s, "/labels/") {
+        let end = rest.find(['/', ':']).unwrap_or(rest.len());
+        if end > 0 {
+            return Some((None, Some(&rest[..end]), &rest[end..]));
+        }
+    }
+    None
+}
+
+/// `(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:\/(metadata))?`,
+/// its optional parts tried present first, as RE2 tries them.
+fn status_path(path: &str) -> Option<Parsed<'_>> {
+    let rest = strip_word(path, "/v1/models")?;
+    let with_model = rest.strip_prefix('/').map(|r| {
+        let end = r.find(['/', ':']).unwrap_or(r.len());
+        (&r[..end], &r[end..])
+    });
+    let models = with_model
+        .filter(|(m, _)| is_name(m))
+        .into_iter()
+        .chain([("", rest)]);
+    for (model, rest) in models {
+        let choices = version_or_label(rest)
+            .into_iter()
+            .chain([(None, None, rest)]);
+        for (version, label, rest) in choices {
+            let metadata = rest
+                .strip_prefix('/')
+                .filter(|m| m.eq_ignore_ascii_case("metadata"));
+            if let Some(word) = metadata {
+                return Some((model, version, label, word));
+            }
+            if rest.is_empty() {
+                return Some((model, version, label, ""));
+            }
+        }
+    }
+    None
+}
+
+/// `DecodeArg` (curl's unescape): `%XX` decoded, anything else kept.
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn answer(
+    served: &Arc<Served>,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Value, Failure> {
+    match route(method, path)? {
+        Call::Status(t) => status(served, &t),
+        Call::Metadata(t) => metadata(served, &t),
+        Call::Predict(t) => predict(served, &t, body).await,
+        Call::Classify(t) => classify_or_regress(served, &t, body, false).await,
+        Call::Regress(t) => classify_or_regress(served, &t, body, true).await,
     }
 }
 
-fn servable_not_found(m: &str, version: Option<u64>) -> String {
-    match version {
-        Some(v) => format!("Servable not found for request: Specific({m}, {v})"),
-        None => format!("Servable not found for request: Latest({m})"),
+/// `GetModelStatusImpl` (`model_servers/get_model_status_impl.cc`): a label is not read,
+/// so the status is every version's.
+fn status(served: &Served, t: &Target) -> Result<Value, Failure> {
+    if t.model.is_empty() {
+        return Err(Failure::bad_request("Missing model name in request."));
     }
-}
-
-async fn status(State(served): State<Arc<Served>>, uri: Uri, Path(t): Path<Target>) -> Answer {
-    // The status call words its 404 differently from the others, as TF Serving does.
-    find(&served, "GET", &uri, &t, |m, version| match version {
-        Some(v) => format!("Could not find version {v} of model {m}"),
-        None => format!("Could not find any versions of model {m}"),
-    })?;
-    Ok(Json(json!({"model_version_status": [{
+    let version = t.version.map(|v| v.to_string());
+    if !served.is(&t.model, version.as_deref()) {
+        return Err(Failure::not_found(match t.version {
+            Some(v) => format!("Could not find version {v} of model {}", t.model),
+            None => format!("Could not find any versions of model {}", t.model),
+        }));
+    }
+    Ok(json!({"model_version_status": [{
         "version": VERSION,
         "state": "AVAILABLE",
         "status": {"error_code": "OK", "error_message": ""},
-    }]})))
+    }]}))
 }
 
-async fn metadata(State(served): State<Arc<Served>>, uri: Uri, Path(t): Path<Target>) -> Answer {
-    find(&served, "GET", &uri, &t, servable_not_found)?;
+/// `ServerCore::GetServableHandle`: no labels are configured (`Unrecognized servable version
+/// label`), and the one version is 1.
+fn servable(served: &Served, t: &Target) -> Result<(), Failure> {
+    if let Some(label) = &t.label {
+        return Err(Failure::bad_request(format!(
+            "Unrecognized servable version label: {label}"
+        )));
+    }
+    let version = t.version.map(|v| v.to_string());
+    if served.is(&t.model, version.as_deref()) {
+        return Ok(());
+    }
+    Err(Failure::not_found(match t.version {
+        Some(v) => format!("Servable not found for request: Specific({}, {v})", t.model),
+        None => format!("Servable not found for request: Latest({})", t.model),
+    }))
+}
+
+fn metadata(served: &Served, t: &Target) -> Result<Value, Failure> {
+    if t.model.is_empty() {
+        return Err(Failure::bad_request("Missing model name in request."));
+    }
+    servable(served, t)?;
     let model = &served.model;
-    Ok(Json(json!({
+    let method = Method::of(&model.inputs, &model.outputs);
+    Ok(json!({
         "model_spec": {"name": served.name, "signature_name": "", "version": VERSION},
         "metadata": {"signature_def": {"signature_def": {"serving_default": {
             "inputs": signature(&model.inputs),
             "outputs": signature(&model.outputs),
-            "method_name": "tensorflow/serving/predict",
+            "method_name": method.name(),
         }}}},
-    })))
+    }))
 }
 
 /// TensorInfo maps, as TF Serving's metadata gives them (int64 sizes as strings).
@@ -114,7 +322,7 @@ fn signature(specs: &[TensorSpec]) -> Value {
     Value::Object(specs.iter().map(|s| (s.name.clone(), info(s))).collect())
 }
 
-/// TensorFlow's name of a datatype.
+/// TensorFlow's enum name of a datatype.
 fn dtype(datatype: DataType) -> &'static str {
     match datatype {
         DataType::Bool => "DT_BOOL",
@@ -133,271 +341,82 @@ fn dtype(datatype: DataType) -> &'static str {
     }
 }
 
-#[derive(Deserialize)]
-struct PredictRequest {
-    signature_name: Option<String>,
-    instances: Option<Value>,
-    inputs: Option<Value>,
-}
-
-async fn predict(
-    State(served): State<Arc<Served>>,
-    uri: Uri,
-    Path(mut t): Path<Target>,
-    body: Bytes,
-) -> Answer {
-    let last = t.v.as_mut().unwrap_or(&mut t.m);
-    let verb = last.find(':').map(|at| last.split_off(at));
-    match verb.as_deref() {
-        Some(":predict") => {}
-        Some(":classify" | ":regress") => {
-            return Err(Failure::bad_request("only :predict is served"));
-        }
-        _ => {
-            let path = uri.path();
-            return Err(Failure::bad_request(format!(
-                "Malformed request: POST {path}"
-            )));
-        }
+/// `ProcessPredictRequest`: the body is read before the model is looked up, so a malformed
+/// body is a 400 even for an unknown model.
+async fn predict(served: &Arc<Served>, t: &Target, body: &[u8]) -> Result<Value, Failure> {
+    let doc = json::parse(body)?;
+    let signature_name = json::signature_name(&doc)?.map(str::to_owned);
+    servable(served, t)?;
+    if let Some(name) = &signature_name {
+        json::check_signature(name)?;
     }
-    find(&served, "POST", &uri, &t, servable_not_found)?;
     let model = &served.model;
-    let (format, inputs) = decode(&model.inputs, &body)?;
+    let (format, inputs) = json::tensors(&model.inputs, doc)?;
     let outputs = served.run(&mut Clock::start(), inputs).await?;
-    let mut nested = nested(&outputs, &model.outputs)?;
-    match format {
-        Format::Rows => Ok(Json(json!({ "predictions": rows(nested)? }))),
-        Format::Columns => {
-            let outputs = if nested.len() == 1 {
-                nested.swap_remove(0).1
-            } else {
-                Value::Object(nested.into_iter().map(|(n, v)| (n.to_owned(), v)).collect())
-            };
-            Ok(Json(json!({ "outputs": outputs })))
-        }
-    }
-}
-
-/// How a `:predict` body gives its inputs; the answer comes in the same format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// `instances`: a list of instances, stacked along a new batch dimension.
-    Rows,
-    /// `inputs`: each input's whole tensor.
-    Columns,
-}
-
-/// A `:predict` body read against the model's `inputs`: its format and its named tensors.
-pub fn decode(
-    specs: &[TensorSpec],
-    body: &[u8],
-) -> Result<(Format, Vec<(String, Tensor)>), Failure> {
-    let request: PredictRequest = serde_json::from_slice(body)
-        .map_err(|e| Failure::bad_request(format!("JSON Parse error: {e}")))?;
-    if let Some(name) = &request.signature_name
-        && name != "serving_default"
-    {
-        return Err(Failure::bad_request(format!(
-            "Serving signature name: \"{name}\" not found in signature def"
-        )));
-    }
-    let (format, inputs) = match (&request.instances, &request.inputs) {
-        (Some(Value::Array(instances)), None) => (Format::Rows, stack(instances, specs)),
-        (Some(_), None) => {
-            return Err(Failure::bad_request(
-                "Expecting 'instances' to be an list/array",
-            ));
-        }
-        (None, Some(inputs)) => (Format::Columns, columns(inputs, specs)),
-        (None, None) => return Err(Failure::bad_request("Missing 'inputs' or 'instances' key")),
-        (Some(_), Some(_)) => {
-            return Err(Failure::bad_request(
-                "Not formatted correctly expecting only one of 'inputs' or 'instances' keys exclusively",
-            ));
-        }
-    };
-    Ok((format, tensors(inputs.map_err(Failure::bad_request)?)?))
-}
-
-/// An input as read from a request: its spec, its shape and its leaves, row-major.
-type Input<'a> = (&'a TensorSpec, Vec<usize>, Vec<&'a Value>);
-
-/// An object naming inputs; `{"b64": "…"}` is a value, not a name, as in TF Serving.
-fn named(v: &Value) -> Option<&Map<String, Value>> {
-    match v {
-        Value::Object(o) if !(o.len() == 1 && o.get("b64").is_some_and(Value::is_string)) => {
-            Some(o)
-        }
-        _ => None,
-    }
-}
-
-fn spec<'a>(specs: &'a [TensorSpec], name: &str) -> Result<&'a TensorSpec, String> {
-    specs.iter().find(|s| s.name == name).ok_or_else(|| {
-        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        format!(
-            "unexpected input {name}: the model's inputs are {}",
-            names.join(", ")
-        )
+    let written = json::written(&outputs, &model.outputs)?;
+    Ok(match format {
+        Format::Rows => json!({"predictions": json::predictions(written)?}),
+        Format::Columns => json!({"outputs": json::outputs(written)}),
     })
 }
 
-/// The input a bare value is given to: only a one-input model takes one.
-fn only(specs: &[TensorSpec]) -> Result<&TensorSpec, String> {
-    match specs {
-        [spec] => Ok(spec),
-        _ => Err(format!(
-            "the model takes {} inputs: give them as an object of named inputs",
-            specs.len()
-        )),
-    }
-}
-
-/// The row format's instances stacked along a new leading batch dimension, per input.
-fn stack<'a>(instances: &'a [Value], specs: &'a [TensorSpec]) -> Result<Vec<Input<'a>>, String> {
-    let first = instances.first().ok_or("'instances' is empty")?;
-    let Some(names) = named(first) else {
-        let values = instances.iter().enumerate().map(|(i, v)| match named(v) {
-            None => Ok(v),
-            Some(_) => Err(format!(
-                "instance {i} names inputs where instance 0 does not"
-            )),
-        });
-        return Ok(vec![batch(only(specs)?, values)?]);
-    };
-    names
-        .keys()
-        .map(|name| {
-            let values = instances.iter().enumerate().map(|(i, v)| match named(v) {
-                Some(o) if o.len() == names.len() => o
-                    .get(name)
-                    .ok_or_else(|| format!("instance {i} lacks input {name}")),
-                _ => Err(format!(
-                    "instance {i} does not name the inputs instance 0 names"
-                )),
-            });
-            batch(spec(specs, name)?, values)
-        })
-        .collect()
-}
-
-/// One input's values, one per instance, as a batch: they must all have the same shape.
-fn batch<'a>(
-    spec: &'a TensorSpec,
-    values: impl Iterator<Item = Result<&'a Value, String>>,
-) -> Result<Input<'a>, String> {
-    let mut shape: Option<Vec<usize>> = None;
-    let mut leaves = Vec::new();
-    let mut count = 0;
-    for (i, v) in values.enumerate() {
-        let name = &spec.name;
-        let (s, l) = tensor::flatten(v?).map_err(|e| format!("input {name}: instance {i}: {e}"))?;
-        match &shape {
-            Some(first) if *first != s => {
-                return Err(format!(
-                    "input {name}: instance {i} has shape {s:?} where instance 0 has {first:?}"
-                ));
-            }
-            Some(_) => {}
-            None => shape = Some(s),
-        }
-        leaves.extend(l);
-        count += 1;
-    }
-    let shape = std::iter::once(count)
-        .chain(shape.unwrap_or_default())
-        .collect();
-    Ok((spec, shape, leaves))
-}
-
-/// The columnar format's inputs: each value's nesting is its tensor's whole shape.
-fn columns<'a>(inputs: &'a Value, specs: &'a [TensorSpec]) -> Result<Vec<Input<'a>>, String> {
-    let input = |spec: &'a TensorSpec, v: &'a Value| {
-        let (shape, leaves) =
-            tensor::flatten(v).map_err(|e| format!("input {}: {e}", spec.name))?;
-        Ok((spec, shape, leaves))
-    };
-    match named(inputs) {
-        Some(o) => o
-            .iter()
-            .map(|(name, v)| input(spec(specs, name)?, v))
-            .collect(),
-        None => Ok(vec![input(only(specs)?, inputs)?]),
-    }
-}
-
-fn tensors(inputs: Vec<Input<'_>>) -> Result<Vec<(String, Tensor)>, Failure> {
-    inputs
-        .into_iter()
-        .map(|(spec, shape, leaves)| {
-            tensor::from_json(spec.datatype, &shape, &leaves, true)
-                .map(|t| (spec.name.clone(), t))
-                .map_err(|e| Failure::bad_request(format!("input {}: {e}", spec.name)))
-        })
-        .collect()
-}
-
-/// Each output, named and nested along its whole shape; BYTES outputs as `{"b64": …}`
-/// only when the name ends in `_bytes`, TF Serving's convention.
-fn nested<'s>(
-    outputs: &[Tensor],
-    specs: &'s [TensorSpec],
-) -> Result<Vec<(&'s str, Value)>, Failure> {
-    outputs
-        .iter()
-        .zip(specs)
-        .map(|(t, spec)| {
-            let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);
-            let data = tensor::to_data(t, datatype)
-                .map_err(|e| Failure::internal(format!("output {}: {e}", spec.name)))?;
-            let b64 = spec.name.ends_with("_bytes");
-            Ok((spec.name.as_str(), data.nest(t.shape(), b64)))
-        })
-        .collect()
-}
-
-/// The row format's predictions: the outputs split along their batch dimension, one
-/// value per instance, or one object of named outputs per instance when there are several.
-fn rows(outputs: Vec<(&str, Value)>) -> Result<Value, Failure> {
-    let mut columns = Vec::with_capacity(outputs.len());
-    for (name, v) in outputs {
-        let Value::Array(items) = v else {
-            return Err(Failure::bad_request(format!(
-                "the output {name} has no batch dimension"
-            )));
-        };
-        columns.push((name, items));
-    }
-    if let [(_, items)] = columns.as_mut_slice() {
-        return Ok(Value::Array(std::mem::take(items)));
-    }
-    let size = columns.first().map_or(0, |(_, items)| items.len());
-    if let Some((name, items)) = columns.iter().find(|(_, items)| items.len() != size) {
+/// `ProcessClassifyRequest` and `ProcessRegressRequest`: the body, the model, then the
+/// signature (`GetClassificationSignatureDef`, `GetRegressionSignatureDef`), whose
+/// `method_name` must be the call's, as TF Serving checks it with
+/// `--enable_signature_method_name_check`.
+async fn classify_or_regress(
+    served: &Arc<Served>,
+    t: &Target,
+    body: &[u8],
+    regress: bool,
+) -> Result<Value, Failure> {
+    let request = examples::read(body)?;
+    servable(served, t)?;
+    if let Some(name) = request
+        .signature_name
+        .as_deref()
+        .filter(|n| !n.is_empty() && *n != "serving_default")
+    {
         return Err(Failure::bad_request(format!(
-            "the output {name} has batch size {} where {} has {size}",
-            items.len(),
-            columns[0].0
+            "No signature was found with the name: {name}"
         )));
     }
-    let mut columns: Vec<_> = columns
-        .into_iter()
-        .map(|(n, c)| (n, c.into_iter()))
-        .collect();
-    let predictions = (0..size)
-        .map(|_| {
-            let row = columns.iter_mut();
-            Value::Object(
-                row.map(|(n, c)| ((*n).to_owned(), c.next().unwrap_or_default()))
-                    .collect(),
-            )
-        })
-        .collect();
-    Ok(Value::Array(predictions))
+    let model = &served.model;
+    let method = Method::of(&model.inputs, &model.outputs);
+    let (wanted, what) = if regress {
+        ("tensorflow/serving/regress", "regression")
+    } else {
+        ("tensorflow/serving/classify", "classification")
+    };
+    if method.name() != wanted {
+        return Err(Failure::bad_request(format!(
+            "Expected {what} signature method_name to be {wanted}. Was: {}",
+            method.name()
+        )));
+    }
+    let inputs = examples::inputs(&model.inputs, &request)?;
+    let count = inputs.first().map_or(0, |(_, t)| t.shape()[0]);
+    let outputs = served.run(&mut Clock::start(), inputs).await?;
+    let results = match method {
+        Method::Classify { scores, classes } => {
+            examples::classifications(&outputs, scores, classes, count)?
+        }
+        _ => examples::regressions(&outputs[0], count)?,
+    };
+    Ok(json!({ "results": results }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn target(model: &str, version: Option<i64>, label: Option<&str>) -> Target {
+        Target {
+            model: model.into(),
+            version,
+            label: label.map(str::to_owned),
+        }
+    }
 
     fn spec(name: &str, datatype: DataType, shape: &[i64]) -> TensorSpec {
         TensorSpec {
@@ -407,38 +426,109 @@ mod tests {
         }
     }
 
-    type Owned = (String, Vec<usize>, Vec<Value>);
-
-    /// What `stack` gives, as comparable names, shapes and leaves.
-    fn stacked(instances: Value, specs: &[TensorSpec]) -> Result<Vec<Owned>, String> {
-        let Value::Array(instances) = instances else {
-            panic!("a list")
-        };
-        let inputs = stack(&instances, specs)?;
-        Ok(inputs
-            .into_iter()
-            .map(|(s, shape, leaves)| {
-                (s.name.clone(), shape, leaves.into_iter().cloned().collect())
-            })
-            .collect())
+    #[test]
+    fn paths_read_as_tf_servings_expressions_read_them() {
+        let ok = |method, path| route(method, path).unwrap();
+        assert_eq!(
+            ok("GET", "/v1/models/m"),
+            Call::Status(target("m", None, None))
+        );
+        assert_eq!(
+            ok("GET", "/V1/Models/m/VERSIONS/007"),
+            Call::Status(target("m", Some(7), None))
+        );
+        assert_eq!(
+            ok("GET", "/v1/models/m/labels/stable/metadata"),
+            Call::Metadata(target("m", None, Some("stable")))
+        );
+        // `metadata` in another case is matched, then not taken for the word.
+        assert_eq!(
+            ok("GET", "/v1/models/m/METADATA"),
+            Call::Status(target("m", None, None))
+        );
+        assert_eq!(
+            ok("GET", "/v1/models"),
+            Call::Status(target("", None, None))
+        );
+        assert_eq!(
+            ok("GET", "/v1/models/versions/1"),
+            Call::Status(target("", Some(1), None))
+        );
+        assert_eq!(
+            ok("GET", "/v1/models/a%20b?x=1"),
+            Call::Status(target("a b?x=1", None, None))
+        );
+        assert_eq!(
+            ok("POST", "/v1/models/m/versions/2:predict"),
+            Call::Predict(target("m", Some(2), None))
+        );
+        assert_eq!(
+            ok("POST", "/v1/models/m/labels/canary:classify"),
+            Call::Classify(target("m", None, Some("canary")))
+        );
+        let malformed = |method, path| route(method, path).unwrap_err().message;
+        assert_eq!(
+            malformed("POST", "/v1/models/m:Predict"),
+            "Malformed request: POST /v1/models/m:Predict"
+        );
+        assert_eq!(
+            malformed("POST", "/v1/models/m"),
+            "Malformed request: POST /v1/models/m"
+        );
+        assert_eq!(
+            malformed("GET", "/v1/models/m:predict"),
+            "Malformed request: GET /v1/models/m:predict"
+        );
+        assert_eq!(
+            malformed("PUT", "/v1/models/m"),
+            "Malformed request: PUT /v1/models/m"
+        );
+        assert_eq!(
+            malformed("POST", "/v1/models/m/versions/x:predict"),
+            "Malformed request: POST /v1/models/m/versions/x:predict"
+        );
+        assert_eq!(
+            malformed("GET", "/v1/models/m/versions/99999999999999999999"),
+            "Failed to convert version: 99999999999999999999 to numeric."
+        );
     }
 
-    /// Found writing the `tfserving_request` fuzz target: lists nested 40 deep, two items
-    /// each, made `flatten` reserve room for 2^40 leaves (the process aborted, out of
-    /// memory), and 64 deep overflowed the count (a panic where overflow is checked).
     #[test]
-    fn deep_lists_are_a_bad_request() {
-        let x = [spec("x", DataType::Fp32, &[-1, 2])];
-        for (key, depth) in [("inputs", 40), ("instances", 64)] {
-            let nested = format!("{}0{}", "[".repeat(depth), ",0]".repeat(depth));
-            let body = match key {
-                "inputs" => format!(r#"{{"inputs":{nested}}}"#),
-                _ => format!(r#"{{"instances":[{nested}]}}"#),
-            };
-            let err = decode(&x, body.as_bytes()).expect_err("refused");
-            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST, "{key}");
-            assert!(err.message.contains("ragged"), "{key}: {}", err.message);
+    fn methods_follow_the_outputs_shapes() {
+        let x = [spec("x", DataType::Fp32, &[-1, 4])];
+        let scores = spec("probs", DataType::Fp32, &[-1, 3]);
+        let classes = spec("classes", DataType::Bytes, &[-1, 3]);
+        assert_eq!(
+            Method::of(&x, std::slice::from_ref(&scores)),
+            Method::Classify {
+                scores: Some(0),
+                classes: None
+            }
+        );
+        assert_eq!(
+            Method::of(&x, &[classes, scores.clone()]),
+            Method::Classify {
+                scores: Some(1),
+                classes: Some(0)
+            }
+        );
+        for y in [
+            spec("y", DataType::Fp32, &[-1]),
+            spec("y", DataType::Fp32, &[-1, 1]),
+        ] {
+            assert_eq!(Method::of(&x, &[y]), Method::Regress);
         }
+        // An input an example cannot fill, or outputs of other shapes, only predict.
+        let ragged = [spec("x", DataType::Fp32, &[-1, -1])];
+        assert_eq!(
+            Method::of(&ragged, std::slice::from_ref(&scores)),
+            Method::Predict
+        );
+        assert_eq!(Method::of(&x, &[scores.clone(), scores]), Method::Predict);
+        assert_eq!(
+            Method::of(&x, &[spec("y", DataType::Fp32, &[-1, 2, 2])]),
+            Method::Predict
+        );
     }
 
     #[test]
@@ -478,95 +568,5 @@ mod tests {
                 "name": "x",
             }})
         );
-    }
-
-    #[test]
-    fn bare_instances_stack_along_a_new_batch_dimension() {
-        let x = [spec("x", DataType::Fp32, &[-1, 2])];
-        assert_eq!(
-            stacked(json!([[1, 2], [3, 4], [5, 6]]), &x).unwrap(),
-            [(
-                "x".into(),
-                vec![3, 2],
-                vec![json!(1), json!(2), json!(3), json!(4), json!(5), json!(6)]
-            )]
-        );
-        // Scalars per instance make a rank-1 batch; b64 objects are values, not names.
-        let s = [spec("s", DataType::Bytes, &[-1])];
-        let b64 = json!({"b64": "aGk="});
-        assert_eq!(
-            stacked(json!([{"b64": "aGk="}, "a"]), &s).unwrap(),
-            [("s".into(), vec![2], vec![b64, json!("a")])]
-        );
-        assert!(
-            stacked(json!([[1, 2], [3]]), &x)
-                .unwrap_err()
-                .contains("shape")
-        );
-        assert!(stacked(json!([[1, 2], {"x": [3, 4]}]), &x).is_err());
-        assert!(stacked(json!([]), &x).is_err());
-        let two = [
-            spec("a", DataType::Fp32, &[-1]),
-            spec("b", DataType::Fp32, &[-1]),
-        ];
-        assert!(
-            stacked(json!([1, 2]), &two)
-                .unwrap_err()
-                .contains("2 inputs")
-        );
-    }
-
-    #[test]
-    fn named_instances_stack_per_input() {
-        let two = [
-            spec("a", DataType::Fp32, &[-1, 2]),
-            spec("b", DataType::Int64, &[-1]),
-        ];
-        let mut got = stacked(json!([{"a": [1, 2], "b": 7}, {"b": 8, "a": [3, 4]}]), &two).unwrap();
-        got.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(
-            got,
-            [
-                (
-                    "a".into(),
-                    vec![2, 2],
-                    vec![json!(1), json!(2), json!(3), json!(4)]
-                ),
-                ("b".into(), vec![2], vec![json!(7), json!(8)]),
-            ]
-        );
-        assert!(
-            stacked(json!([{"a": [1, 2], "c": 1}]), &two)
-                .unwrap_err()
-                .contains("unexpected input c")
-        );
-        assert!(stacked(json!([{"a": [1, 2], "b": 7}, {"a": [3, 4]}]), &two).is_err());
-        assert!(stacked(json!([{"a": [1, 2], "b": 7}, {"a": [3, 4], "c": 8}]), &two).is_err());
-        assert!(stacked(json!([{"a": [1, 2], "b": 7}, [3, 4]]), &two).is_err());
-        assert!(stacked(json!([{"a": [1, 2], "b": 7}, {"a": [3], "b": 8}]), &two).is_err());
-    }
-
-    #[test]
-    fn columnar_inputs_keep_their_whole_shape() {
-        let x = [spec("x", DataType::Fp32, &[-1, 2])];
-        let v = json!([[1, 2], [3, 4]]);
-        let got = columns(&v, &x).unwrap();
-        assert_eq!(
-            (got[0].0.name.as_str(), got[0].1.as_slice()),
-            ("x", &[2, 2][..])
-        );
-        let named = json!({"x": [[1, 2]]});
-        assert_eq!(columns(&named, &x).unwrap()[0].1, [1, 2]);
-        assert!(columns(&json!({"y": 1}), &x).is_err());
-    }
-
-    #[test]
-    fn predictions_split_outputs_per_instance() {
-        let one = rows(vec![("y", json!([[1, 2], [3, 4]]))]).unwrap();
-        assert_eq!(one, json!([[1, 2], [3, 4]]));
-        let two = rows(vec![("y", json!([1, 2])), ("z", json!([["a"], ["b"]]))]).unwrap();
-        assert_eq!(two, json!([{"y": 1, "z": ["a"]}, {"y": 2, "z": ["b"]}]));
-        assert!(rows(vec![("y", json!(1))]).is_err());
-        assert!(rows(vec![("y", json!([1, 2])), ("z", json!([1]))]).is_err());
     }
 }

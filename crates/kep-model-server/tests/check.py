@@ -3,6 +3,7 @@ Runtime's on the same inputs. Exits non-zero, saying why, on the first differenc
 
     check.py kserve URL NAME MODEL       # with tritonclient (http): binary and JSON tensors
     check.py tfserving URL NAME MODEL    # TF Serving REST: row and columnar requests
+    check.py kserve-grpc URL NAME MODEL  # with tritonclient (grpc) on the REST port: every RPC
 
 MODEL is the ONNX file ONNX Runtime runs: the served one, or for a TensorFlow frozen graph
 the ONNX model with the same weights and names.
@@ -137,5 +138,145 @@ def check_tfserving():
         compare(np.array(column, dtype=v.dtype), v, f"{name} row {k}")
 
 
-check_kserve() if protocol == "kserve" else check_tfserving()
+def typed_request(feeds):
+    """A ModelInferRequest with its inputs in the typed `contents`, not raw: tritonclient
+    sends raw contents only, other KServe clients send these."""
+    from tritonclient.grpc import service_pb2
+    from tritonclient.utils import np_to_triton_dtype
+
+    field = {
+        np.bool_: "bool_contents", np.int8: "int_contents", np.int16: "int_contents",
+        np.int32: "int_contents", np.int64: "int64_contents", np.uint8: "uint_contents",
+        np.uint16: "uint_contents", np.uint32: "uint_contents", np.uint64: "uint64_contents",
+        np.float32: "fp32_contents", np.float64: "fp64_contents", np.object_: "bytes_contents",
+    }
+    request = service_pb2.ModelInferRequest(model_name=name, id="typed")
+    for k, v in feeds.items():
+        t = request.inputs.add(name=k, datatype=np_to_triton_dtype(v.dtype), shape=list(v.shape))
+        if v.dtype.type in field:  # not FP16
+            values = [s.encode() for s in v.ravel()] if v.dtype == object else v.ravel().tolist()
+            getattr(t.contents, field[v.dtype.type]).extend(values)
+    return request
+
+
+def grpc_error(call, code, text):
+    """`call` (tritonclient's or a stub's) fails with the gRPC status `code` (a name) and a
+    message containing `text`."""
+    import grpc
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        call()
+    except InferenceServerException as e:
+        status, message = e.status(), e.message()
+    except grpc.RpcError as e:
+        status, message = str(e.code()), e.details()
+    else:
+        sys.exit(f"expected {code} ({text}), the call succeeded")
+    assert status == f"StatusCode.{code}" and text in message, (code, text, status, message)
+
+
+def check_kserve_grpc():
+    import grpc
+    import tritonclient.grpc as tc
+    from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+    from tritonclient.utils import np_to_triton_dtype
+
+    target = url.removeprefix("http://")
+    client = tc.InferenceServerClient(target)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(target))
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready(name) and client.is_model_ready(name, "1")
+    assert not client.is_model_ready(name, "2") and not client.is_model_ready(name + "-nope")
+    server = client.get_server_metadata()
+    assert server.name == "triton" and "model_repository" in server.extensions, server
+
+    meta = client.get_model_metadata(name)
+    assert meta.versions == ["1"] and meta.platform == "onnxruntime_onnx", meta
+    assert [i.name for i in meta.inputs] == [i.name for i in session.get_inputs()], meta
+    assert [o.name for o in meta.outputs] == [o.name for o in session.get_outputs()], meta
+    config = client.get_model_config(name).config
+    assert config.name == name and config.max_batch_size == 0 and config.platform == "onnxruntime_onnx", config
+    for i, m in zip(config.input, meta.inputs):
+        want = "TYPE_STRING" if m.datatype == "BYTES" else f"TYPE_{m.datatype}"
+        assert (i.name, model_config_pb2.DataType.Name(i.data_type), list(i.dims)) == (m.name, want, list(m.shape)), (i, m)
+
+    def counts():
+        (stats,) = client.get_inference_statistics(name).model_stats
+        s = stats.inference_stats
+        assert stats.inference_count == stats.execution_count == s.success.count, stats
+        return s.success.count, s.fail.count
+
+    before = counts()
+    ok = fail = 0
+    for batch in [1, 3]:
+        feeds = sample(batch)
+        inputs = []
+        for k, v in feeds.items():
+            t = tc.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
+            t.set_data_from_numpy(v)
+            inputs.append(t)
+        result = client.infer(name, inputs, request_id=f"b{batch}")
+        ok += 1
+        response = result.get_response()
+        assert (response.model_name, response.model_version, response.id) == (name, "1", f"b{batch}"), response
+        assert len(response.raw_output_contents) == len(response.outputs), response
+        for k, v in expected(feeds).items():
+            compare(result.as_numpy(k), v, f"{name} output {k} (grpc, batch {batch})")
+    # Only the outputs asked for come back.
+    first = session.get_outputs()[0].name
+    result = client.infer(name, inputs, model_version="1", outputs=[tc.InferRequestedOutput(first)])
+    ok += 1
+    assert [o.name for o in result.get_response().outputs] == [first], result.get_response()
+
+    # Typed contents: the protocol has no typed field for FP16, which must go raw.
+    feeds = sample(2)
+    request = typed_request(feeds)
+    if any(v.dtype == np.float16 for v in feeds.values()):
+        grpc_error(lambda: stub.ModelInfer(request), "INVALID_ARGUMENT", "FP16 data must be sent in raw_input_contents")
+        fail += 1
+    else:
+        result = tc.InferResult(stub.ModelInfer(request))
+        ok += 1
+        for k, v in expected(feeds).items():
+            compare(result.as_numpy(k), v, f"{name} output {k} (grpc, typed contents)")
+
+    # Errors: Triton's texts and status codes, a request that fits no input counted failed.
+    wrong = tc.InferInput(inputs[0].name(), inputs[0].shape(), "BYTES" if inputs[0].datatype() != "BYTES" else "FP32")
+    wrong.set_data_from_numpy(np.zeros(inputs[0].shape(), np.object_ if wrong.datatype() == "BYTES" else np.float32))
+    grpc_error(lambda: client.infer(name, [wrong] + inputs[1:]), "INVALID_ARGUMENT", f"inference input '{inputs[0].name()}' data-type is")
+    fail += 1
+    grpc_error(lambda: client.infer(name + "-nope", inputs), "NOT_FOUND", f"Request for unknown model: '{name}-nope' is not found")
+    grpc_error(lambda: client.get_model_metadata(name, "2"), "NOT_FOUND", f"Request for unknown model: '{name}' version 2 is not found")
+    grpc_error(lambda: client.get_model_config(name, "x"), "INVALID_ARGUMENT", "failed to get model version from specified version string 'x'")
+    grpc_error(lambda: client.get_inference_statistics(name + "-nope"), "NOT_FOUND", f"requested model '{name}-nope' is not available")
+    grpc_error(client.get_system_shared_memory_status, "UNIMPLEMENTED", "shared memory")
+    grpc_error(client.get_log_settings, "UNIMPLEMENTED", "/v2/logging")
+    after = counts()
+    assert after == (before[0] + ok, before[1] + fail), (before, after, ok, fail)
+    assert client.get_inference_statistics().model_stats[0].name == name
+
+    # The repository holds the one model: loads of it succeed, of another fail; unloaded,
+    # it is kept but unavailable until loaded again.
+    (index,) = client.get_model_repository_index().models
+    assert (index.name, index.version, index.state) == (name, "1", "READY"), index
+    client.load_model(name)
+    grpc_error(lambda: client.load_model(name + "-nope"), "INTERNAL", f"failed to load '{name}-nope', failed to poll from model repository")
+    client.unload_model(name + "-nope")
+    client.unload_model(name)
+    assert not client.is_model_ready(name)
+    assert client.get_model_repository_index().models[0].state == "UNAVAILABLE"
+    assert not stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True)).models
+    grpc_error(lambda: client.infer(name, inputs), "NOT_FOUND", f"Request for unknown model: '{name}' has no available versions")
+    client.load_model(name)
+    assert client.is_model_ready(name)
+
+    # REST goes on answering on the same port.
+    with urllib.request.urlopen(f"{url}/v2/models/{name}") as res:
+        assert json.loads(res.read())["name"] == name
+    with urllib.request.urlopen(f"{url}/v2/health/ready") as res:
+        assert res.status == 200
+
+
+{"kserve": check_kserve, "kserve-grpc": check_kserve_grpc, "tfserving": check_tfserving}[protocol]()
 print(f"{protocol} {name}: answers match ONNX Runtime's")

@@ -4,6 +4,11 @@ mlp.onnx        x FP32 [batch, 4] -> probs FP32 [batch, 3] (Gemm, Relu, Gemm, So
 identity.onnx   in_<type> -> out_<type> [n] for every KServe v2 datatype
 unsupported.onnx an operator of a domain no engine knows
 ort_only.onnx   x FP32 [n, 3, 3] -> y FP32 [n]: Det, which ONNX Runtime runs and tract lacks
+linear.onnx     x FP32 [batch, 4] -> y FP32 [batch, 1] (Gemm): a regressor for TF Serving's
+                :regress
+unnamed_batch.onnx, minus_one_batch.onnx
+                x FP32 [?, 4] -> y FP32 [?, 4] (Relu), the batch dimension with no name, as
+                `onnx.helper` writes `None`, and as `-1`, as some exporters write it
 mlp.pb          the same MLP, weights and names as a TensorFlow frozen GraphDef (MatMul,
                 Add, Relu, MatMul, Add, Softmax), written with a small protobuf encoder: no
                 TensorFlow needed
@@ -159,7 +164,33 @@ def ort_only():
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "ort_only.onnx")
 
 
+def linear():
+    w = numpy_helper.from_array(rng.normal(size=(4, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.normal(size=(1,)).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"])],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])],
+        [w, b],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), "linear.onnx")
+
+
+def unknown_batch():
+    for name, dim in [("unnamed_batch", None), ("minus_one_batch", -1)]:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 4])
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], name, [x], [y])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        # The checker refuses a -1 dimension, which exporters still write.
+        onnx.save(model, os.path.join(out, f"{name}.onnx"))
+
+
 mlp()
 identity()
+unknown_batch()
 unsupported()
 ort_only()
+linear()

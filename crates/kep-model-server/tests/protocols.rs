@@ -95,6 +95,56 @@ async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
     }
 }
 
+/// The same server speaks Triton's gRPC API on its REST port (HTTP/2 beside HTTP/1.1):
+/// every RPC `tritonclient.grpc` calls, inferences compared with ONNX Runtime's, statistics,
+/// configuration, the repository calls and Triton's error texts; REST still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kserve_grpc_answers_tritonclient_as_onnx_runtime_does() {
+    let made = made_models();
+    for (name, path) in [
+        ("mlp", made.path().join("mlp.onnx")),
+        // Every datatype, FP16 and BYTES included.
+        ("identity", made.path().join("identity.onnx")),
+        (
+            "squeezenet",
+            wheel_model("onnx", "backend/test/data/light/light_squeezenet.onnx"),
+        ),
+        (
+            "sigmoid",
+            wheel_model("onnxruntime", "datasets/sigmoid.onnx"),
+        ),
+    ] {
+        for &engine in ENGINES {
+            let url = serve(Protocol::Kserve, engine, name, &path).await;
+            check("kserve-grpc", &url, name, &path).await;
+        }
+    }
+}
+
+/// Triton's extensions (configuration, statistics, repository, classification, logging,
+/// trace) as `tritonclient` calls them (`tests/check_triton.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triton_extensions_answer_tritonclient_as_triton_does() {
+    let made = made_models();
+    let path = made.path().join("mlp.onnx");
+    let url = serve(Protocol::Kserve, Engine::Tract, "mlp", &path).await;
+    let args = [
+        tests_dir()
+            .join("check_triton.py")
+            .to_string_lossy()
+            .into_owned(),
+        url.trim_start_matches("http://").to_owned(),
+        "mlp".to_owned(),
+        path.to_string_lossy().into_owned(),
+    ];
+    let said = tokio::task::spawn_blocking(move || {
+        python(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert!(said.contains("as Triton answers them"), "{said}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tf_serving_rows_and_columns_answer_as_onnx_runtime_does() {
     let made = made_models();
@@ -162,12 +212,12 @@ async fn bad_kserve_requests(url: &str) {
                 json!({"name": "x", "shape": [1, 5], "datatype": "FP32", "data": [1, 2, 3, 4, 5]}),
             ),
             400,
-            "shape [1, 5]",
+            "unexpected shape for input 'x' for model 'mlp'. Expected [-1,4], got [1,5]",
         ),
         (
             with(json!({"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [1, 2, 3, 4]})),
             400,
-            "datatype FP64",
+            "inference input 'x' data-type is 'FP64', but model 'mlp' expects 'FP32'",
         ),
         (
             with(json!({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]})),
@@ -182,14 +232,18 @@ async fn bad_kserve_requests(url: &str) {
         (
             with(json!({"name": "y", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]})),
             400,
-            "missing input x",
+            "unexpected inference input 'y' for model 'mlp'",
         ),
-        (json!({"inputs": []}).to_string(), 400, "missing input x"),
+        (
+            json!({"inputs": []}).to_string(),
+            400,
+            "expected 1 inputs but got 0 inputs for model 'mlp'. Got input(s) [], but missing required input(s) ['x']. Please provide all required input(s).",
+        ),
         ("{\"inputs\": [".to_owned(), 400, "not an inference request"),
         (
             json!({"inputs": good["inputs"], "outputs": [{"name": "logits"}]}).to_string(),
             400,
-            "unknown output logits",
+            "unexpected inference output 'logits' for model 'mlp'",
         ),
     ];
     for (body, status, said) in cases {
@@ -198,11 +252,25 @@ async fn bad_kserve_requests(url: &str) {
         let error = v["error"].as_str().unwrap_or_default();
         assert!(error.contains(said), "{body}: {v}");
     }
-    for path in ["/v2/models/other/infer", "/v2/models/mlp/versions/2/infer"] {
+    for (path, said) in [
+        (
+            "/v2/models/other/infer",
+            "Request for unknown model: 'other' is not found",
+        ),
+        (
+            "/v2/models/mlp/versions/2/infer",
+            "Request for unknown model: 'mlp' version 2 is not found",
+        ),
+        ("/v2/nothing/here", "Not Found"),
+    ] {
         let (got, v) = send(&http, format!("{url}{path}"), &good.to_string()).await;
-        assert_eq!(got, 404, "{path}: {v}");
-        assert!(v["error"].is_string());
+        assert_eq!((got, v["error"].as_str()), (404, Some(said)), "{path}");
     }
+    // A served path with another method: Triton's 405, in the same shape.
+    let res = http.get(&infer).send().await.unwrap();
+    assert_eq!(res.status(), 405);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["error"], "Method Not Allowed");
     // A declared binary header longer than the body.
     let res = http
         .post(&infer)
@@ -274,6 +342,25 @@ async fn bad_tf_serving_requests(url: &str) {
     .await;
     assert_eq!(got, 200, "{v}");
     assert_eq!(v["predictions"].as_array().unwrap().len(), 2);
+}
+
+/// A batch dimension with no name (`None` in `onnx.helper`) or written as `-1` is a
+/// variable one: the model loads in every engine, says `-1`, and takes any batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unnamed_or_minus_one_batch_dimension_is_variable() {
+    let made = made_models();
+    for name in ["unnamed_batch", "minus_one_batch"] {
+        let path = made.path().join(format!("{name}.onnx"));
+        let ((inputs, outputs), _) = kep_model_server::model::inspect(&path).unwrap();
+        assert_eq!(
+            (&inputs[0].shape, &outputs[0].shape),
+            (&vec![-1, 4], &vec![-1, 4])
+        );
+        for &engine in ENGINES {
+            let url = serve(Protocol::Kserve, engine, name, &path).await;
+            check("kserve", &url, name, &path).await;
+        }
+    }
 }
 
 #[test]

@@ -44,7 +44,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::pool::{InstancePool, SendError};
 use super::{Gateway, authorized, bad_gateway, is_hop_by_hop, split_path, underscored};
-use crate::GatewayError;
+use crate::{GatewayError, Shape};
 
 /// As many headers as hyper reads; a head with more is handed over.
 const MAX_HEADERS: usize = 100;
@@ -210,6 +210,8 @@ impl Session {
             return Next::Close;
         }
         let body = self.buf.split_to(call.body_len as usize);
+        // Never gRPC here: gRPC endpoints are handed over.
+        let shape = Shape::of(None, call.target.0);
 
         let admission = match self
             .gateway
@@ -220,13 +222,13 @@ impl Session {
             Err(refusal) => {
                 let res = self
                     .gateway
-                    .metered(&route.meter, start, Err(refusal.into()));
+                    .metered(&route.meter, start, Err(refusal.into()), shape);
                 return self.answer(res, call.close).await;
             }
         };
         let Some(choice) = route.choose() else {
             let e = GatewayError::NoReadyInstance(call.endpoint.to_owned());
-            let res = self.gateway.metered(&route.meter, start, Err(e));
+            let res = self.gateway.metered(&route.meter, start, Err(e), shape);
             return self.answer(res, call.close).await;
         };
         let backend = choice.primary;
@@ -261,7 +263,7 @@ impl Session {
         }
         let Some(((conn, answer), pool)) = answered else {
             let e = failed.unwrap_or_else(|| GatewayError::NoReadyInstance(call.endpoint.into()));
-            let res = self.gateway.metered(&backend.meter, start, Err(e));
+            let res = self.gateway.metered(&backend.meter, start, Err(e), shape);
             return self.answer(res, call.close).await;
         };
         if self.gateway.metered {

@@ -60,13 +60,18 @@ pub struct InstanceGroup {
     pub gpus: Vec<i32>,
 }
 
+/// The platform Triton would run the model on, its backend and its file's name.
+pub fn platform(served: &Served) -> (&'static str, &'static str, &'static str) {
+    match served.model.format {
+        Format::Onnx => ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
+        Format::FrozenGraph => ("tensorflow_graphdef", "tensorflow", "model.graphdef"),
+    }
+}
+
 /// The configuration of `served`.
 pub fn model_config(served: &Served) -> ModelConfig {
     let gpus = &served.gpus;
-    let (platform, backend, file) = match served.model.format {
-        Format::Onnx => ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
-        Format::FrozenGraph => ("tensorflow_graphdef", "tensorflow", "model.graphdef"),
-    };
+    let (platform, backend, file) = platform(served);
     ModelConfig {
         name: served.name.clone(),
         platform,

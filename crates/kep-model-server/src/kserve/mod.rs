@@ -1,7 +1,10 @@
 //! The KServe v2 / Open Inference Protocol over HTTP, with Triton's binary tensor data
 //! extension (`Inference-Header-Content-Length`), which `tritonclient` uses by default.
 
+pub mod classification;
 pub mod config;
+mod extensions;
+pub mod grpc;
 
 use std::sync::Arc;
 
@@ -15,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tract_onnx::prelude::Tensor;
 
-use crate::model::{DataType, TensorSpec};
+use crate::model::{DataType, InputError, ModelError, TensorSpec};
 use crate::stats::Clock;
 use crate::tensor::{self, Data};
 use crate::{Failure, Served, VERSION};
@@ -37,6 +40,10 @@ pub fn router(served: Arc<Served>) -> Router {
         )
         .route("/v2/models/{m}/infer", post(infer))
         .route("/v2/models/{m}/versions/{v}/infer", post(infer_version))
+        .merge(extensions::router())
+        // Triton's answers to a path or a method it does not serve.
+        .fallback(|| async { Failure::not_found("Not Found") })
+        .method_not_allowed_fallback(|| async { Failure::method_not_allowed() })
         .with_state(served)
 }
 
@@ -64,14 +71,59 @@ async fn server_metadata() -> Json<Value> {
     }))
 }
 
-fn find(served: &Served, name: &str, version: Option<&str>) -> Result<(), Failure> {
-    if served.is(name, version) {
-        Ok(())
-    } else {
-        Err(Failure::not_found(match version {
-            Some(v) => format!("unknown model {name} version {v}"),
-            None => format!("unknown model {name}"),
-        }))
+/// Checks the path names the served model, loaded, in Triton's words.
+pub fn find(served: &Served, name: &str, version: Option<&str>) -> Result<(), Failure> {
+    let unknown = |what: String| Failure::not_found(format!("Request for unknown model: {what}"));
+    if name != served.name {
+        return Err(unknown(format!("'{name}' is not found")));
+    }
+    if !served.is_loaded() {
+        return Err(unknown(format!("'{name}' has no available versions")));
+    }
+    match version {
+        Some(v) if !served.is(name, Some(v)) => {
+            Err(unknown(format!("'{name}' version {v} is not found")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A request's failure to fit the model, as Triton words it.
+pub fn model_failure(served: &Served, e: ModelError) -> Failure {
+    let m = &served.name;
+    let list = |names: &[String]| {
+        let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+        format!("[{}]", quoted.join(","))
+    };
+    let dims = |d: &[String]| format!("[{}]", d.join(","));
+    match e {
+        ModelError::BadInput(InputError::Missing { given, missing }) => {
+            Failure::bad_request(format!(
+                "expected {} inputs but got {} inputs for model '{m}'. Got input(s) {}, but missing required input(s) {}. Please provide all required input(s).",
+                served.model.inputs.len(),
+                given.len(),
+                list(&given),
+                list(&missing)
+            ))
+        }
+        ModelError::BadInput(InputError::Unexpected { name, .. }) => Failure::bad_request(format!(
+            "unexpected inference input '{name}' for model '{m}'"
+        )),
+        ModelError::BadInput(InputError::DataType { name, given, want }) => {
+            Failure::bad_request(format!(
+                "inference input '{name}' data-type is '{}', but model '{m}' expects '{}'",
+                given.map_or("INVALID", DataType::name),
+                want.name()
+            ))
+        }
+        ModelError::BadInput(InputError::Shape { name, given, want }) => {
+            Failure::bad_request(format!(
+                "unexpected shape for input '{name}' for model '{m}'. Expected {}, got {}. ",
+                dims(&want.iter().map(i64::to_string).collect::<Vec<_>>()),
+                dims(&given.iter().map(usize::to_string).collect::<Vec<_>>())
+            ))
+        }
+        other => Failure::from(other),
     }
 }
 
@@ -112,7 +164,7 @@ fn metadata(s: &Served, m: &str, v: Option<&str>) -> Result<Response, Failure> {
     Ok(Json(json!({
         "name": s.name,
         "versions": [VERSION],
-        "platform": "onnxruntime_onnx",
+        "platform": config::platform(s).0,
         "inputs": metadata_tensors(&s.model.inputs),
         "outputs": metadata_tensors(&s.model.outputs),
     }))
@@ -123,14 +175,22 @@ async fn model_ready(
     State(s): State<Arc<Served>>,
     Path(m): Path<String>,
 ) -> Result<StatusCode, Failure> {
-    find(&s, &m, None).map(|()| StatusCode::OK)
+    ready(&s, &m, None)
 }
 
 async fn model_ready_version(
     State(s): State<Arc<Served>>,
     Path((m, v)): Path<(String, String)>,
 ) -> Result<StatusCode, Failure> {
-    find(&s, &m, Some(&v)).map(|()| StatusCode::OK)
+    ready(&s, &m, Some(&v))
+}
+
+/// An unloaded model is there but not ready: Triton's 400, not the 404 of an unknown one.
+fn ready(s: &Served, m: &str, v: Option<&str>) -> Result<StatusCode, Failure> {
+    if m == s.name && !s.is_loaded() {
+        return Err(Failure::bad_request("Model version not ready"));
+    }
+    find(s, m, v).map(|()| StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -160,6 +220,15 @@ struct RequestedOutput {
     name: String,
     #[serde(default)]
     parameters: Map<String, Value>,
+}
+
+/// An output to answer: the model's output `output`, as binary data or JSON, and replaced by
+/// its top `classification` classes when asked (the classification extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub output: usize,
+    pub binary: bool,
+    pub classification: Option<usize>,
 }
 
 /// Serialized as it is, not through `Value`, so FP32 data keeps its shortest digits.
@@ -216,16 +285,17 @@ fn flag(parameters: &Map<String, Value>, name: &str) -> Option<bool> {
 }
 
 /// An inference request read, before the model runs: its `id`, its named input tensors, and
-/// the outputs to answer, each an index into the model's outputs and whether it goes binary.
+/// the outputs to answer.
 pub struct Decoded {
     pub id: Option<String>,
     pub inputs: Vec<(String, Tensor)>,
-    pub wanted: Vec<(usize, bool)>,
+    pub wanted: Vec<Wanted>,
 }
 
-/// Reads an inference request's body against the model's `outputs`; `header_length` is the
+/// Reads an inference request's body against the outputs of `model`; `header_length` is the
 /// `Inference-Header-Content-Length` of the binary extension, when sent.
 pub fn decode(
+    model: &str,
     outputs: &[TensorSpec],
     header_length: Option<&HeaderValue>,
     body: &[u8],
@@ -293,16 +363,44 @@ pub fn decode(
 
     // Only the requested outputs, each as JSON or binary as asked.
     let all_binary = flag(&req.parameters, "binary_data_output").unwrap_or(false);
-    let wanted: Vec<(usize, bool)> = match &req.outputs {
-        None => (0..outputs.len()).map(|i| (i, all_binary)).collect(),
+    let wanted: Vec<Wanted> = match &req.outputs {
+        None => (0..outputs.len())
+            .map(|output| Wanted {
+                output,
+                binary: all_binary,
+                classification: None,
+            })
+            .collect(),
         Some(requested) => requested
             .iter()
             .map(|r| {
-                let i = outputs
+                let output = outputs
                     .iter()
                     .position(|o| o.name == r.name)
-                    .ok_or_else(|| Failure::bad_request(format!("unknown output {}", r.name)))?;
-                Ok((i, flag(&r.parameters, "binary_data").unwrap_or(all_binary)))
+                    .ok_or_else(|| {
+                        Failure::bad_request(format!(
+                            "unexpected inference output '{}' for model '{model}'",
+                            r.name
+                        ))
+                    })?;
+                let classification = match r.parameters.get("classification") {
+                    None => None,
+                    Some(k) => Some(
+                        k.as_u64()
+                            .and_then(|k| usize::try_from(k).ok())
+                            .ok_or_else(|| {
+                                Failure::bad_request(format!(
+                                    "output '{}': classification must be a count of classes",
+                                    r.name
+                                ))
+                            })?,
+                    ),
+                };
+                Ok(Wanted {
+                    output,
+                    binary: flag(&r.parameters, "binary_data").unwrap_or(all_binary),
+                    classification,
+                })
             })
             .collect::<Result<_, Failure>>()?,
     };
@@ -320,14 +418,24 @@ async fn answer(
     body: &[u8],
 ) -> Result<Response, Failure> {
     let Decoded { id, inputs, wanted } =
-        decode(&s.model.outputs, headers.get(HEADER_LENGTH), body)?;
-    let results = s.run(clock, inputs).await?;
+        decode(&s.name, &s.model.outputs, headers.get(HEADER_LENGTH), body)?;
+    let results = s
+        .run(clock, inputs)
+        .await
+        .map_err(|e| model_failure(s, e))?;
 
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut blobs = Vec::new();
-    for (i, binary) in wanted {
-        let spec = &s.model.outputs[i];
-        let t = &results[i];
+    for w in wanted {
+        let spec = &s.model.outputs[w.output];
+        let classified;
+        let t = match w.classification {
+            Some(k) => {
+                classified = classification::top(&results[w.output], k)?;
+                &classified
+            }
+            None => &results[w.output],
+        };
         let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);
         let mut out = OutputTensor {
             name: spec.name.clone(),
@@ -336,7 +444,7 @@ async fn answer(
             parameters: Map::new(),
             data: None,
         };
-        if binary {
+        if w.binary {
             let bytes = tensor::to_bytes(t, datatype).map_err(Failure::bad_request)?;
             out.parameters
                 .insert("binary_data_size".into(), Value::from(bytes.len()));
@@ -377,7 +485,7 @@ mod tests {
     use super::*;
 
     fn status(body: &[u8]) -> StatusCode {
-        match decode(&[], None, body) {
+        match decode("m", &[], None, body) {
             Ok(_) => StatusCode::OK,
             Err(e) => e.into_response().status(),
         }

@@ -164,6 +164,36 @@ print(json.dumps([float(p) for p in probs.ravel()]))
         got.iter().zip(&data).all(|(a, b)| (a - b).abs() < 1e-6),
         "{said}"
     );
+
+    // Triton's extensions through the gateway, as against the model server itself.
+    run(Command::new("python3")
+        .arg(model_server_tests().join("check_triton.py"))
+        .arg(keys["tri"].0.trim_start_matches("http://"))
+        .args(["mlp", mlp, &keys["tri"].1]));
+    // The gateway's own refusals on protocol paths are the protocol's `{"error"}`, which
+    // tritonclient reads as an error, not a crash.
+    let empty = cli(srv, &["serving", "endpoint", "create", "empty"]);
+    let refusals = r#"
+import sys, numpy as np, tritonclient.http as http
+from tritonclient.utils import InferenceServerException
+x = http.InferInput("x", [1, 4], "FP32")
+x.set_data_from_numpy(np.ones((1, 4), np.float32))
+for url, key, said in [(sys.argv[1], "wrong", "no endpoint of this name accepts this API key"),
+                       (sys.argv[2], sys.argv[3], "endpoint empty has no ready instance")]:
+    client = http.InferenceServerClient(url.removeprefix("http://"))
+    try:
+        client.infer("mlp", [x], headers={"Authorization": f"Bearer {key}"})
+        sys.exit(f"{url} answered")
+    except InferenceServerException as e:
+        assert e.message() == said, e
+"#;
+    run(Command::new("python3").args([
+        "-c",
+        refusals,
+        &keys["tri"].0,
+        empty["url"].as_str().unwrap(),
+        empty["api_key"].as_str().unwrap(),
+    ]));
 }
 
 /// Uploads a model file with the CLI; answers the registered model.

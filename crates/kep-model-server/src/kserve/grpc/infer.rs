@@ -1,0 +1,366 @@
+//! `ModelInfer`: inputs in `raw_input_contents` (the binary tensor format, as `tritonclient`
+//! sends them) or in the typed `contents`, outputs answered in `raw_output_contents`, as
+//! Triton answers them.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tonic::Status;
+use tract_onnx::prelude::Tensor;
+
+use super::inference::infer_parameter::ParameterChoice;
+use super::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use super::inference::model_infer_response::InferOutputTensor;
+use super::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse};
+use super::version;
+use crate::kserve::{classification, find, model_failure};
+use crate::model::DataType;
+use crate::stats::Clock;
+use crate::tensor;
+use crate::{Failure, Served, VERSION};
+
+/// An inference of the served model, counted in its statistics whatever its outcome (as
+/// REST's are), once the model is found.
+pub async fn infer(
+    s: &Arc<Served>,
+    request: ModelInferRequest,
+) -> Result<ModelInferResponse, Status> {
+    find(s, &request.model_name, version(&request.model_version)?)?;
+    let mut clock = Clock::start();
+    let answer = answer(s, &mut clock, request).await;
+    s.stats.record(&clock, answer.is_ok());
+    answer.map_err(Status::from)
+}
+
+async fn answer(
+    s: &Arc<Served>,
+    clock: &mut Clock,
+    request: ModelInferRequest,
+) -> Result<ModelInferResponse, Failure> {
+    let ModelInferRequest {
+        id,
+        inputs,
+        outputs,
+        raw_input_contents,
+        ..
+    } = request;
+    // Raw contents are all the inputs' or none, in the inputs' order.
+    if !raw_input_contents.is_empty() && raw_input_contents.len() != inputs.len() {
+        return Err(Failure::bad_request(format!(
+            "raw_input_contents holds {} tensors for the request's {} inputs: \
+             it must hold one for each input, or none",
+            raw_input_contents.len(),
+            inputs.len()
+        )));
+    }
+    let mut raw = raw_input_contents.into_iter();
+    let tensors = inputs
+        .iter()
+        .map(|input| Ok((input.name.clone(), read(&s.name, input, raw.next())?)))
+        .collect::<Result<Vec<_>, Failure>>()?;
+    let wanted = wanted(s, &outputs)?;
+
+    let results = s
+        .run(clock, tensors)
+        .await
+        .map_err(|e| model_failure(s, e))?;
+
+    let mut response = ModelInferResponse {
+        model_name: s.name.clone(),
+        model_version: VERSION.into(),
+        id,
+        ..Default::default()
+    };
+    for (output, classes) in wanted {
+        let spec = &s.model.outputs[output];
+        let classified;
+        let t = match classes {
+            Some(k) => {
+                classified = classification::top(&results[output], k)?;
+                &classified
+            }
+            None => &results[output],
+        };
+        let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);
+        response
+            .raw_output_contents
+            .push(tensor::to_bytes(t, datatype).map_err(Failure::internal)?);
+        response.outputs.push(InferOutputTensor {
+            name: spec.name.clone(),
+            datatype: datatype.name().into(),
+            shape: t.shape().iter().map(|&d| d as i64).collect(),
+            ..Default::default()
+        });
+    }
+    Ok(response)
+}
+
+/// One input tensor, from its raw contents when sent, else from its typed contents.
+fn read(model: &str, input: &InferInputTensor, raw: Option<Vec<u8>>) -> Result<Tensor, Failure> {
+    let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
+    let datatype = DataType::parse(&input.datatype)
+        .ok_or_else(|| at(format!("unknown datatype {}", input.datatype)))?;
+    let shape = input
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| at(format!("shape {:?}", input.shape))))
+        .collect::<Result<Vec<usize>, _>>()?;
+    match (raw, &input.contents) {
+        (Some(_), Some(_)) => Err(Failure::bad_request(format!(
+            "contents field must not be specified when using raw_input_contents \
+             for '{}' for model '{model}'",
+            input.name
+        ))),
+        (Some(bytes), None) => tensor::from_bytes(datatype, &shape, &bytes).map_err(at),
+        (None, contents) => {
+            let none = InferTensorContents::default();
+            let leaves = typed(datatype, contents.as_ref().unwrap_or(&none)).map_err(at)?;
+            tensor::from_json(datatype, &shape, &leaves.iter().collect::<Vec<_>>(), false)
+                .map_err(at)
+        }
+    }
+}
+
+/// The elements of the `contents` field that carries `datatype`, checked for its range by
+/// `tensor::from_json` as JSON's are.
+fn typed(datatype: DataType, c: &InferTensorContents) -> Result<Vec<Value>, String> {
+    fn all<T: Copy + Into<Value>>(v: &[T]) -> Vec<Value> {
+        v.iter().map(|&x| x.into()).collect()
+    }
+    Ok(match datatype {
+        DataType::Bool => all(&c.bool_contents),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => all(&c.int_contents),
+        DataType::Int64 => all(&c.int64_contents),
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 => all(&c.uint_contents),
+        DataType::Uint64 => all(&c.uint64_contents),
+        DataType::Fp32 => all(&c.fp32_contents),
+        DataType::Fp64 => all(&c.fp64_contents),
+        DataType::Bytes => c
+            .bytes_contents
+            .iter()
+            .map(|b| {
+                String::from_utf8(b.clone())
+                    .map(Value::from)
+                    .map_err(|_| "BYTES elements must be UTF-8 text".to_owned())
+            })
+            .collect::<Result<_, _>>()?,
+        // The protocol has no typed field for FP16.
+        DataType::Fp16 => {
+            return Err("FP16 data must be sent in raw_input_contents".into());
+        }
+    })
+}
+
+/// The outputs to answer: those requested, in their order, or else all the model's; each
+/// an index into the model's outputs, and the count of its top classes when asked for its
+/// classification (`class_count` in tritonclient) rather than its tensor.
+fn wanted(
+    s: &Served,
+    requested: &[InferRequestedOutputTensor],
+) -> Result<Vec<(usize, Option<usize>)>, Failure> {
+    let outputs = &s.model.outputs;
+    if requested.is_empty() {
+        return Ok((0..outputs.len()).map(|output| (output, None)).collect());
+    }
+    requested
+        .iter()
+        .map(|r| {
+            let output = outputs
+                .iter()
+                .position(|o| o.name == r.name)
+                .ok_or_else(|| {
+                    Failure::bad_request(format!(
+                        "unexpected inference output '{}' for model '{}'",
+                        r.name, s.name
+                    ))
+                })?;
+            let classes = match r.parameters.get("classification") {
+                None => None,
+                Some(p) => Some(
+                    match p.parameter_choice {
+                        Some(ParameterChoice::Int64Param(k)) => usize::try_from(k).ok(),
+                        _ => None,
+                    }
+                    .ok_or_else(|| {
+                        Failure::bad_request(format!(
+                            "output '{}': classification must be a count of classes",
+                            r.name
+                        ))
+                    })?,
+                ),
+            };
+            Ok((output, classes))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(datatype: &str, contents: Option<InferTensorContents>) -> InferInputTensor {
+        InferInputTensor {
+            name: "x".into(),
+            datatype: datatype.into(),
+            shape: vec![2],
+            parameters: Default::default(),
+            contents,
+        }
+    }
+
+    /// tritonclient sends raw contents only: the typed fields are checked here, each
+    /// against the raw bytes of the same values.
+    #[test]
+    fn typed_contents_read_as_raw_ones_do() {
+        let c = InferTensorContents::default;
+        let cases = [
+            (
+                "BOOL",
+                InferTensorContents {
+                    bool_contents: vec![true, false],
+                    ..c()
+                },
+            ),
+            (
+                "INT8",
+                InferTensorContents {
+                    int_contents: vec![-128, 127],
+                    ..c()
+                },
+            ),
+            (
+                "INT16",
+                InferTensorContents {
+                    int_contents: vec![-3, 300],
+                    ..c()
+                },
+            ),
+            (
+                "INT32",
+                InferTensorContents {
+                    int_contents: vec![i32::MIN, 7],
+                    ..c()
+                },
+            ),
+            (
+                "INT64",
+                InferTensorContents {
+                    int64_contents: vec![i64::MAX, -1],
+                    ..c()
+                },
+            ),
+            (
+                "UINT8",
+                InferTensorContents {
+                    uint_contents: vec![0, 255],
+                    ..c()
+                },
+            ),
+            (
+                "UINT16",
+                InferTensorContents {
+                    uint_contents: vec![1, 65535],
+                    ..c()
+                },
+            ),
+            (
+                "UINT32",
+                InferTensorContents {
+                    uint_contents: vec![u32::MAX, 0],
+                    ..c()
+                },
+            ),
+            (
+                "UINT64",
+                InferTensorContents {
+                    uint64_contents: vec![u64::MAX, 1],
+                    ..c()
+                },
+            ),
+            (
+                "FP32",
+                InferTensorContents {
+                    fp32_contents: vec![0.1, -2.5],
+                    ..c()
+                },
+            ),
+            (
+                "FP64",
+                InferTensorContents {
+                    fp64_contents: vec![0.1, 1e300],
+                    ..c()
+                },
+            ),
+            (
+                "BYTES",
+                InferTensorContents {
+                    bytes_contents: vec![b"a".to_vec(), "é".into()],
+                    ..c()
+                },
+            ),
+        ];
+        for (datatype, contents) in cases {
+            let typed = read("m", &input(datatype, Some(contents)), None).unwrap();
+            let dt = DataType::parse(datatype).unwrap();
+            let raw = tensor::to_bytes(&typed, dt).unwrap();
+            assert_eq!(
+                read("m", &input(datatype, None), Some(raw)).unwrap(),
+                typed,
+                "{datatype}"
+            );
+        }
+    }
+
+    #[test]
+    fn typed_contents_out_of_range_or_short_or_beside_raw_are_refused() {
+        let c = InferTensorContents::default;
+        for (datatype, contents) in [
+            (
+                "INT8",
+                InferTensorContents {
+                    int_contents: vec![128, 0],
+                    ..c()
+                },
+            ),
+            (
+                "UINT16",
+                InferTensorContents {
+                    uint_contents: vec![65536, 0],
+                    ..c()
+                },
+            ),
+            (
+                "FP32",
+                InferTensorContents {
+                    fp32_contents: vec![1.0],
+                    ..c()
+                },
+            ),
+            (
+                "FP16",
+                InferTensorContents {
+                    fp32_contents: vec![1.0, 2.0],
+                    ..c()
+                },
+            ),
+            (
+                "BYTES",
+                InferTensorContents {
+                    bytes_contents: vec![vec![0xff], vec![]],
+                    ..c()
+                },
+            ),
+        ] {
+            assert!(
+                read("m", &input(datatype, Some(contents)), None).is_err(),
+                "{datatype}"
+            );
+        }
+        let both = input("FP32", Some(c()));
+        let e = read("m", &both, Some(vec![0; 8])).unwrap_err();
+        assert!(
+            e.message.contains("contents field must not be specified"),
+            "{e:?}"
+        );
+    }
+}
