@@ -1,5 +1,6 @@
-//! Compiles Triton's gRPC protos (`proto/`) into the `inference` module's server code, with
-//! protox, a protobuf compiler in Rust: the build needs no protoc.
+//! Compiles Triton's gRPC protos (`proto/`) into the `inference` module's server and client
+//! code (the client drives `kep-bench infer`), with protox, a protobuf compiler in Rust: the
+//! build needs no protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Without source info the protos' comments (reStructuredText for Triton's docs, with
@@ -10,7 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .open_file("grpc_service.proto")?
         .file_descriptor_set();
     tonic_prost_build::configure()
-        .build_client(false)
+        .build_client(true)
         .build_transport(false)
         .compile_fds(fds)?;
     println!("cargo::rerun-if-changed=proto");

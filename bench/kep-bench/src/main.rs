@@ -1,6 +1,7 @@
 //! Load helpers that `bench/*.sh` drive against a real `kep serve`.
 
 mod flood;
+mod infer;
 // Not in a test build: the fixture's own tests would come with it.
 #[cfg(all(feature = "jasmin", not(test)))]
 mod jasmin;
@@ -66,6 +67,8 @@ enum Cmd {
     /// Hostile clients of one listener for `bench/limits.sh`: slowloris heads, stalled and
     /// whole large bodies.
     Flood(flood::Flood),
+    /// One model's inferences through the gateway over KServe v2 REST or Triton's gRPC.
+    Infer(infer::InferArgs),
     /// A WHIP publisher and steps of WHEP subscribers (str0m peers): what kep forwards per
     /// core, loss, RSS per subscriber, join to first frame.
     Media(media::MediaArgs),
@@ -119,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
         } => destroy(service, &token, participants, &room).await,
         Cmd::Soak(args) => soak::soak(args).await,
         Cmd::Flood(args) => flood::flood(args).await,
+        Cmd::Infer(args) => infer::run(args).await,
         Cmd::Media(args) => media::media(args).await,
         Cmd::Churn(args) => webhooks::churn(args).await,
         Cmd::Receive(args) => webhooks::receive(args).await,

@@ -209,7 +209,14 @@ fn tritonclient_grpc_reaches_a_grpc_endpoint_through_the_gateway() {
     upload_model(srv, "mlp", &mlp, "pytorch");
     let e = cli(
         srv,
-        &["serving", "endpoint", "create", "grpc", "--protocol", "grpc"],
+        &[
+            "serving",
+            "endpoint",
+            "create",
+            "grpc",
+            "--protocol",
+            "grpc",
+        ],
     );
     let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
     cli(
@@ -229,7 +236,14 @@ fn tritonclient_grpc_reaches_a_grpc_endpoint_through_the_gateway() {
     wait_available(srv, "grpc", "d1");
     let empty = cli(
         srv,
-        &["serving", "endpoint", "create", "empty", "--protocol", "grpc"],
+        &[
+            "serving",
+            "endpoint",
+            "create",
+            "empty",
+            "--protocol",
+            "grpc",
+        ],
     );
 
     let client = r#"

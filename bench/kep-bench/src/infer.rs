@@ -1,0 +1,188 @@
+//! `kep-bench infer`: one model's inferences through the gateway, over KServe v2 REST (binary
+//! tensor extension, HTTP/1.1) or Triton's gRPC API (raw contents, HTTP/2), from the same
+//! client loop, so the two protocols are compared and not two load tools. Each connection
+//! makes one call at a time; prints the inferences per second and latency percentiles.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use kep_model_server::kserve::grpc::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use kep_model_server::kserve::grpc::inference::model_infer_request::{
+    InferInputTensor, InferRequestedOutputTensor,
+};
+use kep_model_server::kserve::grpc::inference::ModelInferRequest;
+use tonic::transport::Channel;
+
+#[derive(clap::Args)]
+pub struct InferArgs {
+    /// `http` (KServe v2 REST) or `grpc` (Triton's gRPC).
+    #[arg(long)]
+    protocol: String,
+    /// http: the endpoint URL (`…/endpoints/{e}`); grpc: the gateway's `http://host:port`.
+    #[arg(long)]
+    url: String,
+    #[arg(long)]
+    key: String,
+    #[arg(long)]
+    model: String,
+    /// The model's one input: its name, KServe datatype and shape, and a file of its raw
+    /// little-endian elements.
+    #[arg(long)]
+    input: String,
+    #[arg(long)]
+    datatype: String,
+    #[arg(long, value_delimiter = ',')]
+    shape: Vec<i64>,
+    #[arg(long)]
+    data: PathBuf,
+    /// The output asked for (binary over REST).
+    #[arg(long)]
+    output: String,
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    #[arg(long, default_value_t = 2)]
+    warmup_seconds: u64,
+}
+
+/// One connection's way of making a call.
+enum Caller {
+    Http {
+        client: reqwest::Client,
+        url: String,
+        body: bytes::Bytes,
+        header_length: String,
+    },
+    Grpc(GrpcInferenceServiceClient<Channel>),
+}
+
+impl Caller {
+    async fn connect(args: &InferArgs, raw: &[u8]) -> anyhow::Result<Caller> {
+        match args.protocol.as_str() {
+            "http" => {
+                let head = serde_json::json!({
+                    "inputs": [{"name": args.input, "datatype": args.datatype, "shape": args.shape,
+                                "parameters": {"binary_data_size": raw.len()}}],
+                    "outputs": [{"name": args.output, "parameters": {"binary_data": true}}],
+                })
+                .to_string();
+                let mut body = head.clone().into_bytes();
+                body.extend_from_slice(raw);
+                Ok(Caller::Http {
+                    // One kept-alive connection per caller.
+                    client: reqwest::Client::builder()
+                        .pool_max_idle_per_host(1)
+                        .build()?,
+                    url: format!("{}/v2/models/{}/infer", args.url, args.model),
+                    body: body.into(),
+                    header_length: head.len().to_string(),
+                })
+            }
+            "grpc" => {
+                let channel = Channel::from_shared(args.url.clone())?.connect().await?;
+                Ok(Caller::Grpc(
+                    GrpcInferenceServiceClient::new(channel)
+                        .max_decoding_message_size(64 * 1024 * 1024),
+                ))
+            }
+            other => bail!("--protocol {other}: http or grpc"),
+        }
+    }
+
+    async fn call(&mut self, args: &InferArgs, raw: &[u8]) -> anyhow::Result<()> {
+        match self {
+            Caller::Http {
+                client,
+                url,
+                body,
+                header_length,
+            } => {
+                let res = client
+                    .post(url.as_str())
+                    .bearer_auth(&args.key)
+                    .header("Inference-Header-Content-Length", header_length.as_str())
+                    .body(body.clone())
+                    .send()
+                    .await?;
+                let status = res.status();
+                let answer = res.bytes().await?;
+                if !status.is_success() {
+                    bail!("HTTP {status}: {}", String::from_utf8_lossy(&answer));
+                }
+            }
+            Caller::Grpc(client) => {
+                let mut req = tonic::Request::new(ModelInferRequest {
+                    model_name: args.model.clone(),
+                    inputs: vec![InferInputTensor {
+                        name: args.input.clone(),
+                        datatype: args.datatype.clone(),
+                        shape: args.shape.clone(),
+                        ..Default::default()
+                    }],
+                    outputs: vec![InferRequestedOutputTensor {
+                        name: args.output.clone(),
+                        ..Default::default()
+                    }],
+                    raw_input_contents: vec![raw.to_vec()],
+                    ..Default::default()
+                });
+                req.metadata_mut()
+                    .insert("authorization", format!("Bearer {}", args.key).parse()?);
+                let answer = client.model_infer(req).await?.into_inner();
+                if answer.raw_output_contents.is_empty() {
+                    bail!("an answer with no output");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(args: InferArgs) -> anyhow::Result<()> {
+    let raw = std::fs::read(&args.data).with_context(|| format!("{:?}", args.data))?;
+    let args = std::sync::Arc::new(args);
+    let raw: std::sync::Arc<[u8]> = raw.into();
+    let start = Instant::now() + Duration::from_secs(args.warmup_seconds);
+    let end = start + Duration::from_secs(args.seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..args.connections {
+        let (args, raw) = (std::sync::Arc::clone(&args), std::sync::Arc::clone(&raw));
+        tasks.push(tokio::spawn(async move {
+            let mut caller = Caller::connect(&args, &raw).await?;
+            let mut took = Vec::new();
+            loop {
+                let t = Instant::now();
+                if t >= end {
+                    return anyhow::Ok(took);
+                }
+                caller.call(&args, &raw).await?;
+                // Calls of the warm-up are made, not counted.
+                if t >= start {
+                    took.push(t.elapsed());
+                }
+            }
+        }));
+    }
+    let mut took = Vec::new();
+    for task in tasks {
+        took.extend(task.await??);
+    }
+    took.sort();
+    let quantile = |q: f64| {
+        let i = ((took.len() as f64 * q).ceil() as usize).clamp(1, took.len().max(1)) - 1;
+        took.get(i).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "protocol": args.protocol,
+            "connections": args.connections,
+            "inferences_per_s": took.len() as f64 / args.seconds as f64,
+            "p50_ms": quantile(0.50),
+            "p99_ms": quantile(0.99),
+        })
+    );
+    Ok(())
+}
