@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use kep_model_server::kserve::grpc::inference::ModelInferRequest;
 use kep_model_server::kserve::grpc::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use kep_model_server::kserve::grpc::inference::model_infer_request::{
     InferInputTensor, InferRequestedOutputTensor,
 };
-use kep_model_server::kserve::grpc::inference::ModelInferRequest;
 use tonic::transport::Channel;
 
 #[derive(clap::Args)]

@@ -292,6 +292,9 @@ pub struct Instance {
     pub pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The host's GPUs its process holds (`CUDA_VISIBLE_DEVICES`), for a GPU instance type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
 }
 
 /// `PUT …/traffic`: percentages in steps of 5 summing to 100, or a ratio.
@@ -457,9 +460,16 @@ pub struct InstanceMetrics {
     /// Resident memory as a percent of the instance type's memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_percent: Option<f64>,
-    /// GPU use in percent, where a GPU is read (the `nvml` build feature).
+    /// GPU compute (SM) use as a percent of the instance type's GPUs, where GPUs are read
+    /// (the `nvml` build feature): 100 is every one of its GPUs busy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_percent: Option<f64>,
+    /// GPU memory the process and its children hold, where GPUs are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_bytes: Option<u64>,
+    /// GPU memory as a percent of the memory of the instance's GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_percent: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -38,7 +38,11 @@ pub struct ServingSettings {
     pub instance_types: BTreeMap<String, Resources>,
     pub default_instance_type: String,
     /// The workspace compute quota: deployments' instances hold it from creation.
-    pub quota: Resources,
+    pub quota: QuotaSettings,
+    /// The GPUs (host indices, as NVML and `nvidia-smi` number them) that GPU instances
+    /// are given; unset, every GPU NVML sees (the `nvml` build feature), else none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<u32>>,
     /// Most instances an endpoint may ask for per deployment.
     pub max_instance_count: u32,
     pub max_model_bytes: u64,
@@ -97,7 +101,8 @@ impl Default for ServingSettings {
                 ("gpu-small".to_owned(), t(4.0, 16384, 1)),
             ]),
             default_instance_type: "cpu-small".into(),
-            quota: t(16.0, 65536, 0),
+            quota: QuotaSettings::default(),
+            gpus: None,
             max_instance_count: 10,
             max_model_bytes: 4 * 1024 * 1024 * 1024,
             max_script_bytes: 1024 * 1024,
@@ -117,6 +122,27 @@ impl Default for ServingSettings {
             alert_queue: 1000,
             alert_status_quiet_s: 60,
             alert_cpu_repeat_s: 12 * 3600,
+        }
+    }
+}
+
+/// `serving.quota`: the workspace compute quota.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QuotaSettings {
+    pub cpu: f64,
+    pub memory_mb: u64,
+    /// Unset, the number of GPUs instances can be given (`serving.gpus`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        QuotaSettings {
+            cpu: 16.0,
+            memory_mb: 65536,
+            gpu: None,
         }
     }
 }
@@ -146,7 +172,7 @@ impl Service for ServingService {
     /// Opens the store, kills what a previous kep left running, routes every endpoint, and
     /// starts every deployment's instances once this node leads serving (at once, on its
     /// own). The gateway's public URL is the base of the endpoint URLs.
-    async fn start((settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
+    async fn start((mut settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
         let data_dir = ctx.data_dir.as_path();
         let store = store::open(ctx).await?;
         let root = data_dir.join("serving");
@@ -172,8 +198,15 @@ impl Service for ServingService {
                 logs_dir: root.join("logs"),
             },
         ));
+        // Resolved once: the quota and the runtime count the same GPUs.
+        let gpus = runtime::gpus::discover(settings.gpus.as_deref());
+        let from_setting = settings.gpus.is_some();
+        tracing::info!(?gpus, from_setting, "GPUs instances can be given");
+        settings.quota.gpu.get_or_insert(gpus.len() as u32);
+        settings.gpus = Some(gpus.clone());
         let runtime = runtime::start(runtime::RuntimeContext {
             owner,
+            gpus: runtime::gpus::GpuPool::new(gpus),
             logs_dir: root.join("logs"),
             policy: runtime::RestartPolicy {
                 backoff: Backoff {

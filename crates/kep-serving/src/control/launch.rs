@@ -13,7 +13,7 @@ use crate::runtime::Launch;
 use crate::runtime::probe::ProbeSpec;
 use crate::store::EndpointRow;
 use crate::{ServingError, ServingSettings};
-use kep_api::serving::{DeploymentType, Probe};
+use kep_api::serving::{DeploymentType, Probe, Resources};
 
 /// A deployment as stored: the request resolved against the images and models it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,7 +72,8 @@ impl DeploymentSpec {
     /// What its instances run; the description does not matter to them. Model types run
     /// a model server (kep's own `model-server` subcommand) on the registered model, in
     /// the deployment's engine, probed on the protocol's own health call.
-    fn launch(&self, server: &ModelServer, cpus: f64) -> Launch {
+    fn launch(&self, server: &ModelServer, resources: Resources) -> Launch {
+        let cpus = resources.cpu;
         let served = |protocol: &str, model: &ModelRef| {
             if let Some(native) = &self.native {
                 return Ok(native.argv.clone());
@@ -141,6 +142,7 @@ impl DeploymentSpec {
         Launch {
             command,
             env,
+            gpus: resources.gpu,
             readiness,
             liveness: self.liveness.as_ref().map(ProbeSpec::from),
         }
@@ -223,11 +225,16 @@ impl ModelServer {
 impl Control {
     /// What a deployment's instances run, on its endpoint's instance type.
     pub(super) fn launch(&self, spec: &DeploymentSpec, e: &EndpointRow) -> Launch {
-        let cpus = self
+        let resources = self
             .settings
             .instance_types
             .get(&e.instance_type)
-            .map_or(1.0, |t| t.cpu);
-        spec.launch(&self.model_server, cpus)
+            .copied()
+            .unwrap_or(Resources {
+                cpu: 1.0,
+                memory_mb: 0,
+                gpu: 0,
+            });
+        spec.launch(&self.model_server, resources)
     }
 }

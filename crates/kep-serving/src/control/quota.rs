@@ -1,5 +1,7 @@
 //! The workspace compute quota: every deployment holds its endpoint's instance type times
-//! its instance count from creation on.
+//! its instance count from creation on. GPUs are also bounded by the GPUs there are
+//! (`serving.gpus`): each instance gets its own, so a deployment that could not have them
+//! is refused, not left waiting.
 
 use super::Control;
 use crate::ServingError;
@@ -9,7 +11,7 @@ use kep_api::serving::{Quota, Resources};
 impl Control {
     pub async fn quota(&self) -> Result<Quota, ServingError> {
         Ok(Quota {
-            total: self.settings.quota,
+            total: self.total(),
             used: self.used().await?,
             instance_types: self.settings.instance_types.clone(),
         })
@@ -18,13 +20,22 @@ impl Control {
     /// Whether one more deployment on endpoint `e` fits in what the quota has left.
     pub(super) async fn check_quota(&self, e: &EndpointRow) -> Result<(), ServingError> {
         let used = self.used().await?;
-        self.fits(&used, &e.instance_type, e.instance_count)
+        let (count, instance_type) = (e.instance_count, &e.instance_type);
+        self.fits(&used, instance_type, count)
             .map_err(|(what, left, need)| {
                 ServingError::QuotaExceeded(format!(
-                    "the workspace quota has {left} {what} left; {} × {} needs {need}",
-                    e.instance_count, e.instance_type
+                    "the workspace quota has {left} {what} left; {count} × {instance_type} needs {need}"
                 ))
-            })
+            })?;
+        let need = self.resources(instance_type, count).gpu;
+        let gpus = self.gpu_devices();
+        if need > 0 && used.gpu + need > gpus {
+            return Err(ServingError::QuotaExceeded(format!(
+                "{} of the {gpus} GPUs are not held by a deployment; {count} × {instance_type} needs {need}",
+                gpus.saturating_sub(used.gpu)
+            )));
+        }
+        Ok(())
     }
 
     /// Whether an endpoint's deployments could ever run: one of them, alone in the
@@ -39,7 +50,30 @@ impl Control {
                 ServingError::QuotaExceeded(format!(
                     "{count} × {instance_type} needs {need} {what}, and the whole workspace quota is {total}: no deployment of it could ever run"
                 ))
-            })
+            })?;
+        let need = self.resources(instance_type, count).gpu;
+        let gpus = self.gpu_devices();
+        if need > gpus {
+            return Err(ServingError::QuotaExceeded(format!(
+                "{count} × {instance_type} needs {need} GPUs, and there are {gpus}: no deployment of it could ever run"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `serving.quota`, its GPUs resolved at start (unset, the GPUs there are).
+    fn total(&self) -> Resources {
+        let q = self.settings.quota;
+        Resources {
+            cpu: q.cpu,
+            memory_mb: q.memory_mb,
+            gpu: q.gpu.unwrap_or(0),
+        }
+    }
+
+    /// The GPUs instances can be given (`serving.gpus`, resolved at start).
+    fn gpu_devices(&self) -> u32 {
+        self.settings.gpus.as_ref().map_or(0, |g| g.len() as u32)
     }
 
     /// `Err((what, left, need))` when `count` instances of `instance_type` do not fit beside
@@ -51,7 +85,7 @@ impl Control {
         count: i64,
     ) -> Result<(), (&'static str, f64, f64)> {
         let need = self.resources(instance_type, count);
-        let total = self.settings.quota;
+        let total = self.total();
         for (what, used, need, total) in [
             ("cpu", used.cpu, need.cpu, total.cpu),
             (

@@ -250,7 +250,7 @@ impl Evaluator {
                     continue;
                 };
                 // The highest use for an upper bound, the lowest for a lower one.
-                let values = d.instances.iter().filter_map(|i| Some((read(i)?, &i.id)));
+                let values = d.instances.iter().filter_map(|i| Some((read(i)?, i)));
                 let extreme = if upper {
                     values.max_by(|a, b| a.0.total_cmp(&b.0))
                 } else {
@@ -273,11 +273,24 @@ impl Evaluator {
                 };
                 if due {
                     let side = if upper { "at or above" } else { "at or below" };
+                    let id = &instance.id;
+                    let beside = match (what, instance.gpu_memory_bytes) {
+                        ("GPU", Some(bytes)) => format!(
+                            "; GPU memory {:.2} GiB{}",
+                            bytes as f64 / f64::from(1u32 << 30),
+                            instance
+                                .gpu_memory_percent
+                                .map_or_else(String::new, |p| format!(
+                                    ", {p:.1}% of its GPUs' memory"
+                                ))
+                        ),
+                        _ => String::new(),
+                    };
                     raise(
                         Some(name),
                         condition,
                         format!(
-                            "{what} use {value:.1}% of the limit (instance {instance}) is {side} the threshold {t}%"
+                            "{what} use {value:.1}% of the limit (instance {id}{beside}) is {side} the threshold {t}%"
                         ),
                     );
                     held.bounds.insert(key, now);
@@ -371,6 +384,8 @@ mod tests {
                         memory_bytes: None,
                         memory_percent: None,
                         gpu_percent: None,
+                        gpu_memory_bytes: None,
+                        gpu_memory_percent: None,
                     })
                     .collect(),
             }],
@@ -437,6 +452,23 @@ mod tests {
         assert_eq!(run(50.0), 0, "still above: no storm");
         assert_eq!(run(9.9), 0);
         assert_eq!(run(11.0), 1, "a new crossing");
+    }
+
+    /// A GPU alert gives the use in percent of the instance type's GPUs, and the GPU
+    /// memory beside it.
+    #[test]
+    fn a_gpu_alert_names_the_gpu_memory() {
+        let s = settings(&[("gpu_upper", Some(90.0))]);
+        let mut m = metrics(0.0, &[Some(1.0)]);
+        let i = &mut m.deployments[0].instances[0];
+        (i.gpu_percent, i.gpu_memory_bytes) = (Some(99.0), Some(20 << 30));
+        i.gpu_memory_percent = Some(25.0);
+        let a = Evaluator::default().sample(&s, &m, &[], POLICY, Instant::now());
+        assert_eq!(
+            a[0].text,
+            "[kep] endpoint e, deployment d: GPU use 99.0% of the limit (instance d-0; GPU \
+             memory 20.00 GiB, 25.0% of its GPUs' memory) is at or above the threshold 90%"
+        );
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Monitoring and alerts (seed 001 "Events", CONTRACT §3). Once a sample interval, the
-//! monitor reads the gateway's meters, the runtime's instances and their processes' CPU
-//! and memory; it keeps the numbers the API shows, sets the Prometheus gauges, and raises
+//! monitor reads the gateway's meters, the runtime's instances and their processes' CPU,
+//! memory and GPU use; it keeps the numbers the API shows, sets the Prometheus gauges, and raises
 //! the alerts whose conditions have just come to hold. State transitions come as events.
 
 pub mod alerts;
 mod delivery;
-mod gpu;
+pub mod gpu;
+mod instances;
 mod resources;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -20,16 +21,17 @@ use tokio::sync::{broadcast, mpsc};
 use crate::ServingError;
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName};
 use crate::kinds::DeploymentState;
-use crate::runtime::{DeploymentStatus, InstanceStatus, RuntimeHandle};
+use crate::runtime::{DeploymentStatus, RuntimeHandle};
 use crate::store::{AlertRow, NewEvent, Store};
 use alerts::{AlertPolicy, Evaluator, StatusDelta};
 pub use delivery::DeliveryPolicy;
+use instances::{export_gauges, instance_view};
 use kep_api::serving::{
     Alert, AlertSettings, CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics,
     Latency, MirrorMetrics, Resources,
 };
 use kep_gateway::meter::{self, CLASSES, LATENCY_BUCKETS, MeterKey, Meters, Reading};
-use resources::{ProcessSampler, Usage};
+use resources::ProcessSampler;
 
 /// Latency percentiles cover this much of the recent past.
 const LATENCY_WINDOW: Duration = Duration::from_secs(60);
@@ -211,9 +213,9 @@ impl Monitor {
             .flat_map(|st| st.instances.iter().filter_map(|i| i.pid))
             .collect();
         let mut sampler = s.sampler.take().unwrap_or_default();
-        let (sampler, usage) = tokio::task::spawn_blocking(move || {
-            let usage = sampler.sample(&pids);
-            (sampler, usage)
+        let (sampler, sampled) = tokio::task::spawn_blocking(move || {
+            let sampled = sampler.sample(&pids);
+            (sampler, sampled)
         })
         .await?;
         s.sampler = Some(sampler);
@@ -291,7 +293,10 @@ impl Monitor {
                     .map(|st| st.instances.as_slice())
                     .unwrap_or_default()
                     .iter()
-                    .map(|i| instance_view(i, i.pid.and_then(|p| usage.get(&p)), limits))
+                    .map(|i| {
+                        let usage = i.pid.and_then(|p| sampled.usage.get(&p));
+                        instance_view(i, usage, limits, &sampled.gpu_memory_total)
+                    })
                     .collect();
                 let state = status.map_or(DeploymentState::Progressing, |st| st.state);
                 export_gauges(&key, state, &instances);
@@ -407,60 +412,6 @@ fn latency(buckets: &[u64; LATENCY_BUCKETS]) -> Option<Latency> {
         p90: meter::quantile(buckets, 0.90)?,
         p99: meter::quantile(buckets, 0.99)?,
     })
-}
-
-fn instance_view(i: &InstanceStatus, usage: Option<&Usage>, limits: Resources) -> InstanceMetrics {
-    let percent = |used: f64, limit: f64| (limit > 0.0).then(|| used / limit * 100.0);
-    let cpu_cores = usage.and_then(|u| u.cpu_cores);
-    let memory_bytes = usage.map(|u| u.memory_bytes);
-    InstanceMetrics {
-        id: i.id.to_string(),
-        state: i.state.as_str().to_owned(),
-        ready: i.ready,
-        restarts: i.restarts,
-        cpu_cores,
-        cpu_percent: cpu_cores.and_then(|c| percent(c, limits.cpu)),
-        memory_bytes,
-        memory_percent: memory_bytes
-            .and_then(|b| percent(b as f64, limits.memory_mb as f64 * 1024.0 * 1024.0)),
-        gpu_percent: usage
-            .and_then(|u| u.gpu_util)
-            .and_then(|g| percent(g, f64::from(limits.gpu))),
-    }
-}
-
-/// Per-instance gauges for Prometheus; an instance gone stops being updated and the
-/// exporter drops its series after its idle timeout.
-fn export_gauges(key: &DeploymentKey, state: DeploymentState, instances: &[InstanceMetrics]) {
-    let deployment = [
-        ("endpoint", key.endpoint.to_string()),
-        ("deployment", key.deployment.to_string()),
-    ];
-    metrics::gauge!("kep_serving_deployment_available", &deployment).set(
-        if state == DeploymentState::Progressing {
-            0.0
-        } else {
-            1.0
-        },
-    );
-    for i in instances {
-        let labels = [
-            ("endpoint", key.endpoint.to_string()),
-            ("deployment", key.deployment.to_string()),
-            ("instance", i.id.clone()),
-        ];
-        metrics::gauge!("kep_serving_instance_ready", &labels).set(if i.ready { 1.0 } else { 0.0 });
-        metrics::gauge!("kep_serving_instance_restarts", &labels).set(f64::from(i.restarts));
-        if let Some(c) = i.cpu_cores {
-            metrics::gauge!("kep_serving_instance_cpu_cores", &labels).set(c);
-        }
-        if let Some(b) = i.memory_bytes {
-            metrics::gauge!("kep_serving_instance_memory_bytes", &labels).set(b as f64);
-        }
-        if let Some(g) = i.gpu_percent {
-            metrics::gauge!("kep_serving_instance_gpu_percent", &labels).set(g);
-        }
-    }
 }
 
 fn alert_view(row: AlertRow) -> Alert {

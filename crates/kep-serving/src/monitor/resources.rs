@@ -1,11 +1,20 @@
-//! CPU and resident memory of instance processes, read from the operating system. An
-//! instance counts with every process it started (a shell's children, a server's workers).
+//! CPU and memory of instance processes, read from the operating system, and their GPU
+//! use where GPUs are read. An instance counts with every process it started (a shell's
+//! children, a server's workers).
+//!
+//! Memory is a process's resident anonymous and shared memory (`RssAnon` + `RssShmem` of
+//! `/proc/<pid>/status`), not its whole RSS: RSS also counts resident pages of mapped files,
+//! which for a CUDA process are its libraries (cuDNN, cuBLAS: gigabytes, shared with every
+//! other process that maps them, and given back by the kernel under pressure) and the
+//! pages the NVIDIA driver maps in through its device files (pinned host buffers, unified
+//! memory), which the driver allocates and accounts itself. What is left is what the
+//! process alone holds and what a container's memory limit would hold it to.
 
 use std::collections::{HashMap, HashSet};
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-use super::gpu::{self, GpuReader};
+use super::gpu::{self, GpuReader, GpuUse};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Usage {
@@ -13,8 +22,15 @@ pub struct Usage {
     /// has nothing to measure against.
     pub cpu_cores: Option<f64>,
     pub memory_bytes: u64,
-    /// GPU compute use in percent of one GPU, where GPUs are read.
-    pub gpu_util: Option<f64>,
+    /// Where GPUs are read.
+    pub gpu: Option<GpuUse>,
+}
+
+/// One sample: each root process's usage, and each GPU's memory (by host index).
+#[derive(Debug, Default)]
+pub struct Sample {
+    pub usage: HashMap<u32, Usage>,
+    pub gpu_memory_total: HashMap<u32, u64>,
 }
 
 pub struct ProcessSampler {
@@ -36,9 +52,9 @@ impl Default for ProcessSampler {
 
 impl ProcessSampler {
     /// The usage of each root process with its descendants. Blocking: it reads `/proc`.
-    pub fn sample(&mut self, roots: &[u32]) -> HashMap<u32, Usage> {
+    pub fn sample(&mut self, roots: &[u32]) -> Sample {
         let Some(system) = &mut self.system else {
-            return HashMap::new();
+            return Sample::default();
         };
         system.refresh_processes_specifics(
             ProcessesToUpdate::All,
@@ -47,6 +63,7 @@ impl ProcessSampler {
         );
         let processes = system.processes();
         let gpu = self.gpu.as_mut().map(|g| g.sample());
+        let gpu_memory_total = gpu.as_ref().map(|g| g.memory_total.clone());
         let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
         for (pid, p) in processes {
             if let Some(parent) = p.parent() {
@@ -59,15 +76,16 @@ impl ProcessSampler {
             if !processes.contains_key(&root_pid) {
                 continue;
             }
-            let (mut cpu, mut memory, mut gpu_util) = (0.0f64, 0u64, 0.0f64);
+            let (mut cpu, mut memory, mut gpu_use) = (0.0f64, 0u64, GpuUse::default());
             let mut stack = vec![root_pid];
             while let Some(pid) = stack.pop() {
                 if let Some(p) = processes.get(&pid) {
                     cpu += f64::from(p.cpu_usage()) / 100.0;
-                    memory += p.memory();
+                    memory += private_memory(pid.as_u32()).unwrap_or_else(|| p.memory());
                 }
-                if let Some(g) = gpu.as_ref().and_then(|g| g.get(&pid.as_u32())) {
-                    gpu_util += g;
+                if let Some(g) = gpu.as_ref().and_then(|g| g.by_pid.get(&pid.as_u32())) {
+                    gpu_use.sm_percent += g.sm_percent;
+                    gpu_use.memory_bytes += g.memory_bytes;
                 }
                 stack.extend(children.get(&pid).into_iter().flatten());
             }
@@ -76,13 +94,33 @@ impl ProcessSampler {
                 Usage {
                     cpu_cores: self.seen.contains(&root).then_some(cpu),
                     memory_bytes: memory,
-                    gpu_util: gpu.is_some().then_some(gpu_util),
+                    gpu: gpu.is_some().then_some(gpu_use),
                 },
             );
         }
         self.seen = roots.iter().copied().collect();
-        usage
+        Sample {
+            usage,
+            gpu_memory_total: gpu_memory_total.unwrap_or_default(),
+        }
     }
+}
+
+/// `RssAnon` + `RssShmem` of a process, in bytes (the module's note says why not RSS);
+/// `None` where `/proc/<pid>/status` cannot be read or lacks them.
+fn private_memory(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |name: &str| {
+        status.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+    };
+    Some((kib("RssAnon:")? + kib("RssShmem:")?) * 1024)
 }
 
 #[cfg(test)]
@@ -115,14 +153,57 @@ mod tests {
         // The child is forked by then: a process's first sample has no CPU figure.
         std::thread::sleep(std::time::Duration::from_millis(300));
         let mut sampler = ProcessSampler::default();
-        let first = sampler.sample(&[pid]);
+        let first = sampler.sample(&[pid]).usage;
         assert_eq!(first[&pid].cpu_cores, None);
         assert!(first[&pid].memory_bytes > 0);
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let second = sampler.sample(&[pid, u32::MAX]);
+        let second = sampler.sample(&[pid, u32::MAX]).usage;
         let cores = second[&pid].cpu_cores.unwrap();
         // `yes` alone keeps a core busy (less on a loaded machine); the shell takes none.
         assert!(cores > 0.2, "{cores} cores");
         assert!(!second.contains_key(&u32::MAX));
+    }
+
+    /// A process's memory is what it alone holds: 64 MiB it writes to its heap count, the
+    /// 64 MiB of a file it maps and reads (a library, a model file) do not.
+    #[test]
+    fn a_mapped_file_is_not_the_process_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("weights");
+        std::fs::write(&file, vec![1u8; 64 << 20]).unwrap();
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "import mmap, time\n\
+             f = open({file:?}, 'rb')\n\
+             m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n\
+             s = sum(m[i] for i in range(0, len(m), 4096))\n\
+             heap = bytearray(b'x' * (64 << 20))\n\
+             open({ready:?}, 'w').close()\n\
+             time.sleep(30)\n"
+        );
+        use std::os::unix::process::CommandExt as _;
+        let group = Group(
+            std::process::Command::new("python3")
+                .args(["-c", &script])
+                .process_group(0)
+                .spawn()
+                .unwrap(),
+        );
+        let pid = group.0.id();
+        for _ in 0..200 {
+            if ready.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(ready.exists(), "the script did not get ready");
+        let memory = ProcessSampler::default().sample(&[pid]).usage[&pid].memory_bytes;
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_owned()))
+            .unwrap();
+        let mib = memory >> 20;
+        assert!((64..120).contains(&mib), "{mib} MiB counted, RSS {rss}");
     }
 }

@@ -9,6 +9,7 @@ use tokio::process::Child;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::gpus::{GpuLease, GpuPool};
 use super::{Launch, RestartPolicy, probe, process};
 use crate::ids::InstanceId;
 use crate::kinds::InstanceState;
@@ -24,6 +25,8 @@ pub struct InstanceStatus {
     pub reason: Option<String>,
     pub pid: Option<u32>,
     pub port: Option<u16>,
+    /// The GPUs its process holds.
+    pub gpus: Vec<u32>,
 }
 
 impl InstanceStatus {
@@ -37,6 +40,7 @@ impl InstanceStatus {
             reason: None,
             pid: None,
             port: None,
+            gpus: Vec::new(),
         }
     }
 
@@ -50,6 +54,7 @@ impl InstanceStatus {
             reason: self.reason.clone(),
             pid: self.pid,
             port: self.port,
+            gpus: self.gpus.clone(),
         }
     }
 }
@@ -59,6 +64,8 @@ impl InstanceStatus {
 pub struct Report {
     pub status: InstanceStatus,
     pub finished: bool,
+    /// It cannot start until GPUs are given back.
+    pub awaits_gpus: bool,
 }
 
 pub struct InstanceTask {
@@ -67,6 +74,7 @@ pub struct InstanceTask {
     pub log: PathBuf,
     pub policy: RestartPolicy,
     pub owner: process::Owner,
+    pub gpus: Arc<GpuPool>,
     pub http: reqwest::Client,
     pub reports: mpsc::UnboundedSender<Report>,
     pub cancel: CancellationToken,
@@ -86,6 +94,7 @@ impl InstanceTask {
         let _ = self.reports.send(Report {
             status: status.clone(),
             finished,
+            awaits_gpus: false,
         });
     }
 
@@ -104,47 +113,71 @@ impl InstanceTask {
                     self.cancel.cancelled().await;
                     break;
                 }
-                Ok(argv) => match self.start(argv, &mut status).await {
-                    Err(e) => {
+                Ok(argv) => {
+                    let waiting = |why: String| {
                         status.state = InstanceState::Pending;
-                        status.reason = Some(format!("CommandNotFound: {}: {e}", argv[0]));
-                    }
-                    Ok(mut child) => {
-                        let outcome = self.watch(&mut child, &mut status, &mut ever_ready).await;
-                        let pid = status.pid.take();
-                        status.ready = false;
-                        match outcome {
-                            Outcome::Cancelled => {
-                                status.state = InstanceState::Terminating;
-                                self.report(&status, false);
-                                // Out of rotation already; calls the gateway sent just before
-                                // finish before the process is asked to stop.
-                                tokio::time::sleep(self.policy.drain).await;
-                                process::terminate(&mut child, self.policy.grace).await;
-                                break;
-                            }
-                            Outcome::Exited(code) => {
-                                if let Some(pid) = pid {
-                                    process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                        status.reason = Some(why);
+                        let _ = self.reports.send(Report {
+                            status: status.clone(),
+                            finished: false,
+                            awaits_gpus: true,
+                        });
+                    };
+                    // Held until the process group is gone, whatever ends it.
+                    let Some(gpus) = self
+                        .gpus
+                        .take(self.launch.gpus, &self.cancel, waiting)
+                        .await
+                    else {
+                        break;
+                    };
+                    match self.start(argv, &mut status, &gpus).await {
+                        Err(e) => {
+                            status.state = InstanceState::Pending;
+                            status.reason = Some(format!("CommandNotFound: {}: {e}", argv[0]));
+                        }
+                        Ok(mut child) => {
+                            let outcome =
+                                self.watch(&mut child, &mut status, &mut ever_ready).await;
+                            let pid = status.pid.take();
+                            status.ready = false;
+                            match outcome {
+                                Outcome::Cancelled => {
+                                    status.state = InstanceState::Terminating;
+                                    self.report(&status, false);
+                                    // Out of rotation already; calls the gateway sent just before
+                                    // finish before the process is asked to stop.
+                                    tokio::time::sleep(self.policy.drain).await;
+                                    process::terminate(&mut child, self.policy.grace).await;
+                                    break;
                                 }
-                                status.state = InstanceState::Failed;
-                                status.reason = Some(format!("exited: {code}"));
-                            }
-                            Outcome::LivenessFailed(why) => {
-                                process::terminate(&mut child, self.policy.grace).await;
-                                status.state = InstanceState::Pending;
-                                status.reason = Some(format!("liveness probe failed: {why}"));
-                            }
-                            Outcome::Unknown(why) => {
-                                // Reported as such, then stopped and started again.
-                                status.state = InstanceState::Unknown;
-                                status.reason = Some(why);
-                                self.report(&status, false);
-                                process::terminate(&mut child, self.policy.grace).await;
+                                Outcome::Exited(code) => {
+                                    if let Some(pid) = pid {
+                                        process::signal_group(
+                                            pid,
+                                            nix::sys::signal::Signal::SIGKILL,
+                                        );
+                                    }
+                                    status.state = InstanceState::Failed;
+                                    status.reason = Some(format!("exited: {code}"));
+                                }
+                                Outcome::LivenessFailed(why) => {
+                                    process::terminate(&mut child, self.policy.grace).await;
+                                    status.state = InstanceState::Pending;
+                                    status.reason = Some(format!("liveness probe failed: {why}"));
+                                }
+                                Outcome::Unknown(why) => {
+                                    // Reported as such, then stopped and started again.
+                                    status.state = InstanceState::Unknown;
+                                    status.reason = Some(why);
+                                    self.report(&status, false);
+                                    process::terminate(&mut child, self.policy.grace).await;
+                                }
                             }
                         }
                     }
-                },
+                    status.gpus.clear();
+                }
             }
             // A restart: after a back-off that grows while it keeps failing.
             if started.elapsed() >= self.policy.reset_after {
@@ -173,13 +206,24 @@ impl InstanceTask {
         self.report(&status, true);
     }
 
-    async fn start(&self, argv: &[String], status: &mut InstanceStatus) -> std::io::Result<Child> {
+    async fn start(
+        &self,
+        argv: &[String],
+        status: &mut InstanceStatus,
+        gpus: &GpuLease,
+    ) -> std::io::Result<Child> {
         let port = process::free_port()?;
-        let child = process::spawn(argv, &self.launch.env, port, &self.log, &self.owner)?;
+        let env = process::Env {
+            vars: &self.launch.env,
+            port,
+            gpus: gpus.devices(),
+        };
+        let child = process::spawn(argv, env, &self.log, &self.owner)?;
         status.state = InstanceState::Pending;
         status.reason = None;
         status.pid = child.id();
         status.port = Some(port);
+        status.gpus = gpus.devices().to_vec();
         self.report(status, false);
         Ok(child)
     }

@@ -2,6 +2,7 @@
 //! deployment. The control plane drives it through [`RuntimeHandle`]; it tells the gateway
 //! which instances are ready and records every transition as an event.
 
+pub mod gpus;
 mod instance;
 pub mod probe;
 pub mod process;
@@ -35,6 +36,8 @@ pub struct Launch {
     /// The argv, or why there is nothing that can be run.
     pub command: Result<Vec<String>, String>,
     pub env: BTreeMap<String, String>,
+    /// GPUs of its own each instance process is given (its instance type's).
+    pub gpus: u32,
     pub readiness: ProbeSpec,
     pub liveness: Option<ProbeSpec>,
 }
@@ -144,6 +147,8 @@ impl RuntimeHandle {
 pub struct RuntimeContext {
     /// The mark of this kep's instance processes.
     pub owner: process::Owner,
+    /// The GPUs instance processes are given.
+    pub gpus: Arc<gpus::GpuPool>,
     pub logs_dir: PathBuf,
     pub policy: RestartPolicy,
     pub http: reqwest::Client,
@@ -375,6 +380,7 @@ impl Supervisor {
                 log: self.ctx.log_path(&self.key, &id),
                 policy: self.ctx.policy,
                 owner: self.ctx.owner.clone(),
+                gpus: Arc::clone(&self.ctx.gpus),
                 http: self.ctx.http.clone(),
                 reports: self.reports.clone(),
                 cancel: cancel.clone(),
@@ -421,8 +427,9 @@ impl Supervisor {
             });
         }
         let (generation, slot) = (self.members[i].generation, self.members[i].slot);
-        if new.ready && generation == self.generation {
-            // The new instance of this slot serves: its predecessor goes.
+        if (new.ready || report.awaits_gpus) && generation == self.generation {
+            // The new instance of this slot serves, or waits for the GPUs its predecessor
+            // holds (a rolling update with no GPU to spare): its predecessor goes.
             for m in &self.members {
                 if m.slot == slot && m.generation < generation {
                     m.cancel.cancel();

@@ -66,14 +66,18 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// What an instance process is given in its environment besides what kep passes on.
+pub struct Env<'a> {
+    /// The deployment's variables.
+    pub vars: &'a BTreeMap<String, String>,
+    pub port: u16,
+    /// Its GPUs; none hides every GPU.
+    pub gpus: &'a [u32],
+}
+
 /// Starts `argv` in a process group of its own, stdout and stderr appended to `log`.
-pub fn spawn(
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-    port: u16,
-    log: &Path,
-    owner: &Owner,
-) -> std::io::Result<Child> {
+pub fn spawn(argv: &[String], env: Env<'_>, log: &Path, owner: &Owner) -> std::io::Result<Child> {
+    let port = env.port;
     use std::io::Write as _;
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
@@ -82,7 +86,12 @@ pub fn spawn(
         .create(true)
         .append(true)
         .open(log)?;
-    writeln!(out, "--- kep: starting {argv:?} with PORT={port}")?;
+    let gpus = super::gpus::visible_devices_env(env.gpus);
+    writeln!(
+        out,
+        "--- kep: starting {argv:?} with PORT={port} CUDA_VISIBLE_DEVICES={:?}",
+        gpus[0].1
+    )?;
     let err = out.try_clone()?;
     let (program, args) = argv
         .split_first()
@@ -95,7 +104,9 @@ pub fn spawn(
                 .iter()
                 .filter_map(|k| Some((*k, std::env::var_os(k)?))),
         )
-        .envs(env)
+        .envs(env.vars)
+        // After the deployment's own: its variables cannot take another's GPUs.
+        .envs(gpus)
         .env("PORT", port.to_string())
         .env(OWNER_VAR, &*owner.0)
         .stdin(Stdio::null())
@@ -138,7 +149,12 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let owner = Owner::of_data_dir(dir.path()).unwrap();
-        let mut child = spawn(&argv, &BTreeMap::new(), 4242, &log, &owner).unwrap();
+        let env = Env {
+            vars: &BTreeMap::new(),
+            port: 4242,
+            gpus: &[],
+        };
+        let mut child = spawn(&argv, env, &log, &owner).unwrap();
         let pid = child.id().unwrap();
         let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
         assert!(proc.exists());

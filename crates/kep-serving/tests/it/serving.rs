@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use kep_serving::Resources;
+use kep_serving::QuotaSettings;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -546,10 +546,10 @@ async fn bodies_are_proxied_whole_up_to_20_mb_and_refused_past_it() {
 #[tokio::test]
 async fn every_field_rule_at_under_and_over_its_bound() {
     let s = spawn(|settings, _| {
-        settings.quota = Resources {
+        settings.quota = QuotaSettings {
             cpu: 3.0,
             memory_mb: 65536,
-            gpu: 0,
+            gpu: Some(0),
         };
     })
     .await;

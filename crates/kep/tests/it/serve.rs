@@ -3,6 +3,7 @@
 mod adapter;
 mod browser;
 mod carriers;
+mod gpus;
 mod live;
 mod messaging;
 mod metrics;

@@ -47,6 +47,7 @@ pub(super) fn render_monitor(m: &EndpointMetrics) -> String {
         }
         let header = [
             "INSTANCE", "STATE", "READY", "RESTARTS", "CPU", "CPU%", "MEM MiB", "MEM%", "GPU%",
+            "GPU MEM%",
         ];
         out.push_str(&table(header, 3, d.instances.iter().map(instance_row)));
     }
@@ -76,7 +77,7 @@ fn calls_line(c: &CallMetrics, in_flight: bool) -> String {
     line
 }
 
-fn instance_row(i: &InstanceMetrics) -> [String; 9] {
+fn instance_row(i: &InstanceMetrics) -> [String; 10] {
     fn or_dash(v: Option<f64>, decimals: usize) -> String {
         v.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
     }
@@ -90,6 +91,7 @@ fn instance_row(i: &InstanceMetrics) -> [String; 9] {
         or_dash(i.memory_bytes.map(|b| b as f64 / (1024.0 * 1024.0)), 1),
         or_dash(i.memory_percent, 1),
         or_dash(i.gpu_percent, 1),
+        or_dash(i.gpu_memory_percent, 1),
     ]
 }
 
@@ -140,6 +142,8 @@ mod tests {
                         memory_bytes: Some(256 * 1024 * 1024),
                         memory_percent: Some(25.0),
                         gpu_percent: None,
+                        gpu_memory_bytes: None,
+                        gpu_memory_percent: None,
                     }],
                 },
                 DeploymentMetrics {
