@@ -1,7 +1,7 @@
 //! The model server kep starts as each instance of a `tensorflow-serving`, `triton` or
 //! `cosmos` deployment (`kep model-server`): one registered model, loaded into the
 //! built-in engine before the port opens, behind the wire protocol its users already call:
-//! the TensorFlow Serving REST API or the KServe v2 (Open Inference) protocol.
+//! the TensorFlow Serving REST and gRPC APIs or the KServe v2 (Open Inference) protocol.
 
 pub mod cosmos;
 pub mod kserve;
@@ -173,8 +173,10 @@ pub fn router(
     script: Option<Arc<cosmos::Script>>,
 ) -> axum::Router {
     let routes = match (protocol, script) {
-        (Protocol::TfServing, _) => tfserving::router(served),
         // REST and gRPC on the one port: gRPC comes as HTTP/2 on its own paths.
+        (Protocol::TfServing, _) => {
+            tfserving::router(Arc::clone(&served)).merge(tfserving::grpc::router(served))
+        }
         (Protocol::Kserve, _) => {
             kserve::router(Arc::clone(&served)).merge(kserve::grpc::router(served))
         }

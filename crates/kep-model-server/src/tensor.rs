@@ -44,14 +44,14 @@ fn collect<'a>(v: &'a Value, shape: &[usize], out: &mut Vec<&'a Value>) -> Resul
 }
 
 /// How many elements `shape` holds: an error past `usize`, which no request can fill.
-fn elements(shape: &[usize]) -> Result<usize, String> {
+pub(crate) fn elements(shape: &[usize]) -> Result<usize, String> {
     shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| format!("shape {shape:?} holds more elements than there can be"))
 }
 
-fn array<T: Datum>(shape: &[usize], data: Vec<T>) -> Result<Tensor, String> {
+pub(crate) fn array<T: Datum>(shape: &[usize], data: Vec<T>) -> Result<Tensor, String> {
     let given = data.len();
     ArrayD::from_shape_vec(IxDyn(shape), data)
         .map(Tensor::from)

@@ -4,6 +4,7 @@
 //! in tensorflow/serving).
 
 mod examples;
+pub mod grpc;
 mod json;
 
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use serde_json::{Value, json};
 pub use examples::Method;
 pub use json::{Format, decode};
 
-use crate::model::{DataType, TensorSpec};
+use crate::model::TensorSpec;
 use crate::stats::Clock;
 use crate::{Failure, Served, VERSION};
 
@@ -256,18 +257,25 @@ fn status(served: &Served, t: &Target) -> Result<Value, Failure> {
     if t.model.is_empty() {
         return Err(Failure::bad_request("Missing model name in request."));
     }
-    let version = t.version.map(|v| v.to_string());
-    if !served.is(&t.model, version.as_deref()) {
-        return Err(Failure::not_found(match t.version {
-            Some(v) => format!("Could not find version {v} of model {}", t.model),
-            None => format!("Could not find any versions of model {}", t.model),
-        }));
-    }
+    versions(served, t)?;
     Ok(json!({"model_version_status": [{
         "version": VERSION,
         "state": "AVAILABLE",
         "status": {"error_code": "OK", "error_message": ""},
     }]}))
+}
+
+/// `GetModelStatusWithModelSpec`: whether the servable state monitor knows the version
+/// asked for, or any version; the one it knows is 1, available.
+fn versions(served: &Served, t: &Target) -> Result<(), Failure> {
+    let version = t.version.map(|v| v.to_string());
+    if served.is(&t.model, version.as_deref()) {
+        return Ok(());
+    }
+    Err(Failure::not_found(match t.version {
+        Some(v) => format!("Could not find version {v} of model {}", t.model),
+        None => format!("Could not find any versions of model {}", t.model),
+    }))
 }
 
 /// `ServerCore::GetServableHandle`: no labels are configured (`Unrecognized servable version
@@ -314,31 +322,12 @@ fn signature(specs: &[TensorSpec]) -> Value {
             .map(|d| json!({"size": d.to_string(), "name": ""}))
             .collect();
         json!({
-            "dtype": dtype(s.datatype),
+            "dtype": grpc::dtype(s.datatype).as_str_name(),
             "tensor_shape": {"dim": dim, "unknown_rank": false},
             "name": s.name,
         })
     };
     Value::Object(specs.iter().map(|s| (s.name.clone(), info(s))).collect())
-}
-
-/// TensorFlow's enum name of a datatype.
-fn dtype(datatype: DataType) -> &'static str {
-    match datatype {
-        DataType::Bool => "DT_BOOL",
-        DataType::Uint8 => "DT_UINT8",
-        DataType::Uint16 => "DT_UINT16",
-        DataType::Uint32 => "DT_UINT32",
-        DataType::Uint64 => "DT_UINT64",
-        DataType::Int8 => "DT_INT8",
-        DataType::Int16 => "DT_INT16",
-        DataType::Int32 => "DT_INT32",
-        DataType::Int64 => "DT_INT64",
-        DataType::Fp16 => "DT_HALF",
-        DataType::Fp32 => "DT_FLOAT",
-        DataType::Fp64 => "DT_DOUBLE",
-        DataType::Bytes => "DT_STRING",
-    }
 }
 
 /// `ProcessPredictRequest`: the body is read before the model is looked up, so a malformed
@@ -361,9 +350,7 @@ async fn predict(served: &Arc<Served>, t: &Target, body: &[u8]) -> Result<Value,
 }
 
 /// `ProcessClassifyRequest` and `ProcessRegressRequest`: the body, the model, then the
-/// signature (`GetClassificationSignatureDef`, `GetRegressionSignatureDef`), whose
-/// `method_name` must be the call's, as TF Serving checks it with
-/// `--enable_signature_method_name_check`.
+/// examples run as `classify` runs them.
 async fn classify_or_regress(
     served: &Arc<Served>,
     t: &Target,
@@ -372,6 +359,37 @@ async fn classify_or_regress(
 ) -> Result<Value, Failure> {
     let request = examples::read(body)?;
     servable(served, t)?;
+    let results = match run_examples(served, &request, regress).await? {
+        Results::Classes(classes) => classes
+            .into_iter()
+            .map(|row| {
+                let row = row
+                    .into_iter()
+                    .map(|(l, s)| json!([l, json::decimal_f32(s)]));
+                Value::Array(row.collect())
+            })
+            .collect(),
+        Results::Values(values) => values.into_iter().map(json::decimal_f32).collect(),
+    };
+    Ok(json!({ "results": Value::Array(results) }))
+}
+
+/// What `classify` or `regress` gives per example: `(label, score)` per class, or a value.
+enum Results {
+    Classes(Vec<Vec<(String, f32)>>),
+    Values(Vec<f32>),
+}
+
+/// `RunClassify` and `RunRegress` (`servables/tensorflow/classifier.cc`, `regressor.cc`) on
+/// the found model: the signature (`GetClassificationSignatureDef`,
+/// `GetRegressionSignatureDef`), whose `method_name` must be the call's, as TF Serving checks
+/// it with `--enable_signature_method_name_check`; then the examples, fed and run, and the
+/// results checked.
+async fn run_examples(
+    served: &Arc<Served>,
+    request: &examples::Request,
+    regress: bool,
+) -> Result<Results, Failure> {
     if let Some(name) = request
         .signature_name
         .as_deref()
@@ -394,21 +412,49 @@ async fn classify_or_regress(
             method.name()
         )));
     }
-    let inputs = examples::inputs(&model.inputs, &request)?;
-    let count = inputs.first().map_or(0, |(_, t)| t.shape()[0]);
+    // `InputToSerializedExampleTensor` (`servables/tensorflow/util.cc`).
+    if request.examples.is_empty() {
+        return Err(Failure::bad_request("Input is empty."));
+    }
+    let inputs = examples::inputs(&model.inputs, request)?;
+    let count = request.examples.len();
     let outputs = served.run(&mut Clock::start(), inputs).await?;
-    let results = match method {
+    Ok(match method {
         Method::Classify { scores, classes } => {
-            examples::classifications(&outputs, scores, classes, count)?
+            Results::Classes(examples::classifications(&outputs, scores, classes, count)?)
         }
-        _ => examples::regressions(&outputs[0], count)?,
-    };
-    Ok(json!({ "results": results }))
+        _ => Results::Values(examples::regressions(&outputs[0], count)?),
+    })
+}
+
+/// `VerifyRequestInputsSize` (`servables/tensorflow/predict_util.cc`): the inputs sent, as
+/// many as the signature's (which has no defaults).
+fn verify_inputs_size<'a>(
+    sent: impl IntoIterator<Item = &'a str>,
+    specs: &[TensorSpec],
+) -> Result<(), Failure> {
+    let sent: std::collections::BTreeSet<&str> = sent.into_iter().collect();
+    let wanted: std::collections::BTreeSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if sent.len() == wanted.len() {
+        return Ok(());
+    }
+    let join = |names: Vec<&&str>| names.into_iter().copied().collect::<Vec<_>>().join(",");
+    Err(Failure::bad_request(format!(
+        "input size does not match signature: {}!={} len({{{}}}) != len({{{}}}). Sent extra: \
+         {{{}}}. Missing but required: {{{}}}.",
+        sent.len(),
+        wanted.len(),
+        join(sent.iter().collect()),
+        join(wanted.iter().collect()),
+        join(sent.difference(&wanted).collect()),
+        join(wanted.difference(&sent).collect()),
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::DataType;
 
     fn target(model: &str, version: Option<i64>, label: Option<&str>) -> Target {
         Target {
@@ -533,7 +579,10 @@ mod tests {
 
     #[test]
     fn datatypes_have_tensorflow_names() {
-        let names: Vec<&str> = DataType::ALL.into_iter().map(dtype).collect();
+        let names: Vec<&str> = DataType::ALL
+            .into_iter()
+            .map(|d| grpc::dtype(d).as_str_name())
+            .collect();
         assert_eq!(
             names,
             [

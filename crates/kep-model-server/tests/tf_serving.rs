@@ -542,3 +542,31 @@ async fn a_predict_signature_neither_classifies_nor_regresses() {
     )
     .await;
 }
+
+/// TF Serving's gRPC API on the same port (`tests/check_tf_grpc.py`, with a client generated
+/// from the vendored protos): Predict with `tensor_content` and typed values for every
+/// datatype, compared with ONNX Runtime and REST; Classify, Regress, GetModelMetadata and
+/// GetModelStatus; TF Serving's status codes and texts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tf_serving_grpc_answers_as_tf_serving_and_onnx_runtime_do() {
+    let made = made_models();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/check_tf_grpc.py");
+    for name in ["mlp", "linear", "identity"] {
+        let path = made.path().join(format!("{name}.onnx"));
+        for &engine in ENGINES {
+            let url = serve(engine, name, &path).await;
+            let args = [
+                script.to_string_lossy().into_owned(),
+                url.trim_start_matches("http://").to_owned(),
+                name.to_owned(),
+                path.to_string_lossy().into_owned(),
+            ];
+            let said = tokio::task::spawn_blocking(move || {
+                python(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+            .await
+            .unwrap();
+            assert!(said.contains("as TF Serving answers"), "{said}");
+        }
+    }
+}

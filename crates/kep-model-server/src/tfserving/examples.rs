@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tract_onnx::prelude::Tensor;
 
-use super::json::{self, decimal_f32, format_error, is_b64, type_name};
+use super::json::{self, format_error, is_b64, type_name};
 use crate::model::{DataType, TensorSpec};
 use crate::{Failure, tensor};
 
@@ -74,7 +74,7 @@ impl Method {
 
 /// A `tf.Example` feature's list type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     Bytes,
     Float,
     Int64,
@@ -112,12 +112,12 @@ impl Kind {
 /// A feature's values, as JSON leaves of its kind: floats rounded to f32 (a float_list
 /// holds f32), booleans as 1 and 0, bytes decoded from base64.
 #[derive(Debug, Clone, Default)]
-struct Feature {
-    kind: Option<Kind>,
-    values: Vec<Value>,
+pub struct Feature {
+    pub kind: Option<Kind>,
+    pub values: Vec<Value>,
 }
 
-type Example = BTreeMap<String, Feature>;
+pub type Example = BTreeMap<String, Feature>;
 
 /// `MakeExampleFromJsonObject`.
 fn example(v: &Value) -> Result<Example, Failure> {
@@ -195,7 +195,35 @@ fn add_value(v: &Value, name: &str, feature: &mut Feature) -> Result<(), Failure
 /// name and its examples, each with the context's features it does not give itself.
 pub struct Request {
     pub signature_name: Option<String>,
-    examples: Vec<Example>,
+    pub examples: Vec<Example>,
+}
+
+impl Request {
+    /// Each example with the context's features it does not give itself: the context is
+    /// serialized before each example, so the example's features win; an empty one (no
+    /// list type) is skipped by the parser.
+    pub fn new(
+        signature_name: Option<String>,
+        context: Option<Example>,
+        own: Vec<Example>,
+    ) -> Request {
+        let examples = own
+            .into_iter()
+            .map(|own| {
+                let mut merged = context.clone().unwrap_or_default();
+                for (name, feature) in own {
+                    if feature.kind.is_some() || !merged.contains_key(&name) {
+                        merged.insert(name, feature);
+                    }
+                }
+                merged
+            })
+            .collect();
+        Request {
+            signature_name,
+            examples,
+        }
+    }
 }
 
 pub fn read(body: &[u8]) -> Result<Request, Failure> {
@@ -224,25 +252,8 @@ pub fn read(body: &[u8]) -> Result<Request, Failure> {
             ));
         }
     };
-    let examples = items
-        .iter()
-        .map(|item| {
-            let own = example(item)?;
-            let mut merged = context.clone().unwrap_or_default();
-            // The context is serialized before each example, so the example's features
-            // win; an empty one (no list type) is skipped by the parser.
-            for (name, feature) in own {
-                if feature.kind.is_some() || !merged.contains_key(&name) {
-                    merged.insert(name, feature);
-                }
-            }
-            Ok(merged)
-        })
-        .collect::<Result<_, Failure>>()?;
-    Ok(Request {
-        signature_name,
-        examples,
-    })
+    let own = items.iter().map(example).collect::<Result<_, _>>()?;
+    Ok(Request::new(signature_name, context, own))
 }
 
 /// The `examples` request as the model's inputs, as `parse_example` with a fixed-length
@@ -311,15 +322,15 @@ fn shape_of(t: &Tensor) -> String {
     json::shape_string(t.shape())
 }
 
-/// `PostProcessClassificationResult` then `MakeJsonFromClassificationResult`: per example,
-/// `[label, score]` per class; the label is empty without a classes output and the score
-/// 0 without a scores output, as in TF Serving.
+/// `PostProcessClassificationResult`: per example, `(label, score)` per class; the label is
+/// empty without a classes output and the score 0 without a scores output, as in TF
+/// Serving.
 pub fn classifications(
     outputs: &[Tensor],
     scores: Option<usize>,
     classes: Option<usize>,
     examples: usize,
-) -> Result<Value, Failure> {
+) -> Result<Vec<Vec<(String, f32)>>, Failure> {
     let bad = Failure::bad_request;
     for (which, at) in [("classes", classes), ("scores", scores)] {
         let Some(t) = at.map(|i| &outputs[i]) else {
@@ -362,23 +373,21 @@ pub fn classifications(
         (Some(n), _) | (None, Some(n)) => n,
         (None, None) => 0,
     };
-    let results = (0..examples)
+    Ok((0..examples)
         .map(|e| {
             let row = (0..count).map(|c| {
                 let at = e * count + c;
                 let label = labels.as_ref().map_or("", |l| l[at].as_str());
                 let score = values.as_ref().map_or(0.0, |v| v[at]);
-                json!([label, decimal_f32(score)])
+                (label.to_owned(), score)
             });
-            Value::Array(row.collect())
+            row.collect()
         })
-        .collect();
-    Ok(Value::Array(results))
+        .collect())
 }
 
-/// `PostProcessRegressionResult` then `MakeJsonFromRegressionResult`: one value per
-/// example.
-pub fn regressions(output: &Tensor, examples: usize) -> Result<Value, Failure> {
+/// `PostProcessRegressionResult`: one value per example.
+pub fn regressions(output: &Tensor, examples: usize) -> Result<Vec<f32>, Failure> {
     let shape = output.shape();
     if !(shape.len() == 1 || (shape.len() == 2 && shape[1] == 1)) {
         return Err(Failure::bad_request(format!(
@@ -394,9 +403,7 @@ pub fn regressions(output: &Tensor, examples: usize) -> Result<Value, Failure> {
         )));
     }
     match tensor::to_data(output, DataType::Fp32) {
-        Ok(tensor::Data::F32(values)) => {
-            Ok(Value::Array(values.into_iter().map(decimal_f32).collect()))
-        }
+        Ok(tensor::Data::F32(values)) => Ok(values),
         _ => Err(Failure::internal("the regression output is not FP32")),
     }
 }
@@ -494,7 +501,10 @@ mod tests {
         );
         assert_eq!(
             classifications(std::slice::from_ref(&scores), Some(0), None, 2).unwrap(),
-            json!([[["", 0.25], ["", 0.75]], [["", 1.0], ["", 0.0]]])
+            [
+                [(String::new(), 0.25), (String::new(), 0.75)],
+                [(String::new(), 1.0), (String::new(), 0.0)]
+            ]
         );
         assert_eq!(
             classifications(std::slice::from_ref(&scores), Some(0), None, 3)
@@ -509,6 +519,6 @@ mod tests {
         );
         let column =
             Tensor::from(tract_onnx::prelude::tract_ndarray::arr2(&[[0.5f32], [2.0]]).into_dyn());
-        assert_eq!(regressions(&column, 2).unwrap(), json!([0.5, 2.0]));
+        assert_eq!(regressions(&column, 2).unwrap(), [0.5, 2.0]);
     }
 }

@@ -396,9 +396,7 @@ pub fn tensors(
             return Err(Failure::bad_request("Missing 'inputs' or 'instances' key"));
         }
     };
-    if filled.len() < specs.len() {
-        return Err(inputs_size_error(&filled, specs));
-    }
+    super::verify_inputs_size(filled.iter().map(|(s, _)| s.name.as_str()), specs)?;
     let tensors = filled
         .into_iter()
         .map(|(spec, f)| {
@@ -408,28 +406,6 @@ pub fn tensors(
         })
         .collect::<Result<_, _>>()?;
     Ok((format, tensors))
-}
-
-/// The predictor's `VerifyRequestInputsSize` (`servables/tensorflow/predict_util.cc`).
-fn inputs_size_error(filled: &[(&TensorSpec, Filled<'_>)], specs: &[TensorSpec]) -> Failure {
-    let mut sent: Vec<&str> = filled.iter().map(|(s, _)| s.name.as_str()).collect();
-    let mut wanted: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-    sent.sort_unstable();
-    wanted.sort_unstable();
-    let missing: Vec<&str> = wanted
-        .iter()
-        .filter(|n| !sent.contains(n))
-        .copied()
-        .collect();
-    Failure::bad_request(format!(
-        "input size does not match signature: {}!={} len({{{}}}) != len({{{}}}). Sent extra: \
-         {{}}. Missing but required: {{{}}}.",
-        sent.len(),
-        wanted.len(),
-        sent.join(","),
-        wanted.join(","),
-        missing.join(",")
-    ))
 }
 
 fn find<'s>(specs: &'s [TensorSpec], name: &str) -> Option<&'s TensorSpec> {

@@ -4,6 +4,7 @@ mod adapter;
 mod browser;
 mod carriers;
 mod gpus;
+mod grpc;
 mod live;
 mod messaging;
 mod metrics;
