@@ -23,16 +23,10 @@ for tool in nvidia-smi cargo python3 jq curl; do
 done
 nvidia-smi -L
 
+# lib.sh's cleanup and kep_url; not its bench_init, as this build has nvml.
+source bench/lib.sh
 WORK=$(mktemp -d)
 pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
-}
 trap 'cleanup; rm -rf "$WORK"' EXIT
 results=()
 check() { # name, then a command: PASS when it succeeds
@@ -107,8 +101,7 @@ KEP_LOG=info KEP_ADMIN_TOKEN=gpu-check KEP_SERVING_ONNXRUNTIME="$ORT_LIB" \
   "$WORK/kep" serve --only serving --data-dir "$DATA" --admin-addr 127.0.0.1:0 \
   --gateway-addr 127.0.0.1:0 >"$WORK/kep.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 300); do [ -s "$DATA/addresses.json" ] && break; sleep 0.1; done
-ADMIN=http://$(jq -r .admin "$DATA/addresses.json")
+ADMIN=$(kep_url "$DATA" admin)
 api() { curl -sS --fail-with-body -H "Authorization: Bearer gpu-check" "$@"; }
 json() { api -H 'content-type: application/json' "$@"; }
 S=$ADMIN/admin/v1/serving

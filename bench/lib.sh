@@ -121,3 +121,29 @@ serve_live_messaging() {
   SVC=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' \
     "$ADMIN/admin/v1/live/services" -d '{"serviceId":"bench"}')
 }
+
+# serving_start: `kep serve --only serving` with its data in $WORK/data/kep, on free ports;
+# sets $admin and $gateway. `api` and `json` call the admin API as the scripts' operator.
+serving_start() {
+  mkdir -p "$WORK/data"
+  KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator "$KEP" serve --only serving \
+    --data-dir "$WORK/data/kep" --admin-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 \
+    >"$WORK/data/kep.log" 2>&1 &
+  pids+=($!)
+  admin=$(kep_url "$WORK/data/kep" admin)
+  gateway=$(kep_url "$WORK/data/kep" gateway)
+}
+api() { curl -sS --fail-with-body -H "Authorization: Bearer bench-operator" "$@"; }
+json() { api -H 'content-type: application/json' "$@"; }
+
+# triton_deployment ENDPOINT_JSON MODEL ENGINE → "URL KEY" of a new endpoint (its creation
+# body) with one `triton` deployment d1 of MODEL in ENGINE, once it is Available.
+triton_deployment() {
+  local ep name
+  ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "$1")
+  name=$(jq -r .name <<<"$ep")
+  json -XPOST "$admin/admin/v1/serving/endpoints/$name/deployments" \
+    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}}" >/dev/null
+  deployment_when "$admin" "$name" d1 '.state == "Available"' >/dev/null
+  echo "$(jq -r .url <<<"$ep") $(jq -r .api_key <<<"$ep")"
+}

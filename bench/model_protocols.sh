@@ -26,24 +26,7 @@ declare -A FILE=([mlp]=$WORK/mlp.onnx [resnet50]=$ONNX_DIR/backend/test/data/lig
 echo "== machine: $(machine), onnxruntime $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)')"
 wait_for_quiet
 
-data=$WORK/data
-mkdir -p "$data"
-KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator "$KEP" serve --only serving --data-dir "$data/kep" \
-  --admin-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 >"$data/kep.log" 2>&1 &
-pids+=($!)
-admin=$(kep_url "$data/kep" admin)
-gateway=$(kep_url "$data/kep" gateway)
-api() { curl -sS --fail-with-body -H "Authorization: Bearer bench-operator" "$@"; }
-json() { api -H 'content-type: application/json' "$@"; }
-
-deploy() {  # endpoint protocol model: prints "URL KEY" once the deployment is Available
-  local ep
-  ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"$1\",\"protocol\":\"$2\"}")
-  json -XPOST "$admin/admin/v1/serving/endpoints/$1/deployments" \
-    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$3\",\"env\":{\"KEP_ENGINE\":\"onnxruntime\"}}" >/dev/null
-  deployment_when "$admin" "$1" d1 '.state == "Available"' >/dev/null
-  echo "$(jq -r .url <<<"$ep") $(jq -r .api_key <<<"$ep")"
-}
+serving_start
 
 printf '   %-10s %-6s %5s %12s %9s %9s %13s\n' model proto conns "inf/s" "p50 ms" "p99 ms" "grpc ÷ http"
 for m in $MODELS; do
@@ -61,7 +44,7 @@ PY
 )
   declare -A ips=()
   for proto in http grpc; do
-    read -r url KEY < <(deploy "$m-$proto" "$proto" "$m")
+    read -r url KEY < <(triton_deployment "{\"name\":\"$m-$proto\",\"protocol\":\"$proto\"}" "$m" onnxruntime)
     target=$url
     [ "$proto" = grpc ] && target=$gateway
     for c in 1 4; do

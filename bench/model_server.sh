@@ -33,23 +33,7 @@ declare -A FILE=([mlp]=$WORK/mlp.onnx [resnet50]=$ONNX_DIR/backend/test/data/lig
 echo "== machine: $(machine), onnxruntime $(python3 -c 'import onnxruntime; print(onnxruntime.__version__)')"
 wait_for_quiet
 
-data=$WORK/data
-mkdir -p "$data"
-KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator "$KEP" serve --only serving --data-dir "$data/kep" \
-  --admin-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 >"$data/kep.log" 2>&1 &
-pids+=($!)
-admin=$(kep_url "$data/kep" admin)
-api() { curl -sS --fail-with-body -H "Authorization: Bearer bench-operator" "$@"; }
-json() { api -H 'content-type: application/json' "$@"; }
-
-deploy() {  # endpoint model engine: prints "URL KEY" once the deployment is Available
-  local ep
-  ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"$1\",\"instance_count\":1}")
-  json -XPOST "$admin/admin/v1/serving/endpoints/$1/deployments" \
-    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}}" >/dev/null
-  deployment_when "$admin" "$1" d1 '.state == "Available"' >/dev/null
-  echo "$(jq -r .url <<<"$ep")/v2/models/$2/infer $(jq -r .api_key <<<"$ep")"
-}
+serving_start
 
 for m in $MODELS; do
   file=${FILE[$m]}
@@ -65,7 +49,8 @@ LUA
   res=$WORK/$m.results
   : >"$res"
   for engine in tract onnxruntime; do
-    read -r url KEY < <(deploy "$m-$engine" "$m" "$engine")
+    read -r url KEY < <(triton_deployment "{\"name\":\"$m-$engine\",\"instance_count\":1}" "$m" "$engine")
+    url=$url/v2/models/$m/infer
     curl -sf -XPOST -H "Authorization: Bearer $KEY" -H "Inference-Header-Content-Length: $hlen" \
       -H 'content-type: application/octet-stream' --data-binary @"$WORK/$m.body" \
       -D "$WORK/$m.headers" -o "$WORK/$m.answer" "$url" || { echo "no 200 from $url" >&2; exit 1; }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tract_onnx::prelude::*;
+use tract_tensorflow::tract_hir::infer::{GenericFactoid, InferenceFact, ShapeFactoid};
 
 /// Tensor element types, by their KServe v2 names (CONTRACT §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -312,50 +313,41 @@ fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
 /// a variable one of its own, as a named ONNX dimension is; tract cannot type a model
 /// whose input has a dimension it knows nothing of. An output's `-1` is left to inference.
 fn open_unknown_dims(model: &mut InferenceModel) -> TractResult<()> {
-    use tract_tensorflow::tract_hir::infer::{GenericFactoid, ShapeFactoid};
+    for i in 0..model.inputs.len() {
+        if let Some(fact) = reopened(model.input_fact(i)?, || {
+            GenericFactoid::Only(model.symbols.new_with_prefix("n").to_dim())
+        }) {
+            model.set_input_fact(i, fact)?;
+        }
+    }
+    for i in 0..model.outputs.len() {
+        if let Some(fact) = reopened(model.output_fact(i)?, || GenericFactoid::Any) {
+            model.set_output_fact(i, fact)?;
+        }
+    }
+    Ok(())
+}
+
+/// `fact` with each unknown dimension replaced by what `open` gives; `None` when it has none.
+fn reopened(
+    fact: &InferenceFact,
+    mut open: impl FnMut() -> GenericFactoid<TDim>,
+) -> Option<InferenceFact> {
     let unknown = |d: &GenericFactoid<TDim>| match d {
         GenericFactoid::Any => true,
         GenericFactoid::Only(d) => d.as_i64().is_some_and(|n| n < 0),
     };
-    for i in 0..model.inputs.len() {
-        let mut fact = model.input_fact(i)?.clone();
-        if fact.shape.is_open() || !fact.shape.dims().any(unknown) {
-            continue;
-        }
-        let dims = fact
-            .shape
-            .dims()
-            .map(|d| {
-                if unknown(d) {
-                    GenericFactoid::Only(model.symbols.new_with_prefix("n").to_dim())
-                } else {
-                    d.clone()
-                }
-            })
-            .collect();
-        fact.shape = ShapeFactoid::closed(dims);
-        model.set_input_fact(i, fact)?;
+    if fact.shape.is_open() || !fact.shape.dims().any(unknown) {
+        return None;
     }
-    for i in 0..model.outputs.len() {
-        let mut fact = model.output_fact(i)?.clone();
-        if fact.shape.is_open() || !fact.shape.dims().any(unknown) {
-            continue;
-        }
-        let dims = fact
-            .shape
-            .dims()
-            .map(|d| {
-                if unknown(d) {
-                    GenericFactoid::Any
-                } else {
-                    d.clone()
-                }
-            })
-            .collect();
-        fact.shape = ShapeFactoid::closed(dims);
-        model.set_output_fact(i, fact)?;
-    }
-    Ok(())
+    let mut fact = fact.clone();
+    let dims = fact
+        .shape
+        .dims()
+        .map(|d| if unknown(d) { open() } else { d.clone() })
+        .collect();
+    fact.shape = ShapeFactoid::closed(dims);
+    Some(fact)
 }
 
 fn signature(model: &TypedModel) -> Result<Signature, ModelError> {

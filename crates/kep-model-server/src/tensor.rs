@@ -13,6 +13,16 @@ use crate::model::DataType;
 /// Nested JSON arrays as a shape and their leaves in row-major order; a scalar has shape
 /// `[]`. Ragged nesting is an error.
 pub fn flatten(v: &Value) -> Result<(Vec<usize>, Vec<&Value>), String> {
+    let shape = first_items_shape(v);
+    // No room reserved for the leaves the first items promise: ragged lists promise any
+    // number, past memory or `usize`.
+    let mut leaves = Vec::new();
+    collect(v, &shape, &mut leaves)?;
+    Ok((shape, leaves))
+}
+
+/// The shape nested lists have if every list is as long as the first at its level.
+pub(crate) fn first_items_shape(v: &Value) -> Vec<usize> {
     let mut shape = Vec::new();
     let mut probe = v;
     while let Value::Array(items) = probe {
@@ -22,11 +32,7 @@ pub fn flatten(v: &Value) -> Result<(Vec<usize>, Vec<&Value>), String> {
             None => break,
         }
     }
-    // No room reserved for the leaves the first items promise: ragged lists promise any
-    // number, past memory or `usize`.
-    let mut leaves = Vec::new();
-    collect(v, &shape, &mut leaves)?;
-    Ok((shape, leaves))
+    shape
 }
 
 fn collect<'a>(v: &'a Value, shape: &[usize], out: &mut Vec<&'a Value>) -> Result<(), String> {

@@ -292,6 +292,22 @@ pub struct Decoded {
     pub wanted: Vec<Wanted>,
 }
 
+/// An input's datatype and shape as a request declares them, REST and gRPC alike.
+pub fn input_type(
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+) -> Result<(DataType, Vec<usize>), Failure> {
+    let at = |msg: String| Failure::bad_request(format!("input {name}: {msg}"));
+    let datatype =
+        DataType::parse(datatype).ok_or_else(|| at(format!("unknown datatype {datatype}")))?;
+    let shape = shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| at(format!("shape {shape:?}"))))
+        .collect::<Result<Vec<usize>, _>>()?;
+    Ok((datatype, shape))
+}
+
 /// Reads an inference request's body against the outputs of `model`; `header_length` is the
 /// `Inference-Header-Content-Length` of the binary extension, when sent.
 pub fn decode(
@@ -325,13 +341,7 @@ pub fn decode(
     let mut inputs = Vec::with_capacity(req.inputs.len());
     for input in &req.inputs {
         let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
-        let datatype = DataType::parse(&input.datatype)
-            .ok_or_else(|| at(format!("unknown datatype {}", input.datatype)))?;
-        let shape = input
-            .shape
-            .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| at(format!("shape {:?}", input.shape))))
-            .collect::<Result<Vec<usize>, _>>()?;
+        let (datatype, shape) = input_type(&input.name, &input.datatype, &input.shape)?;
         let tensor = match (input.parameters.get("binary_data_size"), &input.data) {
             (Some(size), None) => {
                 let size = size

@@ -245,15 +245,7 @@ struct Filled<'a> {
 /// `GetDenseTensorShape` then `FillTensorProto`: the shape the first items give, and every
 /// leaf at the level and list sizes that shape says, of the input's type.
 fn fill(v: &Value, datatype: DataType) -> Result<Filled<'_>, String> {
-    let mut shape = Vec::new();
-    let mut probe = v;
-    while let Value::Array(items) = probe {
-        shape.push(items.len());
-        match items.first() {
-            Some(first) => probe = first,
-            None => break,
-        }
-    }
+    let shape = crate::tensor::first_items_shape(v);
     let mut leaves = Vec::new();
     fill_level(v, 0, &shape, datatype, &mut leaves)?;
     Ok(Filled { shape, leaves })

@@ -98,13 +98,7 @@ async fn answer(
 /// One input tensor, from its raw contents when sent, else from its typed contents.
 fn read(model: &str, input: &InferInputTensor, raw: Option<Vec<u8>>) -> Result<Tensor, Failure> {
     let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
-    let datatype = DataType::parse(&input.datatype)
-        .ok_or_else(|| at(format!("unknown datatype {}", input.datatype)))?;
-    let shape = input
-        .shape
-        .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| at(format!("shape {:?}", input.shape))))
-        .collect::<Result<Vec<usize>, _>>()?;
+    let (datatype, shape) = crate::kserve::input_type(&input.name, &input.datatype, &input.shape)?;
     match (raw, &input.contents) {
         (Some(_), Some(_)) => Err(Failure::bad_request(format!(
             "contents field must not be specified when using raw_input_contents \
