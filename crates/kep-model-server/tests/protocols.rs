@@ -3,56 +3,19 @@
 //! with ONNX Runtime's (`tests/check.py`). Models are made with the `onnx` package
 //! (`tests/make_models.py`) or ship inside the `onnx` and `onnxruntime` wheels.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
+use common::{ENGINES, made_models, python, serve, tests_dir};
 use kep_model_server::{Engine, Model, ModelError, Protocol, Served, router};
 use serde_json::{Value, json};
-
-fn tests_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
-}
-
-fn python(args: &[&str]) -> String {
-    let out = Command::new("python3").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "python3 {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The models `make_models.py` makes, in a folder of their own.
-fn made_models() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let script = tests_dir().join("make_models.py");
-    python(&[script.to_str().unwrap(), dir.path().to_str().unwrap()]);
-    dir
-}
 
 /// A model file shipped inside a Python package (`onnx`, `onnxruntime`).
 fn wheel_model(package: &str, relative: &str) -> PathBuf {
     let code = format!("import {package}, os; print(os.path.dirname({package}.__file__))");
     Path::new(python(&["-c", &code]).trim()).join(relative)
-}
-
-/// The engines this build has: answers must match ONNX Runtime's whichever runs the model.
-const ENGINES: &[Engine] = &[
-    Engine::Tract,
-    #[cfg(feature = "onnxruntime")]
-    Engine::OnnxRuntime,
-];
-
-async fn serve(protocol: Protocol, engine: Engine, name: &str, path: &Path) -> String {
-    let model = Model::load(path, engine).unwrap();
-    let served = Arc::new(Served::new(name, model));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(protocol, served, None)).await });
-    url
 }
 
 /// `check.py` runs blocking beside the server's runtime.
@@ -72,12 +35,15 @@ async fn check(protocol: &str, url: &str, name: &str, path: &Path) {
     assert!(said.contains("answers match ONNX Runtime's"), "{said}");
 }
 
+/// Over REST (`tritonclient.http`: binary tensors and JSON) and over Triton's gRPC API on
+/// the same port (`tritonclient.grpc`, HTTP/2 beside HTTP/1.1: every RPC, statistics,
+/// configuration, the repository calls and Triton's error texts; REST still answers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
     let made = made_models();
     for (name, path) in [
         ("mlp", made.path().join("mlp.onnx")),
-        // Every datatype, as binary tensors and as JSON.
+        // Every datatype, FP16 and BYTES included, as binary tensors and as JSON.
         ("identity", made.path().join("identity.onnx")),
         (
             "squeezenet",
@@ -90,33 +56,9 @@ async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
     ] {
         for &engine in ENGINES {
             let url = serve(Protocol::Kserve, engine, name, &path).await;
-            check("kserve", &url, name, &path).await;
-        }
-    }
-}
-
-/// The same server speaks Triton's gRPC API on its REST port (HTTP/2 beside HTTP/1.1):
-/// every RPC `tritonclient.grpc` calls, inferences compared with ONNX Runtime's, statistics,
-/// configuration, the repository calls and Triton's error texts; REST still answers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kserve_grpc_answers_tritonclient_as_onnx_runtime_does() {
-    let made = made_models();
-    for (name, path) in [
-        ("mlp", made.path().join("mlp.onnx")),
-        // Every datatype, FP16 and BYTES included.
-        ("identity", made.path().join("identity.onnx")),
-        (
-            "squeezenet",
-            wheel_model("onnx", "backend/test/data/light/light_squeezenet.onnx"),
-        ),
-        (
-            "sigmoid",
-            wheel_model("onnxruntime", "datasets/sigmoid.onnx"),
-        ),
-    ] {
-        for &engine in ENGINES {
-            let url = serve(Protocol::Kserve, engine, name, &path).await;
-            check("kserve-grpc", &url, name, &path).await;
+            for client in ["kserve", "kserve-grpc"] {
+                check(client, &url, name, &path).await;
+            }
         }
     }
 }

@@ -3,46 +3,11 @@
 //! tensorflow/serving unless said, is named beside it), and `:classify` and `:regress`
 //! answer as `:predict` and ONNX Runtime do. Models come from `tests/make_models.py`.
 
-use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
+mod common;
 
-use kep_model_server::{Engine, Model, Protocol, Served, router};
+use common::{ENGINES, made_models, python, serve, tests_dir};
+use kep_model_server::{Engine, Protocol};
 use serde_json::{Value, json};
-
-/// The engines this build has: answers must be the same whichever runs the model.
-const ENGINES: &[Engine] = &[
-    Engine::Tract,
-    #[cfg(feature = "onnxruntime")]
-    Engine::OnnxRuntime,
-];
-
-fn python(args: &[&str]) -> String {
-    let out = Command::new("python3").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "python3 {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn made_models() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_models.py");
-    python(&[script.to_str().unwrap(), dir.path().to_str().unwrap()]);
-    dir
-}
-
-async fn serve(engine: Engine, name: &str, path: &Path) -> String {
-    let model = Model::load(path, engine).unwrap();
-    let served = Arc::new(Served::new(name, model));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(Protocol::TfServing, served, None);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
-}
 
 /// A call: its status and its JSON body (`null` when there is none).
 async fn call(method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
@@ -99,7 +64,13 @@ fn examples() -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_metadata_answer_as_tf_serving_does() {
     let made = made_models();
-    let url = serve(Engine::Tract, "mlp", &made.path().join("mlp.onnx")).await;
+    let url = serve(
+        Protocol::TfServing,
+        Engine::Tract,
+        "mlp",
+        &made.path().join("mlp.onnx"),
+    )
+    .await;
     let available = json!({"model_version_status": [{
         "version": "1", "state": "AVAILABLE",
         "status": {"error_code": "OK", "error_message": ""},
@@ -240,7 +211,13 @@ async fn status_and_metadata_answer_as_tf_serving_does() {
 async fn predict_errors_are_tf_servings() {
     let made = made_models();
     for &engine in ENGINES {
-        let url = serve(engine, "mlp", &made.path().join("mlp.onnx")).await;
+        let url = serve(
+            Protocol::TfServing,
+            engine,
+            "mlp",
+            &made.path().join("mlp.onnx"),
+        )
+        .await;
         let predict = format!("{url}/v1/models/mlp:predict");
         let good = r#"{"instances": [[1.0, 2.0, 3.0, 4.0]]}"#;
         // model_servers/http_rest_api_handler.cc (GetInfoMap): one signature.
@@ -351,7 +328,13 @@ async fn predict_errors_are_tf_servings() {
 async fn classify_answers_the_scores_predict_gives() {
     let made = made_models();
     for &engine in ENGINES {
-        let url = serve(engine, "mlp", &made.path().join("mlp.onnx")).await;
+        let url = serve(
+            Protocol::TfServing,
+            engine,
+            "mlp",
+            &made.path().join("mlp.onnx"),
+        )
+        .await;
         let (status, predicted) = call(
             "POST",
             &format!("{url}/v1/models/mlp:predict"),
@@ -460,7 +443,7 @@ async fn regress_answers_as_onnx_runtime_does() {
     );
     let expected: Value = serde_json::from_str(&python(&["-c", &code])).unwrap();
     for &engine in ENGINES {
-        let url = serve(engine, "linear", &path).await;
+        let url = serve(Protocol::TfServing, engine, "linear", &path).await;
         let (status, meta) = call("GET", &format!("{url}/v1/models/linear/metadata"), None).await;
         assert_eq!(status, 200, "{meta}");
         assert_eq!(
@@ -510,6 +493,7 @@ async fn regress_answers_as_onnx_runtime_does() {
 async fn a_predict_signature_neither_classifies_nor_regresses() {
     let made = made_models();
     let url = serve(
+        Protocol::TfServing,
         Engine::Tract,
         "identity",
         &made.path().join("identity.onnx"),
@@ -550,11 +534,11 @@ async fn a_predict_signature_neither_classifies_nor_regresses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tf_serving_grpc_answers_as_tf_serving_and_onnx_runtime_do() {
     let made = made_models();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/check_tf_grpc.py");
+    let script = tests_dir().join("check_tf_grpc.py");
     for name in ["mlp", "linear", "identity"] {
         let path = made.path().join(format!("{name}.onnx"));
         for &engine in ENGINES {
-            let url = serve(engine, name, &path).await;
+            let url = serve(Protocol::TfServing, engine, name, &path).await;
             let args = [
                 script.to_string_lossy().into_owned(),
                 url.trim_start_matches("http://").to_owned(),

@@ -292,6 +292,15 @@ pub struct Decoded {
     pub wanted: Vec<Wanted>,
 }
 
+/// Where the output `name` of `model` is among its `outputs`, REST and gRPC alike.
+pub fn output_index(outputs: &[TensorSpec], model: &str, name: &str) -> Result<usize, Failure> {
+    outputs.iter().position(|o| o.name == name).ok_or_else(|| {
+        Failure::bad_request(format!(
+            "unexpected inference output '{name}' for model '{model}'"
+        ))
+    })
+}
+
 /// An input's datatype and shape as a request declares them, REST and gRPC alike.
 pub fn input_type(
     name: &str,
@@ -384,15 +393,7 @@ pub fn decode(
         Some(requested) => requested
             .iter()
             .map(|r| {
-                let output = outputs
-                    .iter()
-                    .position(|o| o.name == r.name)
-                    .ok_or_else(|| {
-                        Failure::bad_request(format!(
-                            "unexpected inference output '{}' for model '{model}'",
-                            r.name
-                        ))
-                    })?;
+                let output = output_index(outputs, model, &r.name)?;
                 let classification = match r.parameters.get("classification") {
                     None => None,
                     Some(k) => Some(

@@ -159,15 +159,7 @@ fn wanted(
     requested
         .iter()
         .map(|r| {
-            let output = outputs
-                .iter()
-                .position(|o| o.name == r.name)
-                .ok_or_else(|| {
-                    Failure::bad_request(format!(
-                        "unexpected inference output '{}' for model '{}'",
-                        r.name, s.name
-                    ))
-                })?;
+            let output = crate::kserve::output_index(outputs, &s.name, &r.name)?;
             let classes = match r.parameters.get("classification") {
                 None => None,
                 Some(p) => Some(

@@ -4,7 +4,40 @@
 use std::process::Command;
 
 use super::models::{made_models, model_server_tests, upload_model};
-use crate::common::{StopsGracefully, cli, port0, serve, wait_available};
+use crate::common::{Server, StopsGracefully, cli, port0, serve, wait_available};
+
+/// A `grpc` endpoint with one deployment `d1` of `kind` serving `model`, once Available:
+/// its URL and key.
+fn grpc_deployment(srv: &Server, endpoint: &str, kind: &str, model: &str) -> (String, String) {
+    let e = cli(
+        srv,
+        &[
+            "serving",
+            "endpoint",
+            "create",
+            endpoint,
+            "--protocol",
+            "grpc",
+        ],
+    );
+    cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            endpoint,
+            "d1",
+            "--type",
+            kind,
+            "--model",
+            model,
+        ],
+    );
+    wait_available(srv, endpoint, "d1");
+    let field = |f: &str| e[f].as_str().unwrap().to_owned();
+    (field("url"), field("api_key"))
+}
 
 /// A `grpc` endpoint's `triton` deployment through the gateway: `tritonclient.grpc` on the
 /// gateway's address, the endpoint named by the key in the `authorization` metadata; REST
@@ -17,33 +50,8 @@ fn tritonclient_grpc_reaches_a_grpc_endpoint_through_the_gateway() {
     let srv = &srv.0;
     let mlp = models.path().join("mlp.onnx");
     upload_model(srv, "mlp", &mlp, "pytorch");
-    let e = cli(
-        srv,
-        &[
-            "serving",
-            "endpoint",
-            "create",
-            "grpc",
-            "--protocol",
-            "grpc",
-        ],
-    );
-    let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
-    cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "grpc",
-            "d1",
-            "--type",
-            "triton",
-            "--model",
-            "mlp",
-        ],
-    );
-    wait_available(srv, "grpc", "d1");
+    let (url, key) = grpc_deployment(srv, "grpc", "triton", "mlp");
+    let (url, key) = (url.as_str(), key.as_str());
     let empty = cli(
         srv,
         &[
@@ -119,26 +127,8 @@ fn tf_serving_grpc_predict_reaches_a_grpc_endpoint_through_the_gateway() {
     let srv = &srv.0;
     let mlp = models.path().join("mlp.onnx");
     upload_model(srv, "mlp-tf", &mlp, "tensorflow");
-    let e = cli(
-        srv,
-        &["serving", "endpoint", "create", "tfs", "--protocol", "grpc"],
-    );
-    let (url, key) = (e["url"].as_str().unwrap(), e["api_key"].as_str().unwrap());
-    cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "tfs",
-            "d1",
-            "--type",
-            "tensorflow-serving",
-            "--model",
-            "mlp-tf",
-        ],
-    );
-    wait_available(srv, "tfs", "d1");
+    let (url, key) = grpc_deployment(srv, "tfs", "tensorflow-serving", "mlp-tf");
+    let (url, key) = (url.as_str(), key.as_str());
     let gateway = url.trim_start_matches("http://").split('/').next().unwrap();
     let out = Command::new("python3")
         .arg(model_server_tests().join("check_tf_grpc.py"))
