@@ -138,6 +138,11 @@ impl Serving {
             401,
             r#"{"error":{"code":"unauthorized","message":"no endpoint of this name accepts this API key"}}"#,
         );
+        // On the model servers' protocol paths the gateway refuses in their shape.
+        let unauthorized_protocol = expect(
+            401,
+            r#"{"error":"no endpoint of this name accepts this API key"}"#,
+        );
         let endpoints = || -> Vec<Object> {
             [
                 ("B's endpoint", B_ENDPOINT),
@@ -169,12 +174,20 @@ impl Serving {
         .into_iter()
         .map(|(method, path, body)| {
             let url = ctx.url("gateway", &format!("/endpoints/{{endpoint}}{path}"));
-            call(
-                format!("{method} /endpoints/{{endpoint}}{path}"),
-                ctx.send("Bearer", method, url, &[], body),
-                endpoints(),
-                unauthorized.clone(),
-            )
+            let refused = if path.starts_with("/v2") {
+                &unauthorized_protocol
+            } else {
+                &unauthorized
+            };
+            Call {
+                unauthorized: Some(refused.clone()),
+                ..call(
+                    format!("{method} /endpoints/{{endpoint}}{path}"),
+                    ctx.send("Bearer", method, url, &[], body),
+                    endpoints(),
+                    refused.clone(),
+                )
+            }
         })
         .collect();
         vec![Matrix {
