@@ -13,12 +13,12 @@
 #   - the instance's memory figure beside its process's VmRSS, RssAnon, RssFile, RssShmem
 #     and Pss, for the memory-counting question (README, Monitoring).
 #
-#   bench/gpu_check.sh        # needs nvidia-smi, cargo, python3 (venv, pip reaching PyPI), jq, curl
-#   LOAD_S=40 bench/gpu_check.sh
+#   bench/gpu_check.sh        # needs nvidia-smi, python3, jq, curl; cargo unless KEP_BIN
+#   LOAD_S=40 KEP_BIN=.device/kep.gz bench/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOAD_S=${LOAD_S:-30}
-for tool in nvidia-smi cargo python3 jq curl; do
+for tool in nvidia-smi python3 jq curl; do
   command -v "$tool" >/dev/null || { echo "gpu_check: $tool is missing" >&2; exit 1; }
 done
 nvidia-smi -L
@@ -36,22 +36,43 @@ check() { # name, then a command: PASS when it succeeds
 }
 note() { results+=("      $*"); }
 
-echo "== building kep with --features nvml"
-cargo build --release -q -p kep --features nvml
-cp "${CARGO_TARGET_DIR:-target}/release/kep" "$WORK/kep"
+# KEP_BIN: a kep built here with `--features nvml` (gzipped or not), for a machine with
+# no Rust or no network (the device machines: `gzip -c target/release/kep` is ~30 MB).
+if [ -n "${KEP_BIN:-}" ]; then
+  case $KEP_BIN in *.gz) gunzip -c "$KEP_BIN" >"$WORK/kep" ;; *) cp "$KEP_BIN" "$WORK/kep" ;; esac
+  chmod +x "$WORK/kep"
+else
+  echo "== building kep with --features nvml"
+  cargo build --release -q -p kep --features nvml
+  cp "${CARGO_TARGET_DIR:-target}/release/kep" "$WORK/kep"
+fi
 
-echo "== onnxruntime-gpu into a venv"
-python3 -m venv "$WORK/venv"
-PY=$WORK/venv/bin/python
-"$PY" -m pip install -q --upgrade pip
-# The extras bring the CUDA 12 and cuDNN 9 libraries the CUDA provider loads.
-"$PY" -m pip install -q "onnxruntime-gpu[cuda,cudnn]" numpy onnx ||
-  "$PY" -m pip install -q onnxruntime-gpu numpy onnx nvidia-cudnn-cu12 nvidia-cublas-cu12 \
-    nvidia-cuda-runtime-cu12 nvidia-cufft-cu12 nvidia-curand-cu12 nvidia-cuda-nvrtc-cu12
-SITE=$("$PY" -c 'import site; print(site.getsitepackages()[0])')
-ORT_LIB=$(ls "$SITE"/onnxruntime/capi/libonnxruntime.so* | head -1)
-NV_LIBS=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
-echo "   $("$PY" -c 'import onnxruntime as o; print(o.__version__, o.get_available_providers())')"
+# With onnxruntime-gpu (already there, or from PyPI) the GPU instance is a `triton`
+# deployment on ONNX Runtime's CUDA provider, compared with a CPU one. Without it (no
+# network: the wheel is too large to carry), a `custom-image` instance loads its GPU with
+# PyTorch, and the allocation, NVML figures and alert are checked all the same.
+ort_cuda() { "$1" -c 'import onnxruntime as o, sys; sys.exit("CUDAExecutionProvider" not in o.get_available_providers())' 2>/dev/null; }
+PY=python3
+if ! ort_cuda "$PY"; then
+  echo "== onnxruntime-gpu into a venv"
+  python3 -m venv --system-site-packages "$WORK/venv"
+  # The extras bring the CUDA 12 and cuDNN 9 libraries the CUDA provider loads.
+  "$WORK/venv/bin/python" -m pip install -q "onnxruntime-gpu[cuda,cudnn]" numpy onnx 2>/dev/null &&
+    PY=$WORK/venv/bin/python
+fi
+if ort_cuda "$PY"; then
+  MODE=ort
+  SITE=$("$PY" -c 'import onnxruntime, os; print(os.path.dirname(os.path.dirname(onnxruntime.__file__)))')
+  ORT_LIB=$(ls "$SITE"/onnxruntime/capi/libonnxruntime.so* | head -1)
+  NV_LIBS=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
+  echo "   $("$PY" -c 'import onnxruntime as o; print(o.__version__, o.get_available_providers())')"
+else
+  MODE=torch
+  ORT_LIB=
+  "$PY" -c 'import torch; assert torch.cuda.is_available()' ||
+    { echo "gpu_check: neither onnxruntime-gpu nor a CUDA PyTorch" >&2; exit 1; }
+  echo "   no onnxruntime-gpu: a PyTorch process loads the GPU instance"
+fi
 
 # x FP32 [n, 64] → 16 × (MatMul 4096×4096, Tanh) → y FP32 [n, 8]: seconds of work per call
 # on a CPU at n=512, milliseconds on a GPU; one 64 MiB weight shared by the 16 layers.
@@ -96,7 +117,8 @@ HTTPServer(("127.0.0.1", port), Hook).serve_forever()
 PYTHON
 pids+=($!)
 DATA=$WORK/data
-KEP_LOG=info KEP_ADMIN_TOKEN=gpu-check KEP_SERVING_ONNXRUNTIME="$ORT_LIB" \
+# `env`, so that the ONNX Runtime setting is given only in ort mode.
+env KEP_LOG=info KEP_ADMIN_TOKEN=gpu-check ${ORT_LIB:+"KEP_SERVING_ONNXRUNTIME=$ORT_LIB"} \
   KEP_SERVING_MONITOR_INTERVAL_MS=500 \
   "$WORK/kep" serve --only serving --data-dir "$DATA" --admin-addr 127.0.0.1:0 \
   --gateway-addr 127.0.0.1:0 >"$WORK/kep.log" 2>&1 &
@@ -107,15 +129,35 @@ json() { api -H 'content-type: application/json' "$@"; }
 S=$ADMIN/admin/v1/serving
 
 api -XPOST "$S/models" -F name=heavy -F framework=pytorch -F file=@"$WORK/heavy.onnx" >/dev/null
+# torch mode: the image serves HTTP on $PORT and multiplies matrices on its GPU until stopped.
+cat >"$WORK/burn.py" <<'PYTHON'
+import os, threading, torch
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class Ok(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(torch.cuda.get_device_name().encode())
+    def log_message(self, *a): pass
+threading.Thread(target=HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Ok).serve_forever, daemon=True).start()
+a = torch.randn(8192, 8192, device="cuda")
+while True:
+    (a @ a).sum().item()
+PYTHON
+json -XPOST "$S/images" -d "$(jq -nc --arg c "$PY $WORK/burn.py" '{name: "burn", command: $c}')" >/dev/null
 declare -A URL KEY
 for ep in gpu cpu; do
   type=$([ "$ep" = gpu ] && echo gpu-small || echo cpu-large)
   e=$(json -XPOST "$S/endpoints" -d "{\"name\":\"$ep\",\"instance_type\":\"$type\"}")
   URL[$ep]="$(jq -r .url <<<"$e")/v2/models/heavy/infer"
   KEY[$ep]=$(jq -r .api_key <<<"$e")
-  env=$(jq -nc --arg l "$NV_LIBS" '{KEP_ENGINE: "onnxruntime", LD_LIBRARY_PATH: $l}')
-  json -XPOST "$S/endpoints/$ep/deployments" \
-    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"heavy\",\"env\":$env}" >/dev/null
+  if [ "$MODE" = torch ] && [ "$ep" = gpu ]; then
+    json -XPOST "$S/endpoints/$ep/deployments" \
+      -d '{"name":"d1","type":"custom-image","image":"burn","readiness":{"http":{"path":"/"}}}' >/dev/null
+  else
+    env=$(jq -nc --arg l "${NV_LIBS:-}" --arg e "$([ "$MODE" = ort ] && echo onnxruntime || echo tract)" \
+      '{KEP_ENGINE: $e, LD_LIBRARY_PATH: $l}')
+    json -XPOST "$S/endpoints/$ep/deployments" \
+      -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"heavy\",\"env\":$env}" >/dev/null
+  fi
 done
 for ep in gpu cpu; do
   for _ in $(seq 1200); do
@@ -136,6 +178,7 @@ cpu_visible=$(tr '\0' '\n' <"/proc/$(jq -r '.instances[0].pid' <<<"$cpu_dep")/en
 check "CUDA_VISIBLE_DEVICES=$visible matches the API's gpus" test "[$visible]" = "$(jq -c '.instances[0].gpus' <<<"$gpu_dep")"
 check "the CPU instance has an empty CUDA_VISIBLE_DEVICES" test "$cpu_visible" = "CUDA_VISIBLE_DEVICES="
 LOG=$DATA/serving/logs/gpu/d1/$GPU_ID.log
+if [ "$MODE" = ort ]; then
 check "ONNX Runtime's CUDA provider runs the model (instance log)" grep -q "runs on ONNX Runtime's CUDA execution provider" "$LOG"
 grep -i "warn" "$LOG" | tail -3 | sed 's/^/   log: /' || true
 
@@ -152,12 +195,20 @@ a, b = (np.array(json.load(open('$WORK/answer-' + e + '.json'))['outputs'][0]['d
 print(float(np.abs(a - b).max()))")
 note "largest difference GPU vs CPU: $diff (TF32 matmuls on the GPU)"
 check "GPU and CPU answers agree (max |diff| < 0.02)" "$PY" -c "import sys; sys.exit(0 if $diff < 0.02 else 1)"
+else
+  note "no onnxruntime-gpu: the CUDA provider and GPU-vs-CPU answers were not checked"
+fi
 
 echo "== gpu_upper alert on, then ${LOAD_S}s of load on the GPU instance"
 json -XPUT "$S/endpoints/gpu/alerts" -d "{\"enabled\":true,\"webhook_url\":\"http://127.0.0.1:$HOOK_PORT/hook\",\"conditions\":{\"gpu_upper\":{\"enabled\":true,\"threshold\":10}}}" >/dev/null
 body 512 2 >"$WORK/big.json"
+# In torch mode the instance loads its GPU itself: the loader only waits as long.
+[ "$MODE" = ort ] || echo "import time; time.sleep($LOAD_S)" >"$WORK/wait.py"
 "$PY" - "${URL[gpu]}" "${KEY[gpu]}" "$WORK/big.json" "$LOAD_S" <<'PYTHON' &
-import sys, threading, time, urllib.request
+import os, sys, threading, time, urllib.request
+if os.path.exists(os.path.join(os.path.dirname(sys.argv[3]), "wait.py")):
+    time.sleep(float(sys.argv[4]))
+    sys.exit()
 url, key, path, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 body = open(path, "rb").read()
 end = time.time() + seconds
