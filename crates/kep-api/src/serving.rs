@@ -6,13 +6,19 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// `POST /admin/v1/serving/images`: the local stand-in for a registered container image.
+/// `POST /admin/v1/serving/images`: exactly one of `command` (run as a local process) and
+/// `reference` (an OCI image in the container engine's local store).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageRequest {
     #[schema(pattern = "^[a-z][a-z0-9-]{0,61}[a-z0-9]$")]
     pub name: String,
-    pub command: Command,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Command>,
+    /// `repo:tag`, or a digest (`sha256:…`, `repo@sha256:…`), of an image the engine has;
+    /// never pulled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 /// A command line split as a shell splits words, or the words already split.
@@ -23,11 +29,34 @@ pub enum Command {
     Words(Vec<String>),
 }
 
+/// A registered image: a command, or an image in the container engine.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Image {
     pub name: String,
-    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The engine image's reference: as registered, or as the engine reported an archive
+    /// loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The engine's id of the image (`sha256:…`), pinned at registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The image's size as the engine reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ImageSource>,
     pub created_at: String,
+}
+
+/// Where an engine image came from: registered by reference, or loaded from an uploaded
+/// archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageSource {
+    Reference,
+    Archive,
 }
 
 /// A registered model artifact.
@@ -496,6 +525,7 @@ pub struct EndpointMetrics {
 pub mod paths {
     pub const IMAGES: &str = "/admin/v1/serving/images";
     pub const IMAGE: &str = "/admin/v1/serving/images/{name}";
+    pub const IMAGE_ARCHIVE: &str = "/admin/v1/serving/images/{name}/archive";
     pub const MODELS: &str = "/admin/v1/serving/models";
     pub const MODEL: &str = "/admin/v1/serving/models/{name}";
     pub const ENDPOINTS: &str = "/admin/v1/serving/endpoints";

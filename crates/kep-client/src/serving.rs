@@ -7,12 +7,13 @@ use std::path::Path;
 pub use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Command, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
-    EndpointCreated, EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics,
-    Latency, MirrorMetrics, Mirroring, Model, Probe, Quota, Traffic, TrafficRequest,
+    EndpointCreated, EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, ImageSource,
+    InstanceMetrics, Latency, MirrorMetrics, Mirroring, Model, Probe, Quota, Traffic,
+    TrafficRequest,
 };
 use reqwest::multipart::{Form, Part};
 
-use crate::{AdminClient, ClientError, path};
+use crate::{AdminClient, ClientError, path as path_of};
 use kep_api::serving::paths;
 
 impl AdminClient {
@@ -22,6 +23,20 @@ impl AdminClient {
             .await
     }
 
+    /// `POST /admin/v1/serving/images/{name}/archive`: the archive (`docker save`, `podman
+    /// save`) is streamed from `path`, not read whole.
+    pub async fn load_image_archive(&self, name: &str, path: &Path) -> Result<Image, ClientError> {
+        let (body, len) = Self::file_body(path).await?;
+        self.send(
+            self.http
+                .post(self.url(&path_of(paths::IMAGE_ARCHIVE, &[name])))
+                .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+                .header(reqwest::header::CONTENT_LENGTH, len)
+                .body(body),
+        )
+        .await
+    }
+
     /// `GET /admin/v1/serving/images`
     pub async fn images(&self) -> Result<Vec<Image>, ClientError> {
         self.send(self.http.get(self.url(paths::IMAGES))).await
@@ -29,13 +44,13 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/images/{name}`
     pub async fn image(&self, name: &str) -> Result<Image, ClientError> {
-        self.send(self.http.get(self.url(&path(paths::IMAGE, &[name]))))
+        self.send(self.http.get(self.url(&path_of(paths::IMAGE, &[name]))))
             .await
     }
 
     /// `DELETE /admin/v1/serving/images/{name}`
     pub async fn delete_image(&self, name: &str) -> Result<(), ClientError> {
-        self.send_empty(self.http.delete(self.url(&path(paths::IMAGE, &[name]))))
+        self.send_empty(self.http.delete(self.url(&path_of(paths::IMAGE, &[name]))))
             .await
     }
 
@@ -46,18 +61,7 @@ impl AdminClient {
         framework: &str,
         path: &Path,
     ) -> Result<Model, ClientError> {
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
-        let len = file
-            .metadata()
-            .await
-            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?
-            .len();
-        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
-            file,
-            256 * 1024,
-        ));
+        let (body, len) = Self::file_body(path).await?;
         let file_name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -73,6 +77,23 @@ impl AdminClient {
             .await
     }
 
+    /// A file as a streamed body, with its length.
+    async fn file_body(path: &Path) -> Result<(reqwest::Body, u64), ClientError> {
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
+        let len = file
+            .metadata()
+            .await
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?
+            .len();
+        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
+            file,
+            256 * 1024,
+        ));
+        Ok((body, len))
+    }
+
     /// `GET /admin/v1/serving/models`
     pub async fn models(&self) -> Result<Vec<Model>, ClientError> {
         self.send(self.http.get(self.url(paths::MODELS))).await
@@ -80,13 +101,13 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/models/{name}`
     pub async fn model(&self, name: &str) -> Result<Model, ClientError> {
-        self.send(self.http.get(self.url(&path(paths::MODEL, &[name]))))
+        self.send(self.http.get(self.url(&path_of(paths::MODEL, &[name]))))
             .await
     }
 
     /// `DELETE /admin/v1/serving/models/{name}`
     pub async fn delete_model(&self, name: &str) -> Result<(), ClientError> {
-        self.send_empty(self.http.delete(self.url(&path(paths::MODEL, &[name]))))
+        self.send_empty(self.http.delete(self.url(&path_of(paths::MODEL, &[name]))))
             .await
     }
 
@@ -106,15 +127,18 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/endpoints/{e}`
     pub async fn endpoint(&self, endpoint: &str) -> Result<Endpoint, ClientError> {
-        self.send(self.http.get(self.url(&path(paths::ENDPOINT, &[endpoint]))))
-            .await
+        self.send(
+            self.http
+                .get(self.url(&path_of(paths::ENDPOINT, &[endpoint]))),
+        )
+        .await
     }
 
     /// `DELETE /admin/v1/serving/endpoints/{e}`
     pub async fn delete_endpoint(&self, endpoint: &str) -> Result<(), ClientError> {
         self.send_empty(
             self.http
-                .delete(self.url(&path(paths::ENDPOINT, &[endpoint]))),
+                .delete(self.url(&path_of(paths::ENDPOINT, &[endpoint]))),
         )
         .await
     }
@@ -123,7 +147,7 @@ impl AdminClient {
     pub async fn reissue_api_key(&self, endpoint: &str) -> Result<ApiKey, ClientError> {
         self.send(
             self.http
-                .post(self.url(&path(paths::ENDPOINT_API_KEY, &[endpoint]))),
+                .post(self.url(&path_of(paths::ENDPOINT_API_KEY, &[endpoint]))),
         )
         .await
     }
@@ -136,7 +160,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .post(self.url(&path(paths::DEPLOYMENTS, &[endpoint])))
+                .post(self.url(&path_of(paths::DEPLOYMENTS, &[endpoint])))
                 .json(req),
         )
         .await
@@ -146,7 +170,7 @@ impl AdminClient {
     pub async fn deployments(&self, endpoint: &str) -> Result<Vec<Deployment>, ClientError> {
         self.send(
             self.http
-                .get(self.url(&path(paths::DEPLOYMENTS, &[endpoint]))),
+                .get(self.url(&path_of(paths::DEPLOYMENTS, &[endpoint]))),
         )
         .await
     }
@@ -159,7 +183,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .get(self.url(&path(paths::DEPLOYMENT, &[endpoint, deployment]))),
+                .get(self.url(&path_of(paths::DEPLOYMENT, &[endpoint, deployment]))),
         )
         .await
     }
@@ -173,7 +197,7 @@ impl AdminClient {
     ) -> Result<Deployment, ClientError> {
         self.send(
             self.http
-                .patch(self.url(&path(paths::DEPLOYMENT, &[endpoint, deployment])))
+                .patch(self.url(&path_of(paths::DEPLOYMENT, &[endpoint, deployment])))
                 .json(patch),
         )
         .await
@@ -187,7 +211,7 @@ impl AdminClient {
     ) -> Result<(), ClientError> {
         self.send_empty(
             self.http
-                .delete(self.url(&path(paths::DEPLOYMENT, &[endpoint, deployment]))),
+                .delete(self.url(&path_of(paths::DEPLOYMENT, &[endpoint, deployment]))),
         )
         .await
     }
@@ -201,7 +225,7 @@ impl AdminClient {
     ) -> Result<Vec<Event>, ClientError> {
         let mut req = self
             .http
-            .get(self.url(&path(paths::DEPLOYMENT_EVENTS, &[endpoint, deployment])));
+            .get(self.url(&path_of(paths::DEPLOYMENT_EVENTS, &[endpoint, deployment])));
         if let Some(limit) = limit {
             req = req.query(&[("limit", limit)]);
         }
@@ -217,7 +241,7 @@ impl AdminClient {
         instance: &str,
         tail_bytes: Option<u64>,
     ) -> Result<Vec<u8>, ClientError> {
-        let mut req = self.http.get(self.url(&path(
+        let mut req = self.http.get(self.url(&path_of(
             paths::INSTANCE_LOGS,
             &[endpoint, deployment, instance],
         )));
@@ -235,7 +259,7 @@ impl AdminClient {
     ) -> Result<Traffic, ClientError> {
         self.send(
             self.http
-                .put(self.url(&path(paths::TRAFFIC, &[endpoint])))
+                .put(self.url(&path_of(paths::TRAFFIC, &[endpoint])))
                 .json(req),
         )
         .await
@@ -243,8 +267,11 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/endpoints/{e}/traffic`
     pub async fn traffic(&self, endpoint: &str) -> Result<Traffic, ClientError> {
-        self.send(self.http.get(self.url(&path(paths::TRAFFIC, &[endpoint]))))
-            .await
+        self.send(
+            self.http
+                .get(self.url(&path_of(paths::TRAFFIC, &[endpoint]))),
+        )
+        .await
     }
 
     /// `PUT /admin/v1/serving/endpoints/{e}/mirroring`
@@ -255,7 +282,7 @@ impl AdminClient {
     ) -> Result<Mirroring, ClientError> {
         self.send(
             self.http
-                .put(self.url(&path(paths::MIRRORING, &[endpoint])))
+                .put(self.url(&path_of(paths::MIRRORING, &[endpoint])))
                 .json(req),
         )
         .await
@@ -265,15 +292,18 @@ impl AdminClient {
     pub async fn mirroring(&self, endpoint: &str) -> Result<Mirroring, ClientError> {
         self.send(
             self.http
-                .get(self.url(&path(paths::MIRRORING, &[endpoint]))),
+                .get(self.url(&path_of(paths::MIRRORING, &[endpoint]))),
         )
         .await
     }
 
     /// `GET /admin/v1/serving/endpoints/{e}/alerts`
     pub async fn alerts(&self, endpoint: &str) -> Result<AlertSettings, ClientError> {
-        self.send(self.http.get(self.url(&path(paths::ALERTS, &[endpoint]))))
-            .await
+        self.send(
+            self.http
+                .get(self.url(&path_of(paths::ALERTS, &[endpoint]))),
+        )
+        .await
     }
 
     /// `PUT /admin/v1/serving/endpoints/{e}/alerts`: replaces the whole settings; a condition
@@ -285,7 +315,7 @@ impl AdminClient {
     ) -> Result<AlertSettings, ClientError> {
         self.send(
             self.http
-                .put(self.url(&path(paths::ALERTS, &[endpoint])))
+                .put(self.url(&path_of(paths::ALERTS, &[endpoint])))
                 .json(settings),
         )
         .await
@@ -300,7 +330,7 @@ impl AdminClient {
     ) -> Result<AlertHistory, ClientError> {
         let mut req = self
             .http
-            .get(self.url(&path(paths::ALERT_HISTORY, &[endpoint])));
+            .get(self.url(&path_of(paths::ALERT_HISTORY, &[endpoint])));
         if let Some(limit) = limit {
             req = req.query(&[("limit", limit)]);
         }
@@ -309,8 +339,11 @@ impl AdminClient {
 
     /// `GET /admin/v1/serving/endpoints/{e}/metrics`
     pub async fn endpoint_metrics(&self, endpoint: &str) -> Result<EndpointMetrics, ClientError> {
-        self.send(self.http.get(self.url(&path(paths::METRICS, &[endpoint]))))
-            .await
+        self.send(
+            self.http
+                .get(self.url(&path_of(paths::METRICS, &[endpoint]))),
+        )
+        .await
     }
 
     /// `GET /admin/v1/serving/quota`

@@ -23,6 +23,9 @@ pub enum ServingError {
     QuotaExceeded(String),
     #[error("request body is over {0} bytes")]
     PayloadTooLarge(u64),
+    /// The container engine does not answer; the message names the socket(s) tried.
+    #[error("{0}")]
+    EngineUnavailable(String),
     /// A request body that could not be read.
     #[error("{0}")]
     BadRequest(String),
@@ -65,6 +68,9 @@ impl From<ServingError> for ApiError {
             ServingError::QuotaExceeded(_) => (StatusCode::CONFLICT, "quota_exceeded"),
             ServingError::PayloadTooLarge(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+            }
+            ServingError::EngineUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "engine_unavailable")
             }
             ServingError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_body"),
         };

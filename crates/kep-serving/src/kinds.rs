@@ -156,3 +156,22 @@ impl AlertStatus {
         }
     }
 }
+
+/// Where an engine image came from (`images.source`): registered by reference, or loaded
+/// from an uploaded archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text")]
+#[sqlx(rename_all = "lowercase")]
+pub enum ImageSource {
+    Reference,
+    Archive,
+}
+
+impl ImageSource {
+    pub fn to_api(self) -> kep_api::serving::ImageSource {
+        match self {
+            ImageSource::Reference => kep_api::serving::ImageSource::Reference,
+            ImageSource::Archive => kep_api::serving::ImageSource::Archive,
+        }
+    }
+}

@@ -5,6 +5,7 @@
 
 pub mod api;
 mod control;
+mod engine;
 mod error;
 pub mod ids;
 mod kinds;
@@ -45,7 +46,14 @@ pub struct ServingSettings {
     pub gpus: Option<Vec<u32>>,
     /// Most instances an endpoint may ask for per deployment.
     pub max_instance_count: u32,
+    /// The largest model file, image archive or engine image registered.
     pub max_model_bytes: u64,
+    /// The container engine's socket (a path or `unix://…`): Docker, or Podman's
+    /// Docker-compatible API. Unset, the first of `$DOCKER_HOST` (if `unix://`),
+    /// `/var/run/docker.sock`, `$XDG_RUNTIME_DIR/podman/podman.sock` and
+    /// `/run/podman/podman.sock` that answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_socket: Option<String>,
     pub max_script_bytes: usize,
     /// First restart back-off of a failed instance; doubles up to `restart_backoff_max_s`.
     pub restart_backoff_ms: u64,
@@ -105,6 +113,7 @@ impl Default for ServingSettings {
             gpus: None,
             max_instance_count: 10,
             max_model_bytes: 4 * 1024 * 1024 * 1024,
+            container_socket: None,
             max_script_bytes: 1024 * 1024,
             restart_backoff_ms: 1000,
             restart_backoff_max_s: 60,

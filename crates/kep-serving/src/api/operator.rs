@@ -17,8 +17,8 @@ use kep_api::serving::paths;
 use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
-    EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, InstanceMetrics, Latency,
-    MirrorMetrics, Mirroring, Model, ModelTensor, Quota, Traffic, TrafficRequest,
+    EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, ImageSource, InstanceMetrics,
+    Latency, MirrorMetrics, Mirroring, Model, ModelTensor, Quota, Traffic, TrafficRequest,
 };
 
 type Result<T> = std::result::Result<T, ApiError>;
@@ -27,6 +27,11 @@ pub(crate) fn router(serving: ServingService) -> Router {
     Router::new()
         .route(paths::IMAGES, post(create_image).get(list_images))
         .route(paths::IMAGE, get(show_image).delete(delete_image))
+        .route(
+            paths::IMAGE_ARCHIVE,
+            // The archive is streamed to the engine under its own limit.
+            post(load_image_archive).layer(DefaultBodyLimit::disable()),
+        )
         .route(
             paths::MODELS,
             // The artifact is streamed to disk under its own limit.
@@ -67,6 +72,7 @@ pub(crate) fn router(serving: ServingService) -> Router {
         list_images,
         show_image,
         delete_image,
+        load_image_archive,
         upload_model,
         list_models,
         show_model,
@@ -96,6 +102,7 @@ pub(crate) fn router(serving: ServingService) -> Router {
     components(schemas(
         ImageRequest,
         Image,
+        ImageSource,
         Model,
         ModelTensor,
         EndpointRequest,
@@ -128,8 +135,11 @@ fn control(s: &ServingService) -> &Control {
     &s.control
 }
 
+/// A `reference` must name an image in the container engine's local store (never pulled);
+/// 503 when the engine does not answer.
 #[utoipa::path(post, path = paths::IMAGES, request_body = ImageRequest,
-    responses((status = 201, body = Image), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)),
+    responses((status = 201, body = Image), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
     security(("operator" = [])))]
 async fn create_image(
     State(s): State<ServingService>,
@@ -162,6 +172,28 @@ async fn delete_image(
 ) -> Result<StatusCode> {
     control(&s).delete_image(&name.into()).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The body is an image archive as `docker save` or `podman save` writes it (or an OCI
+/// layout tar), streamed to the container engine; what it loaded is registered as `name`.
+/// 503 when the engine does not answer.
+#[utoipa::path(post, path = paths::IMAGE_ARCHIVE, request_body(content_type = "application/x-tar", content = String),
+    responses((status = 201, body = Image), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("operator" = [])))]
+async fn load_image_archive(
+    State(s): State<ServingService>,
+    Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<(StatusCode, Json<Image>)> {
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    let image = control(&s)
+        .load_image_archive(name, length, body.into_data_stream())
+        .await?;
+    Ok((StatusCode::CREATED, Json(image)))
 }
 
 /// Multipart `name`, `framework` (`tensorflow`, `pytorch` or `onnx`) and `file`; the file

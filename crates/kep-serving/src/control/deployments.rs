@@ -29,8 +29,19 @@ impl Control {
                     .ok_or_else(|| {
                         ServingError::field("image", format!("no image named {name}"))
                     })?;
+                // Engine images run as containers with the container runtime, still to
+                // come; until then such a deployment is refused before anything is made.
+                let command = row.command.ok_or_else(|| {
+                    ServingError::field(
+                        "image",
+                        format!(
+                            "{name} is a container image ({}); this kep runs images with a command only",
+                            row.reference.as_deref().unwrap_or_default()
+                        ),
+                    )
+                })?;
                 Some(ImageRef {
-                    command: row.command,
+                    command,
                     id: row.id,
                     name: row.name,
                 })

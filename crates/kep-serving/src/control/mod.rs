@@ -45,6 +45,8 @@ pub struct Control {
     /// What created and updated dates are read from.
     clock: Clock,
     model_server: ModelServer,
+    /// The container engine that engine images are in, connected per call.
+    engine: crate::engine::Engine,
     /// Changes are made one at a time, so names, model counts and quota hold across the
     /// check and the write: on this node, and (several nodes) across them ([`Control::change`]).
     changes: Mutex<()>,
@@ -93,6 +95,7 @@ impl Control {
         std::fs::create_dir_all(models::models_dir(&root))?;
         Ok(Control {
             model_server: ModelServer::new(&settings)?,
+            engine: crate::engine::Engine::new(settings.container_socket.clone()),
             settings,
             store,
             runtime,

@@ -11,10 +11,34 @@ use kep_api::serving::{Command, DeploymentRequest, DeploymentType, EndpointReque
 
 pub(super) const FRAMEWORKS: &[&str] = &["tensorflow", "pytorch", "onnx"];
 
-/// An image's name, and its command split as a shell splits words.
-pub(super) fn image(req: &ImageRequest) -> Result<Vec<String>, ServingError> {
+/// What an image request registers: a command, or an image in the container engine.
+#[derive(Debug, PartialEq)]
+pub(super) enum ImageSpec {
+    /// Its words, split as a shell splits them.
+    Command(Vec<String>),
+    Reference(String),
+}
+
+/// An image's name, and exactly one of its command and its engine reference.
+pub(super) fn image(req: &ImageRequest) -> Result<ImageSpec, ServingError> {
     spec::check_name("name", &req.name)?;
-    let command = match &req.command {
+    let command = match (&req.command, &req.reference) {
+        (Some(command), None) => command,
+        (None, Some(reference)) => return image_reference(reference).map(ImageSpec::Reference),
+        (Some(_), Some(_)) => {
+            return Err(ServingError::field(
+                "reference",
+                "an image has a command or a reference, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ServingError::field(
+                "command",
+                "an image needs a command or a reference",
+            ));
+        }
+    };
+    let command = match command {
         Command::Line(line) => shell_words::split(line)
             .map_err(|e| ServingError::field("command", format!("command: {e}")))?,
         Command::Words(words) => words.clone(),
@@ -22,7 +46,24 @@ pub(super) fn image(req: &ImageRequest) -> Result<Vec<String>, ServingError> {
     if command.first().is_none_or(|c| c.is_empty()) {
         return Err(ServingError::field("command", "the command is empty"));
     }
-    Ok(command)
+    Ok(ImageSpec::Command(command))
+}
+
+/// An engine reference as Docker writes one: `repo[:tag]`, `repo@sha256:…` or `sha256:…`.
+/// It goes into the engine API's URL path, so nothing else may be in it.
+fn image_reference(reference: &str) -> Result<String, ServingError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/:@".contains(c);
+    if reference.is_empty()
+        || reference.len() > 512
+        || !reference.chars().all(allowed)
+        || !reference.starts_with(|c: char| c.is_ascii_alphanumeric())
+    {
+        return Err(ServingError::field(
+            "reference",
+            "reference is an image reference: repo:tag, repo@sha256:… or sha256:…",
+        ));
+    }
+    Ok(reference.to_owned())
 }
 
 /// An uploaded model's name and framework.

@@ -13,7 +13,9 @@ use crate::control::DeploymentSpec;
 use crate::ids::{
     AlertId, DeploymentName, EndpointName, ImageId, ImageName, InstanceId, ModelId, ModelName,
 };
-use crate::kinds::{AlertStatus, Condition, DeploymentState, EventKind, InstanceState, Protocol};
+use crate::kinds::{
+    AlertStatus, Condition, DeploymentState, EventKind, ImageSource, InstanceState, Protocol,
+};
 
 mod sql;
 
@@ -21,9 +23,14 @@ mod sql;
 pub struct ImageRow {
     pub id: ImageId,
     pub name: ImageName,
-    /// The argv words.
-    #[sqlx(json)]
-    pub command: Vec<String>,
+    /// The argv words, for an image run as a local process; `None` for an engine image.
+    #[sqlx(json(nullable))]
+    pub command: Option<Vec<String>>,
+    /// An engine image's reference, the engine's id and size, and where it came from.
+    pub reference: Option<String>,
+    pub engine_id: Option<String>,
+    pub size: Option<i64>,
+    pub source: Option<ImageSource>,
     pub created_at: i64,
 }
 

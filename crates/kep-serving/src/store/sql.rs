@@ -29,32 +29,44 @@ macro_rules! select_alerts {
     };
 }
 
+/// An images query, its columns pasted in as [`select_alerts`]'s are.
+macro_rules! select_images {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, name, command, reference, engine_id, size, source, created_at FROM images ",
+            $rest
+        )
+    };
+}
+
 kep_core::sql_store! {
     impl Store {
         async fn insert_image(&self, row: &ImageRow) -> sqlx::Result<bool> {
-            let done =
-                sqlx::query("INSERT INTO images (id, name, command, created_at) VALUES ($1, $2, $3, $4)")
-                    .bind(&row.id)
-                    .bind(&row.name)
-                    .bind(Json(&row.command))
-                    .bind(row.created_at)
-                    .execute(&self.pool)
-                    .await;
+            let done = sqlx::query(
+                "INSERT INTO images (id, name, command, reference, engine_id, size, source, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(&row.id)
+            .bind(&row.name)
+            .bind(row.command.as_ref().map(Json))
+            .bind(&row.reference)
+            .bind(&row.engine_id)
+            .bind(row.size)
+            .bind(row.source)
+            .bind(row.created_at)
+            .execute(&self.pool)
+            .await;
             inserted(done)
         }
 
         async fn images(&self) -> sqlx::Result<Vec<ImageRow>> {
-            sqlx::query_as(
-                "SELECT id, name, command, created_at FROM images WHERE deleted = 0 ORDER BY name",
-            )
+            sqlx::query_as(select_images!("WHERE deleted = 0 ORDER BY name"))
             .fetch_all(&self.pool)
             .await
         }
 
         async fn image(&self, name: &ImageName) -> sqlx::Result<Option<ImageRow>> {
-            sqlx::query_as(
-                "SELECT id, name, command, created_at FROM images WHERE deleted = 0 AND name = $1",
-            )
+            sqlx::query_as(select_images!("WHERE deleted = 0 AND name = $1"))
             .bind(name)
             .fetch_optional(&self.pool)
             .await

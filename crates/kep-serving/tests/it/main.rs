@@ -2,6 +2,8 @@
 
 mod activity;
 mod common;
+mod images;
 mod limits;
 mod monitoring;
+mod podman;
 mod serving;

@@ -5,6 +5,7 @@ mod browser;
 mod carriers;
 mod gpus;
 mod grpc;
+mod images;
 mod live;
 mod messaging;
 mod metrics;

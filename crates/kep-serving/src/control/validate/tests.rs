@@ -404,6 +404,44 @@ fn endpoint_fields_within_their_bounds() {
     );
 }
 
+#[test]
+fn an_image_has_a_command_or_a_reference() {
+    let check = |body: Value| image(&image_request(body));
+    for reference in [
+        "kep-test/httpd:1",
+        "sha256:08cc53ee",
+        "localhost/a/b@sha256:149d",
+    ] {
+        assert_eq!(
+            check(json!({"name": "i1", "reference": reference})).unwrap(),
+            ImageSpec::Reference(reference.into())
+        );
+    }
+    assert_eq!(
+        refused(check(
+            json!({"name": "i1", "reference": "a", "command": "x"})
+        )),
+        said(
+            "reference",
+            "an image has a command or a reference, not both"
+        )
+    );
+    assert_eq!(
+        refused(check(json!({"name": "i1"}))),
+        said("command", "an image needs a command or a reference")
+    );
+    for bad in ["", "a b", "../x", "a?b=1", "-x"] {
+        assert_eq!(
+            refused(check(json!({"name": "i1", "reference": bad}))),
+            said(
+                "reference",
+                "reference is an image reference: repo:tag, repo@sha256:… or sha256:…"
+            ),
+            "{bad}"
+        );
+    }
+}
+
 fn image_request(body: Value) -> ImageRequest {
     serde_json::from_value(body).expect("a request")
 }
@@ -411,11 +449,12 @@ fn image_request(body: Value) -> ImageRequest {
 #[test]
 fn image_commands_split_as_a_shell_splits_them() {
     let command = |c: Value| image(&image_request(json!({"name": "i1", "command": c})));
+    let words = |w: &[&str]| ImageSpec::Command(w.iter().map(|w| w.to_string()).collect());
     assert_eq!(
         command(json!("python3 -c 'print(1)' --port 80")).unwrap(),
-        ["python3", "-c", "print(1)", "--port", "80"]
+        words(&["python3", "-c", "print(1)", "--port", "80"])
     );
-    assert_eq!(command(json!(["a b", "c"])).unwrap(), ["a b", "c"]);
+    assert_eq!(command(json!(["a b", "c"])).unwrap(), words(&["a b", "c"]));
     assert_eq!(
         refused(command(json!("python3 'unclosed"))),
         said("command", "command: missing closing quote")

@@ -10,7 +10,7 @@ use sqlx::SqlitePool;
 use super::{SQLITE, SqliteStore};
 use crate::control::DeploymentSpec;
 use crate::ids::{DeploymentName, EndpointName, InstanceId};
-use crate::kinds::{AlertStatus, Condition, DeploymentState, InstanceState, Protocol};
+use crate::kinds::{AlertStatus, Condition, DeploymentState, ImageSource, InstanceState, Protocol};
 use crate::store::{
     Change, DeploymentRow, EndpointRow, ImageRow, Lifecycle, ModelRow, NewAlert, NewEvent, Store,
 };
@@ -56,7 +56,11 @@ async fn images_models_endpoints_and_deployments_are_stored_as_before() {
     let image = ImageRow {
         id: "i1".into(),
         name: "echo".into(),
-        command: vec!["python3".into(), "serve.py".into()],
+        command: Some(vec!["python3".into(), "serve.py".into()]),
+        reference: None,
+        engine_id: None,
+        size: None,
+        source: None,
         created_at: 1,
     };
     assert!(store.insert_image(&image).await.unwrap());
@@ -120,6 +124,43 @@ async fn images_models_endpoints_and_deployments_are_stored_as_before() {
 
     let read = store.image(&"echo".into()).await.unwrap().unwrap();
     assert_eq!(read.command, image.command);
+    let engine = ImageRow {
+        id: "i2".into(),
+        name: "httpd".into(),
+        command: None,
+        reference: Some("kep-test/httpd:1".into()),
+        engine_id: Some("sha256:08cc".into()),
+        size: Some(2_000_000),
+        source: Some(ImageSource::Archive),
+        created_at: 1,
+    };
+    assert!(store.insert_image(&engine).await.unwrap());
+    assert_eq!(
+        text(&pool, "SELECT command || source FROM images ORDER BY name").await,
+        [None, None],
+        "an engine image has no command, a command image no source"
+    );
+    assert_eq!(
+        text(&pool, "SELECT source FROM images WHERE name = 'httpd'").await,
+        [Some("archive".into())]
+    );
+    let read = store.image(&"httpd".into()).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            read.command,
+            read.reference,
+            read.engine_id,
+            read.size,
+            read.source
+        ),
+        (
+            None,
+            engine.reference,
+            engine.engine_id,
+            engine.size,
+            engine.source
+        )
+    );
     let read = store.model(&"iris".into()).await.unwrap().unwrap();
     assert_eq!((read.inputs, read.outputs), (model.inputs, model.outputs));
     let read = store.endpoint(&"e1".into()).await.unwrap().unwrap();

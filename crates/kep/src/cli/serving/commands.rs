@@ -80,13 +80,24 @@ async fn image(admin: &AdminClient, cmd: ImageCommand) -> anyhow::Result<()> {
         ImageCommand::Create {
             name,
             command,
+            reference,
+            archive,
             words,
         } => {
-            let command = match command {
-                Some(line) => serving::Command::Line(line),
-                None => serving::Command::Words(words),
+            if let Some(file) = archive {
+                return print_json(&admin.load_image_archive(&name, &file).await?);
+            }
+            let command = match (command, reference.is_some()) {
+                (Some(line), _) => Some(serving::Command::Line(line)),
+                (None, false) => Some(serving::Command::Words(words)),
+                (None, true) => None,
             };
-            print_json(&admin.create_image(&ImageRequest { name, command }).await?)
+            let req = ImageRequest {
+                name,
+                command,
+                reference,
+            };
+            print_json(&admin.create_image(&req).await?)
         }
         ImageCommand::List => print_json(&admin.images().await?),
         ImageCommand::Show { name } => print_json(&admin.image(&name).await?),

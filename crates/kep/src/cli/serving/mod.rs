@@ -26,7 +26,8 @@ pub struct ServingArgs {
 
 #[derive(Subcommand)]
 enum ServingCommand {
-    /// Images: the command a custom-image instance runs, with PORT set.
+    /// Images: the command a custom-image instance runs, with PORT set, or an OCI image in
+    /// the container engine.
     #[command(subcommand)]
     Image(ImageCommand),
     /// Model artifacts for the tensorflow-serving, triton and cosmos types.
@@ -98,7 +99,10 @@ struct MonitorArgs {
 
 #[derive(Subcommand)]
 enum ImageCommand {
-    /// Register an image: `kep serving image create NAME -- COMMAND...` or `--command LINE`.
+    /// Register an image: `kep serving image create NAME -- COMMAND...` or `--command
+    /// LINE` (a local process), `--reference REPO:TAG` (an image in the container engine's
+    /// store) or `--archive FILE` (a `docker save`/`podman save` archive, streamed to the
+    /// engine).
     Create {
         name: String,
         /// The command as one line, split as a shell splits words.
@@ -106,14 +110,22 @@ enum ImageCommand {
             long,
             value_name = "LINE",
             allow_hyphen_values = true,
-            required_unless_present = "words",
-            conflicts_with = "words"
+            required_unless_present_any = ["words", "reference", "archive"],
+            conflicts_with_all = ["words", "reference", "archive"]
         )]
         command: Option<String>,
+        /// An image in the container engine's local store: `repo:tag`, `repo@sha256:…` or
+        /// `sha256:…` (never pulled).
+        #[arg(long, value_name = "REPO:TAG", conflicts_with_all = ["words", "archive"])]
+        reference: Option<String>,
+        /// An image archive to load into the container engine.
+        #[arg(long, value_name = "FILE", conflicts_with = "words")]
+        archive: Option<PathBuf>,
         /// The command's words, after `--`.
         #[arg(last = true, value_name = "COMMAND")]
         words: Vec<String>,
     },
+    /// Every image, with its size and source (reference or archive) for engine images.
     List,
     Show {
         name: String,

@@ -195,6 +195,10 @@ fn the_serving_flow_from_the_cli() {
             "/admin/v1/serving/images/{name}".to_owned(),
             &["get", "delete"],
         ),
+        (
+            "/admin/v1/serving/images/{name}/archive".to_owned(),
+            &["post"],
+        ),
         ("/admin/v1/serving/models".to_owned(), &["get", "post"]),
         (
             "/admin/v1/serving/models/{name}".to_owned(),
