@@ -58,6 +58,18 @@ pub(crate) fn elements(shape: &[usize]) -> Result<usize, String> {
 }
 
 pub(crate) fn array<T: Datum>(shape: &[usize], data: Vec<T>) -> Result<Tensor, String> {
+    // The engine lays a tensor out by strides, which must fit an `isize` even where a zero
+    // dimension leaves it empty (found by the `kserve_grpc_request` fuzz target: tract
+    // panics on `[…, 868235, 16383, 0]`).
+    let strides = shape
+        .iter()
+        .filter(|&&d| d > 0)
+        .try_fold(size_of::<T>().max(1), |n, &d| n.checked_mul(d));
+    if strides.is_none_or(|n| n > isize::MAX as usize) {
+        return Err(format!(
+            "shape {shape:?} holds more elements than there can be"
+        ));
+    }
     let given = data.len();
     ArrayD::from_shape_vec(IxDyn(shape), data)
         .map(Tensor::from)

@@ -504,13 +504,18 @@ mod tests {
 
     /// Found writing the `kserve_request` fuzz target: a shape's element count overflowed
     /// (a panic where overflow is checked), and BYTES binary data reserved room for as many
-    /// elements as the shape said (the process aborted, out of memory).
+    /// elements as the shape said (the process aborted, out of memory). Found by
+    /// `kserve_grpc_request`: an empty shape whose other dimensions overflow the engine's
+    /// strides (a panic in tract).
     #[test]
     fn shapes_past_memory_are_a_bad_request() {
         for body in [
             r#"{"inputs":[{"name":"bytes","shape":[4294967296,4294967296],"datatype":"BYTES","data":[]}]}"#,
             r#"{"inputs":[{"name":"bytes","shape":[4294967296,4294967296],"datatype":"BYTES","parameters":{"binary_data_size":0}}]}"#,
             r#"{"inputs":[{"name":"bytes","shape":[1000000000000],"datatype":"BYTES","parameters":{"binary_data_size":0}}]}"#,
+            // Empty, yet its strides overflow (found by `kserve_grpc_request`).
+            r#"{"inputs":[{"name":"int64","shape":[1,2,1407,5,109,26,5,868235,16383,0,0],"datatype":"INT64","data":[]}]}"#,
+            r#"{"inputs":[{"name":"fp32","shape":[4294967296,4294967296,0],"datatype":"FP32","parameters":{"binary_data_size":0}}]}"#,
         ] {
             assert_eq!(status(body.as_bytes()), StatusCode::BAD_REQUEST, "{body}");
         }

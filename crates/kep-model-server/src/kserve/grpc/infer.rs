@@ -44,20 +44,7 @@ async fn answer(
         raw_input_contents,
         ..
     } = request;
-    // Raw contents are all the inputs' or none, in the inputs' order.
-    if !raw_input_contents.is_empty() && raw_input_contents.len() != inputs.len() {
-        return Err(Failure::bad_request(format!(
-            "raw_input_contents holds {} tensors for the request's {} inputs: \
-             it must hold one for each input, or none",
-            raw_input_contents.len(),
-            inputs.len()
-        )));
-    }
-    let mut raw = raw_input_contents.into_iter();
-    let tensors = inputs
-        .iter()
-        .map(|input| Ok((input.name.clone(), read(&s.name, input, raw.next())?)))
-        .collect::<Result<Vec<_>, Failure>>()?;
+    let tensors = read_inputs(&s.name, &inputs, raw_input_contents)?;
     let wanted = wanted(s, &outputs)?;
 
     let results = s
@@ -93,6 +80,29 @@ async fn answer(
         });
     }
     Ok(response)
+}
+
+/// A request's input tensors, from their raw contents or their typed ones: what `ModelInfer`
+/// reads of a request for `model` before the model runs.
+pub fn read_inputs(
+    model: &str,
+    inputs: &[InferInputTensor],
+    raw_input_contents: Vec<Vec<u8>>,
+) -> Result<Vec<(String, Tensor)>, Failure> {
+    // Raw contents are all the inputs' or none, in the inputs' order.
+    if !raw_input_contents.is_empty() && raw_input_contents.len() != inputs.len() {
+        return Err(Failure::bad_request(format!(
+            "raw_input_contents holds {} tensors for the request's {} inputs: \
+             it must hold one for each input, or none",
+            raw_input_contents.len(),
+            inputs.len()
+        )));
+    }
+    let mut raw = raw_input_contents.into_iter();
+    inputs
+        .iter()
+        .map(|input| Ok((input.name.clone(), read(model, input, raw.next())?)))
+        .collect()
 }
 
 /// One input tensor, from its raw contents when sent, else from its typed contents.

@@ -20,6 +20,8 @@ use super::config::model_config;
 use super::{EXTENSIONS, SERVER_NAME, SERVER_VERSION, find};
 use crate::{Failure, MAX_BODY_BYTES, Served, VERSION};
 
+pub use infer::read_inputs;
+
 #[allow(
     clippy::all,
     clippy::allow_attributes_without_reason,

@@ -1,0 +1,30 @@
+//! `ModelInfer` requests over gRPC: the protobuf message as it arrives, decoded by prost and
+//! read by `kep_model_server::kserve::grpc::read_inputs`, which the handler calls before the
+//! model runs (raw contents in the binary tensor format, or the typed `contents`).
+#![no_main]
+
+use axum::response::IntoResponse as _;
+use kep_model_server::kserve::grpc::inference::ModelInferRequest;
+use kep_model_server::kserve::grpc::read_inputs;
+use libfuzzer_sys::fuzz_target;
+use prost::Message as _;
+
+fuzz_target!(|data: &[u8]| {
+    // Bytes that are no message are refused by the gRPC layer before this.
+    let Ok(request) = ModelInferRequest::decode(data) else {
+        return;
+    };
+    match read_inputs("m", &request.inputs, request.raw_input_contents) {
+        Ok(tensors) => {
+            // One tensor per input, each filling the shape the request declared.
+            assert_eq!(tensors.len(), request.inputs.len());
+            for ((name, tensor), input) in tensors.iter().zip(&request.inputs) {
+                assert_eq!(name, &input.name);
+                let declared: Vec<usize> = input.shape.iter().map(|&d| d as usize).collect();
+                assert_eq!(tensor.shape(), declared.as_slice(), "{name}");
+                assert_eq!(tensor.len(), declared.iter().product::<usize>(), "{name}");
+            }
+        }
+        Err(e) => assert_eq!(e.into_response().status(), 400),
+    }
+});
