@@ -174,18 +174,7 @@ impl AgentClient {
         file_id: &str,
         path: &Path,
     ) -> Result<Status, ClientError> {
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
-        let len = file
-            .metadata()
-            .await
-            .map_err(|e| ClientError::Protocol(e.to_string()))?
-            .len();
-        let stream = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
-            file,
-            256 * 1024,
-        ));
+        let (stream, len) = crate::file_body(path).await?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -145,6 +145,23 @@ pub async fn limited_answer(
     (res.status(), retry_after, res.json().await.unwrap())
 }
 
+/// A file on disk as a streamed request body, with its length.
+async fn file_body(path: &std::path::Path) -> Result<(reqwest::Body, u64), ClientError> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
+    let len = file
+        .metadata()
+        .await
+        .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?
+        .len();
+    let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
+        file,
+        256 * 1024,
+    ));
+    Ok((body, len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::path;

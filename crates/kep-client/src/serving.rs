@@ -26,7 +26,7 @@ impl AdminClient {
     /// `POST /admin/v1/serving/images/{name}/archive`: the archive (`docker save`, `podman
     /// save`) is streamed from `path`, not read whole.
     pub async fn load_image_archive(&self, name: &str, path: &Path) -> Result<Image, ClientError> {
-        let (body, len) = Self::file_body(path).await?;
+        let (body, len) = crate::file_body(path).await?;
         self.send(
             self.http
                 .post(self.url(&path_of(paths::IMAGE_ARCHIVE, &[name])))
@@ -61,7 +61,7 @@ impl AdminClient {
         framework: &str,
         path: &Path,
     ) -> Result<Model, ClientError> {
-        let (body, len) = Self::file_body(path).await?;
+        let (body, len) = crate::file_body(path).await?;
         let file_name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -75,23 +75,6 @@ impl AdminClient {
             );
         self.send(self.http.post(self.url(paths::MODELS)).multipart(form))
             .await
-    }
-
-    /// A file as a streamed body, with its length.
-    async fn file_body(path: &Path) -> Result<(reqwest::Body, u64), ClientError> {
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?;
-        let len = file
-            .metadata()
-            .await
-            .map_err(|e| ClientError::Protocol(format!("{}: {e}", path.display())))?
-            .len();
-        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
-            file,
-            256 * 1024,
-        ));
-        Ok((body, len))
     }
 
     /// `GET /admin/v1/serving/models`
