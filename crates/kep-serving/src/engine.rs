@@ -12,8 +12,10 @@ use futures_util::{Stream, StreamExt as _};
 
 use crate::ServingError;
 
-/// How long the engine may take to answer whether it runs.
-const CONNECT_TIMEOUT_S: u64 = 5;
+/// How long the engine may take to answer whether it runs: a refused or missing socket
+/// fails at once, but Podman's service sets its runtime up at its first call, which takes
+/// seconds on a loaded machine (seen over 5 s in CI).
+const CONNECT_TIMEOUT_S: u64 = 30;
 /// How long one call may take once connected.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// A load takes as long as its archive's upload, which the client paces.

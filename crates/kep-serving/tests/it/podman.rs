@@ -155,15 +155,24 @@ impl Podman {
             .unwrap()
     }
 
+    /// Whether the service answers `/_ping`, and then `/version`, which needs the runtime
+    /// Podman sets up at its first real call (seconds on a loaded machine): the tests' first
+    /// calls then find it ready.
     fn pings(&self) -> bool {
+        self.answers("/_ping", |a| a.ends_with("OK")) && self.answers("/version", |_| true)
+    }
+
+    fn answers(&self, path: &str, body_ok: fn(&str) -> bool) -> bool {
         let Ok(mut s) = UnixStream::connect(self.socket()) else {
             return false;
         };
         let mut answer = String::new();
-        s.write_all(b"GET /_ping HTTP/1.0\r\n\r\n").is_ok()
+        s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .is_ok()
             && s.read_to_string(&mut answer).is_ok()
             && answer.starts_with("HTTP/1.")
-            && answer.ends_with("OK")
+            && answer.split_whitespace().nth(1) == Some("200")
+            && body_ok(&answer)
     }
 
     fn log(&self) -> String {
