@@ -343,14 +343,23 @@ async fn cpu_and_memory_bounds_alert_from_the_instances_processes() {
     }
     hook.wait_for("at or below the threshold 99%").await;
 
-    let m = server.get("/endpoints/burner/metrics").await;
-    let hot = m["deployments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == "hot")
-        .unwrap();
-    let i = &hot["instances"][0];
+    // One sample of a burner starved by a loaded machine can read under its bound although
+    // the alert above already showed it over: the figure is waited for, not read once.
+    let mut i = Value::Null;
+    for _ in 0..100 {
+        let m = server.get("/endpoints/burner/metrics").await;
+        i = m["deployments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == "hot")
+            .unwrap()["instances"][0]
+            .clone();
+        if i["cpu_cores"].as_f64().is_some_and(|c| c > 0.3) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(i["cpu_cores"].as_f64().unwrap() > 0.3, "{i}");
     assert!(i["cpu_percent"].as_f64().unwrap() > 30.0, "{i}");
     assert!(i["memory_bytes"].as_u64().unwrap() > 1 << 20, "{i}");
