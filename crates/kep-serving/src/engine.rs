@@ -22,6 +22,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const LOAD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 
 /// The engine of `serving.container_socket`, or the first usual one that answers.
+#[derive(Debug, Clone)]
 pub struct Engine {
     socket: Option<String>,
 }
@@ -60,7 +61,7 @@ impl Engine {
 
     /// A client of the first socket whose engine answers, at the API version both speak
     /// (Podman's compatible API is older than the client's).
-    async fn connect(&self) -> Result<Docker, ServingError> {
+    pub(crate) async fn client(&self) -> Result<Docker, ServingError> {
         let sockets = self.sockets();
         for socket in &sockets {
             let path = socket.strip_prefix("unix://").unwrap_or(socket);
@@ -88,7 +89,7 @@ impl Engine {
     /// The image of `reference` in the engine's local store; `None` when it has none (it
     /// is never pulled).
     pub async fn inspect(&self, reference: &str) -> Result<Option<EngineImage>, ServingError> {
-        let docker = self.connect().await?;
+        let docker = self.client().await?;
         match docker.inspect_image(reference).await {
             Ok(image) => Ok(Some(EngineImage {
                 id: image.id.unwrap_or_default(),
@@ -109,7 +110,7 @@ impl Engine {
         S: Stream<Item = Result<Bytes, E>> + Send + 'static,
         E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     {
-        let docker = self.connect().await?.with_timeout(LOAD_TIMEOUT);
+        let docker = self.client().await?.with_timeout(LOAD_TIMEOUT);
         let options = ImportImageOptionsBuilder::new().quiet(true).build();
         let mut answers = docker.import_image_stream(options, archive, None);
         let mut loaded = None;

@@ -191,6 +191,16 @@ impl Service for ServingService {
         if killed > 0 {
             tracing::info!(killed, "stopped instance processes left by a previous run");
         }
+        // Its containers too: removed, not adopted, as its processes are killed, since the
+        // deployments start afresh either way.
+        let engine = engine::Engine::new(settings.container_socket.clone());
+        let removed = runtime::container::remove_left_behind(&engine, owner.as_str()).await;
+        if removed > 0 {
+            tracing::info!(
+                removed,
+                "removed instance containers left by a previous run"
+            );
+        }
         let (gateway, routes) = kep_gateway::Gateway::start(&gateway, root.join("spool"), ctx);
         let placement = control::Placement::new(ctx.cluster.clone(), routes.clone());
         // The runtime's ready instances reach this node's gateway and every other node's.
@@ -216,6 +226,7 @@ impl Service for ServingService {
         let runtime = runtime::start(runtime::RuntimeContext {
             owner,
             gpus: runtime::gpus::GpuPool::new(gpus),
+            engine,
             logs_dir: root.join("logs"),
             policy: runtime::RestartPolicy {
                 backoff: Backoff {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::artifacts::{check_model, forget_workdir};
-use super::launch::{DeploymentSpec, ImageRef, ModelRef};
+use super::launch::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef};
 use super::{Control, nodes, rfc3339, validate};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::store::{DeploymentRow, LiveSources};
@@ -29,19 +29,23 @@ impl Control {
                     .ok_or_else(|| {
                         ServingError::field("image", format!("no image named {name}"))
                     })?;
-                // Engine images run as containers with the container runtime, still to
-                // come; until then such a deployment is refused before anything is made.
-                let command = row.command.ok_or_else(|| {
-                    ServingError::field(
-                        "image",
-                        format!(
-                            "{name} is a container image ({}); this kep runs images with a command only",
-                            row.reference.as_deref().unwrap_or_default()
-                        ),
-                    )
-                })?;
+                // An engine image runs as a container of the image it is now, pinned by
+                // its engine id; a command image as a process.
+                let engine = match (&row.reference, &row.engine_id) {
+                    (Some(reference), Some(id)) => {
+                        // An engine that is not running is a 503 before anything is made;
+                        // an image gone from its store is the instances' image-pull reason.
+                        self.engine.inspect(id).await?;
+                        Some(EngineImageRef {
+                            reference: reference.clone(),
+                            id: id.clone(),
+                        })
+                    }
+                    _ => None,
+                };
                 Some(ImageRef {
-                    command,
+                    command: row.command.unwrap_or_default(),
+                    engine,
                     id: row.id,
                     name: row.name,
                 })
@@ -237,11 +241,12 @@ impl Control {
             forget_workdir(&n.dir).await;
             new.native = Some(o.clone());
         }
-        // An unchanged image name keeps the command it was deployed with.
+        // An unchanged image name keeps the command or engine image it was deployed with.
         if let (Some(o), Some(n)) = (&old.image, &mut new.image)
             && o.id == n.id
         {
             n.command = o.command.clone();
+            n.engine = o.engine.clone();
         }
         let others: Vec<DeploymentRow> = self
             .store

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Control;
 use crate::ids::{ImageId, ImageName, ModelId, ModelName};
-use crate::runtime::Launch;
+use crate::runtime::container::ContainerLaunch;
 use crate::runtime::probe::ProbeSpec;
+use crate::runtime::{Launch, Workload};
 use crate::store::EndpointRow;
 use crate::{ServingError, ServingSettings};
 use kep_api::serving::{DeploymentType, Probe, Resources};
@@ -57,7 +58,18 @@ pub(super) struct Native {
 pub(super) struct ImageRef {
     pub(super) id: ImageId,
     pub(super) name: ImageName,
+    /// Empty for an engine image.
+    #[serde(default)]
     pub(super) command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) engine: Option<EngineImageRef>,
+}
+
+/// An engine image as a deployment pins it: the engine's id it had when deployed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct EngineImageRef {
+    pub(super) reference: String,
+    pub(super) id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,17 +120,26 @@ impl DeploymentSpec {
         }
         let (command, readiness) = match (&self.kind, &self.image, &self.model) {
             (DeploymentType::CustomImage, Some(image), _) => (
-                Ok(image.command.clone()),
+                Ok(match &image.engine {
+                    Some(engine) => Workload::Container(ContainerLaunch {
+                        image: engine.id.clone(),
+                        reference: engine.reference.clone(),
+                        port: self.port,
+                        nano_cpus: (resources.cpu * 1e9) as i64,
+                        memory: (resources.memory_mb as i64).saturating_mul(1 << 20),
+                    }),
+                    None => Workload::Process(image.command.clone()),
+                }),
                 self.readiness
                     .as_ref()
                     .map_or_else(ProbeSpec::tcp, ProbeSpec::from),
             ),
             (DeploymentType::TensorflowServing, _, Some(model)) => (
-                served("tfserving", model),
+                served("tfserving", model).map(Workload::Process),
                 ProbeSpec::http(format!("/v1/models/{}", model.name)),
             ),
             (DeploymentType::Triton, _, Some(model)) => (
-                served("kserve", model),
+                served("kserve", model).map(Workload::Process),
                 ProbeSpec::http("/v2/health/ready".into()),
             ),
             (DeploymentType::Cosmos, _, Some(model)) if self.script_path.is_some() => (
@@ -127,7 +148,7 @@ impl DeploymentSpec {
                         "--script".to_owned(),
                         self.script_path.clone().unwrap_or_default(),
                     ]);
-                    argv
+                    Workload::Process(argv)
                 }),
                 ProbeSpec::http("/health".into()),
             ),

@@ -10,8 +10,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::gpus::{GpuLease, GpuPool};
-use super::{Launch, RestartPolicy, probe, process};
-use crate::ids::InstanceId;
+use super::{Launch, RestartPolicy, Workload, container, probe, process};
+use crate::engine::Engine;
+use crate::ids::{DeploymentKey, InstanceId};
 use crate::kinds::InstanceState;
 use kep_api::serving::Instance;
 
@@ -70,6 +71,8 @@ pub struct Report {
 
 pub struct InstanceTask {
     pub id: InstanceId,
+    pub key: DeploymentKey,
+    pub engine: Engine,
     pub launch: Arc<Launch>,
     pub log: PathBuf,
     pub policy: RestartPolicy,
@@ -80,9 +83,60 @@ pub struct InstanceTask {
     pub cancel: CancellationToken,
 }
 
+/// The reason of an instance whose image the engine does not have (kep never pulls).
+const IMAGE_MISSING: &str = "ErrImagePull";
+
+/// An instance's process group, or its container.
+enum Running {
+    /// The pid is kept: a reaped child no longer tells it, and its group outlives it.
+    Process(Child, Option<u32>),
+    Container(container::Container),
+}
+
+impl Running {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Running::Process(_, pid) => *pid,
+            Running::Container(_) => None,
+        }
+    }
+
+    /// How it exited, as `exit status: N` says it; cancel-safe.
+    async fn wait(&mut self) -> Result<String, String> {
+        match self {
+            Running::Process(child, _) => child
+                .wait()
+                .await
+                .map(|code| code.to_string())
+                .map_err(|e| format!("waiting for the process: {e}")),
+            Running::Container(c) => c.wait().await.map(|code| format!("exit status: {code}")),
+        }
+    }
+
+    /// After its exit: what its group left behind is killed, its container removed.
+    async fn reap(self) {
+        match self {
+            Running::Process(_, pid) => {
+                if let Some(pid) = pid {
+                    process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            Running::Container(c) => c.remove().await,
+        }
+    }
+
+    async fn terminate(self, grace: std::time::Duration) {
+        match self {
+            Running::Process(mut child, _) => process::terminate(&mut child, grace).await,
+            Running::Container(c) => c.terminate(grace).await,
+        }
+    }
+}
+
 /// How a running process stopped being watched.
 enum Outcome {
-    Exited(std::process::ExitStatus),
+    /// `exit status: N`, or the signal.
+    Exited(String),
     LivenessFailed(String),
     /// Waiting on the process failed: its state cannot be told.
     Unknown(String),
@@ -113,7 +167,7 @@ impl InstanceTask {
                     self.cancel.cancelled().await;
                     break;
                 }
-                Ok(argv) => {
+                Ok(workload) => {
                     let waiting = |why: String| {
                         status.state = InstanceState::Pending;
                         status.reason = Some(why);
@@ -123,7 +177,7 @@ impl InstanceTask {
                             awaits_gpus: true,
                         });
                     };
-                    // Held until the process group is gone, whatever ends it.
+                    // Held until the process group or container is gone, whatever ends it.
                     let Some(gpus) = self
                         .gpus
                         .take(self.launch.gpus, &self.cancel, waiting)
@@ -131,15 +185,15 @@ impl InstanceTask {
                     else {
                         break;
                     };
-                    match self.start(argv, &mut status, &gpus).await {
-                        Err(e) => {
+                    match self.start(workload, &mut status, &gpus).await {
+                        Err(reason) => {
                             status.state = InstanceState::Pending;
-                            status.reason = Some(format!("CommandNotFound: {}: {e}", argv[0]));
+                            status.reason = Some(reason);
                         }
-                        Ok(mut child) => {
+                        Ok(mut running) => {
                             let outcome =
-                                self.watch(&mut child, &mut status, &mut ever_ready).await;
-                            let pid = status.pid.take();
+                                self.watch(&mut running, &mut status, &mut ever_ready).await;
+                            status.pid = None;
                             status.ready = false;
                             match outcome {
                                 Outcome::Cancelled => {
@@ -148,21 +202,16 @@ impl InstanceTask {
                                     // Out of rotation already; calls the gateway sent just before
                                     // finish before the process is asked to stop.
                                     tokio::time::sleep(self.policy.drain).await;
-                                    process::terminate(&mut child, self.policy.grace).await;
+                                    running.terminate(self.policy.grace).await;
                                     break;
                                 }
                                 Outcome::Exited(code) => {
-                                    if let Some(pid) = pid {
-                                        process::signal_group(
-                                            pid,
-                                            nix::sys::signal::Signal::SIGKILL,
-                                        );
-                                    }
+                                    running.reap().await;
                                     status.state = InstanceState::Failed;
                                     status.reason = Some(format!("exited: {code}"));
                                 }
                                 Outcome::LivenessFailed(why) => {
-                                    process::terminate(&mut child, self.policy.grace).await;
+                                    running.terminate(self.policy.grace).await;
                                     status.state = InstanceState::Pending;
                                     status.reason = Some(format!("liveness probe failed: {why}"));
                                 }
@@ -171,7 +220,7 @@ impl InstanceTask {
                                     status.state = InstanceState::Unknown;
                                     status.reason = Some(why);
                                     self.report(&status, false);
-                                    process::terminate(&mut child, self.policy.grace).await;
+                                    running.terminate(self.policy.grace).await;
                                 }
                             }
                         }
@@ -186,7 +235,11 @@ impl InstanceTask {
             status.restarts += 1;
             status.port = None;
             if !ever_ready && let Some(r) = &status.reason {
-                status.reason = Some(format!("CrashLoopBackOff: {r}"));
+                // An image the engine does not have backs off as a pull would.
+                status.reason = Some(match r.strip_prefix(IMAGE_MISSING) {
+                    Some(rest) => format!("ImagePullBackOff{rest}"),
+                    None => format!("CrashLoopBackOff: {r}"),
+                });
                 // The seed shows an instance that keeps starting and stopping as `Running`,
                 // with the restart back-off as its reason.
                 if status.state == InstanceState::Failed {
@@ -206,31 +259,59 @@ impl InstanceTask {
         self.report(&status, true);
     }
 
+    /// Starts the process or the container; the reason it could not be started otherwise.
     async fn start(
         &self,
-        argv: &[String],
+        workload: &Workload,
         status: &mut InstanceStatus,
         gpus: &GpuLease,
-    ) -> std::io::Result<Child> {
-        let port = process::free_port()?;
-        let env = process::Env {
-            vars: &self.launch.env,
-            port,
-            gpus: gpus.devices(),
+    ) -> Result<Running, String> {
+        let (running, port) = match workload {
+            Workload::Process(argv) => {
+                let not_found = |e: std::io::Error| format!("CommandNotFound: {}: {e}", argv[0]);
+                let port = process::free_port().map_err(not_found)?;
+                let env = process::Env {
+                    vars: &self.launch.env,
+                    port,
+                    gpus: gpus.devices(),
+                };
+                let child = process::spawn(argv, env, &self.log, &self.owner).map_err(not_found)?;
+                let pid = child.id();
+                (Running::Process(child, pid), port)
+            }
+            Workload::Container(launch) => {
+                let labels = container::Labels {
+                    owner: self.owner.as_str(),
+                    endpoint: self.key.endpoint.as_str(),
+                    deployment: self.key.deployment.as_str(),
+                    instance: self.id.as_str(),
+                };
+                let env = &self.launch.env;
+                container::start(&self.engine, launch, env, gpus.devices(), labels, &self.log)
+                    .await
+                    .map(|(c, port)| (Running::Container(c), port))
+                    .map_err(|e| match e {
+                        container::StartError::ImageMissing(why) => {
+                            format!("{IMAGE_MISSING}: {why}")
+                        }
+                        container::StartError::Failed(why) => {
+                            format!("CreateContainerError: {why}")
+                        }
+                    })?
+            }
         };
-        let child = process::spawn(argv, env, &self.log, &self.owner)?;
         status.state = InstanceState::Pending;
         status.reason = None;
-        status.pid = child.id();
+        status.pid = running.pid();
         status.port = Some(port);
         status.gpus = gpus.devices().to_vec();
         self.report(status, false);
-        Ok(child)
+        Ok(running)
     }
 
     async fn watch(
         &self,
-        child: &mut Child,
+        running: &mut Running,
         status: &mut InstanceStatus,
         ever_ready: &mut bool,
     ) -> Outcome {
@@ -253,10 +334,10 @@ impl InstanceTask {
         let (mut ready_fails, mut live_fails) = (0u32, 0u32);
         loop {
             tokio::select! {
-                exit = child.wait() => {
+                exit = running.wait() => {
                     return match exit {
                         Ok(code) => Outcome::Exited(code),
-                        Err(e) => Outcome::Unknown(format!("waiting for the process: {e}")),
+                        Err(why) => Outcome::Unknown(why),
                     };
                 }
                 _ = self.cancel.cancelled() => return Outcome::Cancelled,

@@ -2,6 +2,7 @@
 //! deployment. The control plane drives it through [`RuntimeHandle`]; it tells the gateway
 //! which instances are ready and records every transition as an event.
 
+pub mod container;
 pub mod gpus;
 mod instance;
 pub mod probe;
@@ -33,13 +34,21 @@ use probe::ProbeSpec;
 /// What an instance of a deployment runs.
 #[derive(Debug)]
 pub struct Launch {
-    /// The argv, or why there is nothing that can be run.
-    pub command: Result<Vec<String>, String>,
+    /// What runs, or why there is nothing that can be run.
+    pub command: Result<Workload, String>,
     pub env: BTreeMap<String, String>,
     /// GPUs of its own each instance process is given (its instance type's).
     pub gpus: u32,
     pub readiness: ProbeSpec,
     pub liveness: Option<ProbeSpec>,
+}
+
+/// An instance's process, or its container: the same life either way.
+#[derive(Debug)]
+pub enum Workload {
+    /// The argv of a local process.
+    Process(Vec<String>),
+    Container(container::ContainerLaunch),
 }
 
 /// Restarts back off; a process that ran for `reset_after` starts from the first wait
@@ -149,6 +158,8 @@ pub struct RuntimeContext {
     pub owner: process::Owner,
     /// The GPUs instance processes are given.
     pub gpus: Arc<gpus::GpuPool>,
+    /// Where engine images' containers run.
+    pub engine: crate::engine::Engine,
     pub logs_dir: PathBuf,
     pub policy: RestartPolicy,
     pub http: reqwest::Client,
@@ -376,6 +387,8 @@ impl Supervisor {
             let cancel = CancellationToken::new();
             let task = InstanceTask {
                 id: id.clone(),
+                key: self.key.clone(),
+                engine: self.ctx.engine.clone(),
                 launch: Arc::clone(&self.launch),
                 log: self.ctx.log_path(&self.key, &id),
                 policy: self.ctx.policy,

@@ -30,6 +30,11 @@ impl Owner {
         Ok(Owner(data_dir.canonicalize()?.to_string_lossy().into()))
     }
 
+    /// The mark's value: also the owner label of this kep's containers.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// Kills the process group of every process that carries this mark (none of them is
     /// ours yet: this runs before any instance starts); returns how many groups.
     pub fn kill_left_behind(&self) -> usize {

@@ -107,18 +107,6 @@ async fn images_are_registered_by_reference_from_the_engines_store() {
     assert_eq!(names, ["by-id", "echo", "httpd"]);
     assert!(listed[1].get("source").is_none(), "{listed}");
 
-    // Until the container runtime, deploying it is refused before anything is made.
-    s.endpoint("web", 1).await;
-    let (status, v) = s
-        .post(
-            "/endpoints/web/deployments",
-            json!({"name": "d1", "type": "custom-image", "image": "httpd"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    refused(&v, "image", "is a container image");
-    assert_eq!(s.get("/endpoints/web/deployments").await, json!([]));
-
     // Deleting the registration leaves the engine's image, which the user brought.
     assert_eq!(s.delete("/images/httpd").await, StatusCode::NO_CONTENT);
     podman.run(&["image", "exists", HTTPD]);

@@ -2,6 +2,7 @@
 
 mod activity;
 mod common;
+mod containers;
 mod images;
 mod limits;
 mod monitoring;

@@ -107,6 +107,12 @@ impl Podman {
     /// Debian's static busybox with `/bin/sh`, `/bin/httpd` and `/www/index.html`, imported
     /// with its command. Its id, without `sha256:`.
     pub fn httpd_image(&self, reference: &str) -> String {
+        self.busybox_image(reference, HTTPD_INDEX, HTTPD_CMD)
+    }
+
+    /// The busybox image as `reference` with `index` as `/www/index.html` and `cmd` (a
+    /// Dockerfile `CMD` line) as its command: another page, or a command that fails.
+    pub fn busybox_image(&self, reference: &str, index: &str, cmd: &str) -> String {
         let root = self.dir.path().join("rootfs");
         if !root.exists() {
             std::fs::create_dir_all(root.join("bin")).unwrap();
@@ -116,8 +122,8 @@ impl Podman {
             for tool in ["sh", "httpd"] {
                 std::os::unix::fs::symlink("busybox", root.join("bin").join(tool)).unwrap();
             }
-            std::fs::write(root.join("www/index.html"), HTTPD_INDEX).unwrap();
         }
+        std::fs::write(root.join("www/index.html"), index).unwrap();
         let tar = self.dir.path().join("rootfs.tar");
         let made = Command::new("tar")
             .arg("-C")
@@ -128,16 +134,20 @@ impl Podman {
             .status()
             .unwrap();
         assert!(made.success(), "tar of the rootfs");
-        let out = self.run(&[
-            "import",
-            "--quiet",
-            "--change",
-            HTTPD_CMD,
-            path(&tar),
-            reference,
-        ]);
+        let out = self.run(&["import", "--quiet", "--change", cmd, path(&tar), reference]);
         let id = String::from_utf8(out.stdout).unwrap();
         id.trim().trim_start_matches("sha256:").to_owned()
+    }
+
+    /// The ids of the containers, running or not, that carry `label` (`key=value`).
+    pub fn containers(&self, label: &str) -> Vec<String> {
+        let filter = format!("label={label}");
+        let out = self.run(&["ps", "--all", "--quiet", "--no-trunc", "--filter", &filter]);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// `podman save` of `reference` into `file`, as docker-archive.

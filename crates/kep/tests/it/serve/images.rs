@@ -1,7 +1,8 @@
 //! Images in a real container engine through the CLI: by reference and from an archive,
-//! listed with their sizes and sources. The engine is kep-serving's Podman fixture.
+//! listed with their sizes and sources, and run as containers that a restarted kep
+//! removes. The engine is kep-serving's Podman fixture.
 
-use crate::common::{StopsGracefully, cli, cli_fails, port0, serve};
+use crate::common::{StopsGracefully, cli, cli_fails, port0, serve, wait_available};
 
 #[path = "../../../../kep-serving/tests/it/podman.rs"]
 mod podman;
@@ -101,4 +102,79 @@ fn engine_images_are_created_by_reference_and_archive_and_listed() {
             ),
         ]
     );
+}
+
+/// A kep killed outright leaves its containers running; the next kep on the same data dir
+/// removes those (and only those: another owner's stays) before it starts the deployment
+/// afresh, and a kep stopped with SIGTERM removes its own.
+#[test]
+fn containers_left_by_a_killed_kep_are_removed_at_its_next_start_and_no_others() {
+    let engine = podman::Podman::start();
+    engine.httpd_image("kep-test/httpd:1");
+    engine.run(&[
+        "create",
+        "--label",
+        "io.kep.owner=/another/kep",
+        "kep-test/httpd:1",
+    ]);
+    let foreign = engine.containers("io.kep.owner=/another/kep");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let socket = engine.socket_url();
+    let env = [("KEP_SERVING_CONTAINER_SOCKET", socket.as_str())];
+    let first = serve(&data, &port0(), &env);
+    cli(
+        &first,
+        &[
+            "serving",
+            "image",
+            "create",
+            "httpd",
+            "--reference",
+            "kep-test/httpd:1",
+        ],
+    );
+    let created = cli(&first, &["serving", "endpoint", "create", "demo"]);
+    let key = created["api_key"].as_str().unwrap().to_owned();
+    cli(
+        &first,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "demo",
+            "app",
+            "--image",
+            "httpd",
+        ],
+    );
+    wait_available(&first, "demo", "app");
+    let owner = format!("io.kep.owner={}", data.canonicalize().unwrap().display());
+    let old = engine.containers(&owner);
+    assert_eq!(old.len(), 1, "{old:?}");
+    drop(first); // SIGKILL: kep gets no chance to remove its container.
+    assert_eq!(engine.containers(&owner), old, "the container outlives kep");
+
+    let second = StopsGracefully(serve(&data, &port0(), &env));
+    wait_available(&second.0, "demo", "app");
+    let new = engine.containers(&owner);
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert_ne!(new, old, "the old container was removed, a new one made");
+    assert_eq!(engine.containers("io.kep.owner=/another/kep"), foreign);
+    let url = cli(&second.0, &["serving", "endpoint", "show", "demo"])["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let page = reqwest::blocking::Client::new()
+        .get(format!("{url}/"))
+        .bearer_auth(&key)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(page, podman::HTTPD_INDEX);
+
+    drop(second); // SIGTERM: kep removes its containers before it exits.
+    assert!(engine.containers(&owner).is_empty());
+    assert_eq!(engine.containers("io.kep.owner=/another/kep"), foreign);
 }
