@@ -66,6 +66,12 @@ impl ProcessSampler {
         let gpu_memory_total = gpu.as_ref().map(|g| g.memory_total.clone());
         let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
         for (pid, p) in processes {
+            // A process's threads are listed too, each with the whole process's memory and
+            // its own share of the process's CPU: counted, a 25-thread ONNX Runtime server
+            // showed 25 times its memory.
+            if p.thread_kind().is_some() {
+                continue;
+            }
             if let Some(parent) = p.parent() {
                 children.entry(parent).or_default().push(*pid);
             }
@@ -164,32 +170,18 @@ mod tests {
         assert!(!second.contains_key(&u32::MAX));
     }
 
-    /// A process's memory is what it alone holds: 64 MiB it writes to its heap count, the
-    /// 64 MiB of a file it maps and reads (a library, a model file) do not.
-    #[test]
-    fn a_mapped_file_is_not_the_process_memory() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("weights");
-        std::fs::write(&file, vec![1u8; 64 << 20]).unwrap();
-        let ready = dir.path().join("ready");
-        let script = format!(
-            "import mmap, time\n\
-             f = open({file:?}, 'rb')\n\
-             m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n\
-             s = sum(m[i] for i in range(0, len(m), 4096))\n\
-             heap = bytearray(b'x' * (64 << 20))\n\
-             open({ready:?}, 'w').close()\n\
-             time.sleep(30)\n"
-        );
+    /// Runs `script` in a Python process of its own group, once it has made the file named
+    /// `ready` it is given.
+    fn ready_python(dir: &std::path::Path, script: &str) -> Group {
         use std::os::unix::process::CommandExt as _;
+        let ready = dir.join("ready");
         let group = Group(
             std::process::Command::new("python3")
-                .args(["-c", &script])
+                .args(["-c", script, ready.to_str().unwrap()])
                 .process_group(0)
                 .spawn()
                 .unwrap(),
         );
-        let pid = group.0.id();
         for _ in 0..200 {
             if ready.exists() {
                 break;
@@ -197,13 +189,52 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         assert!(ready.exists(), "the script did not get ready");
+        group
+    }
+
+    fn mib_counted(pid: u32) -> (u64, String) {
         let memory = ProcessSampler::default().sample(&[pid]).usage[&pid].memory_bytes;
         let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap()
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_owned()))
             .unwrap();
-        let mib = memory >> 20;
+        (memory >> 20, rss)
+    }
+
+    /// Threads share their process's memory: 64 MiB held by a process of 9 threads is 64
+    /// MiB, not 9 times that.
+    #[test]
+    fn threads_are_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "import sys, threading, time\n\
+                      heap = bytearray(b'x' * (64 << 20))\n\
+                      for _ in range(8): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n\
+                      open(sys.argv[1], 'w').close()\n\
+                      time.sleep(30)\n";
+        let group = ready_python(dir.path(), script);
+        let (mib, rss) = mib_counted(group.0.id());
+        assert!((64..120).contains(&mib), "{mib} MiB counted, RSS {rss}");
+    }
+
+    /// A process's memory is what it alone holds: 64 MiB it writes to its heap count, the
+    /// 64 MiB of a file it maps and reads (a library, a model file) do not.
+    #[test]
+    fn a_mapped_file_is_not_the_process_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("weights");
+        std::fs::write(&file, vec![1u8; 64 << 20]).unwrap();
+        let script = format!(
+            "import mmap, sys, time\n\
+             f = open({file:?}, 'rb')\n\
+             m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n\
+             s = sum(m[i] for i in range(0, len(m), 4096))\n\
+             heap = bytearray(b'x' * (64 << 20))\n\
+             open(sys.argv[1], 'w').close()\n\
+             time.sleep(30)\n"
+        );
+        let group = ready_python(dir.path(), &script);
+        let (mib, rss) = mib_counted(group.0.id());
         assert!((64..120).contains(&mib), "{mib} MiB counted, RSS {rss}");
     }
 }
