@@ -8,10 +8,11 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use ort::environment::Environment;
 use ort::ep::{CUDA, ExecutionProvider as _};
-use ort::session::Session;
 use ort::session::builder::SessionBuilder;
+use ort::session::{Session, SessionInputValue};
 use ort::value::{
-    DynValue, Outlet, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, ValueType,
+    DynValue, Outlet, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType,
+    TensorRef, ValueType,
 };
 use tract_onnx::prelude::tract_ndarray::{ArrayD, IxDyn};
 use tract_onnx::prelude::{Datum, DatumType, Tensor};
@@ -201,9 +202,9 @@ impl OrtModel {
     ) -> Result<Vec<Tensor>, ModelError> {
         let failed = |e: String| ModelError::Failed(e);
         let values = inputs
-            .into_iter()
-            .map(|(name, t)| Ok((name, to_ort(&t).map_err(failed)?)))
-            .collect::<Result<Vec<(&str, DynValue)>, ModelError>>()?;
+            .iter()
+            .map(|(name, t)| Ok((*name, to_ort(t).map_err(failed)?)))
+            .collect::<Result<Vec<(&str, SessionInputValue<'_>)>, ModelError>>()?;
         let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         let outputs = session
             .run(values)
@@ -220,14 +221,19 @@ impl OrtModel {
     }
 }
 
-fn to_ort(t: &Tensor) -> Result<DynValue, String> {
-    fn plain<T: Datum + PrimitiveTensorElementType + Clone>(
+/// The tensor's own memory as ONNX Runtime's input, not a copy of it: a batch of images is
+/// megabytes, copied once more to the GPU anyway.
+fn to_ort(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
+    fn plain<T: Datum + PrimitiveTensorElementType + std::fmt::Debug>(
         t: &Tensor,
         shape: Vec<i64>,
-    ) -> Result<DynValue, String> {
-        let data = elements::<T>(t)?;
-        OrtTensor::from_array((shape, data))
-            .map(OrtTensor::into_dyn)
+    ) -> Result<SessionInputValue<'_>, String> {
+        let data = t
+            .try_as_plain_ram()
+            .and_then(|plain| plain.as_slice::<T>())
+            .map_err(|e| format!("{e:#}"))?;
+        TensorRef::from_array_view((shape, data))
+            .map(Into::into)
             .map_err(|e| e.to_string())
     }
     let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
@@ -247,7 +253,7 @@ fn to_ort(t: &Tensor) -> Result<DynValue, String> {
         DatumType::String => {
             let data = elements::<String>(t)?;
             OrtTensor::from_string_array((shape, &data[..]))
-                .map(OrtTensor::into_dyn)
+                .map(Into::into)
                 .map_err(|e| e.to_string())
         }
         other => Err(format!("no ONNX Runtime tensor of {other:?}")),

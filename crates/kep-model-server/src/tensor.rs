@@ -236,17 +236,15 @@ fn nest(leaves: &mut impl Iterator<Item = Value>, shape: &[usize]) -> Value {
     }
 }
 
-/// Elements of `N` little-endian bytes each.
+/// Elements of `N` little-endian bytes each. `read` is inlined (not a function pointer),
+/// so that the loop compiles to a copy: a batch of 32 images is 4.8 M elements.
 fn le<T: Datum, const N: usize>(
     shape: &[usize],
     bytes: &[u8],
-    read: fn([u8; N]) -> T,
+    read: impl Fn([u8; N]) -> T,
 ) -> Result<Tensor, String> {
-    let values = bytes
-        .chunks_exact(N)
-        .map(|c| read(c.try_into().expect("chunks of N bytes")))
-        .collect();
-    array(shape, values)
+    let (chunks, _) = bytes.as_chunks::<N>();
+    array(shape, chunks.iter().map(|c| read(*c)).collect())
 }
 
 /// A tensor from the binary tensor format.
