@@ -68,6 +68,10 @@ pub enum StartError {
 pub struct Container {
     docker: Docker,
     id: String,
+    /// Its first process as the host sees it (the engine's `State.Pid`), so that the
+    /// monitor reads the container's CPU and memory as a process instance's, its
+    /// processes being that one's descendants.
+    pub pid: Option<u32>,
     exited: oneshot::Receiver<Result<i64, String>>,
     logs: JoinHandle<()>,
 }
@@ -161,10 +165,18 @@ pub async fn start(
         let _ = tell.send(exit);
     });
     let logs = tokio::spawn(copy_logs(long, id.clone(), file));
+    let pid = docker
+        .inspect_container(&id, None)
+        .await
+        .ok()
+        .and_then(|c| c.state?.pid)
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| p > 0);
     Ok((
         Container {
             docker,
             id,
+            pid,
             exited,
             logs,
         },

@@ -97,7 +97,7 @@ impl Running {
     fn pid(&self) -> Option<u32> {
         match self {
             Running::Process(_, pid) => *pid,
-            Running::Container(_) => None,
+            Running::Container(c) => c.pid,
         }
     }
 

@@ -77,6 +77,11 @@ async fn a_container_serves_through_the_gateway_restarts_when_killed_and_goes_wi
         inspect(&made[0], "{{index .Config.Labels \"io.kep.endpoint\"}}"),
         "web"
     );
+    // Its pid is the container's first process as the host sees it, which the monitor reads.
+    assert_eq!(
+        d["instances"][0]["pid"].to_string(),
+        inspect(&made[0], "{{.State.Pid}}")
+    );
     // cpu-small: one CPU and 2048 MiB.
     assert_eq!(
         inspect(&made[0], "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}}"),
