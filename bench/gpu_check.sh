@@ -13,8 +13,8 @@
 #   - the instance's memory figure beside its process's VmRSS, RssAnon, RssFile, RssShmem
 #     and Pss, for the memory-counting question (README, Monitoring).
 #
-#   bench/gpu_check.sh        # needs nvidia-smi, python3, jq, curl; cargo unless KEP_BIN
-#   LOAD_S=40 KEP_BIN=.device/kep.gz bench/gpu_check.sh
+#   bench/gpu_check.sh        # needs nvidia-smi, python3, jq, curl; cargo unless KEP_BIN_DIR
+#   LOAD_S=40 KEP_BIN_DIR=/tmp/bins bench/gpu_check.sh   # kep or kep.gz built elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOAD_S=${LOAD_S:-30}
@@ -23,11 +23,8 @@ for tool in nvidia-smi python3 jq curl; do
 done
 nvidia-smi -L
 
-# lib.sh's cleanup and kep_url; not its bench_init, as this build has nvml.
 source bench/lib.sh
-WORK=$(mktemp -d)
-pids=()
-trap 'cleanup; rm -rf "$WORK"' EXIT
+BENCH_FEATURES=kep/nvml bench_init kep
 results=()
 check() { # name, then a command: PASS when it succeeds
   local name=$1
@@ -36,39 +33,15 @@ check() { # name, then a command: PASS when it succeeds
 }
 note() { results+=("      $*"); }
 
-# KEP_BIN: a kep built here with `--features nvml` (gzipped or not), for a machine with
-# no Rust or no network (the device machines: `gzip -c target/release/kep` is ~30 MB).
-if [ -n "${KEP_BIN:-}" ]; then
-  case $KEP_BIN in *.gz) gunzip -c "$KEP_BIN" >"$WORK/kep" ;; *) cp "$KEP_BIN" "$WORK/kep" ;; esac
-  chmod +x "$WORK/kep"
-else
-  echo "== building kep with --features nvml"
-  cargo build --release -q -p kep --features nvml
-  cp "${CARGO_TARGET_DIR:-target}/release/kep" "$WORK/kep"
-fi
-
-# With onnxruntime-gpu (already there, or from PyPI) the GPU instance is a `triton`
-# deployment on ONNX Runtime's CUDA provider, compared with a CPU one. Without it (no
-# network: the wheel is too large to carry), a `custom-image` instance loads its GPU with
-# PyTorch, and the allocation, NVML figures and alert are checked all the same.
-ort_cuda() { "$1" -c 'import onnxruntime as o, sys; sys.exit("CUDAExecutionProvider" not in o.get_available_providers())' 2>/dev/null; }
-PY=python3
-if ! ort_cuda "$PY"; then
-  echo "== onnxruntime-gpu into a venv"
-  python3 -m venv --system-site-packages "$WORK/venv"
-  # The extras bring the CUDA 12 and cuDNN 9 libraries the CUDA provider loads.
-  "$WORK/venv/bin/python" -m pip install -q "onnxruntime-gpu[cuda,cudnn]" numpy onnx 2>/dev/null &&
-    PY=$WORK/venv/bin/python
-fi
-if ort_cuda "$PY"; then
+# With onnxruntime-gpu the GPU instance is a `triton` deployment on ONNX Runtime's CUDA
+# provider, compared with a CPU one. Without it, a `custom-image` instance loads its GPU
+# with PyTorch, and the allocation, NVML figures and alert are checked all the same.
+if onnxruntime_gpu; then
   MODE=ort
-  SITE=$("$PY" -c 'import onnxruntime, os; print(os.path.dirname(os.path.dirname(onnxruntime.__file__)))')
-  ORT_LIB=$(ls "$SITE"/onnxruntime/capi/libonnxruntime.so* | head -1)
-  NV_LIBS=$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | paste -sd: -)
-  echo "   $("$PY" -c 'import onnxruntime as o; print(o.__version__, o.get_available_providers())')"
 else
   MODE=torch
   ORT_LIB=
+  PY=python3
   "$PY" -c 'import torch; assert torch.cuda.is_available()' ||
     { echo "gpu_check: neither onnxruntime-gpu nor a CUDA PyTorch" >&2; exit 1; }
   echo "   no onnxruntime-gpu: a PyTorch process loads the GPU instance"
@@ -118,14 +91,12 @@ PYTHON
 pids+=($!)
 DATA=$WORK/data
 # `env`, so that the ONNX Runtime setting is given only in ort mode.
-env KEP_LOG=info KEP_ADMIN_TOKEN=gpu-check ${ORT_LIB:+"KEP_SERVING_ONNXRUNTIME=$ORT_LIB"} \
+env KEP_LOG=info KEP_ADMIN_TOKEN=bench-operator ${ORT_LIB:+"KEP_SERVING_ONNXRUNTIME=$ORT_LIB"} \
   KEP_SERVING_MONITOR_INTERVAL_MS=500 \
-  "$WORK/kep" serve --only serving --data-dir "$DATA" --admin-addr 127.0.0.1:0 \
+  "$KEP" serve --only serving --data-dir "$DATA" --admin-addr 127.0.0.1:0 \
   --gateway-addr 127.0.0.1:0 >"$WORK/kep.log" 2>&1 &
 pids+=($!)
 ADMIN=$(kep_url "$DATA" admin)
-api() { curl -sS --fail-with-body -H "Authorization: Bearer gpu-check" "$@"; }
-json() { api -H 'content-type: application/json' "$@"; }
 S=$ADMIN/admin/v1/serving
 
 api -XPOST "$S/models" -F name=heavy -F framework=pytorch -F file=@"$WORK/heavy.onnx" >/dev/null
@@ -178,12 +149,13 @@ cpu_visible=$(tr '\0' '\n' <"/proc/$(jq -r '.instances[0].pid' <<<"$cpu_dep")/en
 check "CUDA_VISIBLE_DEVICES=$visible matches the API's gpus" test "[$visible]" = "$(jq -c '.instances[0].gpus' <<<"$gpu_dep")"
 check "the CPU instance has an empty CUDA_VISIBLE_DEVICES" test "$cpu_visible" = "CUDA_VISIBLE_DEVICES="
 LOG=$DATA/serving/logs/gpu/d1/$GPU_ID.log
+# body N SEED: a KServe v2 request of N random rows.
+body() { "$PY" -c "import json, numpy as np; r = np.random.default_rng($2); print(json.dumps({'inputs': [{'name': 'x', 'datatype': 'FP32', 'shape': [$1, 64], 'data': r.standard_normal($1 * 64).astype('float32').tolist()}]}))"; }
 if [ "$MODE" = ort ]; then
 check "ONNX Runtime's CUDA provider runs the model (instance log)" grep -q "runs on ONNX Runtime's CUDA execution provider" "$LOG"
 grep -i "warn" "$LOG" | tail -3 | sed 's/^/   log: /' || true
 
 echo "== answers, GPU against CPU"
-body() { "$PY" -c "import json, numpy as np; r = np.random.default_rng($2); print(json.dumps({'inputs': [{'name': 'x', 'datatype': 'FP32', 'shape': [$1, 64], 'data': r.standard_normal($1 * 64).astype('float32').tolist()}]}))"; }
 body 4 1 >"$WORK/small.json"
 for ep in gpu cpu; do
   curl -sSf -H "Authorization: Bearer ${KEY[$ep]}" -H 'content-type: application/json' \

@@ -2,12 +2,24 @@
 # release binaries named (`bench_init kep kep-bench`) and copies them into $WORK, so that a
 # build running beside a benchmark cannot swap them under it; every pid pushed to `pids`
 # gets SIGTERM (kep then stops its instances), then SIGKILL after 5 s, on exit.
+# BENCH_FEATURES: cargo features of that build (`kep/nvml` on a GPU machine). KEP_BIN_DIR:
+# a folder of those binaries built elsewhere, gzipped or not, for a machine with no Rust or
+# no network (the GPU machines); nothing is built then.
 
 bench_init() {
-  cargo build --release -q $(printf -- '-p %s ' "$@")
+  [ -n "${KEP_BIN_DIR:-}" ] ||
+    cargo build --release -q $(printf -- '-p %s ' "$@") ${BENCH_FEATURES:+--features "$BENCH_FEATURES"}
   WORK=$(mktemp -d)
   local b
-  for b in "$@"; do cp "${CARGO_TARGET_DIR:-target}/release/$b" "$WORK/"; done
+  for b in "$@"; do
+    if [ -z "${KEP_BIN_DIR:-}" ]; then
+      cp "${CARGO_TARGET_DIR:-target}/release/$b" "$WORK/"
+    elif [ -f "$KEP_BIN_DIR/$b.gz" ]; then
+      gunzip -c "$KEP_BIN_DIR/$b.gz" >"$WORK/$b" && chmod +x "$WORK/$b"
+    else
+      cp "$KEP_BIN_DIR/$b" "$WORK/"
+    fi
+  done
   KEP=$WORK/kep
   BENCH=$WORK/kep-bench
   pids=()
@@ -146,4 +158,27 @@ triton_deployment() {
     -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}}" >/dev/null
   deployment_when "$admin" "$name" d1 '.state == "Available"' >/dev/null
   echo "$(jq -r .url <<<"$ep") $(jq -r .api_key <<<"$ep")"
+}
+
+# onnxruntime_gpu: a Python whose onnxruntime has ONNX Runtime's CUDA execution provider
+# (python3's own, or onnxruntime-gpu from PyPI into a venv in $WORK). Sets PY, ORT_LIB (its
+# libonnxruntime, for KEP_SERVING_ONNXRUNTIME) and NV_LIBS (the folders of the CUDA and
+# cuDNN libraries of the `nvidia` wheels, which the provider loads); fails where there is
+# none.
+ort_cuda() { "$1" -c 'import onnxruntime as o, sys; sys.exit("CUDAExecutionProvider" not in o.get_available_providers())' 2>/dev/null; }
+onnxruntime_gpu() {
+  PY=python3
+  if ! ort_cuda "$PY"; then
+    python3 -m venv --system-site-packages "$WORK/venv"
+    # The extras bring the CUDA and cuDNN libraries the provider loads.
+    "$WORK/venv/bin/python" -m pip install -q --retries 0 --timeout 10 \
+      "onnxruntime-gpu[cuda,cudnn]" numpy onnx >/dev/null 2>&1 && PY=$WORK/venv/bin/python
+  fi
+  ort_cuda "$PY" || return 1
+  local capi
+  capi=$("$PY" -c 'import onnxruntime, os; print(os.path.dirname(onnxruntime.__file__))')/capi
+  ORT_LIB=$(ls "$capi"/libonnxruntime.so* | head -1)
+  NV_LIBS=$("$PY" -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null |
+    xargs -r -I{} find {} -name 'lib*.so*' -printf '%h\n' | sort -u | paste -sd: -)
+  echo "   onnxruntime $("$PY" -c 'import onnxruntime as o; print(o.__version__, o.get_available_providers())')"
 }

@@ -105,7 +105,7 @@ impl DeploymentSpec {
                 .map(str::to_owned),
             );
             // One inference uses the CPUs its instance type gives it, as in a container, and
-            // no more threads than the machine has cores: 8 threads on 2 cores took turns and
+            // no more threads than the machine has cores: 4 threads on 2 cores took turns and
             // ran ResNet-50 at a third of ONNX Runtime's own speed.
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             argv.extend([
