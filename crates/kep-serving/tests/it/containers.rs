@@ -242,3 +242,87 @@ async fn an_image_gone_from_the_engine_is_pending_and_a_stopped_engine_is_a_503(
     let listed = s.get("/endpoints/gone/deployments").await;
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
 }
+
+/// Listens on a socket of its own and passes every connection on to `engine`, keeping
+/// what the client sent: the requests kep makes of the engine, as the engine gets them.
+fn recording_proxy(
+    engine: std::path::PathBuf,
+) -> (tempfile::TempDir, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::UnixListener::bind(dir.path().join("proxy.sock")).unwrap();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&sent);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = tokio::net::UnixStream::connect(&engine).await.unwrap();
+            let (mut client_rx, mut client_tx) = client.into_split();
+            let (mut up_rx, mut up_tx) = upstream.into_split();
+            let kept = std::sync::Arc::clone(&kept);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = client_rx.read(&mut buf).await {
+                    kept.lock().unwrap().extend_from_slice(&buf[..n]);
+                    if up_tx.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut up_rx, &mut client_tx).await;
+            });
+        }
+    });
+    (dir, sent)
+}
+
+/// A GPU instance type's container asks the engine for its GPU as NVIDIA's CDI device
+/// (`nvidia.com/gpu=<host index>`, a `DeviceRequest` of driver `cdi`), as Docker 25+ and
+/// Podman 5 take it. This Podman (4.3) ignores the request and runs the container without
+/// it, so what is checked is the request as the engine received it.
+#[tokio::test]
+async fn a_gpu_instance_asks_the_engine_for_its_gpu_as_a_cdi_device() {
+    let podman = Podman::start();
+    podman.httpd_image("kep-test/httpd:1");
+    let (proxy, sent) = recording_proxy(podman.socket());
+    let socket = format!("unix://{}", proxy.path().join("proxy.sock").display());
+    let s = spawn(move |s, _| {
+        s.container_socket = Some(socket);
+        s.gpus = Some(vec![3]);
+    })
+    .await;
+    register(&s, "httpd", "kep-test/httpd:1").await;
+    let (status, v) = s
+        .post(
+            "/endpoints",
+            json!({"name": "gpu", "instance_type": "gpu-small"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    s.deploy("gpu", container("app", "httpd")).await;
+    let d = s.available("gpu", "app").await;
+    assert_eq!(d["instances"][0]["gpus"], json!([3]), "{d}");
+    let sent = String::from_utf8_lossy(&sent.lock().unwrap()).into_owned();
+    let create = sent
+        .split("POST /")
+        .find(|r| r.starts_with("containers/create"))
+        .unwrap_or_else(|| {
+            let lines: Vec<&str> = sent.lines().filter(|l| l.contains(" HTTP/1.1")).collect();
+            panic!("no container create request: {lines:?}")
+        });
+    // The first JSON value after the head: other requests may follow on the connection.
+    let body: Value =
+        serde_json::Deserializer::from_str(&create[create.find("\r\n\r\n").unwrap() + 4..])
+            .into_iter()
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or_else(|| panic!("no JSON body: {create}"));
+    assert_eq!(
+        body["HostConfig"]["DeviceRequests"],
+        json!([{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=3"]}]),
+        "{body}"
+    );
+    // Nothing of the host's numbering reaches the container: the engine numbers its GPUs.
+    let env = body["Env"].to_string();
+    assert!(!env.contains("CUDA_VISIBLE_DEVICES"), "{env}");
+}
