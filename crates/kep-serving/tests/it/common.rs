@@ -168,20 +168,30 @@ impl Server {
         .await
     }
 
-    /// An endpoint call through the gateway.
-    pub async fn invoke(
+    /// `GET /endpoints/{endpoint}{path}` through the gateway, with `key` where given.
+    pub async fn gateway_get(
         &self,
         endpoint: &str,
         key: Option<&str>,
         path: &str,
-    ) -> (StatusCode, Value) {
+    ) -> reqwest::Response {
         let mut req = self
             .http
             .get(format!("{}/endpoints/{endpoint}{path}", self.gateway));
         if let Some(k) = key {
             req = req.bearer_auth(k);
         }
-        let res = req.send().await.unwrap();
+        req.send().await.unwrap()
+    }
+
+    /// An endpoint call through the gateway: its status and JSON answer.
+    pub async fn invoke(
+        &self,
+        endpoint: &str,
+        key: Option<&str>,
+        path: &str,
+    ) -> (StatusCode, Value) {
+        let res = self.gateway_get(endpoint, key, path).await;
         let status = res.status();
         (status, res.json().await.unwrap_or(Value::Null))
     }

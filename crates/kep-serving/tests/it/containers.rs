@@ -32,13 +32,7 @@ fn container(name: &str, image: &str) -> Value {
 
 /// `GET /` through the gateway: the status and the page.
 async fn page(s: &Server, endpoint: &str, key: &str) -> (StatusCode, String) {
-    let res = s
-        .http
-        .get(format!("{}/endpoints/{endpoint}/", s.gateway))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
+    let res = s.gateway_get(endpoint, Some(key), "/").await;
     (res.status(), res.text().await.unwrap())
 }
 

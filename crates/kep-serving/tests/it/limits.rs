@@ -9,14 +9,7 @@ use crate::common::*;
 
 /// `GET /endpoints/{endpoint}/` with `key`: (status, `Retry-After`, body).
 async fn limited(s: &Server, endpoint: &str, key: &str) -> (StatusCode, Option<u64>, Value) {
-    let res = s
-        .http
-        .get(format!("{}/endpoints/{endpoint}/", s.gateway))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    kep_client::limited_answer(res).await
+    kep_client::limited_answer(s.gateway_get(endpoint, Some(key), "/").await).await
 }
 
 /// A 429 in the gateway's shape: `too_many_requests`, and `Retry-After`.
