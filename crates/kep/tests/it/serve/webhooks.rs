@@ -60,9 +60,20 @@ fn webhook_events_outlive_a_kill_9_and_reach_a_receiver_that_comes_back() {
         assert_eq!(joiner.next()["type"], "joined");
         joined.push(joiner);
     }
-    for mut joiner in joined {
+    // Each leave is written down before the next kill: kep notices disconnections in its
+    // own order (CI once saw carol's before alice's), and the test wants a known one.
+    for (mut joiner, who) in joined.into_iter().zip(["alice", "bob", "carol"]) {
         let _ = joiner.child.kill();
         let _ = joiner.child.wait();
+        eventually_blocking(Duration::from_secs(20), "the leave written down", || {
+            let list = cli(&first, &["live", "webhook", "deliveries", "demo"]);
+            let left = list["deliveries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["body"]["action"] == "left" && d["body"]["participantId"] == who);
+            if left { Ok(()) } else { Err(format!("{list}")) }
+        });
     }
     // Opened, joined, left for each, closed: 10 events written down, each room's first
     // failing again and again (the others wait their turn).
