@@ -6,6 +6,8 @@
 use axum::response::IntoResponse as _;
 use kep_model_server::kserve::grpc::inference::ModelInferRequest;
 use kep_model_server::kserve::grpc::read_inputs;
+use kep_model_server::model::Input;
+use kep_model_server::shm::SharedMemory;
 use libfuzzer_sys::fuzz_target;
 use prost::Message as _;
 
@@ -14,17 +16,22 @@ fuzz_target!(|data: &[u8]| {
     let Ok(request) = ModelInferRequest::decode(data) else {
         return;
     };
-    match read_inputs("m", &request.inputs, request.raw_input_contents) {
+    let shm = SharedMemory::new(false);
+    match read_inputs("m", &request.inputs, request.raw_input_contents, &shm) {
         Ok(tensors) => {
             // One tensor per input, each filling the shape the request declared.
             assert_eq!(tensors.len(), request.inputs.len());
             for ((name, tensor), input) in tensors.iter().zip(&request.inputs) {
                 assert_eq!(name, &input.name);
+                let Input::Tensor(tensor) = tensor else {
+                    panic!("{name}: in a shared memory region, though none is registered");
+                };
                 let declared: Vec<usize> = input.shape.iter().map(|&d| d as usize).collect();
                 assert_eq!(tensor.shape(), declared.as_slice(), "{name}");
                 assert_eq!(tensor.len(), declared.iter().product::<usize>(), "{name}");
             }
         }
-        Err(e) => assert_eq!(e.into_response().status(), 400),
+        // 404: a shared memory region that is not registered.
+        Err(e) => assert!(matches!(e.into_response().status().as_u16(), 400 | 404)),
     }
 });

@@ -9,11 +9,14 @@ use std::sync::LazyLock;
 use axum::http::HeaderValue;
 use axum::response::IntoResponse as _;
 use kep_fuzz::{models, split_line};
-use kep_model_server::TensorSpec;
 use kep_model_server::kserve::decode;
+use kep_model_server::model::Input;
+use kep_model_server::shm::SharedMemory;
+use kep_model_server::TensorSpec;
 use libfuzzer_sys::fuzz_target;
 
 static OUTPUTS: LazyLock<Vec<TensorSpec>> = LazyLock::new(models::every_datatype);
+static SHM: LazyLock<SharedMemory> = LazyLock::new(|| SharedMemory::new(false));
 
 fuzz_target!(|data: &[u8]| {
     let (line, body) = split_line(data);
@@ -25,10 +28,13 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => return,
         },
     };
-    match decode("every_datatype", &OUTPUTS, length.as_ref(), body) {
+    match decode("every_datatype", &OUTPUTS, &SHM, length.as_ref(), body) {
         Ok(request) => {
             // Each tensor's elements fill its shape; each output asked for is the model's.
-            for (name, tensor) in &request.inputs {
+            for (name, input) in &request.inputs {
+                let Input::Tensor(tensor) = input else {
+                    panic!("{name}: in a shared memory region, though none is registered");
+                };
                 assert_eq!(
                     tensor.len(),
                     tensor.shape().iter().product::<usize>(),
@@ -37,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
             }
             assert!(request.wanted.iter().all(|w| w.output < OUTPUTS.len()));
         }
-        Err(e) => assert_eq!(e.into_response().status(), 400),
+        // 404: a shared memory region that is not registered.
+        Err(e) => assert!(matches!(e.into_response().status().as_u16(), 400 | 404)),
     }
 });

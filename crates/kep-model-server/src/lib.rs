@@ -9,6 +9,7 @@ pub mod model;
 pub mod native;
 #[cfg(feature = "onnxruntime")]
 pub mod onnxruntime;
+pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod tfserving;
@@ -43,6 +44,8 @@ pub struct Served {
     pub stats: stats::Statistics,
     /// The GPUs this process was given (`CUDA_VISIBLE_DEVICES`), as it numbers them: 0…n-1.
     pub gpus: Vec<i32>,
+    /// Clients' system shared memory regions (Triton's extension; KServe only).
+    pub shared_memory: shm::SharedMemory,
     /// Whether the model is loaded, as Triton's model repository extension loads and
     /// unloads it: unloaded, it is kept in memory but answers as a model with no version.
     loaded: AtomicBool,
@@ -57,6 +60,7 @@ impl Served {
             model,
             stats: stats::Statistics::default(),
             gpus: Vec::new(),
+            shared_memory: shm::SharedMemory::new(false),
             loaded: AtomicBool::new(true),
         }
     }
@@ -76,12 +80,14 @@ impl Served {
 
     /// Runs the model off the async workers (inference is CPU-bound), timing it on `clock`:
     /// the inputs are read when this is called.
-    async fn run(
+    async fn run<I: Into<model::Input>>(
         self: &Arc<Self>,
         clock: &mut stats::Clock,
-        inputs: Vec<(String, tract_onnx::prelude::Tensor)>,
+        inputs: Vec<(String, I)>,
     ) -> Result<Vec<tract_onnx::prelude::Tensor>, ModelError> {
         clock.inputs_read();
+        let inputs: Vec<(String, model::Input)> =
+            inputs.into_iter().map(|(n, i)| (n, i.into())).collect();
         let served = Arc::clone(self);
         let queued = std::time::Instant::now();
         let (queue, infer, result) = tokio::task::spawn_blocking(move || {
@@ -201,6 +207,8 @@ pub struct ServerConfig {
     pub engine: Engine,
     /// Threads one inference may use; `None`, the engine's default (tract uses one).
     pub threads: Option<usize>,
+    /// Whether clients may register shared memory regions (Triton's `--allow-client-shm`).
+    pub allow_client_shm: bool,
     pub addr: SocketAddr,
 }
 
@@ -246,6 +254,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     );
     let mut served = Served::new(config.name, model);
     served.gpus = gpus;
+    served.shared_memory = shm::SharedMemory::new(config.allow_client_shm);
     let served = Arc::new(served);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     serve(listener, router(config.protocol, served, script)).await

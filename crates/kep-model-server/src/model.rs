@@ -387,6 +387,51 @@ fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
     Ok((inputs, outputs))
 }
 
+/// An input as a request gives it: decoded into a tensor, or lying in a client's shared
+/// memory region, where an engine that can borrow it (ONNX Runtime) reads it in place.
+pub enum Input {
+    Tensor(Tensor),
+    Shared(SharedTensor),
+}
+
+/// A tensor of a fixed-size numeric type in a shared memory slot of exactly its bytes,
+/// aligned for its elements: see [`crate::tensor::from_slot`].
+pub struct SharedTensor {
+    pub datatype: DataType,
+    pub shape: Vec<usize>,
+    pub slot: crate::shm::Slot,
+}
+
+impl Input {
+    pub fn datatype(&self) -> Option<DataType> {
+        match self {
+            Input::Tensor(t) => DataType::of(t.datum_type()),
+            Input::Shared(s) => Some(s.datatype),
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Input::Tensor(t) => t.shape(),
+            Input::Shared(s) => &s.shape,
+        }
+    }
+
+    /// The input as a tensor of its own: a shared one is copied out of its region.
+    pub fn into_tensor(self) -> Result<Tensor, String> {
+        match self {
+            Input::Tensor(t) => Ok(t),
+            Input::Shared(s) => crate::tensor::from_bytes(s.datatype, &s.shape, s.slot.bytes()),
+        }
+    }
+}
+
+impl From<Tensor> for Input {
+    fn from(t: Tensor) -> Input {
+        Input::Tensor(t)
+    }
+}
+
 /// A model ready to run, shared by concurrent calls.
 pub struct Model {
     pub engine: Engine,
@@ -440,7 +485,7 @@ impl Model {
 
     /// Runs the model on named inputs (every input of the model, no other); returns every
     /// output, in the model's order.
-    pub fn run(&self, mut given: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, ModelError> {
+    pub fn run(&self, mut given: Vec<(String, Input)>) -> Result<Vec<Tensor>, ModelError> {
         let mut ordered = Vec::with_capacity(self.inputs.len());
         let mut missing = Vec::new();
         for spec in &self.inputs {
@@ -448,8 +493,8 @@ impl Model {
                 missing.push(spec.name.clone());
                 continue;
             };
-            let (_, tensor) = given.swap_remove(i);
-            let datatype = DataType::of(tensor.datum_type());
+            let (_, input) = given.swap_remove(i);
+            let datatype = input.datatype();
             if datatype != Some(spec.datatype) {
                 return Err(ModelError::BadInput(InputError::DataType {
                     name: spec.name.clone(),
@@ -457,14 +502,14 @@ impl Model {
                     want: spec.datatype,
                 }));
             }
-            if !spec.accepts(tensor.shape()) {
+            if !spec.accepts(input.shape()) {
                 return Err(ModelError::BadInput(InputError::Shape {
                     name: spec.name.clone(),
-                    given: tensor.shape().to_vec(),
+                    given: input.shape().to_vec(),
                     want: spec.shape.clone(),
                 }));
             }
-            ordered.push(tensor);
+            ordered.push(input);
         }
         let names = |specs: &[TensorSpec]| specs.iter().map(|s| s.name.clone()).collect();
         if let Some((name, _)) = given.first() {
@@ -480,8 +525,13 @@ impl Model {
         }
         match &self.runner {
             Runner::Tract(plan) => {
+                let inputs = ordered
+                    .into_iter()
+                    .map(|input| input.into_tensor().map(Tensor::into_tvalue))
+                    .collect::<Result<_, _>>()
+                    .map_err(ModelError::Failed)?;
                 let outputs = plan
-                    .run(ordered.into_iter().map(Tensor::into_tvalue).collect())
+                    .run(inputs)
                     .map_err(|e| ModelError::Failed(format!("{e:#}")))?;
                 Ok(outputs.into_iter().map(|v| v.into_tensor()).collect())
             }

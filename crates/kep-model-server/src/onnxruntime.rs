@@ -18,7 +18,7 @@ use tract_onnx::prelude::tract_ndarray::{ArrayD, IxDyn};
 use tract_onnx::prelude::{Datum, DatumType, Tensor};
 use tract_onnx::tract_core::tract_data::half::f16;
 
-use crate::model::{DataType, ModelError, Signature, TensorSpec};
+use crate::model::{DataType, Input, ModelError, SharedTensor, Signature, TensorSpec};
 
 /// The library a process loads, fixed by its first use (ONNX Runtime allows one per
 /// process).
@@ -197,7 +197,7 @@ impl OrtModel {
     /// Runs checked inputs, named; returns the outputs `wanted`, in their order.
     pub fn run(
         &self,
-        inputs: Vec<(&str, Tensor)>,
+        inputs: Vec<(&str, Input)>,
         wanted: &[TensorSpec],
     ) -> Result<Vec<Tensor>, ModelError> {
         let failed = |e: String| ModelError::Failed(e);
@@ -221,9 +221,44 @@ impl OrtModel {
     }
 }
 
-/// The tensor's own memory as ONNX Runtime's input, not a copy of it: a batch of images is
-/// megabytes, copied once more to the GPU anyway.
-fn to_ort(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
+/// The input's memory as ONNX Runtime's input, not a copy of it, whether the request carried
+/// it or it lies in shared memory: a batch of images is megabytes, copied once more to the
+/// GPU anyway.
+fn to_ort(input: &Input) -> Result<SessionInputValue<'_>, String> {
+    match input {
+        Input::Tensor(t) => tensor_to_ort(t),
+        Input::Shared(s) => shared_to_ort(s),
+    }
+}
+
+/// A shared tensor in place: `tensor::from_slot` left only fixed-size numbers there, with
+/// their bytes aligned for their elements.
+fn shared_to_ort(s: &SharedTensor) -> Result<SessionInputValue<'_>, String> {
+    fn cast<T: bytemuck::Pod + PrimitiveTensorElementType + std::fmt::Debug>(
+        s: &SharedTensor,
+    ) -> Result<SessionInputValue<'_>, String> {
+        let data: &[T] = bytemuck::try_cast_slice(s.slot.bytes()).map_err(|e| e.to_string())?;
+        let shape: Vec<i64> = s.shape.iter().map(|&d| d as i64).collect();
+        TensorRef::from_array_view((shape, data))
+            .map(Into::into)
+            .map_err(|e| e.to_string())
+    }
+    match s.datatype {
+        DataType::Uint8 => cast::<u8>(s),
+        DataType::Uint16 => cast::<u16>(s),
+        DataType::Uint32 => cast::<u32>(s),
+        DataType::Uint64 => cast::<u64>(s),
+        DataType::Int8 => cast::<i8>(s),
+        DataType::Int16 => cast::<i16>(s),
+        DataType::Int32 => cast::<i32>(s),
+        DataType::Int64 => cast::<i64>(s),
+        DataType::Fp32 => cast::<f32>(s),
+        DataType::Fp64 => cast::<f64>(s),
+        other => Err(format!("no {} tensor is read in place", other.name())),
+    }
+}
+
+fn tensor_to_ort(t: &Tensor) -> Result<SessionInputValue<'_>, String> {
     fn plain<T: Datum + PrimitiveTensorElementType + std::fmt::Debug>(
         t: &Tensor,
         shape: Vec<i64>,

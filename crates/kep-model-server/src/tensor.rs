@@ -8,7 +8,8 @@ use tract_onnx::prelude::tract_ndarray::{ArrayD, IxDyn};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::tract_data::half;
 
-use crate::model::DataType;
+use crate::model::{DataType, Input, SharedTensor};
+use crate::shm::Slot;
 
 /// Nested JSON arrays as a shape and their leaves in row-major order; a scalar has shape
 /// `[]`. Ragged nesting is an error.
@@ -247,18 +248,52 @@ fn le<T: Datum, const N: usize>(
     array(shape, chunks.iter().map(|c| read(*c)).collect())
 }
 
+/// Checks that `len` bytes are exactly `count` elements of `size` bytes.
+fn fits(
+    datatype: DataType,
+    shape: &[usize],
+    count: usize,
+    size: usize,
+    len: usize,
+) -> Result<(), String> {
+    if count.checked_mul(size) == Some(len) {
+        return Ok(());
+    }
+    Err(format!(
+        "{len} bytes of binary data where shape {shape:?} of {} takes {count} × {size}",
+        datatype.name(),
+    ))
+}
+
+/// An input in a client's shared memory slot: left where it lies when an engine can read
+/// it in place (fixed-size numbers, aligned for their elements, not empty), else decoded
+/// as binary data is (BOOL and BYTES are checked element by element).
+pub fn from_slot(datatype: DataType, shape: &[usize], slot: Slot) -> Result<Input, String> {
+    let count = elements(shape)?;
+    let in_place = match (datatype, datatype.size()) {
+        (DataType::Bool | DataType::Fp16 | DataType::Bytes, _) | (_, None) => None,
+        (_, Some(size)) => Some(size),
+    }
+    .filter(|&size| count > 0 && (slot.bytes().as_ptr() as usize).is_multiple_of(size));
+    match in_place {
+        Some(size) => {
+            fits(datatype, shape, count, size, slot.len())?;
+            Ok(Input::Shared(SharedTensor {
+                datatype,
+                shape: shape.to_vec(),
+                slot,
+            }))
+        }
+        None => from_bytes(datatype, shape, slot.bytes()).map(Input::Tensor),
+    }
+}
+
 /// A tensor from the binary tensor format.
 pub fn from_bytes(datatype: DataType, shape: &[usize], bytes: &[u8]) -> Result<Tensor, String> {
     let count = elements(shape)?;
     match datatype.size() {
         Some(size) => {
-            if count.checked_mul(size) != Some(bytes.len()) {
-                return Err(format!(
-                    "{} bytes of binary data where shape {shape:?} of {} takes {count} × {size}",
-                    bytes.len(),
-                    datatype.name(),
-                ));
-            }
+            fits(datatype, shape, count, size, bytes.len())?;
             match datatype {
                 DataType::Bool => {
                     if bytes.iter().any(|b| *b > 1) {

@@ -250,7 +250,11 @@ def check_kserve_grpc():
     grpc_error(lambda: client.get_model_metadata(name, "2"), "NOT_FOUND", f"Request for unknown model: '{name}' version 2 is not found")
     grpc_error(lambda: client.get_model_config(name, "x"), "INVALID_ARGUMENT", "failed to get model version from specified version string 'x'")
     grpc_error(lambda: client.get_inference_statistics(name + "-nope"), "NOT_FOUND", f"requested model '{name}-nope' is not available")
-    grpc_error(client.get_system_shared_memory_status, "UNIMPLEMENTED", "shared memory")
+    # Client shared memory is off unless the server allows it, as in Triton.
+    assert not client.get_system_shared_memory_status().regions
+    grpc_error(lambda: client.register_system_shared_memory("r", "/k", 4), "UNIMPLEMENTED",
+               "Client shared memory is disabled")
+    grpc_error(client.get_cuda_shared_memory_status, "UNIMPLEMENTED", "CUDA shared memory")
     grpc_error(client.get_log_settings, "UNIMPLEMENTED", "/v2/logging")
     after = counts()
     assert after == (before[0] + ok, before[1] + fail), (before, after, ok, fail)

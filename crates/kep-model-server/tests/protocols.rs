@@ -8,7 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{ENGINES, made_models, python, serve, tests_dir};
+use common::{ENGINES, listen, made_models, python, serve, tests_dir};
+use kep_model_server::shm::SharedMemory;
 use kep_model_server::{Engine, Model, ModelError, Protocol, Served, router};
 use serde_json::{Value, json};
 
@@ -85,6 +86,57 @@ async fn triton_extensions_answer_tritonclient_as_triton_does() {
     .await
     .unwrap();
     assert!(said.contains("as Triton answers them"), "{said}");
+}
+
+/// Triton's system shared memory extension as `tritonclient` uses it, over REST and gRPC, in
+/// each engine (`tests/check_shm.py`): regions registered, read and written at offsets,
+/// Triton's texts at and past every limit; and refused, in Triton's words, unless allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_shared_memory_carries_tensors_as_triton_s_does() {
+    let made = made_models();
+    let path = made.path().join("mlp.onnx");
+    for &engine in ENGINES {
+        let mut served = Served::new("mlp", Model::load(&path, engine).unwrap());
+        served.shared_memory = SharedMemory::new(true);
+        let url = listen(Protocol::Kserve, served).await;
+        for client in ["http", "grpc"] {
+            let args = [
+                tests_dir()
+                    .join("check_shm.py")
+                    .to_string_lossy()
+                    .into_owned(),
+                client.to_owned(),
+                url.trim_start_matches("http://").to_owned(),
+                "mlp".to_owned(),
+                path.to_string_lossy().into_owned(),
+            ];
+            let said = tokio::task::spawn_blocking(move || {
+                python(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+            .await
+            .unwrap();
+            assert!(said.contains("as Triton answers it"), "{said}");
+        }
+    }
+
+    let url = serve(Protocol::Kserve, Engine::Tract, "mlp", &path).await;
+    let http = reqwest::Client::new();
+    let register = format!("{url}/v2/systemsharedmemory/region/r/register");
+    let res = http
+        .post(register)
+        .body(r#"{"key": "/k", "byte_size": 4}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 501);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body, json!({ "error": kep_model_server::shm::DISABLED }));
+    let status = http
+        .get(format!("{url}/v2/systemsharedmemory/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.json::<Value>().await.unwrap(), json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

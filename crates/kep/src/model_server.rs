@@ -29,6 +29,10 @@ pub struct ModelServerArgs {
     /// core; the runtime passes the instance type's CPUs].
     #[arg(long)]
     threads: Option<usize>,
+    /// Let clients register system shared memory regions for inputs and outputs (Triton's
+    /// extension, `--protocol kserve`), as Triton's `--allow-client-shm` does.
+    #[arg(long)]
+    allow_client_shm: bool,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -57,6 +61,7 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
         script: args.script,
         engine: args.engine,
         threads: args.threads,
+        allow_client_shm: args.allow_client_shm,
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await

@@ -121,7 +121,7 @@ fn model_stats(s: &Served) -> Value {
 }
 
 /// A request body of Triton's optional JSON: empty is none.
-fn optional_json(body: &Bytes, what: &str) -> Result<Map<String, Value>, Failure> {
+pub(super) fn optional_json(body: &Bytes, what: &str) -> Result<Map<String, Value>, Failure> {
     if body.is_empty() {
         return Ok(Map::new());
     }

@@ -5,6 +5,7 @@ pub mod classification;
 pub mod config;
 mod extensions;
 pub mod grpc;
+mod shared_memory;
 
 use std::sync::Arc;
 
@@ -16,9 +17,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tract_onnx::prelude::Tensor;
 
-use crate::model::{DataType, InputError, ModelError, TensorSpec};
+use crate::model::{DataType, Input, InputError, ModelError, TensorSpec};
+use crate::shm::{SharedMemory, Slot};
 use crate::stats::Clock;
 use crate::tensor::{self, Data};
 use crate::{Failure, Served, VERSION};
@@ -41,6 +42,7 @@ pub fn router(served: Arc<Served>) -> Router {
         .route("/v2/models/{m}/infer", post(infer))
         .route("/v2/models/{m}/versions/{v}/infer", post(infer_version))
         .merge(extensions::router())
+        .merge(shared_memory::router())
         // Triton's answers to a path or a method it does not serve.
         .fallback(|| async { Failure::not_found("Not Found") })
         .method_not_allowed_fallback(|| async { Failure::method_not_allowed() })
@@ -61,6 +63,7 @@ pub const EXTENSIONS: &[&str] = &[
     "statistics",
     "trace",
     "logging",
+    "system_shared_memory",
 ];
 
 async fn server_metadata() -> Json<Value> {
@@ -223,12 +226,14 @@ struct RequestedOutput {
 }
 
 /// An output to answer: the model's output `output`, as binary data or JSON, and replaced by
-/// its top `classification` classes when asked (the classification extension).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// its top `classification` classes when asked (the classification extension), or written
+/// to a client's shared memory `slot` instead (the shared memory extension).
+#[derive(Clone)]
 pub struct Wanted {
     pub output: usize,
     pub binary: bool,
     pub classification: Option<usize>,
+    pub shared: Option<Slot>,
 }
 
 /// Serialized as it is, not through `Value`, so FP32 data keeps its shortest digits.
@@ -288,7 +293,7 @@ fn flag(parameters: &Map<String, Value>, name: &str) -> Option<bool> {
 /// the outputs to answer.
 pub struct Decoded {
     pub id: Option<String>,
-    pub inputs: Vec<(String, Tensor)>,
+    pub inputs: Vec<(String, Input)>,
     pub wanted: Vec<Wanted>,
 }
 
@@ -318,10 +323,12 @@ pub fn input_type(
 }
 
 /// Reads an inference request's body against the outputs of `model`; `header_length` is the
-/// `Inference-Header-Content-Length` of the binary extension, when sent.
+/// `Inference-Header-Content-Length` of the binary extension, when sent; `shm` holds the
+/// regions that tensors in shared memory name.
 pub fn decode(
     model: &str,
     outputs: &[TensorSpec],
+    shm: &SharedMemory,
     header_length: Option<&HeaderValue>,
     body: &[u8],
 ) -> Result<Decoded, Failure> {
@@ -351,8 +358,13 @@ pub fn decode(
     for input in &req.inputs {
         let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
         let (datatype, shape) = input_type(&input.name, &input.datatype, &input.shape)?;
-        let tensor = match (input.parameters.get("binary_data_size"), &input.data) {
-            (Some(size), None) => {
+        let shared = shared_memory(&input.parameters)?;
+        let tensor = match (
+            input.parameters.get("binary_data_size"),
+            &input.data,
+            shared,
+        ) {
+            (Some(size), None, None) => {
                 let size = size
                     .as_u64()
                     .and_then(|n| usize::try_from(n).ok())
@@ -360,15 +372,23 @@ pub fn decode(
                     .ok_or_else(|| at("binary_data_size runs past the body".into()))?;
                 let (mine, rest) = binary.split_at(size);
                 binary = rest;
-                tensor::from_bytes(datatype, &shape, mine)
+                tensor::from_bytes(datatype, &shape, mine).map(Input::Tensor)
             }
-            (None, Some(data)) => {
+            (None, Some(data), None) => {
                 // `data` may be flat or nested: its leaves fill the declared shape in order.
                 let (_, leaves) = tensor::flatten(data).map_err(at)?;
-                tensor::from_json(datatype, &shape, &leaves, false)
+                tensor::from_json(datatype, &shape, &leaves, false).map(Input::Tensor)
             }
-            (Some(_), Some(_)) => Err("both data and binary_data_size".into()),
-            (None, None) => Err("no data".into()),
+            (None, None, Some((region, offset, size))) => {
+                tensor::from_slot(datatype, &shape, shm.slot(region, offset, size)?)
+            }
+            (binary, data, shared) => {
+                return Err(one_content(
+                    binary.is_some(),
+                    data.is_some(),
+                    shared.is_some(),
+                ));
+            }
         }
         .map_err(at)?;
         inputs.push((input.name.clone(), tensor));
@@ -388,6 +408,7 @@ pub fn decode(
                 output,
                 binary: all_binary,
                 classification: None,
+                shared: None,
             })
             .collect(),
         Some(requested) => requested
@@ -407,10 +428,26 @@ pub fn decode(
                             })?,
                     ),
                 };
+                let binary = flag(&r.parameters, "binary_data");
+                let shared = match shared_memory(&r.parameters)? {
+                    None => None,
+                    Some(_) if classification.is_some() => {
+                        return Err(Failure::bad_request(
+                            "Output can't set both 'shared_memory_region' and 'classification'",
+                        ));
+                    }
+                    Some(_) if binary == Some(true) => {
+                        return Err(Failure::bad_request(
+                            "Output can't set both 'shared_memory_region' and 'binary_data'",
+                        ));
+                    }
+                    Some((region, offset, size)) => Some(shm.slot(region, offset, size)?),
+                };
                 Ok(Wanted {
                     output,
-                    binary: flag(&r.parameters, "binary_data").unwrap_or(all_binary),
+                    binary: binary.unwrap_or(all_binary),
                     classification,
+                    shared,
                 })
             })
             .collect::<Result<_, Failure>>()?,
@@ -422,14 +459,62 @@ pub fn decode(
     })
 }
 
+/// An input's or a requested output's shared memory parameters, when it names a region:
+/// the region, the offset (0 unless given) and the byte size (0 unless given), as Triton
+/// reads them.
+fn shared_memory(parameters: &Map<String, Value>) -> Result<Option<(&str, u64, u64)>, Failure> {
+    let Some(region) = parameters.get("shared_memory_region") else {
+        return Ok(None);
+    };
+    let unparsed = |name: &str| Failure::bad_request(format!("Unable to parse '{name}'"));
+    let region = region
+        .as_str()
+        .ok_or_else(|| unparsed("shared_memory_region"))?;
+    let number = |name: &str| match parameters.get(name) {
+        None => Ok(0),
+        Some(v) => v.as_u64().ok_or_else(|| unparsed(name)),
+    };
+    Ok(Some((
+        region,
+        number("shared_memory_offset")?,
+        number("shared_memory_byte_size")?,
+    )))
+}
+
+/// Triton's words for an input with more or fewer than one of its three kinds of content.
+fn one_content(binary: bool, data: bool, shared: bool) -> Failure {
+    let set: Vec<&str> = [
+        (data, " 'data'"),
+        (binary, " 'binary_data_size'"),
+        (shared, " 'shared_memory_region'"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    Failure::bad_request(format!(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in \
+         'parameters', 'shared_memory_region' in 'parameters'. But{}",
+        if set.is_empty() {
+            " no field is set".to_owned()
+        } else {
+            format!(" set{}", set.concat())
+        }
+    ))
+}
+
 async fn answer(
     s: &Arc<Served>,
     clock: &mut Clock,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, Failure> {
-    let Decoded { id, inputs, wanted } =
-        decode(&s.name, &s.model.outputs, headers.get(HEADER_LENGTH), body)?;
+    let Decoded { id, inputs, wanted } = decode(
+        &s.name,
+        &s.model.outputs,
+        &s.shared_memory,
+        headers.get(HEADER_LENGTH),
+        body,
+    )?;
     let results = s
         .run(clock, inputs)
         .await
@@ -455,7 +540,11 @@ async fn answer(
             parameters: Map::new(),
             data: None,
         };
-        if w.binary {
+        if let Some(slot) = &w.shared {
+            // Written where the client asked; the answer says only its type and shape.
+            let bytes = tensor::to_bytes(t, datatype).map_err(Failure::bad_request)?;
+            slot.write(&spec.name, &bytes)?;
+        } else if w.binary {
             let bytes = tensor::to_bytes(t, datatype).map_err(Failure::bad_request)?;
             out.parameters
                 .insert("binary_data_size".into(), Value::from(bytes.len()));
@@ -496,7 +585,7 @@ mod tests {
     use super::*;
 
     fn status(body: &[u8]) -> StatusCode {
-        match decode("m", &[], None, body) {
+        match decode("m", &[], &SharedMemory::new(false), None, body) {
             Ok(_) => StatusCode::OK,
             Err(e) => e.into_response().status(),
         }

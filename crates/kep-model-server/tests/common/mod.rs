@@ -38,8 +38,16 @@ pub const ENGINES: &[Engine] = &[
 ];
 
 pub async fn serve(protocol: Protocol, engine: Engine, name: &str, path: &Path) -> String {
-    let model = Model::load(path, engine).unwrap();
-    let served = Arc::new(Served::new(name, model));
+    listen(
+        protocol,
+        Served::new(name, Model::load(path, engine).unwrap()),
+    )
+    .await
+}
+
+/// A real server of `served` on port 0; its URL.
+pub async fn listen(protocol: Protocol, served: Served) -> String {
+    let served = Arc::new(served);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router(protocol, served, None)).await });

@@ -2,19 +2,22 @@
 //! sends them) or in the typed `contents`, outputs answered in `raw_output_contents`, as
 //! Triton answers them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 use tonic::Status;
 use tract_onnx::prelude::Tensor;
 
+use super::inference::InferParameter;
 use super::inference::infer_parameter::ParameterChoice;
 use super::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use super::inference::model_infer_response::InferOutputTensor;
 use super::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse};
 use super::version;
-use crate::kserve::{classification, find, model_failure};
-use crate::model::DataType;
+use crate::kserve::{Wanted, classification, find, model_failure};
+use crate::model::{DataType, Input};
+use crate::shm::SharedMemory;
 use crate::stats::Clock;
 use crate::tensor;
 use crate::{Failure, Served, VERSION};
@@ -44,7 +47,7 @@ async fn answer(
         raw_input_contents,
         ..
     } = request;
-    let tensors = read_inputs(&s.name, &inputs, raw_input_contents)?;
+    let tensors = read_inputs(&s.name, &inputs, raw_input_contents, &s.shared_memory)?;
     let wanted = wanted(s, &outputs)?;
 
     let results = s
@@ -58,7 +61,13 @@ async fn answer(
         id,
         ..Default::default()
     };
-    for (output, classes) in wanted {
+    for Wanted {
+        output,
+        classification: classes,
+        shared,
+        ..
+    } in wanted
+    {
         let spec = &s.model.outputs[output];
         let classified;
         let t = match classes {
@@ -69,9 +78,15 @@ async fn answer(
             None => &results[output],
         };
         let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);
-        response
-            .raw_output_contents
-            .push(tensor::to_bytes(t, datatype).map_err(Failure::internal)?);
+        let bytes = tensor::to_bytes(t, datatype).map_err(Failure::internal)?;
+        // An output in shared memory keeps its place in the raw contents, empty, as in Triton.
+        match shared {
+            Some(slot) => {
+                slot.write(&spec.name, &bytes)?;
+                response.raw_output_contents.push(Vec::new());
+            }
+            None => response.raw_output_contents.push(bytes),
+        }
         response.outputs.push(InferOutputTensor {
             name: spec.name.clone(),
             datatype: datatype.name().into(),
@@ -82,27 +97,94 @@ async fn answer(
     Ok(response)
 }
 
-/// A request's input tensors, from their raw contents or their typed ones: what `ModelInfer`
-/// reads of a request for `model` before the model runs.
+/// A request's input tensors, from their raw contents, their typed ones or the shared
+/// memory regions of `shm` they name: what `ModelInfer` reads of a request for `model`
+/// before the model runs.
 pub fn read_inputs(
     model: &str,
     inputs: &[InferInputTensor],
     raw_input_contents: Vec<Vec<u8>>,
-) -> Result<Vec<(String, Tensor)>, Failure> {
-    // Raw contents are all the inputs' or none, in the inputs' order.
-    if !raw_input_contents.is_empty() && raw_input_contents.len() != inputs.len() {
+    shm: &SharedMemory,
+) -> Result<Vec<(String, Input)>, Failure> {
+    let shared = inputs
+        .iter()
+        .map(|input| shared_memory(&input.name, &input.parameters))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Raw contents are those of every input not in shared memory, in order, or none.
+    let carried = shared.iter().filter(|s| s.is_none()).count();
+    if !raw_input_contents.is_empty() && raw_input_contents.len() != carried {
         return Err(Failure::bad_request(format!(
-            "raw_input_contents holds {} tensors for the request's {} inputs: \
-             it must hold one for each input, or none",
+            "raw_input_contents holds {} tensors for the request's {carried} inputs not in \
+             shared memory: it must hold one for each of them, or none",
             raw_input_contents.len(),
-            inputs.len()
         )));
     }
     let mut raw = raw_input_contents.into_iter();
     inputs
         .iter()
-        .map(|input| Ok((input.name.clone(), read(model, input, raw.next())?)))
+        .zip(shared)
+        .map(|(input, shared)| {
+            let tensor = match shared {
+                None => Input::Tensor(read(model, input, raw.next())?),
+                Some(_) if input.contents.is_some() => {
+                    return Err(Failure::bad_request(format!(
+                        "unexpected 'content' provided when using shared memory for input \
+                         tensor '{}' for model '{model}'",
+                        input.name
+                    )));
+                }
+                Some((region, offset, size)) => {
+                    let (datatype, shape) =
+                        crate::kserve::input_type(&input.name, &input.datatype, &input.shape)?;
+                    tensor::from_slot(datatype, &shape, shm.slot(region, offset, size)?)
+                        .map_err(|e| Failure::bad_request(format!("input {}: {e}", input.name)))?
+                }
+            };
+            Ok((input.name.clone(), tensor))
+        })
         .collect()
+}
+
+/// A tensor's shared memory parameters, when it names a region: the region, the offset (0
+/// unless given) and the byte size, as Triton reads them.
+fn shared_memory<'a>(
+    tensor: &str,
+    parameters: &'a HashMap<String, InferParameter>,
+) -> Result<Option<(&'a str, u64, u64)>, Failure> {
+    let invalid = |name: &str, expected: &str| {
+        Failure::bad_request(format!(
+            "invalid value type for '{name}' parameter for tensor '{tensor}', expected {expected}."
+        ))
+    };
+    let region = match parameters
+        .get("shared_memory_region")
+        .map(|p| &p.parameter_choice)
+    {
+        None => None,
+        Some(Some(ParameterChoice::StringParam(region))) => Some(region.as_str()),
+        Some(_) => return Err(invalid("shared_memory_region", "string_param")),
+    };
+    let number = |name: &str| match parameters.get(name).map(|p| &p.parameter_choice) {
+        None => Ok(None),
+        Some(_) if region.is_none() => Err(Failure::bad_request(format!(
+            "'{name}' can not be specified without 'shared_memory_region' parameter for \
+             tensor '{tensor}'"
+        ))),
+        Some(Some(ParameterChoice::Int64Param(n))) => u64::try_from(*n)
+            .map(Some)
+            .map_err(|_| invalid(name, "a non-negative int64_param")),
+        Some(_) => Err(invalid(name, "int64_param")),
+    };
+    let offset = number("shared_memory_offset")?.unwrap_or(0);
+    let byte_size = number("shared_memory_byte_size")?;
+    match (region, byte_size) {
+        (None, _) => Ok(None),
+        (Some(region), Some(size)) => Ok(Some((region, offset, size))),
+        (Some(_), None) => Err(Failure::bad_request(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' \
+             parameter for tensor '{tensor}'"
+        ))),
+    }
 }
 
 /// One input tensor, from its raw contents when sent, else from its typed contents.
@@ -156,15 +238,20 @@ fn typed(datatype: DataType, c: &InferTensorContents) -> Result<Vec<Value>, Stri
 }
 
 /// The outputs to answer: those requested, in their order, or else all the model's; each
-/// an index into the model's outputs, and the count of its top classes when asked for its
-/// classification (`class_count` in tritonclient) rather than its tensor.
-fn wanted(
-    s: &Served,
-    requested: &[InferRequestedOutputTensor],
-) -> Result<Vec<(usize, Option<usize>)>, Failure> {
+/// an index into the model's outputs, with the count of its top classes when asked for its
+/// classification (`class_count` in tritonclient) rather than its tensor, or the shared
+/// memory slot it is written to.
+fn wanted(s: &Served, requested: &[InferRequestedOutputTensor]) -> Result<Vec<Wanted>, Failure> {
     let outputs = &s.model.outputs;
+    // Always the raw bytes: gRPC has no JSON form.
+    let wanted = |output, classification, shared| Wanted {
+        output,
+        binary: true,
+        classification,
+        shared,
+    };
     if requested.is_empty() {
-        return Ok((0..outputs.len()).map(|output| (output, None)).collect());
+        return Ok((0..outputs.len()).map(|o| wanted(o, None, None)).collect());
     }
     requested
         .iter()
@@ -185,7 +272,16 @@ fn wanted(
                     })?,
                 ),
             };
-            Ok((output, classes))
+            let shared = match shared_memory(&r.name, &r.parameters)? {
+                None => None,
+                Some(_) if classes.is_some() => {
+                    return Err(Failure::bad_request(
+                        "output can't set both 'shared_memory_region' and 'classification'",
+                    ));
+                }
+                Some((region, offset, size)) => Some(s.shared_memory.slot(region, offset, size)?),
+            };
+            Ok(wanted(output, classes, shared))
         })
         .collect()
 }

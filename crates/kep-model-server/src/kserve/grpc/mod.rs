@@ -254,25 +254,53 @@ impl GrpcInferenceService for Grpc {
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 
+    /// Every region for an empty name, as in Triton.
     async fn system_shared_memory_status(
         &self,
-        _: Request<SystemSharedMemoryStatusRequest>,
+        r: Request<SystemSharedMemoryStatusRequest>,
     ) -> Answer<SystemSharedMemoryStatusResponse> {
-        unimplemented("system shared memory")
+        let name = r.into_inner().name;
+        let regions = self
+            .served
+            .shared_memory
+            .status(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        Ok(Response::new(SystemSharedMemoryStatusResponse {
+            regions: regions
+                .iter()
+                .map(|r| {
+                    let status = system_shared_memory_status_response::RegionStatus {
+                        name: r.name.clone(),
+                        key: r.key.clone(),
+                        offset: r.offset,
+                        byte_size: r.byte_size,
+                    };
+                    (r.name.clone(), status)
+                })
+                .collect(),
+        }))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        r: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Answer<SystemSharedMemoryRegisterResponse> {
-        unimplemented("system shared memory")
+        let r = r.into_inner();
+        self.served
+            .shared_memory
+            .register(&r.name, &r.key, r.offset, r.byte_size)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
+    /// Every region for an empty name, as in Triton.
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        r: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Answer<SystemSharedMemoryUnregisterResponse> {
-        unimplemented("system shared memory")
+        let name = r.into_inner().name;
+        self.served
+            .shared_memory
+            .unregister(Some(name.as_str()).filter(|n| !n.is_empty()))?;
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
     async fn cuda_shared_memory_status(
