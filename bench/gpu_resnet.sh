@@ -12,6 +12,12 @@
 #                              # onnxruntime-gpu (or PyPI); cargo unless KEP_BIN_DIR
 #   SECONDS_EACH=10 BATCHES="1 32" CONNS="1 4" KEP_BIN_DIR=/tmp/bins bench/gpu_resnet.sh
 #   DEVICE=cpu bench/gpu_resnet.sh   # the same steps on the CPU provider (a dry run)
+#   MODEL=mean bench/gpu_resnet.sh    # a ReduceMean of the same input: the transport alone
+#
+# Each kep row is measured twice: the input carried in the call, and the input in system
+# shared memory (`kep-bench infer --shared-memory`, Triton's extension, written once and
+# named by each call, as `perf_analyzer --shared-memory system` does; `SHM=0` leaves these
+# rows out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SECONDS_EACH:-10}
@@ -19,6 +25,9 @@ WARMUP_S=${WARMUP_S:-5}
 BATCHES=${BATCHES:-1 32}
 CONNS=${CONNS:-1 4}
 DEVICE=${DEVICE:-gpu}
+MODEL=${MODEL:-resnet50}
+SHMS=("")
+[ "${SHM:-1}" = 1 ] && SHMS+=(--shared-memory)
 source bench/lib.sh
 BENCH_FEATURES=kep/nvml bench_init kep kep-bench
 if [ "$DEVICE" = gpu ]; then
@@ -32,7 +41,11 @@ else
   INSTANCE=cpu-large
 fi
 export LD_LIBRARY_PATH=${NV_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-"$PY" bench/resnet50_onnx.py "$WORK/resnet50.onnx"
+if [ "$MODEL" = mean ]; then # input [N, 3, 224, 224] → logits [N]: almost no work
+  "$PY" -c "import onnx.helper as h, onnx; f=onnx.TensorProto.FLOAT; onnx.save(h.make_model(h.make_graph([h.make_node('ReduceMean', ['input'], ['logits'], axes=[1, 2, 3], keepdims=0)], 'mean', [h.make_tensor_value_info('input', f, ['N', 3, 224, 224])], [h.make_tensor_value_info('logits', f, ['N'])]), opset_imports=[h.make_opsetid('', 13)]), '$WORK/$MODEL.onnx')"
+else
+  "$PY" bench/resnet50_onnx.py "$WORK/$MODEL.onnx"
+fi
 
 echo "== ONNX Runtime in-process ($DEVICE)"
 printf '   %-22s %5s %5s %10s %10s %9s %9s\n' side batch conns "calls/s" "images/s" "p50 ms" "p99 ms"
@@ -46,7 +59,7 @@ declare -A IPS
 for b in $BATCHES; do
   "$PY" -c "import numpy as np; np.random.default_rng($b).standard_normal(($b, 3, 224, 224), dtype=np.float32).tofile('$WORK/in-$b.raw')"
   for c in $CONNS; do
-  out=$("$PY" - "$WORK/resnet50.onnx" "$WORK/in-$b.raw" "$b" "$DEVICE" "$WARMUP_S" "$SECONDS_EACH" "$WORK/out-$b.npy" "$c" <<'PYTHON'
+  out=$("$PY" - "$WORK/$MODEL.onnx" "$WORK/in-$b.raw" "$b" "$DEVICE" "$WARMUP_S" "$SECONDS_EACH" "$WORK/out-$b.npy" "$c" <<'PYTHON'
 import json, sys, threading, time
 import numpy as np, onnxruntime as ort
 path, raw, b, device, warm, secs, out, conns = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5]), float(sys.argv[6]), sys.argv[7], int(sys.argv[8])
@@ -82,8 +95,9 @@ echo "== kep: one $INSTANCE instance through the gateway"
 export KEP_SERVING_ONNXRUNTIME=$ORT_LIB
 # A batch of 32 is an 18.4 MiB request: held in memory rather than spooled to disk.
 export KEP_GATEWAY_BODY_BUFFER_BYTES=$((32 << 20))
+export KEP_SERVING_ALLOW_CLIENT_SHM=true
 serving_start
-api -XPOST "$admin/admin/v1/serving/models" -F name=resnet50 -F framework=pytorch -F file=@"$WORK/resnet50.onnx" >/dev/null
+api -XPOST "$admin/admin/v1/serving/models" -F name="$MODEL" -F framework=pytorch -F file=@"$WORK/$MODEL.onnx" >/dev/null
 env=$(jq -nc --arg l "$NV_LIBS" '{KEP_ENGINE: "onnxruntime", LD_LIBRARY_PATH: $l}')
 for proto in http grpc; do
   ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"r-$proto\",\"protocol\":\"$proto\",\"instance_type\":\"$INSTANCE\"}")
@@ -91,7 +105,7 @@ for proto in http grpc; do
   target=$(jq -r .url <<<"$ep")
   [ "$proto" = grpc ] && target=$gateway
   json -XPOST "$admin/admin/v1/serving/endpoints/r-$proto/deployments" \
-    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"resnet50\",\"env\":$env}" >/dev/null
+    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$MODEL\",\"env\":$env}" >/dev/null
   dep=$(deployment_when "$admin" "r-$proto" d1 '.state == "Available"')
   log=$WORK/data/kep/serving/logs/r-$proto/d1/$(jq -r '.instances[0].id' <<<"$dep").log
   if [ "$DEVICE" = gpu ] && ! grep -q "runs on ONNX Runtime's CUDA execution provider" "$log"; then
@@ -101,13 +115,13 @@ for proto in http grpc; do
   fi
   if [ "$proto" = http ]; then # kep's answer against the in-process one
     b=${BATCHES%% *}
-    "$PY" - "$(jq -r .url <<<"$ep")" "$KEY" "$WORK/in-$b.raw" "$b" "$WORK/out-$b.npy" <<'PYTHON'
+    "$PY" - "$(jq -r .url <<<"$ep")" "$KEY" "$WORK/in-$b.raw" "$b" "$WORK/out-$b.npy" "$MODEL" <<'PYTHON'
 import json, sys, urllib.request
 import numpy as np
-url, key, raw, b, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), np.load(sys.argv[5])
+url, key, raw, b, want, model = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), np.load(sys.argv[5]), sys.argv[6]
 x = np.fromfile(raw, dtype=np.float32)
 body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [b, 3, 224, 224], "data": x.tolist()}]})
-req = urllib.request.Request(url + "/v2/models/resnet50/infer", body.encode(),
+req = urllib.request.Request(url + f"/v2/models/{model}/infer", body.encode(),
                              {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
 got = np.array(json.load(urllib.request.urlopen(req))["outputs"][0]["data"]).reshape(want.shape)
 diff = float(np.abs(got - want).max())
@@ -117,12 +131,14 @@ PYTHON
   fi
   for b in $BATCHES; do
     for c in $CONNS; do
-      out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model resnet50 \
-        --input input --datatype FP32 --shape "$b,3,224,224" --data "$WORK/in-$b.raw" \
-        --output logits --connections "$c" --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP_S")
-      row "kep $proto" "$b" "$c" "$out"
-      printf '   %-22s %5s %5s %10s\n' "  ÷ in-process" "$b" "$c" \
-        "$(awk -v k="$(jq -r .inferences_per_s <<<"$out")" -v p="${IPS[inproc-$b-$c]}" 'BEGIN { printf "%.2f", k / p }')"
+      for shm in "${SHMS[@]}"; do
+        out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$MODEL" \
+          --input input --datatype FP32 --shape "$b,3,224,224" --data "$WORK/in-$b.raw" \
+          --output logits --connections "$c" --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP_S" $shm)
+        row "kep $proto${shm:+ shm}" "$b" "$c" "$out"
+        printf '   %-22s %5s %5s %10s\n' "  ÷ in-process" "$b" "$c" \
+          "$(awk -v k="$(jq -r .inferences_per_s <<<"$out")" -v p="${IPS[inproc-$b-$c]}" 'BEGIN { printf "%.2f", k / p }')"
+      done
     done
   done
   # One instance at a time on the GPU.

@@ -3,14 +3,19 @@
 //! client loop, so the two protocols are compared and not two load tools. Each connection
 //! makes one call at a time; prints the inferences per second and latency percentiles.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use kep_model_server::kserve::grpc::inference::ModelInferRequest;
 use kep_model_server::kserve::grpc::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use kep_model_server::kserve::grpc::inference::infer_parameter::ParameterChoice;
 use kep_model_server::kserve::grpc::inference::model_infer_request::{
     InferInputTensor, InferRequestedOutputTensor,
+};
+use kep_model_server::kserve::grpc::inference::{
+    InferParameter, ModelInferRequest, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryUnregisterRequest,
 };
 use tonic::transport::Channel;
 
@@ -45,6 +50,17 @@ pub struct InferArgs {
     seconds: u64,
     #[arg(long, default_value_t = 2)]
     warmup_seconds: u64,
+    /// The input in system shared memory (Triton's extension): written once to a POSIX
+    /// shared memory object, registered (on every instance, through the gateway), and named
+    /// by each call instead of carried; as `perf_analyzer --shared-memory system` does for
+    /// inputs. The endpoint's instances must allow it (`serving.allow_client_shm`).
+    #[arg(long)]
+    shared_memory: bool,
+}
+
+/// The shared memory region of `--shared-memory`, named as its object's key is.
+fn region() -> String {
+    format!("kep-bench-{}", std::process::id())
 }
 
 /// One connection's way of making a call.
@@ -62,14 +78,22 @@ impl Caller {
     async fn connect(args: &InferArgs, raw: &[u8]) -> anyhow::Result<Caller> {
         match args.protocol.as_str() {
             "http" => {
+                let parameters = if args.shared_memory {
+                    serde_json::json!({"shared_memory_region": region(),
+                                       "shared_memory_byte_size": raw.len()})
+                } else {
+                    serde_json::json!({"binary_data_size": raw.len()})
+                };
                 let head = serde_json::json!({
                     "inputs": [{"name": args.input, "datatype": args.datatype, "shape": args.shape,
-                                "parameters": {"binary_data_size": raw.len()}}],
+                                "parameters": parameters}],
                     "outputs": [{"name": args.output, "parameters": {"binary_data": true}}],
                 })
                 .to_string();
                 let mut body = head.clone().into_bytes();
-                body.extend_from_slice(raw);
+                if !args.shared_memory {
+                    body.extend_from_slice(raw);
+                }
                 Ok(Caller::Http {
                     // One kept-alive connection per caller.
                     client: reqwest::Client::builder()
@@ -113,23 +137,43 @@ impl Caller {
                 }
             }
             Caller::Grpc(client) => {
-                let mut req = tonic::Request::new(ModelInferRequest {
-                    model_name: args.model.clone(),
-                    inputs: vec![InferInputTensor {
-                        name: args.input.clone(),
-                        datatype: args.datatype.clone(),
-                        shape: args.shape.clone(),
+                let (parameters, raw_input_contents) = if args.shared_memory {
+                    let parameter = |choice| InferParameter {
+                        parameter_choice: Some(choice),
+                    };
+                    let parameters = HashMap::from([
+                        (
+                            "shared_memory_region".to_owned(),
+                            parameter(ParameterChoice::StringParam(region())),
+                        ),
+                        (
+                            "shared_memory_byte_size".to_owned(),
+                            parameter(ParameterChoice::Int64Param(raw.len() as i64)),
+                        ),
+                    ]);
+                    (parameters, vec![])
+                } else {
+                    (HashMap::new(), vec![raw.to_vec()])
+                };
+                let req = authorized(
+                    &args.key,
+                    ModelInferRequest {
+                        model_name: args.model.clone(),
+                        inputs: vec![InferInputTensor {
+                            name: args.input.clone(),
+                            datatype: args.datatype.clone(),
+                            shape: args.shape.clone(),
+                            parameters,
+                            ..Default::default()
+                        }],
+                        outputs: vec![InferRequestedOutputTensor {
+                            name: args.output.clone(),
+                            ..Default::default()
+                        }],
+                        raw_input_contents,
                         ..Default::default()
-                    }],
-                    outputs: vec![InferRequestedOutputTensor {
-                        name: args.output.clone(),
-                        ..Default::default()
-                    }],
-                    raw_input_contents: vec![raw.to_vec()],
-                    ..Default::default()
-                });
-                req.metadata_mut()
-                    .insert("authorization", format!("Bearer {}", args.key).parse()?);
+                    },
+                )?;
                 let answer = client.model_infer(req).await?.into_inner();
                 if answer.raw_output_contents.is_empty() {
                     bail!("an answer with no output");
@@ -140,9 +184,82 @@ impl Caller {
     }
 }
 
+/// A gRPC request with the endpoint key in its `authorization` metadata.
+fn authorized<T>(key: &str, message: T) -> anyhow::Result<tonic::Request<T>> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {key}").parse()?);
+    Ok(req)
+}
+
+/// Writes the input to a new shared memory object and registers it as [`region`]; or,
+/// with `raw` `None`, unregisters it and removes the object.
+async fn shared_memory(args: &InferArgs, raw: Option<&[u8]>) -> anyhow::Result<()> {
+    let (name, object) = (region(), format!("/dev/shm/{}", region()));
+    if let Some(raw) = raw {
+        std::fs::write(&object, raw).context("writing /dev/shm")?;
+    } else {
+        std::fs::remove_file(&object)?;
+    }
+    let byte_size = raw.map_or(0, <[u8]>::len) as u64;
+    if args.protocol == "grpc" {
+        let channel = Channel::from_shared(args.url.clone())?.connect().await?;
+        let mut client = GrpcInferenceServiceClient::new(channel);
+        match raw {
+            Some(_) => {
+                let key = format!("/{name}");
+                let message = SystemSharedMemoryRegisterRequest {
+                    name,
+                    key,
+                    offset: 0,
+                    byte_size,
+                };
+                client
+                    .system_shared_memory_register(authorized(&args.key, message)?)
+                    .await?;
+            }
+            None => {
+                let message = SystemSharedMemoryUnregisterRequest { name };
+                client
+                    .system_shared_memory_unregister(authorized(&args.key, message)?)
+                    .await?;
+            }
+        }
+        return Ok(());
+    }
+    let action = if raw.is_some() {
+        "register"
+    } else {
+        "unregister"
+    };
+    let res = reqwest::Client::new()
+        .post(format!(
+            "{}/v2/systemsharedmemory/region/{name}/{action}",
+            args.url
+        ))
+        .bearer_auth(&args.key)
+        .json(&serde_json::json!({"key": format!("/{name}"), "byte_size": byte_size}))
+        .send()
+        .await?;
+    if !res.status().is_success() {
+        bail!("shared memory {action}: {}", res.text().await?);
+    }
+    Ok(())
+}
+
 pub async fn run(args: InferArgs) -> anyhow::Result<()> {
     let raw = std::fs::read(&args.data).with_context(|| format!("{:?}", args.data))?;
     let args = std::sync::Arc::new(args);
+    if !args.shared_memory {
+        return measure(args, raw).await;
+    }
+    shared_memory(&args, Some(&raw)).await?;
+    let result = measure(std::sync::Arc::clone(&args), raw).await;
+    shared_memory(&args, None).await?;
+    result
+}
+
+async fn measure(args: std::sync::Arc<InferArgs>, raw: Vec<u8>) -> anyhow::Result<()> {
     let raw: std::sync::Arc<[u8]> = raw.into();
     let start = Instant::now() + Duration::from_secs(args.warmup_seconds);
     let end = start + Duration::from_secs(args.seconds);
@@ -178,6 +295,7 @@ pub async fn run(args: InferArgs) -> anyhow::Result<()> {
         "{}",
         serde_json::json!({
             "protocol": args.protocol,
+            "shared_memory": args.shared_memory,
             "connections": args.connections,
             "inferences_per_s": took.len() as f64 / args.seconds as f64,
             "p50_ms": quantile(0.50),

@@ -6,6 +6,7 @@
 //! [`meter::Meters`], which the monitor reads. It knows nothing of the management API.
 
 mod body;
+mod broadcast;
 mod error;
 mod h1;
 pub mod meter;
@@ -324,9 +325,12 @@ impl Gateway {
             return self.metered(&route.meter, start, Err(e), shape);
         };
         let _in_flight = self.metered.then(|| choice.primary.meter.enter());
-        let answer = self
-            .proxy(route, &choice, parts, body, (endpoint, rest))
-            .await;
+        let answer = if broadcast::is_broadcast(&parts.method, rest) {
+            self.broadcast(route, parts, body, rest).await
+        } else {
+            self.proxy(route, &choice, parts, body, (endpoint, rest))
+                .await
+        };
         // A streamed answer is still in flight for the endpoint's limit.
         admission.until_sent(self.metered(&choice.primary.meter, start, answer, shape))
     }
@@ -358,31 +362,20 @@ impl Gateway {
         body: Body,
         (endpoint, rest): (&str, &str),
     ) -> Result<Response, GatewayError> {
-        let declared = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse().ok());
-        let held = Held::read(body, declared, &self.limits, &self.spool).await?;
-        let path_and_query = match parts.uri.query() {
-            Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
-            None => PathAndQuery::try_from(rest),
-        }
-        .map_err(|e| GatewayError::BadRequest(format!("path: {e}")))?;
-        let mut headers = upstream_headers(parts.headers, &held);
-        let upstream = |instance: &Instance| {
-            if route.http2 {
-                Upstream::Http2(Arc::clone(&self.http2), instance.authority.clone())
-            } else {
-                Upstream::Pool(Arc::clone(&instance.pool))
-            }
-        };
+        let Upstreamed {
+            method,
+            held,
+            path_and_query,
+            mut headers,
+        } = self.upstreamed(parts, body, rest).await?;
+        let upstream = |instance: &Instance| self.upstream(route, instance);
 
         for mirror in &choice.mirrors {
             let Some(instance) = mirror.instance() else {
                 continue;
             };
             let req = upstream_request(
-                &parts.method,
+                &method,
                 instance,
                 &path_and_query,
                 headers.clone(),
@@ -426,13 +419,7 @@ impl Gateway {
             } else {
                 headers.clone()
             };
-            let req = upstream_request(
-                &parts.method,
-                instance,
-                &path_and_query,
-                headers,
-                held.body()?,
-            );
+            let req = upstream_request(&method, instance, &path_and_query, headers, held.body()?);
             match tokio::time::timeout(self.timeout, upstream(instance).send(req)).await {
                 Err(_) => return Err(GatewayError::GatewayTimeout(self.timeout.as_secs())),
                 Ok(Ok(res)) => return Ok(res),
@@ -444,6 +431,50 @@ impl Gateway {
             Some(e) => bad_gateway(&choice.primary.name, &e),
             None => GatewayError::NoReadyInstance(endpoint.to_owned()),
         })
+    }
+}
+
+/// A call made ready for instances: its body held (to be sent more than once), its path on
+/// the instance, its headers without the hop-by-hop ones.
+struct Upstreamed {
+    method: axum::http::Method,
+    held: Held,
+    path_and_query: PathAndQuery,
+    headers: HeaderMap,
+}
+
+impl Gateway {
+    async fn upstreamed(
+        &self,
+        parts: axum::http::request::Parts,
+        body: Body,
+        rest: &str,
+    ) -> Result<Upstreamed, GatewayError> {
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let held = Held::read(body, declared, &self.limits, &self.spool).await?;
+        let path_and_query = match parts.uri.query() {
+            Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
+            None => PathAndQuery::try_from(rest),
+        }
+        .map_err(|e| GatewayError::BadRequest(format!("path: {e}")))?;
+        let headers = upstream_headers(parts.headers, &held);
+        Ok(Upstreamed {
+            method: parts.method,
+            held,
+            path_and_query,
+            headers,
+        })
+    }
+
+    fn upstream(&self, route: &Route, instance: &Instance) -> Upstream {
+        if route.http2 {
+            Upstream::Http2(Arc::clone(&self.http2), instance.authority.clone())
+        } else {
+            Upstream::Pool(Arc::clone(&instance.pool))
+        }
     }
 }
 

@@ -62,6 +62,11 @@ impl Backend {
         Some(&self.instances[i % self.instances.len()])
     }
 
+    /// Every ready instance, for a call each of them must get.
+    pub fn instances(&self) -> &[Instance] {
+        &self.instances
+    }
+
     pub fn instance_count(&self) -> usize {
         self.instances.len()
     }

@@ -76,6 +76,10 @@ pub struct ServingSettings {
     /// `onnxruntime` Python package.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub onnxruntime: Option<std::path::PathBuf>,
+    /// Whether `triton` instances let their callers register system shared memory regions
+    /// (Triton's `--allow-client-shm`): a caller holding the endpoint's key could then make
+    /// an instance map any shared memory object kep's user can open.
+    pub allow_client_shm: bool,
     /// How often calls, instances and processes are sampled for metrics and alerts.
     pub monitor_interval_ms: u64,
     /// Delivery attempts per alert, the first included.
@@ -123,6 +127,7 @@ impl Default for ServingSettings {
             model_server: None,
             engine: kep_model_server::Engine::Tract,
             onnxruntime: None,
+            allow_client_shm: false,
             monitor_interval_ms: 1000,
             alert_attempts: 6,
             alert_retry_ms: 500,

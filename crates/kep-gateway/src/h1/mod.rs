@@ -201,7 +201,11 @@ impl Session {
         let Some(route) = table.endpoints.get(call.endpoint) else {
             return Next::Handover;
         };
-        if route.http2 || route.mirrors() || !authorized(call.key, &route.key_hash) {
+        if route.http2
+            || route.mirrors()
+            || !authorized(call.key, &route.key_hash)
+            || crate::broadcast::is_broadcast_str(req.method.unwrap_or(""), call.target.0)
+        {
             return Next::Handover;
         }
         // The body is read before anything is answered, so the connection stays usable

@@ -142,7 +142,12 @@ impl DeploymentSpec {
                 ProbeSpec::http(format!("/v1/models/{}", model.name)),
             ),
             (DeploymentType::Triton, _, Some(model)) => (
-                served("kserve", model).map(Workload::Process),
+                served("kserve", model).map(|mut argv| {
+                    if server.allow_client_shm && self.native.is_none() {
+                        argv.push("--allow-client-shm".to_owned());
+                    }
+                    Workload::Process(argv)
+                }),
                 ProbeSpec::http("/v2/health/ready".into()),
             ),
             (DeploymentType::Cosmos, _, Some(model)) if self.script_path.is_some() => (
@@ -199,6 +204,8 @@ pub(super) struct ModelServer {
     engine: Engine,
     /// `serving.onnxruntime`.
     onnxruntime: Option<PathBuf>,
+    /// `serving.allow_client_shm`.
+    allow_client_shm: bool,
 }
 
 impl ModelServer {
@@ -218,6 +225,7 @@ impl ModelServer {
             },
             engine: settings.engine,
             onnxruntime: settings.onnxruntime.clone(),
+            allow_client_shm: settings.allow_client_shm,
         })
     }
 

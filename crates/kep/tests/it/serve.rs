@@ -12,6 +12,7 @@ mod metrics;
 mod models;
 mod platform;
 mod serving;
+mod shared_memory;
 mod webhooks;
 
 use std::process::Command;

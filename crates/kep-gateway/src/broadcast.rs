@@ -1,0 +1,130 @@
+//! Calls every ready instance of an endpoint must get, rather than the one the weighted
+//! choice picks: the registrations of Triton's system shared memory extension, REST and
+//! gRPC. A region is registered with a server process; with the calls that name it spread
+//! over several instances (and deployments), each of them must know it.
+
+use axum::body::Body;
+use axum::http::Method;
+use axum::response::Response;
+
+use crate::route::Route;
+use crate::{Gateway, GatewayError, Upstreamed, bad_gateway, upstream_request};
+
+/// Whether `method` `path` (on the instance) registers or unregisters shared memory.
+pub fn is_broadcast(method: &Method, path: &str) -> bool {
+    is_broadcast_str(method.as_str(), path)
+}
+
+/// [`is_broadcast`] for a method not yet parsed into a [`Method`] (the HTTP/1.1 fast path).
+pub fn is_broadcast_str(method: &str, path: &str) -> bool {
+    if method != "POST" {
+        return false;
+    }
+    if let Some(rpc) = path.strip_prefix("/inference.GRPCInferenceService/") {
+        return matches!(
+            rpc,
+            "SystemSharedMemoryRegister" | "SystemSharedMemoryUnregister"
+        );
+    }
+    let Some(rest) = path.strip_prefix("/v2/systemsharedmemory/") else {
+        return false;
+    };
+    let action = rest.rsplit('/').next().unwrap_or_default();
+    matches!(action, "register" | "unregister")
+        && (rest == action
+            || rest
+                .strip_prefix("region/")
+                .is_some_and(|r| r.contains('/')))
+}
+
+/// Whether an instance refused the call: an HTTP error status, or a gRPC error, which an
+/// answer without a message carries in its headers.
+fn refused(res: &Response) -> bool {
+    !res.status().is_success()
+        || res
+            .headers()
+            .get("grpc-status")
+            .is_some_and(|status| status != "0")
+}
+
+impl Gateway {
+    /// Sends the call to every ready instance of every deployment of the endpoint, at once;
+    /// answers the first refusal if any instance refused it, else the first answer.
+    pub(crate) async fn broadcast(
+        &self,
+        route: &Route,
+        parts: axum::http::request::Parts,
+        body: Body,
+        rest: &str,
+    ) -> Result<Response, GatewayError> {
+        let Upstreamed {
+            method,
+            held,
+            path_and_query,
+            headers,
+        } = self.upstreamed(parts, body, rest).await?;
+        let mut calls = Vec::new();
+        for backend in &route.backends {
+            for instance in backend.instances() {
+                let req = upstream_request(
+                    &method,
+                    instance,
+                    &path_and_query,
+                    headers.clone(),
+                    held.body()?,
+                );
+                let upstream = self.upstream(route, instance);
+                let name = &backend.name;
+                calls.push(async move {
+                    match tokio::time::timeout(self.timeout, upstream.send(req)).await {
+                        Err(_) => Err(GatewayError::GatewayTimeout(self.timeout.as_secs())),
+                        Ok(Err(e)) => Err(bad_gateway(name, &e)),
+                        Ok(Ok(res)) => Ok(res),
+                    }
+                });
+            }
+        }
+        let answers = futures_util::future::join_all(calls).await;
+        let mut first = None;
+        for answer in answers {
+            match answer {
+                Ok(res) if !refused(&res) => {
+                    first.get_or_insert(res);
+                }
+                refusal => return refusal,
+            }
+        }
+        first.ok_or_else(|| GatewayError::NoReadyInstance(route.name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_shared_memory_registrations_are_broadcast() {
+        for path in [
+            "/v2/systemsharedmemory/register",
+            "/v2/systemsharedmemory/unregister",
+            "/v2/systemsharedmemory/region/in/register",
+            "/v2/systemsharedmemory/region/in/unregister",
+            "/inference.GRPCInferenceService/SystemSharedMemoryRegister",
+            "/inference.GRPCInferenceService/SystemSharedMemoryUnregister",
+        ] {
+            assert!(is_broadcast(&Method::POST, path), "{path}");
+            assert!(!is_broadcast(&Method::GET, path), "{path}");
+        }
+        for path in [
+            "/v2/systemsharedmemory/status",
+            "/v2/systemsharedmemory/region/in/status",
+            "/v2/systemsharedmemory/region/register",
+            "/v2/systemsharedmemory/x/register",
+            "/v2/models/m/infer",
+            "/inference.GRPCInferenceService/SystemSharedMemoryStatus",
+            "/inference.GRPCInferenceService/ModelInfer",
+        ] {
+            assert!(!is_broadcast(&Method::POST, path), "{path}");
+        }
+    }
+}
