@@ -13,6 +13,7 @@
 #   SECONDS_EACH=10 BATCHES="1 32" CONNS="1 4" KEP_BIN_DIR=/tmp/bins bench/gpu_resnet.sh
 #   DEVICE=cpu bench/gpu_resnet.sh   # the same steps on the CPU provider (a dry run)
 #   MODEL=mean bench/gpu_resnet.sh    # a ReduceMean of the same input: the transport alone
+#   MODEL_INSTANCES=4 bench/gpu_resnet.sh  # four sessions per instance (KEP_MODEL_INSTANCES)
 #
 # Each kep row is measured twice: the input carried in the call, and the input in system
 # shared memory (`kep-bench infer --shared-memory`, Triton's extension, written once and
@@ -26,6 +27,7 @@ BATCHES=${BATCHES:-1 32}
 CONNS=${CONNS:-1 4}
 DEVICE=${DEVICE:-gpu}
 MODEL=${MODEL:-resnet50}
+MODEL_INSTANCES=${MODEL_INSTANCES:-1}
 SHMS=("")
 [ "${SHM:-1}" = 1 ] && SHMS+=(--shared-memory)
 source bench/lib.sh
@@ -98,7 +100,8 @@ export KEP_GATEWAY_BODY_BUFFER_BYTES=$((32 << 20))
 export KEP_SERVING_ALLOW_CLIENT_SHM=true
 serving_start
 api -XPOST "$admin/admin/v1/serving/models" -F name="$MODEL" -F framework=pytorch -F file=@"$WORK/$MODEL.onnx" >/dev/null
-env=$(jq -nc --arg l "$NV_LIBS" '{KEP_ENGINE: "onnxruntime", LD_LIBRARY_PATH: $l}')
+env=$(jq -nc --arg l "$NV_LIBS" --arg n "$MODEL_INSTANCES" \
+  '{KEP_ENGINE: "onnxruntime", LD_LIBRARY_PATH: $l, KEP_MODEL_INSTANCES: $n}')
 for proto in http grpc; do
   ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "{\"name\":\"r-$proto\",\"protocol\":\"$proto\",\"instance_type\":\"$INSTANCE\"}")
   KEY=$(jq -r .api_key <<<"$ep")

@@ -44,6 +44,8 @@ pub struct Served {
     pub stats: stats::Statistics,
     /// The GPUs this process was given (`CUDA_VISIBLE_DEVICES`), as it numbers them: 0…n-1.
     pub gpus: Vec<i32>,
+    /// Copies of the model that run calls at once (Triton's `instance_group` `count`).
+    pub model_instances: usize,
     /// Clients' system shared memory regions (Triton's extension; KServe only).
     pub shared_memory: shm::SharedMemory,
     /// Whether the model is loaded, as Triton's model repository extension loads and
@@ -60,6 +62,7 @@ impl Served {
             model,
             stats: stats::Statistics::default(),
             gpus: Vec::new(),
+            model_instances: 1,
             shared_memory: shm::SharedMemory::new(false),
             loaded: AtomicBool::new(true),
         }
@@ -193,6 +196,10 @@ pub fn router(
     routes.layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
+/// Most copies of a model one model server runs (`--model-instances`, the deployment
+/// variable `KEP_MODEL_INSTANCES`): each is the model's memory again.
+pub const MAX_MODEL_INSTANCES: u16 = 16;
+
 /// Larger request bodies are refused (the gateway already stops them at 20 MB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
@@ -209,6 +216,9 @@ pub struct ServerConfig {
     pub threads: Option<usize>,
     /// Whether clients may register shared memory regions (Triton's `--allow-client-shm`).
     pub allow_client_shm: bool,
+    /// Copies of the model that run calls at once (Triton's model instances); the
+    /// onnxruntime engine's, as tract runs any number of calls on one.
+    pub model_instances: usize,
     pub addr: SocketAddr,
 }
 
@@ -243,6 +253,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             onnxruntime::use_intra_threads(threads);
         }
         onnxruntime::use_gpus(gpus.len());
+        onnxruntime::use_sessions(config.model_instances);
     }
     let model = tokio::task::spawn_blocking(move || Model::load(&path, engine)).await??;
     tracing::info!(
@@ -255,6 +266,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let mut served = Served::new(config.name, model);
     served.gpus = gpus;
     served.shared_memory = shm::SharedMemory::new(config.allow_client_shm);
+    served.model_instances = config.model_instances;
     let served = Arc::new(served);
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     serve(listener, router(config.protocol, served, script)).await

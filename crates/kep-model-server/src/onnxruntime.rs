@@ -4,7 +4,7 @@
 //! library has one (`onnxruntime-gpu`'s), else on the CPU.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use ort::environment::Environment;
 use ort::ep::{CUDA, ExecutionProvider as _};
@@ -26,6 +26,7 @@ static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 static INTRA_THREADS: OnceLock<usize> = OnceLock::new();
 static GPUS: OnceLock<usize> = OnceLock::new();
+static SESSIONS: OnceLock<usize> = OnceLock::new();
 
 /// How many GPUs the process was given (`CUDA_VISIBLE_DEVICES`), before the first model is
 /// loaded; with one or more, models run on the first.
@@ -37,6 +38,13 @@ pub fn use_gpus(gpus: usize) {
 /// is loaded; unset, one per core. An instance is given its instance type's CPUs.
 pub fn use_intra_threads(threads: usize) {
     let _ = INTRA_THREADS.set(threads);
+}
+
+/// Sessions of each model (Triton's model instances, `instance_group` `count`), before the
+/// first model is loaded; unset, one. Calls run on as many sessions at once, each with its
+/// share of the intra-op threads: on a GPU, their kernels overlap.
+pub fn use_sessions(sessions: usize) {
+    let _ = SESSIONS.set(sessions.max(1));
 }
 
 /// Names the `libonnxruntime` to load, before the first model is; otherwise it is found as
@@ -95,35 +103,45 @@ fn environment() -> Result<&'static Environment, ModelError> {
         .map_err(|e| ModelError::EngineUnavailable(format!("ONNX Runtime: {e}")))
 }
 
-/// A model in an ONNX Runtime session. `Session::run` takes `&mut`, so calls take turns;
-/// each call already uses every core through ONNX Runtime's intra-op threads.
+/// A model in ONNX Runtime sessions ([`use_sessions`]). `Session::run` takes `&mut`, so a
+/// call takes a session that no other call runs on, waiting for one when all are taken.
 pub struct OrtModel {
-    session: Mutex<Session>,
+    idle: Mutex<Vec<Session>>,
+    returned: Condvar,
 }
 
-/// Loads `path` into a session: what ONNX Runtime cannot run fails here.
+/// Loads `path` into its sessions: what ONNX Runtime cannot run fails here.
 pub fn load(path: &Path) -> Result<(Signature, OrtModel), ModelError> {
+    let sessions = SESSIONS.get().copied().unwrap_or(1);
+    let loaded = (0..sessions)
+        .map(|_| session(path, sessions))
+        .collect::<Result<Vec<_>, _>>()?;
+    let specs = |outlets: &[Outlet]| outlets.iter().map(spec).collect::<Result<Vec<_>, _>>();
+    let signature = (specs(loaded[0].inputs())?, specs(loaded[0].outputs())?);
+    Ok((
+        signature,
+        OrtModel {
+            idle: Mutex::new(loaded),
+            returned: Condvar::new(),
+        },
+    ))
+}
+
+/// One of `sessions` sessions of the model, with its share of the intra-op threads.
+fn session(path: &Path, sessions: usize) -> Result<Session, ModelError> {
     let unsupported = |e: String| ModelError::Unsupported(e);
     let mut builder = Session::builder(environment()?).map_err(|e| unsupported(e.to_string()))?;
     if let Some(&threads) = INTRA_THREADS.get() {
         builder = builder
-            .with_intra_threads(threads)
+            .with_intra_threads(threads.div_ceil(sessions).max(1))
             .map_err(|e| unsupported(e.to_string()))?;
     }
     if GPUS.get().is_some_and(|&n| n > 0) {
         builder = on_gpu(builder);
     }
-    let session = builder
+    builder
         .commit_from_file(path)
-        .map_err(|e| unsupported(e.to_string()))?;
-    let specs = |outlets: &[Outlet]| outlets.iter().map(spec).collect::<Result<Vec<_>, _>>();
-    let signature = (specs(session.inputs())?, specs(session.outputs())?);
-    Ok((
-        signature,
-        OrtModel {
-            session: Mutex::new(session),
-        },
-    ))
+        .map_err(|e| unsupported(e.to_string()))
 }
 
 /// The session on the CUDA execution provider where the library has it and it registers;
@@ -205,8 +223,11 @@ impl OrtModel {
             .iter()
             .map(|(name, t)| Ok((*name, to_ort(t).map_err(failed)?)))
             .collect::<Result<Vec<(&str, SessionInputValue<'_>)>, ModelError>>()?;
-        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        let outputs = session
+        let mut taken = self.take();
+        let outputs = taken
+            .session
+            .as_mut()
+            .expect("a taken session is there until dropped")
             .run(values)
             .map_err(|e| ModelError::Failed(e.to_string()))?;
         wanted
@@ -218,6 +239,43 @@ impl OrtModel {
                 from_ort(value).map_err(failed)
             })
             .collect()
+    }
+
+    /// An idle session, once there is one.
+    fn take(&self) -> Taken<'_> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(session) = idle.pop() {
+                return Taken {
+                    model: self,
+                    session: Some(session),
+                };
+            }
+            idle = self
+                .returned
+                .wait(idle)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// A session one call runs on, given back when dropped, whatever the call's outcome.
+struct Taken<'a> {
+    model: &'a OrtModel,
+    session: Option<Session>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let model = self.model;
+            model
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(session);
+            model.returned.notify_one();
+        }
     }
 }
 

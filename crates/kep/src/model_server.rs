@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use kep_model_server::{Engine, Protocol, ServerConfig};
+use kep_model_server::{Engine, MAX_MODEL_INSTANCES, Protocol, ServerConfig};
 
 #[derive(Args)]
 pub struct ModelServerArgs {
@@ -33,6 +33,12 @@ pub struct ModelServerArgs {
     /// extension, `--protocol kserve`), as Triton's `--allow-client-shm` does.
     #[arg(long)]
     allow_client_shm: bool,
+    /// Copies of the model that run calls at once, each with its share of --threads
+    /// (Triton's model instances, `instance_group` `count`); the onnxruntime engine's: tract
+    /// runs any number of calls on one.
+    #[arg(long, env = "KEP_MODEL_INSTANCES", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_MODEL_INSTANCES)))]
+    model_instances: u16,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -62,6 +68,7 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
         engine: args.engine,
         threads: args.threads,
         allow_client_shm: args.allow_client_shm,
+        model_instances: args.model_instances.into(),
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await

@@ -89,7 +89,7 @@ pub fn model_config(served: &Served) -> ModelConfig {
             } else {
                 "KIND_GPU"
             },
-            count: 1,
+            count: i32::try_from(served.model_instances).unwrap_or(i32::MAX),
             gpus: gpus.to_vec(),
         }],
         default_model_filename: file,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::artifacts::{check_model, forget_workdir};
-use super::launch::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef};
+use super::launch::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef, check_model_instances};
 use super::{Control, nodes, rfc3339, validate};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::store::{DeploymentRow, LiveSources};
@@ -63,6 +63,7 @@ impl Control {
                         ServingError::field("model", format!("no model named {name}"))
                     })?;
                 validate::served_framework(req.kind, &row.framework)?;
+                check_model_instances(&req.env)?;
                 match self.model_server.choice(&req.env)? {
                     Some(engine) => check_model(self.model_file(&row.id).await?, engine).await?,
                     None => native = Some(self.native_layout(req.kind, &row).await?),

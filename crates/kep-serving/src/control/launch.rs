@@ -191,6 +191,26 @@ impl DeploymentSpec {
 /// A deployment variable that chooses what runs its model (`tract`, `onnxruntime` or
 /// `native`).
 pub(super) const KEP_ENGINE: &str = "KEP_ENGINE";
+/// A deployment variable: the copies of its model each instance runs calls on at once
+/// (Triton's model instances), 1 to `kep_model_server::MAX_MODEL_INSTANCES`; the model
+/// server reads it.
+const KEP_MODEL_INSTANCES: &str = "KEP_MODEL_INSTANCES";
+
+/// Refuses a `KEP_MODEL_INSTANCES` the model server would refuse to start with.
+pub(super) fn check_model_instances(env: &BTreeMap<String, String>) -> Result<(), ServingError> {
+    let Some(v) = env.get(KEP_MODEL_INSTANCES) else {
+        return Ok(());
+    };
+    let max = u64::from(kep_model_server::MAX_MODEL_INSTANCES);
+    match v.parse::<u64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(()),
+        _ => Err(ServingError::field(
+            "env",
+            format!("{KEP_MODEL_INSTANCES}: {v:?} is not a count from 1 to {max}"),
+        )),
+    }
+}
+
 /// The `KEP_ENGINE` value that runs the real `tritonserver` or `tensorflow_model_server`.
 pub(super) const NATIVE: &str = "native";
 /// Where a model server finds `libonnxruntime` (the variable `ort` reads).
@@ -268,5 +288,28 @@ impl Control {
                 gpu: 0,
             });
         spec.launch(&self.model_server, resources)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_instances_are_counted_from_1_to_the_model_server_s_most() {
+        let env = |v: &str| BTreeMap::from([(KEP_MODEL_INSTANCES.to_owned(), v.to_owned())]);
+        assert!(check_model_instances(&BTreeMap::new()).is_ok());
+        let max = u64::from(kep_model_server::MAX_MODEL_INSTANCES);
+        for fits in ["1".to_owned(), max.to_string()] {
+            assert!(check_model_instances(&env(&fits)).is_ok(), "{fits}");
+        }
+        for refused in [
+            "0".to_owned(),
+            (max + 1).to_string(),
+            "two".into(),
+            "-1".into(),
+        ] {
+            assert!(check_model_instances(&env(&refused)).is_err(), "{refused}");
+        }
     }
 }

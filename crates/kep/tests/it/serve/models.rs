@@ -264,6 +264,11 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
             "env",
             "no tritonserver on kep's PATH",
         ),
+        (
+            &["KEP_ENGINE=onnxruntime", "KEP_MODEL_INSTANCES=17"][..],
+            "env",
+            "is not a count from 1 to 16",
+        ),
     ] {
         let err = cli_fails(srv, &create(env));
         assert!(
@@ -271,8 +276,20 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
             "{env:?}: {err}"
         );
     }
-    cli(srv, &create(&["KEP_ENGINE=onnxruntime"]));
+    // Two sessions of the model, which Triton's configuration counts as model instances.
+    cli(
+        srv,
+        &create(&["KEP_ENGINE=onnxruntime", "KEP_MODEL_INSTANCES=2"]),
+    );
     wait_available(srv, "det", "d1");
+    let (status, config) = http(
+        "GET",
+        &format!("{url}/v2/models/det/config"),
+        Some(key),
+        None,
+    );
+    assert_eq!(status, 200, "{config}");
+    assert_eq!(config["instance_group"][0]["count"], 2, "{config}");
     let matrices = serde_json::json!([
         [[2, 0, 0], [0, 3, 0], [0, 0, 4]],
         [[1, 2, 3], [4, 5, 6], [7, 8, 10]]
