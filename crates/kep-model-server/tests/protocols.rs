@@ -19,20 +19,19 @@ fn wheel_model(package: &str, relative: &str) -> PathBuf {
     Path::new(python(&["-c", &code]).trim()).join(relative)
 }
 
-/// `check.py` runs blocking beside the server's runtime.
-async fn check(protocol: &str, url: &str, name: &str, path: &Path) {
-    let args = [
-        tests_dir().join("check.py").to_string_lossy().into_owned(),
-        protocol.to_owned(),
-        url.to_owned(),
-        name.to_owned(),
-        path.to_string_lossy().into_owned(),
-    ];
-    let said = tokio::task::spawn_blocking(move || {
-        python(&args.iter().map(String::as_str).collect::<Vec<_>>())
+/// Runs `tests/{script}` with `args`, blocking beside the server's runtime; what it printed.
+async fn script(script: &str, args: &[&str]) -> String {
+    let mut argv = vec![tests_dir().join(script).to_string_lossy().into_owned()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    tokio::task::spawn_blocking(move || {
+        python(&argv.iter().map(String::as_str).collect::<Vec<_>>())
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+async fn check(protocol: &str, url: &str, name: &str, path: &Path) {
+    let said = script("check.py", &[protocol, url, name, &path.to_string_lossy()]).await;
     assert!(said.contains("answers match ONNX Runtime's"), "{said}");
 }
 
@@ -71,20 +70,15 @@ async fn triton_extensions_answer_tritonclient_as_triton_does() {
     let made = made_models();
     let path = made.path().join("mlp.onnx");
     let url = serve(Protocol::Kserve, Engine::Tract, "mlp", &path).await;
-    let args = [
-        tests_dir()
-            .join("check_triton.py")
-            .to_string_lossy()
-            .into_owned(),
-        url.trim_start_matches("http://").to_owned(),
-        "mlp".to_owned(),
-        path.to_string_lossy().into_owned(),
-    ];
-    let said = tokio::task::spawn_blocking(move || {
-        python(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    })
-    .await
-    .unwrap();
+    let said = script(
+        "check_triton.py",
+        &[
+            url.trim_start_matches("http://"),
+            "mlp",
+            &path.to_string_lossy(),
+        ],
+    )
+    .await;
     assert!(said.contains("as Triton answers them"), "{said}");
 }
 
@@ -100,21 +94,16 @@ async fn system_shared_memory_carries_tensors_as_triton_s_does() {
         served.shared_memory = SharedMemory::new(true);
         let url = listen(Protocol::Kserve, served).await;
         for client in ["http", "grpc"] {
-            let args = [
-                tests_dir()
-                    .join("check_shm.py")
-                    .to_string_lossy()
-                    .into_owned(),
-                client.to_owned(),
-                url.trim_start_matches("http://").to_owned(),
-                "mlp".to_owned(),
-                path.to_string_lossy().into_owned(),
-            ];
-            let said = tokio::task::spawn_blocking(move || {
-                python(&args.iter().map(String::as_str).collect::<Vec<_>>())
-            })
-            .await
-            .unwrap();
+            let said = script(
+                "check_shm.py",
+                &[
+                    client,
+                    url.trim_start_matches("http://"),
+                    "mlp",
+                    &path.to_string_lossy(),
+                ],
+            )
+            .await;
             assert!(said.contains("as Triton answers it"), "{said}");
         }
     }
