@@ -4,19 +4,14 @@
 //! over several instances (and deployments), each of them must know it.
 
 use axum::body::Body;
-use axum::http::Method;
 use axum::response::Response;
 
 use crate::route::Route;
 use crate::{Gateway, GatewayError, Upstreamed, bad_gateway, upstream_request};
 
-/// Whether `method` `path` (on the instance) registers or unregisters shared memory.
-pub fn is_broadcast(method: &Method, path: &str) -> bool {
-    is_broadcast_str(method.as_str(), path)
-}
-
-/// [`is_broadcast`] for a method not yet parsed into a [`Method`] (the HTTP/1.1 fast path).
-pub fn is_broadcast_str(method: &str, path: &str) -> bool {
+/// Whether `method` `path` (on the instance) registers or unregisters shared memory; the
+/// method as text, which both hyper's requests and the HTTP/1.1 fast path's heads have.
+pub fn is_broadcast(method: &str, path: &str) -> bool {
     if method != "POST" {
         return false;
     }
@@ -112,8 +107,8 @@ mod tests {
             "/inference.GRPCInferenceService/SystemSharedMemoryRegister",
             "/inference.GRPCInferenceService/SystemSharedMemoryUnregister",
         ] {
-            assert!(is_broadcast(&Method::POST, path), "{path}");
-            assert!(!is_broadcast(&Method::GET, path), "{path}");
+            assert!(is_broadcast("POST", path), "{path}");
+            assert!(!is_broadcast("GET", path), "{path}");
         }
         for path in [
             "/v2/systemsharedmemory/status",
@@ -124,7 +119,7 @@ mod tests {
             "/inference.GRPCInferenceService/SystemSharedMemoryStatus",
             "/inference.GRPCInferenceService/ModelInfer",
         ] {
-            assert!(!is_broadcast(&Method::POST, path), "{path}");
+            assert!(!is_broadcast("POST", path), "{path}");
         }
     }
 }

@@ -325,7 +325,7 @@ impl Gateway {
             return self.metered(&route.meter, start, Err(e), shape);
         };
         let _in_flight = self.metered.then(|| choice.primary.meter.enter());
-        let answer = if broadcast::is_broadcast(&parts.method, rest) {
+        let answer = if broadcast::is_broadcast(parts.method.as_str(), rest) {
             self.broadcast(route, parts, body, rest).await
         } else {
             self.proxy(route, &choice, parts, body, (endpoint, rest))

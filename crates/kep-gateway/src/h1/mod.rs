@@ -204,7 +204,7 @@ impl Session {
         if route.http2
             || route.mirrors()
             || !authorized(call.key, &route.key_hash)
-            || crate::broadcast::is_broadcast_str(req.method.unwrap_or(""), call.target.0)
+            || crate::broadcast::is_broadcast(req.method.unwrap_or(""), call.target.0)
         {
             return Next::Handover;
         }
