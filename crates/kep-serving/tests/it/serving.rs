@@ -457,10 +457,13 @@ async fn broken_commands_get_clear_states_and_disturb_nothing_else() {
         })
         .await;
     assert_eq!(d["instances"][0]["state"], "Pending");
-    // Ready, but failing its liveness probe: restarted again and again.
+    // Ready, but failing its liveness probe: restarted again and again. Read while the cause
+    // is shown: just after a restart the new process is Pending with none yet (seen in CI).
     let d = s
-        .wait_for("bad", "dying", "was restarted", |d| {
+        .wait_for("bad", "dying", "was restarted, the cause shown", |d| {
             d["instances"][0]["restarts"].as_u64() >= Some(2)
+                && (reason(d).contains("liveness probe failed")
+                    || d["instances"][0]["state"] == "Running")
         })
         .await;
     assert!(
