@@ -43,8 +43,10 @@ else
   INSTANCE=cpu-large
 fi
 export LD_LIBRARY_PATH=${NV_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# IR version 8, as bench/resnet50_onnx.py writes: onnx's newest is more than older ONNX
+# Runtimes load.
 if [ "$MODEL" = mean ]; then # input [N, 3, 224, 224] → logits [N]: almost no work
-  "$PY" -c "import onnx.helper as h, onnx; f=onnx.TensorProto.FLOAT; onnx.save(h.make_model(h.make_graph([h.make_node('ReduceMean', ['input'], ['logits'], axes=[1, 2, 3], keepdims=0)], 'mean', [h.make_tensor_value_info('input', f, ['N', 3, 224, 224])], [h.make_tensor_value_info('logits', f, ['N'])]), opset_imports=[h.make_opsetid('', 13)]), '$WORK/$MODEL.onnx')"
+  "$PY" -c "import onnx.helper as h, onnx; f=onnx.TensorProto.FLOAT; onnx.save(h.make_model(h.make_graph([h.make_node('ReduceMean', ['input'], ['logits'], axes=[1, 2, 3], keepdims=0)], 'mean', [h.make_tensor_value_info('input', f, ['N', 3, 224, 224])], [h.make_tensor_value_info('logits', f, ['N'])]), opset_imports=[h.make_opsetid('', 13)], ir_version=8), '$WORK/$MODEL.onnx')"
 else
   "$PY" bench/resnet50_onnx.py "$WORK/$MODEL.onnx"
 fi

@@ -91,7 +91,9 @@ deployment_when() {
 }
 
 machine() {
-  echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+  local wrk=""
+  command -v wrk >/dev/null && wrk=", $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+  echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)$wrk"
 }
 
 # A wrk script of `POST /v2/send/xms` with $TOKEN, each request a new cid made of the run's
