@@ -3,8 +3,10 @@
 mod activity;
 mod common;
 mod containers;
+mod gateway;
 mod images;
 mod limits;
 mod monitoring;
 mod podman;
+mod rules;
 mod serving;
