@@ -5,13 +5,13 @@
 use std::path::Path;
 
 use bytes::{Bytes, BytesMut};
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use tokio::io::AsyncWriteExt as _;
 
 use crate::GatewayError;
 
-pub type ProxyBody = BoxBody<Bytes, std::io::Error>;
+pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
 pub enum Held {
     Empty,
@@ -89,13 +89,15 @@ impl Held {
     /// A body that sends the held bytes once; call again for each instance.
     pub fn body(&self) -> std::io::Result<ProxyBody> {
         Ok(match self {
-            Held::Empty => Empty::new().map_err(|never| match never {}).boxed(),
-            Held::Memory(b) => Full::new(b.clone()).map_err(|never| match never {}).boxed(),
+            Held::Empty => Empty::new().map_err(|never| match never {}).boxed_unsync(),
+            Held::Memory(b) => Full::new(b.clone())
+                .map_err(|never| match never {})
+                .boxed_unsync(),
             Held::Disk { file, .. } => {
                 let reader = tokio::fs::File::from_std(file.reopen()?);
                 let stream = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
                 use futures_util::StreamExt as _;
-                BodyExt::boxed(StreamBody::new(
+                BodyExt::boxed_unsync(StreamBody::new(
                     stream.map(|r| r.map(http_body::Frame::data)),
                 ))
             }

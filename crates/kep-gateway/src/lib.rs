@@ -327,6 +327,8 @@ impl Gateway {
         let _in_flight = self.metered.then(|| choice.primary.meter.enter());
         let answer = if broadcast::is_broadcast(parts.method.as_str(), rest) {
             self.broadcast(route, parts, body, rest).await
+        } else if route.http2 && is_client_streaming(rest) {
+            self.stream(route, &choice, parts, body, rest).await
         } else {
             self.proxy(route, &choice, parts, body, (endpoint, rest))
                 .await
@@ -434,6 +436,43 @@ impl Gateway {
     }
 }
 
+/// gRPC methods whose request is a stream of messages, which the caller may keep open for
+/// as long as it likes: KServe's `ModelStreamInfer`. (TF Serving's are all unary.)
+fn is_client_streaming(path: &str) -> bool {
+    path == "/inference.GRPCInferenceService/ModelStreamInfer"
+}
+
+impl Gateway {
+    /// A client-streaming call, passed on as it comes, to one instance, once: a body that
+    /// never ends cannot be held, so it is not mirrored, not retried on another instance,
+    /// and not under `max_body_bytes` (each message is under the instance's own limit).
+    async fn stream(
+        &self,
+        route: &Route,
+        choice: &Choice<'_>,
+        parts: axum::http::request::Parts,
+        body: Body,
+        rest: &str,
+    ) -> Result<Response, GatewayError> {
+        let instance = choice
+            .primary
+            .instance()
+            .ok_or_else(|| GatewayError::NoReadyInstance(route.name.to_string()))?;
+        let path_and_query = path_and_query(&parts.uri, rest)?;
+        let headers = upstream_headers(parts.headers, None);
+        let body = http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(
+            body,
+            std::io::Error::other,
+        ));
+        let req = upstream_request(&parts.method, instance, &path_and_query, headers, body);
+        match tokio::time::timeout(self.timeout, self.upstream(route, instance).send(req)).await {
+            Err(_) => Err(GatewayError::GatewayTimeout(self.timeout.as_secs())),
+            Ok(Ok(res)) => Ok(res),
+            Ok(Err(e)) => Err(bad_gateway(&choice.primary.name, &e)),
+        }
+    }
+}
+
 /// A call made ready for instances: its body held (to be sent more than once), its path on
 /// the instance, its headers without the hop-by-hop ones.
 struct Upstreamed {
@@ -455,12 +494,10 @@ impl Gateway {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let held = Held::read(body, declared, &self.limits, &self.spool).await?;
-        let path_and_query = match parts.uri.query() {
-            Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
-            None => PathAndQuery::try_from(rest),
-        }
-        .map_err(|e| GatewayError::BadRequest(format!("path: {e}")))?;
-        let headers = upstream_headers(parts.headers, &held);
+        let path_and_query = path_and_query(&parts.uri, rest)?;
+        // A length for any body, and for an empty one the caller gave a length to.
+        let length = (held.len() > 0 || declared.is_some()).then(|| held.len());
+        let headers = upstream_headers(parts.headers, length);
         Ok(Upstreamed {
             method: parts.method,
             held,
@@ -476,6 +513,15 @@ impl Gateway {
             Upstream::Pool(Arc::clone(&instance.pool))
         }
     }
+}
+
+/// The path on the instance: `rest` and the call's query.
+fn path_and_query(uri: &Uri, rest: &str) -> Result<PathAndQuery, GatewayError> {
+    match uri.query() {
+        Some(q) => PathAndQuery::try_from(format!("{rest}?{q}")),
+        None => PathAndQuery::try_from(rest),
+    }
+    .map_err(|e| GatewayError::BadRequest(format!("path: {e}")))
 }
 
 /// The gateway listener's worker threads: as many as the runtime has (one per core unless
@@ -534,9 +580,9 @@ fn underscored(name: &[u8]) -> bool {
 }
 
 /// The caller's headers, less the hop-by-hop ones, `Host` and the API key (which is the
-/// platform's, not the instance's); the length of the body as held.
-fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
-    let declared = headers.remove(header::CONTENT_LENGTH).is_some();
+/// platform's, not the instance's); `length`, the body's as held, if any.
+fn upstream_headers(mut headers: HeaderMap, length: Option<u64>) -> HeaderMap {
+    headers.remove(header::CONTENT_LENGTH);
     // `TE: trailers` is end to end (gRPC needs it); headers `Connection` names are not.
     let te_trailers = headers.get(header::TE).is_some_and(|v| v == "trailers");
     let named: Vec<String> = headers
@@ -565,8 +611,8 @@ fn upstream_headers(mut headers: HeaderMap, held: &Held) -> HeaderMap {
     }
     headers.remove(header::HOST);
     headers.remove(header::AUTHORIZATION);
-    if held.len() > 0 || declared {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(held.len()));
+    if let Some(length) = length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     }
     headers
 }

@@ -10,6 +10,7 @@ the ONNX model with the same weights and names.
 """
 import base64
 import json
+import queue
 import sys
 import urllib.error
 import urllib.request
@@ -229,6 +230,24 @@ def check_kserve_grpc():
     ok += 1
     assert [o.name for o in result.get_response().outputs] == [first], result.get_response()
 
+    # A stream (ModelStreamInfer): an answer per request, in order; a failure is an answer
+    # with Triton's message and the request's id, and the stream goes on.
+    answers = queue.Queue()
+    client.start_stream(lambda result, error: answers.put((result, error)))
+    wrong = tc.InferInput(inputs[0].name(), inputs[0].shape(), "BYTES" if inputs[0].datatype() != "BYTES" else "FP32")
+    wrong.set_data_from_numpy(np.zeros(inputs[0].shape(), np.object_ if wrong.datatype() == "BYTES" else np.float32))
+    for i, request in enumerate([inputs, [wrong] + inputs[1:], inputs]):
+        client.async_stream_infer(name, request, request_id=f"s{i}")
+    (r0, e0), (r1, e1), (r2, e2) = [answers.get(timeout=60) for _ in range(3)]
+    client.stop_stream()
+    assert e0 is None and e2 is None and r1 is None, (e0, e2, r1)
+    assert f"inference input '{inputs[0].name()}' data-type is" in e1.message(), e1
+    for i, r in [(0, r0), (2, r2)]:
+        assert r.get_response().id == f"s{i}", r.get_response()
+        for k, v in expected(feeds).items():
+            compare(r.as_numpy(k), v, f"{name} output {k} (grpc stream)")
+    ok, fail = ok + 2, fail + 1
+
     # Typed contents: the protocol has no typed field for FP16, which must go raw.
     feeds = sample(2)
     request = typed_request(feeds)
@@ -242,8 +261,6 @@ def check_kserve_grpc():
             compare(result.as_numpy(k), v, f"{name} output {k} (grpc, typed contents)")
 
     # Errors: Triton's texts and status codes, a request that fits no input counted failed.
-    wrong = tc.InferInput(inputs[0].name(), inputs[0].shape(), "BYTES" if inputs[0].datatype() != "BYTES" else "FP32")
-    wrong.set_data_from_numpy(np.zeros(inputs[0].shape(), np.object_ if wrong.datatype() == "BYTES" else np.float32))
     grpc_error(lambda: client.infer(name, [wrong] + inputs[1:]), "INVALID_ARGUMENT", f"inference input '{inputs[0].name()}' data-type is")
     fail += 1
     grpc_error(lambda: client.infer(name + "-nope", inputs), "NOT_FOUND", f"Request for unknown model: '{name}-nope' is not found")

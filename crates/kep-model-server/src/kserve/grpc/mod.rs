@@ -140,14 +140,44 @@ impl GrpcInferenceService for Grpc {
             .map(Response::new)
     }
 
-    type ModelStreamInferStream =
-        tonic::codegen::tokio_stream::Empty<Result<ModelStreamInferResponse, Status>>;
+    type ModelStreamInferStream = std::pin::Pin<
+        Box<
+            dyn tonic::codegen::tokio_stream::Stream<
+                    Item = Result<ModelStreamInferResponse, Status>,
+                > + Send,
+        >,
+    >;
 
+    /// One answer per request, in the order they came (the model is not decoupled). A
+    /// failed inference is an answer with its `error_message` and the request's `id`, as
+    /// Triton's, and the stream goes on; a broken stream ends it.
     async fn model_stream_infer(
         &self,
-        _: Request<tonic::Streaming<ModelInferRequest>>,
+        r: Request<tonic::Streaming<ModelInferRequest>>,
     ) -> Answer<Self::ModelStreamInferStream> {
-        unimplemented("ModelStreamInfer (decoupled models): call ModelInfer")
+        use tonic::codegen::tokio_stream::StreamExt as _;
+        let served = Arc::clone(&self.served);
+        let answers = r.into_inner().then(move |request| {
+            let served = Arc::clone(&served);
+            async move {
+                let request = request?;
+                let id = request.id.clone();
+                Ok(match infer::infer(&served, request).await {
+                    Ok(answer) => ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(answer),
+                    },
+                    Err(status) => ModelStreamInferResponse {
+                        error_message: status.message().to_owned(),
+                        infer_response: Some(ModelInferResponse {
+                            id,
+                            ..Default::default()
+                        }),
+                    },
+                })
+            }
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn model_config(&self, r: Request<ModelConfigRequest>) -> Answer<ModelConfigResponse> {
