@@ -2,7 +2,8 @@
 # KServe v2 REST against Triton's gRPC through the gateway (BENCHMARKS.md, issue #23): the
 # same model, the same batch-1 input and the same client loop (`kep-bench infer`, one call
 # at a time per connection), REST (binary tensor extension, HTTP/1.1, an `http` endpoint)
-# against gRPC (`ModelInfer` with raw contents, HTTP/2, a `grpc` endpoint named by its key).
+# against gRPC (`ModelInfer` with raw contents, HTTP/2, a `grpc` endpoint named by its key),
+# and the same requests on one `ModelStreamInfer` stream per connection.
 # Each endpoint has one `triton` deployment of one instance running ONNX Runtime
 # (KEP_ENGINE=onnxruntime, the onnxruntime wheel's library); one endpoint runs at a time.
 #
@@ -28,7 +29,7 @@ wait_for_quiet
 
 serving_start
 
-printf '   %-10s %-6s %5s %12s %9s %9s %13s\n' model proto conns "inf/s" "p50 ms" "p99 ms" "grpc ÷ http"
+printf '   %-10s %-13s %5s %12s %9s %9s %13s\n' model proto conns "inf/s" "p50 ms" "p99 ms" "grpc ÷ http"
 for m in $MODELS; do
   file=${FILE[$m]}
   api -XPOST "$admin/admin/v1/serving/models" -F name="$m" -F framework=pytorch -F file=@"$file" >/dev/null
@@ -47,15 +48,20 @@ PY
     read -r url KEY < <(triton_deployment "{\"name\":\"$m-$proto\",\"protocol\":\"$proto\"}" "$m" onnxruntime)
     target=$url
     [ "$proto" = grpc ] && target=$gateway
+    # gRPC twice: a ModelInfer call each, and the calls on one ModelStreamInfer stream.
+    ways=("")
+    [ "$proto" = grpc ] && ways+=(--stream)
     for c in 1 4; do
-      out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$m" \
-        --input "$input" --datatype FP32 --shape "$shape" --data "$WORK/$m.raw" --output "$output" \
-        --connections "$c" --seconds "$SECONDS_EACH")
-      ips[$proto-$c]=$(jq -r .inferences_per_s <<<"$out")
-      ratio=""
-      [ "$proto" = grpc ] && ratio=$(awk -v g="${ips[grpc-$c]}" -v h="${ips[http-$c]}" 'BEGIN { printf "%.2f", g / h }')
-      printf '   %-10s %-6s %5s %12.1f %9.3f %9.3f %13s\n' "$m" "$proto" "$c" \
-        "$(jq -r .inferences_per_s <<<"$out")" "$(jq -r .p50_ms <<<"$out")" "$(jq -r .p99_ms <<<"$out")" "$ratio"
+      for way in "${ways[@]}"; do
+        out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$m" \
+          --input "$input" --datatype FP32 --shape "$shape" --data "$WORK/$m.raw" --output "$output" \
+          --connections "$c" --seconds "$SECONDS_EACH" $way)
+        ips[$proto$way-$c]=$(jq -r .inferences_per_s <<<"$out")
+        ratio=""
+        [ "$proto" = grpc ] && ratio=$(awk -v g="${ips[grpc$way-$c]}" -v h="${ips[http-$c]}" 'BEGIN { printf "%.2f", g / h }')
+        printf '   %-10s %-13s %5s %12.1f %9.3f %9.3f %13s\n' "$m" "$proto${way:+ stream}" "$c" \
+          "$(jq -r .inferences_per_s <<<"$out")" "$(jq -r .p50_ms <<<"$out")" "$(jq -r .p99_ms <<<"$out")" "$ratio"
+      done
     done
     # One instance at a time on the cores.
     api -XDELETE "$admin/admin/v1/serving/endpoints/$m-$proto" >/dev/null

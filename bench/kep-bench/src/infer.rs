@@ -14,7 +14,7 @@ use kep_model_server::kserve::grpc::inference::model_infer_request::{
     InferInputTensor, InferRequestedOutputTensor,
 };
 use kep_model_server::kserve::grpc::inference::{
-    InferParameter, ModelInferRequest, SystemSharedMemoryRegisterRequest,
+    InferParameter, ModelInferRequest, ModelStreamInferResponse, SystemSharedMemoryRegisterRequest,
     SystemSharedMemoryUnregisterRequest,
 };
 use tonic::transport::Channel;
@@ -56,6 +56,11 @@ pub struct InferArgs {
     /// inputs. The endpoint's instances must allow it (`serving.allow_client_shm`).
     #[arg(long)]
     shared_memory: bool,
+    /// grpc: the calls on one `ModelStreamInfer` stream per connection (tritonclient's
+    /// `async_stream_infer`, `perf_analyzer --streaming`), each answer awaited before the
+    /// next request, rather than one `ModelInfer` call each.
+    #[arg(long)]
+    stream: bool,
 }
 
 /// The shared memory region of `--shared-memory`, named as its object's key is.
@@ -72,6 +77,10 @@ enum Caller {
         header_length: String,
     },
     Grpc(GrpcInferenceServiceClient<Channel>),
+    GrpcStream {
+        requests: tokio::sync::mpsc::Sender<ModelInferRequest>,
+        answers: tonic::Streaming<ModelStreamInferResponse>,
+    },
 }
 
 impl Caller {
@@ -106,10 +115,18 @@ impl Caller {
             }
             "grpc" => {
                 let channel = Channel::from_shared(args.url.clone())?.connect().await?;
-                Ok(Caller::Grpc(
-                    GrpcInferenceServiceClient::new(channel)
-                        .max_decoding_message_size(64 * 1024 * 1024),
-                ))
+                let mut client = GrpcInferenceServiceClient::new(channel)
+                    .max_decoding_message_size(64 * 1024 * 1024);
+                if !args.stream {
+                    return Ok(Caller::Grpc(client));
+                }
+                let (requests, queued) = tokio::sync::mpsc::channel(1);
+                let queued = tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(queued);
+                let answers = client
+                    .model_stream_infer(authorized(&args.key, queued)?)
+                    .await?
+                    .into_inner();
+                Ok(Caller::GrpcStream { requests, answers })
             }
             other => bail!("--protocol {other}: http or grpc"),
         }
@@ -137,50 +154,66 @@ impl Caller {
                 }
             }
             Caller::Grpc(client) => {
-                let (parameters, raw_input_contents) = if args.shared_memory {
-                    let parameter = |choice| InferParameter {
-                        parameter_choice: Some(choice),
-                    };
-                    let parameters = HashMap::from([
-                        (
-                            "shared_memory_region".to_owned(),
-                            parameter(ParameterChoice::StringParam(region())),
-                        ),
-                        (
-                            "shared_memory_byte_size".to_owned(),
-                            parameter(ParameterChoice::Int64Param(raw.len() as i64)),
-                        ),
-                    ]);
-                    (parameters, vec![])
-                } else {
-                    (HashMap::new(), vec![raw.to_vec()])
-                };
-                let req = authorized(
-                    &args.key,
-                    ModelInferRequest {
-                        model_name: args.model.clone(),
-                        inputs: vec![InferInputTensor {
-                            name: args.input.clone(),
-                            datatype: args.datatype.clone(),
-                            shape: args.shape.clone(),
-                            parameters,
-                            ..Default::default()
-                        }],
-                        outputs: vec![InferRequestedOutputTensor {
-                            name: args.output.clone(),
-                            ..Default::default()
-                        }],
-                        raw_input_contents,
-                        ..Default::default()
-                    },
-                )?;
+                let req = authorized(&args.key, grpc_request(args, raw))?;
                 let answer = client.model_infer(req).await?.into_inner();
                 if answer.raw_output_contents.is_empty() {
                     bail!("an answer with no output");
                 }
             }
+            Caller::GrpcStream { requests, answers } => {
+                requests.send(grpc_request(args, raw)).await?;
+                let answer = answers.message().await?.context("the stream ended")?;
+                if !answer.error_message.is_empty() {
+                    bail!("{}", answer.error_message);
+                }
+                if answer
+                    .infer_response
+                    .is_none_or(|a| a.raw_output_contents.is_empty())
+                {
+                    bail!("an answer with no output");
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// The gRPC request of every call: the input carried in `raw_input_contents`, or named in
+/// shared memory.
+fn grpc_request(args: &InferArgs, raw: &[u8]) -> ModelInferRequest {
+    let (parameters, raw_input_contents) = if args.shared_memory {
+        let parameter = |choice| InferParameter {
+            parameter_choice: Some(choice),
+        };
+        let parameters = HashMap::from([
+            (
+                "shared_memory_region".to_owned(),
+                parameter(ParameterChoice::StringParam(region())),
+            ),
+            (
+                "shared_memory_byte_size".to_owned(),
+                parameter(ParameterChoice::Int64Param(raw.len() as i64)),
+            ),
+        ]);
+        (parameters, vec![])
+    } else {
+        (HashMap::new(), vec![raw.to_vec()])
+    };
+    ModelInferRequest {
+        model_name: args.model.clone(),
+        inputs: vec![InferInputTensor {
+            name: args.input.clone(),
+            datatype: args.datatype.clone(),
+            shape: args.shape.clone(),
+            parameters,
+            ..Default::default()
+        }],
+        outputs: vec![InferRequestedOutputTensor {
+            name: args.output.clone(),
+            ..Default::default()
+        }],
+        raw_input_contents,
+        ..Default::default()
     }
 }
 
@@ -296,6 +329,7 @@ async fn measure(args: std::sync::Arc<InferArgs>, raw: Vec<u8>) -> anyhow::Resul
         serde_json::json!({
             "protocol": args.protocol,
             "shared_memory": args.shared_memory,
+            "stream": args.stream,
             "connections": args.connections,
             "inferences_per_s": took.len() as f64 / args.seconds as f64,
             "p50_ms": quantile(0.50),
