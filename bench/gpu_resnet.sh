@@ -18,7 +18,8 @@
 # Each kep row is measured twice: the input carried in the call, and the input in system
 # shared memory (`kep-bench infer --shared-memory`, Triton's extension, written once and
 # named by each call, as `perf_analyzer --shared-memory system` does; `SHM=0` leaves these
-# rows out).
+# rows out). `STREAM=1` adds gRPC rows of the calls on one ModelStreamInfer stream per
+# connection (`kep-bench infer --stream`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SECONDS_EACH:-10}
@@ -136,13 +137,17 @@ PYTHON
   fi
   for b in $BATCHES; do
     for c in $CONNS; do
+      ways=("")
+      [ "$proto" = grpc ] && [ "${STREAM:-0}" = 1 ] && ways+=(--stream)
       for shm in "${SHMS[@]}"; do
-        out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$MODEL" \
-          --input input --datatype FP32 --shape "$b,3,224,224" --data "$WORK/in-$b.raw" \
-          --output logits --connections "$c" --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP_S" $shm)
-        row "kep $proto${shm:+ shm}" "$b" "$c" "$out"
-        printf '   %-22s %5s %5s %10s\n' "  ÷ in-process" "$b" "$c" \
-          "$(awk -v k="$(jq -r .inferences_per_s <<<"$out")" -v p="${IPS[inproc-$b-$c]}" 'BEGIN { printf "%.2f", k / p }')"
+        for way in "${ways[@]}"; do
+          out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$MODEL" \
+            --input input --datatype FP32 --shape "$b,3,224,224" --data "$WORK/in-$b.raw" \
+            --output logits --connections "$c" --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP_S" $shm $way)
+          row "kep $proto${way:+ stream}${shm:+ shm}" "$b" "$c" "$out"
+          printf '   %-22s %5s %5s %10s\n' "  ÷ in-process" "$b" "$c" \
+            "$(awk -v k="$(jq -r .inferences_per_s <<<"$out")" -v p="${IPS[inproc-$b-$c]}" 'BEGIN { printf "%.2f", k / p }')"
+        done
       done
     done
   done
