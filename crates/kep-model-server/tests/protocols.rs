@@ -63,6 +63,18 @@ async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
     }
 }
 
+/// With four model instances a stream has up to four requests at work at once (tract runs
+/// them on one plan) and still answers in the order they were sent (`check.py`'s stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_with_several_instances_answers_in_order() {
+    let made = made_models();
+    let path = made.path().join("mlp.onnx");
+    let mut served = Served::new("mlp", Model::load(&path, Engine::Tract).unwrap());
+    served.model_instances = 4;
+    let url = listen(Protocol::Kserve, served).await;
+    check("kserve-grpc", &url, "mlp", &path).await;
+}
+
 /// Triton's extensions (configuration, statistics, repository, classification, logging,
 /// trace) as `tritonclient` calls them (`tests/check_triton.py`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,35 +148,40 @@ impl GrpcInferenceService for Grpc {
         >,
     >;
 
-    /// One answer per request, in the order they came (the model is not decoupled). A
-    /// failed inference is an answer with its `error_message` and the request's `id`, as
-    /// Triton's, and the stream goes on; a broken stream ends it.
+    /// One answer per request, in the order they came (the model is not decoupled), up to
+    /// one request per model instance at work at once. A failed inference is an answer with
+    /// its `error_message` and the request's `id`, as Triton's, and the stream goes on; a
+    /// broken stream ends it.
     async fn model_stream_infer(
         &self,
         r: Request<tonic::Streaming<ModelInferRequest>>,
     ) -> Answer<Self::ModelStreamInferStream> {
-        use tonic::codegen::tokio_stream::StreamExt as _;
+        use futures_util::StreamExt as _;
         let served = Arc::clone(&self.served);
-        let answers = r.into_inner().then(move |request| {
-            let served = Arc::clone(&served);
-            async move {
-                let request = request?;
-                let id = request.id.clone();
-                Ok(match infer::infer(&served, request).await {
-                    Ok(answer) => ModelStreamInferResponse {
-                        error_message: String::new(),
-                        infer_response: Some(answer),
-                    },
-                    Err(status) => ModelStreamInferResponse {
-                        error_message: status.message().to_owned(),
-                        infer_response: Some(ModelInferResponse {
-                            id,
-                            ..Default::default()
-                        }),
-                    },
-                })
-            }
-        });
+        let at_once = served.model_instances.max(1);
+        let answers = r
+            .into_inner()
+            .map(move |request| {
+                let served = Arc::clone(&served);
+                async move {
+                    let request = request?;
+                    let id = request.id.clone();
+                    Ok(match infer::infer(&served, request).await {
+                        Ok(answer) => ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(answer),
+                        },
+                        Err(status) => ModelStreamInferResponse {
+                            error_message: status.message().to_owned(),
+                            infer_response: Some(ModelInferResponse {
+                                id,
+                                ..Default::default()
+                            }),
+                        },
+                    })
+                }
+            })
+            .buffered(at_once);
         Ok(Response::new(Box::pin(answers)))
     }
 
