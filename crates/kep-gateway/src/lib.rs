@@ -9,6 +9,7 @@ mod body;
 mod broadcast;
 mod error;
 mod h1;
+mod http2;
 pub mod meter;
 mod pool;
 mod route;
@@ -22,12 +23,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::uri::{Authority, PathAndQuery, Scheme};
+use axum::http::uri::PathAndQuery;
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use kep_core::limits::{Key, Limiter, Limits, Peer};
 use kep_core::listener::Front;
 use kep_core::service::Context;
@@ -61,7 +59,7 @@ pub struct GatewaySettings {
     pub connect_timeout_s: u64,
     /// How long an instance may take to start answering.
     pub upstream_timeout_s: u64,
-    /// How long an unused kept-alive connection to an instance stays open.
+    /// How long an unused kept-alive HTTP/1.1 connection to an instance stays open.
     pub pool_idle_timeout_s: u64,
     /// Whether calls are counted: off, the monitoring numbers of calls stay at zero and the
     /// QPS and status alerts never fire.
@@ -119,8 +117,6 @@ pub enum RouteUpdate {
 
 pub struct Gateway {
     table: ArcSwap<Table>,
-    /// gRPC endpoints' instances, over HTTP/2; HTTP/1.1 ones use each instance's pool.
-    http2: Arc<Client<HttpConnector, ProxyBody>>,
     pools: PoolSettings,
     limits: BodyLimits,
     timeout: Duration,
@@ -143,20 +139,8 @@ impl Gateway {
         spool: PathBuf,
         ctx: &Context,
     ) -> (Arc<Gateway>, mpsc::UnboundedSender<RouteUpdate>) {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(settings.connect_timeout_s)));
-        let http2 = Arc::new(
-            Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(settings.pool_idle_timeout_s))
-                // Each instance's `Host` value is made once, not formatted per call.
-                .set_host(false)
-                .http2_only(true)
-                .build(connector),
-        );
         let gateway = Arc::new(Gateway {
             table: ArcSwap::from_pointee(Table::default()),
-            http2,
             pools: PoolSettings {
                 connect_timeout: Duration::from_secs(settings.connect_timeout_s),
                 idle_timeout: Duration::from_secs(settings.pool_idle_timeout_s),
@@ -507,10 +491,9 @@ impl Gateway {
     }
 
     fn upstream(&self, route: &Route, instance: &Instance) -> Upstream {
-        if route.http2 {
-            Upstream::Http2(Arc::clone(&self.http2), instance.authority.clone())
-        } else {
-            Upstream::Pool(Arc::clone(&instance.pool))
+        Upstream {
+            pool: Arc::clone(&instance.pool),
+            http2: route.http2,
         }
     }
 }
@@ -633,36 +616,18 @@ fn upstream_request(
     req
 }
 
-/// The same request in absolute form, which the HTTP/2 client needs to pick a connection.
-fn absolute(mut req: hyper::Request<ProxyBody>, authority: Authority) -> hyper::Request<ProxyBody> {
-    let mut uri = axum::http::uri::Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
-    uri.authority = Some(authority);
-    uri.path_and_query = req.uri().path_and_query().cloned();
-    *req.uri_mut() = Uri::from_parts(uri).expect("scheme, authority and path make a URI");
-    req
-}
-
-/// Where a call goes: an instance's own HTTP/1.1 connections, or the HTTP/2 client.
-enum Upstream {
-    Pool(Arc<InstancePool>),
-    Http2(Arc<Client<HttpConnector, ProxyBody>>, Authority),
+/// Where a call goes: an instance's HTTP/1.1 connections, or its HTTP/2 one (gRPC).
+struct Upstream {
+    pool: Arc<InstancePool>,
+    http2: bool,
 }
 
 impl Upstream {
     async fn send(self, req: hyper::Request<ProxyBody>) -> Result<Response, SendError> {
-        match self {
-            Upstream::Pool(pool) => pool.send(req).await.map(downstream_response),
-            Upstream::Http2(client, authority) => {
-                match client.request(absolute(req, authority)).await {
-                    Ok(res) => Ok(downstream_response(res)),
-                    Err(e) => {
-                        let mut err = SendError::http(&e);
-                        err.connect = e.is_connect();
-                        Err(err)
-                    }
-                }
-            }
+        if self.http2 {
+            self.pool.send_http2(req).await.map(downstream_response)
+        } else {
+            self.pool.send(req).await.map(downstream_response)
         }
     }
 }

@@ -1,7 +1,8 @@
 //! HTTP/1.1 connections to one instance, kept alive and driven by the task of the call that
 //! uses them, as an nginx worker drives its own upstream connections: a call costs no hop to
 //! a connection task of its own, nor to another worker thread. hyper's connections serve the
-//! router's calls; bare sockets serve the fast path's ([`super::h1`]).
+//! router's calls; bare sockets serve the fast path's ([`super::h1`]). A gRPC instance's
+//! calls share its one HTTP/2 connection instead ([`super::http2`]).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::body::ProxyBody;
+use super::http2::{Http2Body, Http2Conn};
 
 type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, ProxyBody>>>;
 
@@ -43,6 +45,7 @@ pub struct InstancePool {
     /// Per worker thread of the listener ([`kep_core::listener::worker`]): a socket is
     /// registered with the runtime it was opened on, and is used there.
     raw: Box<[Idle<TcpStream>]>,
+    http2: Http2Conn,
     settings: PoolSettings,
 }
 
@@ -113,6 +116,7 @@ impl InstancePool {
             raw: (0..=settings.workers)
                 .map(|_| Idle(Mutex::default()))
                 .collect(),
+            http2: Http2Conn::new(addr),
             settings,
         })
     }
@@ -144,6 +148,14 @@ impl InstancePool {
                 .map_err(SendError::connect)?;
         let _ = stream.set_nodelay(true);
         Ok(stream)
+    }
+
+    /// Sends `req` on the instance's HTTP/2 connection (a gRPC instance's).
+    pub async fn send_http2(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Http2Body>, SendError> {
+        self.http2.send(req, || self.connect_raw()).await
     }
 
     async fn connect(&self) -> Result<Conn, SendError> {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::http::HeaderValue;
-use axum::http::uri::Authority;
 
 use super::pool::InstancePool;
 use crate::meter::{Meter, Meters};
@@ -25,21 +24,18 @@ pub struct EndpointRoute {
     pub responder: Option<String>,
 }
 
-/// A ready instance: its kept-alive connections, and its URI authority and `Host` value
-/// made once rather than per call.
+/// A ready instance: its kept-alive connections, and its `Host` value made once rather
+/// than per call.
 pub struct Instance {
-    pub authority: Authority,
     pub host: HeaderValue,
     pub pool: Arc<InstancePool>,
 }
 
 impl Instance {
     pub fn new(addr: SocketAddr, pool: Arc<InstancePool>) -> Instance {
-        let text = addr.to_string();
         Instance {
-            authority: Authority::try_from(text.as_str())
-                .expect("a socket address is an authority"),
-            host: HeaderValue::try_from(text).expect("a socket address is a header value"),
+            host: HeaderValue::try_from(addr.to_string())
+                .expect("a socket address is a header value"),
             pool,
         }
     }
