@@ -3,7 +3,10 @@
 # same model, the same batch-1 input and the same client loop (`kep-bench infer`, one call
 # at a time per connection), REST (binary tensor extension, HTTP/1.1, an `http` endpoint)
 # against gRPC (`ModelInfer` with raw contents, HTTP/2, a `grpc` endpoint named by its key),
-# and the same requests on one `ModelStreamInfer` stream per connection.
+# and the same requests on one `ModelStreamInfer` stream per connection. `gw µs/call` is
+# kep serve's CPU time (user + system, all threads: the gateway, as nothing else is at work)
+# per call, over the warm-up and the counted seconds alike: steadier than calls/s on a
+# shared machine.
 # Each endpoint has one `triton` deployment of one instance running ONNX Runtime
 # (KEP_ENGINE=onnxruntime, the onnxruntime wheel's library); one endpoint runs at a time.
 #
@@ -29,7 +32,7 @@ wait_for_quiet
 
 serving_start
 
-printf '   %-10s %-13s %5s %12s %9s %9s %13s\n' model proto conns "inf/s" "p50 ms" "p99 ms" "grpc ÷ http"
+printf '   %-10s %-13s %5s %12s %9s %9s %11s %13s\n' model proto conns "inf/s" "p50 ms" "p99 ms" "gw µs/call" "grpc ÷ http"
 for m in $MODELS; do
   file=${FILE[$m]}
   api -XPOST "$admin/admin/v1/serving/models" -F name="$m" -F framework=pytorch -F file=@"$file" >/dev/null
@@ -53,14 +56,17 @@ PY
     [ "$proto" = grpc ] && ways+=(--stream)
     for c in 1 4; do
       for way in "${ways[@]}"; do
+        t0=$(cpu_ticks "${pids[0]}")
         out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$m" \
           --input "$input" --datatype FP32 --shape "$shape" --data "$WORK/$m.raw" --output "$output" \
-          --connections "$c" --seconds "$SECONDS_EACH" $way)
+          --connections "$c" --seconds "$SECONDS_EACH" --warmup-seconds 2 $way)
+        gw_us=$(awk -v t="$(( $(cpu_ticks "${pids[0]}") - t0 ))" -v us="$TICK_US" -v ips="$(jq -r .inferences_per_s <<<"$out")" \
+          -v s="$((SECONDS_EACH + 2))" 'BEGIN { printf "%.1f", t * us / (ips * s) }')
         ips[$proto$way-$c]=$(jq -r .inferences_per_s <<<"$out")
         ratio=""
         [ "$proto" = grpc ] && ratio=$(awk -v g="${ips[grpc$way-$c]}" -v h="${ips[http-$c]}" 'BEGIN { printf "%.2f", g / h }')
-        printf '   %-10s %-13s %5s %12.1f %9.3f %9.3f %13s\n' "$m" "$proto${way:+ stream}" "$c" \
-          "$(jq -r .inferences_per_s <<<"$out")" "$(jq -r .p50_ms <<<"$out")" "$(jq -r .p99_ms <<<"$out")" "$ratio"
+        printf '   %-10s %-13s %5s %12.1f %9.3f %9.3f %11s %13s\n' "$m" "$proto${way:+ stream}" "$c" \
+          "$(jq -r .inferences_per_s <<<"$out")" "$(jq -r .p50_ms <<<"$out")" "$(jq -r .p99_ms <<<"$out")" "$gw_us" "$ratio"
       done
     done
     # One instance at a time on the cores.
