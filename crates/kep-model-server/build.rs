@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_transport(false)
+        // Tensors as `Bytes`: decoded as views of the received message, not copied out of it.
+        .bytes(".inference.ModelInferRequest.raw_input_contents")
+        .bytes(".inference.ModelInferResponse.raw_output_contents")
         .compile_fds(compiled(&["grpc_service.proto"])?)?;
     tonic_prost_build::configure()
         .build_client(false)

@@ -197,7 +197,7 @@ fn grpc_request(args: &InferArgs, raw: &[u8]) -> ModelInferRequest {
         ]);
         (parameters, vec![])
     } else {
-        (HashMap::new(), vec![raw.to_vec()])
+        (HashMap::new(), vec![bytes::Bytes::copy_from_slice(raw)])
     };
     ModelInferRequest {
         model_name: args.model.clone(),

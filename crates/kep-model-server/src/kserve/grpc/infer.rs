@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::Value;
 use tonic::Status;
 use tract_onnx::prelude::Tensor;
@@ -83,9 +84,9 @@ async fn answer(
         match shared {
             Some(slot) => {
                 slot.write(&spec.name, &bytes)?;
-                response.raw_output_contents.push(Vec::new());
+                response.raw_output_contents.push(Bytes::new());
             }
-            None => response.raw_output_contents.push(bytes),
+            None => response.raw_output_contents.push(bytes.into()),
         }
         response.outputs.push(InferOutputTensor {
             name: spec.name.clone(),
@@ -103,7 +104,7 @@ async fn answer(
 pub fn read_inputs(
     model: &str,
     inputs: &[InferInputTensor],
-    raw_input_contents: Vec<Vec<u8>>,
+    raw_input_contents: Vec<Bytes>,
     shm: &SharedMemory,
 ) -> Result<Vec<(String, Input)>, Failure> {
     let shared = inputs
@@ -188,7 +189,7 @@ fn shared_memory<'a>(
 }
 
 /// One input tensor, from its raw contents when sent, else from its typed contents.
-fn read(model: &str, input: &InferInputTensor, raw: Option<Vec<u8>>) -> Result<Tensor, Failure> {
+fn read(model: &str, input: &InferInputTensor, raw: Option<Bytes>) -> Result<Tensor, Failure> {
     let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
     let (datatype, shape) = crate::kserve::input_type(&input.name, &input.datatype, &input.shape)?;
     match (raw, &input.contents) {
@@ -396,7 +397,7 @@ mod tests {
             let dt = DataType::parse(datatype).unwrap();
             let raw = tensor::to_bytes(&typed, dt).unwrap();
             assert_eq!(
-                read("m", &input(datatype, None), Some(raw)).unwrap(),
+                read("m", &input(datatype, None), Some(raw.into())).unwrap(),
                 typed,
                 "{datatype}"
             );
@@ -449,7 +450,7 @@ mod tests {
             );
         }
         let both = input("FP32", Some(c()));
-        let e = read("m", &both, Some(vec![0; 8])).unwrap_err();
+        let e = read("m", &both, Some(Bytes::from(vec![0; 8]))).unwrap_err();
         assert!(
             e.message.contains("contents field must not be specified"),
             "{e:?}"
