@@ -290,8 +290,7 @@ fn serve(
         app = App {
             router: app.router.layer(TraceLayer::new_for_http()),
             front: None,
-            workers: app.workers,
-            unrouted: app.unrouted,
+            ..app
         };
     }
     let shutdown = shutdown.clone();

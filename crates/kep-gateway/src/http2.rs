@@ -27,7 +27,7 @@ use super::pool::SendError;
 /// The instance's flow-control windows and frames, as the model server sets its own: a
 /// batch of 32 images is 19 MB, which 64 KiB windows would send a window at a time.
 const WINDOW_BYTES: u32 = 16 * 1024 * 1024;
-const MAX_FRAME_BYTES: u32 = 1024 * 1024;
+pub const MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
 /// The connection to one instance, made on the first call and again after it ends.
 pub struct Http2Conn {

@@ -241,6 +241,9 @@ impl Gateway {
                 .then(|| Arc::new(h1::GatewayFront(Arc::clone(self))) as Arc<dyn Front>),
             workers: self.pools.workers,
             unrouted: kep_core::listener::operator_shape,
+            // A batch of images over gRPC is megabytes: in 16 KiB frames the gateway spent
+            // half again the CPU time on a 19 MB call.
+            http2_max_frame_bytes: Some(http2::MAX_FRAME_BYTES),
         }
     }
 

@@ -74,6 +74,7 @@ pub async fn serve(
         front,
         workers,
         unrouted,
+        http2_max_frame_bytes,
     } = app.into();
     let timeout = |s: u64| (s > 0).then(|| Duration::from_secs(s));
     // hyper's floor: its buffer must hold the smallest head it reads.
@@ -90,7 +91,10 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(conn.head)
         .max_buf_size(max_head as usize);
-    builder.http2().max_header_list_size(max_head);
+    builder
+        .http2()
+        .max_header_list_size(max_head)
+        .max_frame_size(http2_max_frame_bytes);
     let acceptor = Acceptor {
         builder: Arc::new(builder),
         slots: (limits.max_connections > 0)
@@ -163,6 +167,10 @@ pub struct App {
     pub workers: usize,
     /// How its API words a refusal made before routing (a head too large or malformed).
     pub unrouted: Unrouted,
+    /// The largest HTTP/2 frame a client may send; `None`, hyper's 16 KiB. Larger frames
+    /// cost each connection a buffer that size while one is read, and spare a listener
+    /// that takes large bodies over HTTP/2 (the gateway's tensors) a frame every 16 KiB.
+    pub http2_max_frame_bytes: Option<u32>,
 }
 
 impl App {
@@ -183,6 +191,7 @@ impl From<Router> for App {
             front: None,
             workers: 0,
             unrouted: operator_shape,
+            http2_max_frame_bytes: None,
         }
     }
 }
