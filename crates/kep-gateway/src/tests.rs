@@ -70,19 +70,30 @@ async fn grpc_gateway(
     settings: GatewaySettings,
     dir: &std::path::Path,
 ) -> Arc<Gateway> {
+    one_endpoint(&settings, dir, ("g", true), ready).await
+}
+
+/// A gateway with endpoint `name` (key `k`, gRPC when `http2`) of one deployment on the
+/// instances at `ready`, once its routes are in effect; spooling into `dir`.
+pub(crate) async fn one_endpoint(
+    settings: &GatewaySettings,
+    dir: &std::path::Path,
+    (name, http2): (&str, bool),
+    ready: Vec<SocketAddr>,
+) -> Arc<Gateway> {
     let ctx = kep_core::service::Context::standalone(dir);
-    let (gateway, routes) = Gateway::start(&settings, dir.into(), &ctx);
+    let (gateway, routes) = Gateway::start(settings, dir.into(), &ctx);
     routes
         .send(RouteUpdate::Endpoint(EndpointRoute {
-            name: "g".into(),
+            name: name.into(),
             key_hash: kep_core::secret::sha256("k"),
-            http2: true,
+            http2,
             deployments: vec![("d".into(), 100)],
             responder: None,
         }))
         .unwrap();
     let key = DeploymentKey {
-        endpoint: "g".into(),
+        endpoint: name.into(),
         deployment: "d".into(),
     };
     routes.send(RouteUpdate::Backends { key, ready }).unwrap();

@@ -6,8 +6,6 @@ use std::net::SocketAddr;
 
 use tokio::io::AsyncBufReadExt as _;
 
-use super::super::{EndpointRoute, RouteUpdate};
-use crate::DeploymentKey;
 use crate::GatewaySettings;
 
 /// An instance that answers by its path, over kept-alive connections: `/chunked`,
@@ -81,31 +79,8 @@ pub(super) async fn gateway(instance: SocketAddr, fast_path: bool) -> SocketAddr
         fast_path,
         ..GatewaySettings::default()
     };
-    let spool = dir.keep();
-    let ctx = kep_core::service::Context::standalone(&spool);
-    let (gateway, routes) = Gateway::start(&settings, spool, &ctx);
-    routes
-        .send(RouteUpdate::Endpoint(EndpointRoute {
-            name: "e".into(),
-            key_hash: kep_core::secret::sha256("k"),
-            http2: false,
-            deployments: vec![("d".into(), 100)],
-            responder: None,
-        }))
-        .unwrap();
-    let key = DeploymentKey {
-        endpoint: "e".into(),
-        deployment: "d".into(),
-    };
-    routes
-        .send(RouteUpdate::Backends {
-            key,
-            ready: vec![instance],
-        })
-        .unwrap();
-    let (done, applied) = tokio::sync::oneshot::channel();
-    routes.send(RouteUpdate::Applied(done)).unwrap();
-    applied.await.unwrap();
+    let gateway =
+        crate::tests::one_endpoint(&settings, &dir.keep(), ("e", false), vec![instance]).await;
     let bound = kep_core::listener::bind("gateway", "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
