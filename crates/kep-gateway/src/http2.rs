@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, Uri};
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use http_body_util::BodyExt as _;
 use hyper::{Request, Response};
 use tokio::net::TcpStream;
@@ -95,16 +95,11 @@ impl Http2Conn {
         &self,
         connect: impl AsyncFnOnce() -> Result<TcpStream, SendError>,
     ) -> Result<SendRequest<Bytes>, SendError> {
-        let current = self.current();
-        if let Some(tx) = current
-            && let Ok(tx) = tx.ready().await
-        {
+        if let Some(tx) = self.live().await {
             return Ok(tx);
         }
         let _connecting = self.connecting.lock().await;
-        if let Some(tx) = self.current()
-            && let Ok(tx) = tx.ready().await
-        {
+        if let Some(tx) = self.live().await {
             return Ok(tx);
         }
         let stream = connect().await?;
@@ -130,8 +125,11 @@ impl Http2Conn {
         })
     }
 
-    fn current(&self) -> Option<SendRequest<Bytes>> {
-        self.current.lock().expect("never poisoned").clone()
+    /// The current connection, once it can take a stream; `None` when there is none or it
+    /// has ended.
+    async fn live(&self) -> Option<SendRequest<Bytes>> {
+        let current = self.current.lock().expect("never poisoned").clone()?;
+        current.ready().await.ok()
     }
 }
 
@@ -226,9 +224,5 @@ impl Body for Http2Body {
 
     fn is_end_stream(&self) -> bool {
         self.done || self.recv.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
