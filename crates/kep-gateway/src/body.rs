@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use http_body_util::{BodyExt, Empty, StreamBody};
 use tokio::io::AsyncWriteExt as _;
 
 use crate::GatewayError;
@@ -15,7 +15,12 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
 pub enum Held {
     Empty,
-    Memory(Bytes),
+    /// The chunks as they came, sent as they are: joined, they were copied once more (9 %
+    /// of the gateway's time for a 602 KB image).
+    Memory {
+        chunks: Vec<Bytes>,
+        len: u64,
+    },
     Disk {
         file: tempfile::NamedTempFile,
         len: u64,
@@ -42,9 +47,6 @@ impl Held {
             return Ok(Held::Empty);
         }
         let mut stream = body.into_data_stream();
-        // Chunks are kept as they come and joined once at the end, where their length is
-        // known: a body of unknown length (gRPC's) grown by doubling was copied about twice
-        // more (28 % of the gateway's time for a 19 MB call).
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut disk: Option<(tempfile::NamedTempFile, tokio::fs::File)> = None;
         let mut len: u64 = 0;
@@ -78,22 +80,14 @@ impl Held {
                 Held::Disk { file, len }
             }
             None if len == 0 => Held::Empty,
-            None if chunks.len() == 1 => Held::Memory(chunks.pop().expect("one chunk")),
-            None => {
-                let mut joined = BytesMut::with_capacity(len as usize);
-                for chunk in chunks {
-                    joined.extend_from_slice(&chunk);
-                }
-                Held::Memory(joined.freeze())
-            }
+            None => Held::Memory { chunks, len },
         })
     }
 
     pub fn len(&self) -> u64 {
         match self {
             Held::Empty => 0,
-            Held::Memory(b) => b.len() as u64,
-            Held::Disk { len, .. } => *len,
+            Held::Memory { len, .. } | Held::Disk { len, .. } => *len,
         }
     }
 
@@ -101,9 +95,11 @@ impl Held {
     pub fn body(&self) -> std::io::Result<ProxyBody> {
         Ok(match self {
             Held::Empty => Empty::new().map_err(|never| match never {}).boxed_unsync(),
-            Held::Memory(b) => Full::new(b.clone())
-                .map_err(|never| match never {})
-                .boxed_unsync(),
+            Held::Memory { chunks, len } => HeldChunks {
+                chunks: chunks.clone().into_iter(),
+                left: *len,
+            }
+            .boxed_unsync(),
             Held::Disk { file, .. } => {
                 let reader = tokio::fs::File::from_std(file.reopen()?);
                 let stream = tokio_util::io::ReaderStream::with_capacity(reader, 256 * 1024);
@@ -113,6 +109,37 @@ impl Held {
                 ))
             }
         })
+    }
+}
+
+/// Held chunks sent in turn, their length known: a single one, a small call's, goes out
+/// with its head in one write (the gateway's HTTP/2 connections, hyper's HTTP/1.1).
+struct HeldChunks {
+    chunks: std::vec::IntoIter<Bytes>,
+    left: u64,
+}
+
+impl http_body::Body for HeldChunks {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        let chunk = self.chunks.next();
+        if let Some(chunk) = &chunk {
+            self.left -= chunk.len() as u64;
+        }
+        std::task::Poll::Ready(chunk.map(|c| Ok(http_body::Frame::data(c))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
     }
 }
 
@@ -136,10 +163,12 @@ mod tests {
     #[tokio::test]
     async fn memory_up_to_the_buffer_disk_past_it_refused_past_the_limit() {
         let dir = tempfile::tempdir().unwrap();
-        // Two chunks, joined.
-        assert!(
-            matches!(hold(40, None, dir.path()).await, Ok(Held::Memory(b)) if b == vec![7u8; 40])
-        );
+        // Two chunks, sent in turn.
+        let held = hold(40, None, dir.path()).await.unwrap();
+        assert!(matches!(held, Held::Memory { len: 40, .. }));
+        let body = held.body().unwrap();
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(40));
+        assert_eq!(body.collect().await.unwrap().to_bytes(), vec![7u8; 40]);
         match hold(41, None, dir.path()).await {
             Ok(held @ Held::Disk { .. }) => {
                 assert_eq!(held.len(), 41);
