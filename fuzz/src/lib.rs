@@ -214,6 +214,22 @@ pub mod messaging {
     }
 }
 
+/// A decoded input's shape, once its elements are seen to fill it. With no shared memory
+/// registered it is decoded or lies in the request's body: never in a region.
+pub fn filled_shape(name: &str, input: kep_model_server::model::Input) -> Vec<usize> {
+    use kep_model_server::model::{Input, Place, TensorInPlace};
+    if let Input::InPlace(TensorInPlace {
+        place: Place::Slot(_),
+        ..
+    }) = input
+    {
+        panic!("{name}: in a shared memory region, though none is registered");
+    }
+    let tensor = input.into_tensor().expect("an input in the body decodes");
+    assert_eq!(tensor.len(), tensor.shape().iter().product::<usize>(), "{name}");
+    tensor.shape().to_vec()
+}
+
 /// The models the model-server decoders are given: what a request is read against.
 pub mod models {
     use kep_model_server::{DataType, TensorSpec};

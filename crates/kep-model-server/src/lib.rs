@@ -141,6 +141,13 @@ impl Failure {
         }
     }
 
+    pub fn payload_too_large(message: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: message.into(),
+        }
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Failure {
         Failure {
             status: StatusCode::SERVICE_UNAVAILABLE,

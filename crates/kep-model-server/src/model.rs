@@ -387,41 +387,58 @@ fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
     Ok((inputs, outputs))
 }
 
-/// An input as a request gives it: decoded into a tensor, or lying in a client's shared
-/// memory region, where an engine that can borrow it (ONNX Runtime) reads it in place.
+/// An input as a request gives it: decoded into a tensor, or its bytes where they lie (a
+/// client's shared memory region, the request's own body), which an engine that can borrow
+/// them (ONNX Runtime) reads in place.
 pub enum Input {
     Tensor(Tensor),
-    Shared(SharedTensor),
+    InPlace(TensorInPlace),
 }
 
-/// A tensor of a fixed-size numeric type in a shared memory slot of exactly its bytes,
-/// aligned for its elements: see [`crate::tensor::from_slot`].
-pub struct SharedTensor {
+/// A tensor of a fixed-size numeric type whose bytes are exactly its elements, aligned for
+/// them: see [`crate::tensor::in_place`].
+pub struct TensorInPlace {
     pub datatype: DataType,
     pub shape: Vec<usize>,
-    pub slot: crate::shm::Slot,
+    pub place: Place,
+}
+
+/// Where a [`TensorInPlace`]'s bytes lie.
+pub enum Place {
+    Slot(crate::shm::Slot),
+    /// A piece of the request's body (binary data, gRPC's raw contents).
+    Body(bytes::Bytes),
+}
+
+impl Place {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Place::Slot(slot) => slot.bytes(),
+            Place::Body(bytes) => bytes,
+        }
+    }
 }
 
 impl Input {
     pub fn datatype(&self) -> Option<DataType> {
         match self {
             Input::Tensor(t) => DataType::of(t.datum_type()),
-            Input::Shared(s) => Some(s.datatype),
+            Input::InPlace(t) => Some(t.datatype),
         }
     }
 
     pub fn shape(&self) -> &[usize] {
         match self {
             Input::Tensor(t) => t.shape(),
-            Input::Shared(s) => &s.shape,
+            Input::InPlace(t) => &t.shape,
         }
     }
 
-    /// The input as a tensor of its own: a shared one is copied out of its region.
+    /// The input as a tensor of its own: one in place is copied.
     pub fn into_tensor(self) -> Result<Tensor, String> {
         match self {
             Input::Tensor(t) => Ok(t),
-            Input::Shared(s) => crate::tensor::from_bytes(s.datatype, &s.shape, s.slot.bytes()),
+            Input::InPlace(t) => crate::tensor::from_bytes(t.datatype, &t.shape, t.place.bytes()),
         }
     }
 }

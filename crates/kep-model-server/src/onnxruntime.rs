@@ -18,7 +18,7 @@ use tract_onnx::prelude::tract_ndarray::{ArrayD, IxDyn};
 use tract_onnx::prelude::{Datum, DatumType, Tensor};
 use tract_onnx::tract_core::tract_data::half::f16;
 
-use crate::model::{DataType, Input, ModelError, SharedTensor, Signature, TensorSpec};
+use crate::model::{DataType, Input, ModelError, Signature, TensorInPlace, TensorSpec};
 
 /// The library a process loads, fixed by its first use (ONNX Runtime allows one per
 /// process).
@@ -279,23 +279,22 @@ impl Drop for Taken<'_> {
     }
 }
 
-/// The input's memory as ONNX Runtime's input, not a copy of it, whether the request carried
-/// it or it lies in shared memory: a batch of images is megabytes, copied once more to the
-/// GPU anyway.
+/// The input's memory as ONNX Runtime's input, not a copy of it, whether decoded or where
+/// the request left it: a batch of images is megabytes, copied once more to the GPU anyway.
 fn to_ort(input: &Input) -> Result<SessionInputValue<'_>, String> {
     match input {
         Input::Tensor(t) => tensor_to_ort(t),
-        Input::Shared(s) => shared_to_ort(s),
+        Input::InPlace(t) => in_place_to_ort(t),
     }
 }
 
-/// A shared tensor in place: `tensor::from_slot` left only fixed-size numbers there, with
-/// their bytes aligned for their elements.
-fn shared_to_ort(s: &SharedTensor) -> Result<SessionInputValue<'_>, String> {
+/// A tensor in place: `tensor::in_place` left only fixed-size numbers there, with their
+/// bytes aligned for their elements.
+fn in_place_to_ort(s: &TensorInPlace) -> Result<SessionInputValue<'_>, String> {
     fn cast<T: bytemuck::Pod + PrimitiveTensorElementType + std::fmt::Debug>(
-        s: &SharedTensor,
+        s: &TensorInPlace,
     ) -> Result<SessionInputValue<'_>, String> {
-        let data: &[T] = bytemuck::try_cast_slice(s.slot.bytes()).map_err(|e| e.to_string())?;
+        let data: &[T] = bytemuck::try_cast_slice(s.place.bytes()).map_err(|e| e.to_string())?;
         let shape: Vec<i64> = s.shape.iter().map(|&d| d as i64).collect();
         TensorRef::from_array_view((shape, data))
             .map(Into::into)

@@ -8,8 +8,7 @@ use tract_onnx::prelude::tract_ndarray::{ArrayD, IxDyn};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::tract_data::half;
 
-use crate::model::{DataType, Input, SharedTensor};
-use crate::shm::Slot;
+use crate::model::{DataType, Input, Place, TensorInPlace};
 
 /// Nested JSON arrays as a shape and their leaves in row-major order; a scalar has shape
 /// `[]`. Ragged nesting is an error.
@@ -277,26 +276,26 @@ fn fits(
     ))
 }
 
-/// An input in a client's shared memory slot: left where it lies when an engine can read
-/// it in place (fixed-size numbers, aligned for their elements, not empty), else decoded
-/// as binary data is (BOOL and BYTES are checked element by element).
-pub fn from_slot(datatype: DataType, shape: &[usize], slot: Slot) -> Result<Input, String> {
+/// An input whose bytes lie in `place`: left there when an engine can read it in place
+/// (fixed-size numbers, aligned for their elements, not empty), else decoded as binary data
+/// is (BOOL and BYTES are checked element by element).
+pub fn in_place(datatype: DataType, shape: &[usize], place: Place) -> Result<Input, String> {
     let count = elements(shape)?;
     let in_place = match (datatype, datatype.size()) {
         (DataType::Bool | DataType::Fp16 | DataType::Bytes, _) | (_, None) => None,
         (_, Some(size)) => Some(size),
     }
-    .filter(|&size| count > 0 && (slot.bytes().as_ptr() as usize).is_multiple_of(size));
+    .filter(|&size| count > 0 && (place.bytes().as_ptr() as usize).is_multiple_of(size));
     match in_place {
         Some(size) => {
-            fits(datatype, shape, count, size, slot.len())?;
-            Ok(Input::Shared(SharedTensor {
+            fits(datatype, shape, count, size, place.bytes().len())?;
+            Ok(Input::InPlace(TensorInPlace {
                 datatype,
                 shape: shape.to_vec(),
-                slot,
+                place,
             }))
         }
-        None => from_bytes(datatype, shape, slot.bytes()).map(Input::Tensor),
+        None => from_bytes(datatype, shape, place.bytes()).map(Input::Tensor),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The KServe v2 / Open Inference Protocol over HTTP, with Triton's binary tensor data
 //! extension (`Inference-Header-Content-Length`), which `tritonclient` uses by default.
 
+mod body;
 pub mod classification;
 pub mod config;
 mod extensions;
@@ -18,11 +19,12 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::model::{DataType, Input, InputError, ModelError, TensorSpec};
+use crate::model::{DataType, Input, InputError, ModelError, Place, TensorSpec};
 use crate::shm::{SharedMemory, Slot};
 use crate::stats::Clock;
 use crate::tensor::{self, Data};
 use crate::{Failure, Served, VERSION};
+use body::InferBody;
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
 
@@ -261,7 +263,7 @@ async fn infer(
     State(s): State<Arc<Served>>,
     Path(m): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    InferBody(body): InferBody,
 ) -> Result<Response, Failure> {
     find(&s, &m, None)?;
     counted(&s, &headers, &body).await
@@ -271,14 +273,14 @@ async fn infer_version(
     State(s): State<Arc<Served>>,
     Path((m, v)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    InferBody(body): InferBody,
 ) -> Result<Response, Failure> {
     find(&s, &m, Some(&v))?;
     counted(&s, &headers, &body).await
 }
 
 /// An inference of the served model, counted in its statistics whatever its outcome.
-async fn counted(s: &Arc<Served>, headers: &HeaderMap, body: &[u8]) -> Result<Response, Failure> {
+async fn counted(s: &Arc<Served>, headers: &HeaderMap, body: &Bytes) -> Result<Response, Failure> {
     let mut clock = Clock::start();
     let answer = answer(s, &mut clock, headers, body).await;
     s.stats.record(&clock, answer.is_ok());
@@ -330,7 +332,7 @@ pub fn decode(
     outputs: &[TensorSpec],
     shm: &SharedMemory,
     header_length: Option<&HeaderValue>,
-    body: &[u8],
+    body: &Bytes,
 ) -> Result<Decoded, Failure> {
     // With the binary extension the JSON header comes first, the tensors' bytes after it.
     let (head, mut binary) = match header_length {
@@ -346,9 +348,9 @@ pub fn decode(
                         body.len()
                     ))
                 })?;
-            body.split_at(n)
+            (&body[..n], body.slice(n..))
         }
-        None => (body, &[][..]),
+        None => (&body[..], Bytes::new()),
     };
     let req: InferRequest = serde_json::from_slice(head).map_err(|e| {
         Failure::bad_request(format!("the request is not an inference request: {e}"))
@@ -370,18 +372,19 @@ pub fn decode(
                     .and_then(|n| usize::try_from(n).ok())
                     .filter(|n| *n <= binary.len())
                     .ok_or_else(|| at("binary_data_size runs past the body".into()))?;
-                let (mine, rest) = binary.split_at(size);
-                binary = rest;
-                tensor::from_bytes(datatype, &shape, mine).map(Input::Tensor)
+                let mine = binary.split_to(size);
+                tensor::in_place(datatype, &shape, Place::Body(mine))
             }
             (None, Some(data), None) => {
                 // `data` may be flat or nested: its leaves fill the declared shape in order.
                 let (_, leaves) = tensor::flatten(data).map_err(at)?;
                 tensor::from_json(datatype, &shape, &leaves, false).map(Input::Tensor)
             }
-            (None, None, Some((region, offset, size))) => {
-                tensor::from_slot(datatype, &shape, shm.slot(region, offset, size)?)
-            }
+            (None, None, Some((region, offset, size))) => tensor::in_place(
+                datatype,
+                &shape,
+                Place::Slot(shm.slot(region, offset, size)?),
+            ),
             (binary, data, shared) => {
                 return Err(one_content(
                     binary.is_some(),
@@ -506,7 +509,7 @@ async fn answer(
     s: &Arc<Served>,
     clock: &mut Clock,
     headers: &HeaderMap,
-    body: &[u8],
+    body: &Bytes,
 ) -> Result<Response, Failure> {
     let Decoded { id, inputs, wanted } = decode(
         &s.name,
@@ -585,7 +588,13 @@ mod tests {
     use super::*;
 
     fn status(body: &[u8]) -> StatusCode {
-        match decode("m", &[], &SharedMemory::new(false), None, body) {
+        match decode(
+            "m",
+            &[],
+            &SharedMemory::new(false),
+            None,
+            &Bytes::copy_from_slice(body),
+        ) {
             Ok(_) => StatusCode::OK,
             Err(e) => e.into_response().status(),
         }

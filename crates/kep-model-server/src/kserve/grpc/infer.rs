@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 use tonic::Status;
-use tract_onnx::prelude::Tensor;
 
 use super::inference::InferParameter;
 use super::inference::infer_parameter::ParameterChoice;
@@ -17,7 +16,7 @@ use super::inference::model_infer_response::InferOutputTensor;
 use super::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse};
 use super::version;
 use crate::kserve::{Wanted, classification, find, model_failure};
-use crate::model::{DataType, Input};
+use crate::model::{DataType, Input, Place};
 use crate::shm::SharedMemory;
 use crate::stats::Clock;
 use crate::tensor;
@@ -126,7 +125,7 @@ pub fn read_inputs(
         .zip(shared)
         .map(|(input, shared)| {
             let tensor = match shared {
-                None => Input::Tensor(read(model, input, raw.next())?),
+                None => read(model, input, raw.next())?,
                 Some(_) if input.contents.is_some() => {
                     return Err(Failure::bad_request(format!(
                         "unexpected 'content' provided when using shared memory for input \
@@ -137,8 +136,12 @@ pub fn read_inputs(
                 Some((region, offset, size)) => {
                     let (datatype, shape) =
                         crate::kserve::input_type(&input.name, &input.datatype, &input.shape)?;
-                    tensor::from_slot(datatype, &shape, shm.slot(region, offset, size)?)
-                        .map_err(|e| Failure::bad_request(format!("input {}: {e}", input.name)))?
+                    tensor::in_place(
+                        datatype,
+                        &shape,
+                        Place::Slot(shm.slot(region, offset, size)?),
+                    )
+                    .map_err(|e| Failure::bad_request(format!("input {}: {e}", input.name)))?
                 }
             };
             Ok((input.name.clone(), tensor))
@@ -188,8 +191,9 @@ fn shared_memory<'a>(
     }
 }
 
-/// One input tensor, from its raw contents when sent, else from its typed contents.
-fn read(model: &str, input: &InferInputTensor, raw: Option<Bytes>) -> Result<Tensor, Failure> {
+/// One input tensor, from its raw contents when sent (where they lie, when they can be read
+/// there), else from its typed contents.
+fn read(model: &str, input: &InferInputTensor, raw: Option<Bytes>) -> Result<Input, Failure> {
     let at = |msg: String| Failure::bad_request(format!("input {}: {msg}", input.name));
     let (datatype, shape) = crate::kserve::input_type(&input.name, &input.datatype, &input.shape)?;
     match (raw, &input.contents) {
@@ -198,11 +202,12 @@ fn read(model: &str, input: &InferInputTensor, raw: Option<Bytes>) -> Result<Ten
              for '{}' for model '{model}'",
             input.name
         ))),
-        (Some(bytes), None) => tensor::from_bytes(datatype, &shape, &bytes).map_err(at),
+        (Some(bytes), None) => tensor::in_place(datatype, &shape, Place::Body(bytes)).map_err(at),
         (None, contents) => {
             let none = InferTensorContents::default();
             let leaves = typed(datatype, contents.as_ref().unwrap_or(&none)).map_err(at)?;
             tensor::from_json(datatype, &shape, &leaves.iter().collect::<Vec<_>>(), false)
+                .map(Input::Tensor)
                 .map_err(at)
         }
     }
@@ -393,11 +398,17 @@ mod tests {
             ),
         ];
         for (datatype, contents) in cases {
-            let typed = read("m", &input(datatype, Some(contents)), None).unwrap();
+            let typed = read("m", &input(datatype, Some(contents)), None)
+                .unwrap()
+                .into_tensor()
+                .unwrap();
             let dt = DataType::parse(datatype).unwrap();
             let raw = tensor::to_bytes(&typed, dt).unwrap();
             assert_eq!(
-                read("m", &input(datatype, None), Some(raw.into())).unwrap(),
+                read("m", &input(datatype, None), Some(raw.into()))
+                    .unwrap()
+                    .into_tensor()
+                    .unwrap(),
                 typed,
                 "{datatype}"
             );
@@ -450,7 +461,9 @@ mod tests {
             );
         }
         let both = input("FP32", Some(c()));
-        let e = read("m", &both, Some(Bytes::from(vec![0; 8]))).unwrap_err();
+        let e = read("m", &both, Some(Bytes::from(vec![0; 8])))
+            .err()
+            .expect("refused");
         assert!(
             e.message.contains("contents field must not be specified"),
             "{e:?}"
