@@ -21,11 +21,18 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
     a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
-/// An opaque random string of `bytes` random bytes, URL-safe base64 without padding.
+/// An opaque random string of `bytes` random bytes, URL-safe base64 without padding, that
+/// never starts with `-`: one in 64 did, and a command line took it for an option where it
+/// was an option's value (`kep live provision --admin-secret -xY…` failed).
 pub fn random_token(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
-    rand::rng().fill_bytes(&mut buf);
-    URL_SAFE_NO_PAD.encode(buf)
+    loop {
+        rand::rng().fill_bytes(&mut buf);
+        // The first character is the first byte's top six bits, and `-` is the 62nd.
+        if buf.first().is_none_or(|b| b >> 2 != 62) {
+            return URL_SAFE_NO_PAD.encode(buf);
+        }
+    }
 }
 
 /// A 256-bit secret or token; 128 bits is the contract's floor.
@@ -73,6 +80,13 @@ mod tests {
         assert!(constant_time_eq("abc", "abc"));
         assert!(!constant_time_eq("abc", "abd"));
         assert!(!constant_time_eq("abc", "abcd"));
+    }
+
+    #[test]
+    fn tokens_never_start_with_a_dash() {
+        // Without the redraw, 1 − (63/64)^4000 of such runs would see one.
+        assert!((0..4000).all(|_| !random_token(4).starts_with('-')));
+        assert_eq!(random_token(0), "");
     }
 
     #[test]
