@@ -11,7 +11,8 @@
 #   bench/gpu_resnet.sh        # needs nvidia-smi, python3 with onnx and numpy, jq, curl;
 #                              # onnxruntime-gpu (or PyPI); cargo unless KEP_BIN_DIR
 #   SECONDS_EACH=10 BATCHES="1 32" CONNS="1 4" KEP_BIN_DIR=/tmp/bins bench/gpu_resnet.sh
-#   DEVICE=cpu bench/gpu_resnet.sh   # the same steps on the CPU provider (a dry run)
+#   DEVICE=cpu bench/gpu_resnet.sh   # the same steps on the CPU provider (a dry run), on a
+#                                    # cpu-large instance (INSTANCE= another CPU type)
 #   MODEL=mean bench/gpu_resnet.sh    # a ReduceMean of the same input: the transport alone
 #   MODEL_INSTANCES=4 bench/gpu_resnet.sh  # four sessions per instance (KEP_MODEL_INSTANCES)
 #
@@ -19,7 +20,12 @@
 # shared memory (`kep-bench infer --shared-memory`, Triton's extension, written once and
 # named by each call, as `perf_analyzer --shared-memory system` does; `SHM=0` leaves these
 # rows out). `STREAM=1` adds gRPC rows of the calls on one ModelStreamInfer stream per
-# connection (`kep-bench infer --stream`).
+# connection (`kep-bench infer --stream`). `gw`/`inst ms` are the CPU time (user + system,
+# all threads) per call of kep serve (the gateway, as nothing else is at work) and of the
+# instance, over the warm-up and the counted seconds alike: on a shared machine, steadier
+# than calls/s. ONNX Runtime's intra-op threads spin a while after each call (its default),
+# which `inst ms` counts too; `DEVICE=cpu INSTANCE=cpu-small` runs one thread, which does
+# not spin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${SECONDS_EACH:-10}
@@ -41,7 +47,7 @@ else
   PY=python3
   ORT_LIB=${ORT_LIB:-$("$PY" -c 'import onnxruntime, os, glob; print(glob.glob(os.path.dirname(onnxruntime.__file__) + "/capi/libonnxruntime.so*")[0])')}
   NV_LIBS=
-  INSTANCE=cpu-large
+  INSTANCE=${INSTANCE:-cpu-large}
 fi
 export LD_LIBRARY_PATH=${NV_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # IR version 8, as bench/resnet50_onnx.py writes: onnx's newest is more than older ONNX
@@ -53,12 +59,15 @@ else
 fi
 
 echo "== ONNX Runtime in-process ($DEVICE)"
-printf '   %-22s %5s %5s %10s %10s %9s %9s\n' side batch conns "calls/s" "images/s" "p50 ms" "p99 ms"
-row() { # side batch callers kep-bench-style-JSON
+printf '   %-22s %5s %5s %10s %10s %9s %9s %8s %8s\n' side batch conns "calls/s" "images/s" "p50 ms" "p99 ms" "gw ms" "inst ms"
+row() { # side batch callers kep-bench-style-JSON [gateway-ticks instance-ticks]
   local ips
   ips=$(jq -r .inferences_per_s <<<"$4")
-  printf '   %-22s %5s %5s %10.1f %10.1f %9.3f %9.3f\n' "$1" "$2" "$3" "$ips" \
+  printf '   %-22s %5s %5s %10.1f %10.1f %9.3f %9.3f' "$1" "$2" "$3" "$ips" \
     "$(awk -v a="$ips" -v b="$2" 'BEGIN { print a * b }')" "$(jq -r .p50_ms <<<"$4")" "$(jq -r .p99_ms <<<"$4")"
+  [ -z "${5:-}" ] || awk -v g="$5" -v i="$6" -v us="$TICK_US" -v ips="$ips" -v s="$SECONDS_EACH" -v w="$WARMUP_S" \
+    'BEGIN { n = ips * (s + w); printf " %8.3f %8.3f", g * us / n / 1000, i * us / n / 1000 }'
+  echo
 }
 declare -A IPS
 for b in $BATCHES; do
@@ -114,6 +123,7 @@ for proto in http grpc; do
     -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$MODEL\",\"env\":$env}" >/dev/null
   dep=$(deployment_when "$admin" "r-$proto" d1 '.state == "Available"')
   log=$WORK/data/kep/serving/logs/r-$proto/d1/$(jq -r '.instances[0].id' <<<"$dep").log
+  instance_pid=$(jq -r '.instances[0].pid' <<<"$dep")
   if [ "$DEVICE" = gpu ] && ! grep -q "runs on ONNX Runtime's CUDA execution provider" "$log"; then
     echo "gpu_resnet: the instance is not on the CUDA provider:" >&2
     tail -5 "$log" >&2
@@ -141,10 +151,13 @@ PYTHON
       [ "$proto" = grpc ] && [ "${STREAM:-0}" = 1 ] && ways+=(--stream)
       for shm in "${SHMS[@]}"; do
         for way in "${ways[@]}"; do
+          g0=$(cpu_ticks "${pids[0]}")
+          i0=$(cpu_ticks "$instance_pid")
           out=$("$BENCH" infer --protocol "$proto" --url "$target" --key "$KEY" --model "$MODEL" \
             --input input --datatype FP32 --shape "$b,3,224,224" --data "$WORK/in-$b.raw" \
             --output logits --connections "$c" --seconds "$SECONDS_EACH" --warmup-seconds "$WARMUP_S" $shm $way)
-          row "kep $proto${way:+ stream}${shm:+ shm}" "$b" "$c" "$out"
+          row "kep $proto${way:+ stream}${shm:+ shm}" "$b" "$c" "$out" \
+            "$(($(cpu_ticks "${pids[0]}") - g0))" "$(($(cpu_ticks "$instance_pid") - i0))"
           printf '   %-22s %5s %5s %10s\n' "  ÷ in-process" "$b" "$c" \
             "$(awk -v k="$(jq -r .inferences_per_s <<<"$out")" -v p="${IPS[inproc-$b-$c]}" 'BEGIN { printf "%.2f", k / p }')"
         done
