@@ -1,5 +1,5 @@
-//! One HTTP/2 connection per gRPC instance, on the `h2` crate itself, that every call to the
-//! instance shares. hyper's client costs a call a channel to its dispatch task, a task of
+//! An HTTP/2 connection to a gRPC instance, on the `h2` crate itself, that every call to the
+//! instance from one gateway worker shares (each worker has its own). hyper's client costs a call a channel to its dispatch task, a task of
 //! its own for the answer, and, for a request body, a second write: the body waits for
 //! the stream's flow-control capacity, which comes only once the connection task has opened
 //! the stream and written its HEADERS. Here the caller queues the HEADERS and the body's
@@ -29,7 +29,7 @@ use super::pool::SendError;
 const WINDOW_BYTES: u32 = 16 * 1024 * 1024;
 pub const MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
-/// The connection to one instance, made on the first call and again after it ends.
+/// A connection to one instance, made on the first call and again after it ends.
 pub struct Http2Conn {
     authority: Authority,
     current: Mutex<Option<SendRequest<Bytes>>>,

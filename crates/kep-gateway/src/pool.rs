@@ -2,7 +2,7 @@
 //! uses them, as an nginx worker drives its own upstream connections: a call costs no hop to
 //! a connection task of its own, nor to another worker thread. hyper's connections serve the
 //! router's calls; bare sockets serve the fast path's ([`super::h1`]). A gRPC instance's
-//! calls share its one HTTP/2 connection instead ([`super::http2`]).
+//! calls on one worker share that worker's HTTP/2 connection instead ([`super::http2`]).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
@@ -45,7 +45,9 @@ pub struct InstancePool {
     /// Per worker thread of the listener ([`kep_core::listener::worker`]): a socket is
     /// registered with the runtime it was opened on, and is used there.
     raw: Box<[Idle<TcpStream>]>,
-    http2: Http2Conn,
+    /// Per worker thread too: the connection's task runs on the worker that made it, and a
+    /// call from another worker would wake that thread and be woken back, twice a call.
+    http2: Box<[Http2Conn]>,
     settings: PoolSettings,
 }
 
@@ -116,7 +118,9 @@ impl InstancePool {
             raw: (0..=settings.workers)
                 .map(|_| Idle(Mutex::default()))
                 .collect(),
-            http2: Http2Conn::new(addr),
+            http2: (0..=settings.workers)
+                .map(|_| Http2Conn::new(addr))
+                .collect(),
             settings,
         })
     }
@@ -139,6 +143,10 @@ impl InstancePool {
         &self.raw[kep_core::listener::worker() % self.raw.len()]
     }
 
+    fn http2_here(&self) -> &Http2Conn {
+        &self.http2[kep_core::listener::worker() % self.http2.len()]
+    }
+
     /// A new connection to the instance.
     pub async fn connect_raw(&self) -> Result<TcpStream, SendError> {
         let stream =
@@ -150,12 +158,12 @@ impl InstancePool {
         Ok(stream)
     }
 
-    /// Sends `req` on the instance's HTTP/2 connection (a gRPC instance's).
+    /// Sends `req` on this worker's HTTP/2 connection to the instance (a gRPC instance's).
     pub async fn send_http2(
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Http2Body>, SendError> {
-        self.http2.send(req, || self.connect_raw()).await
+        self.http2_here().send(req, || self.connect_raw()).await
     }
 
     async fn connect(&self) -> Result<Conn, SendError> {
