@@ -1,8 +1,8 @@
 //! An HTTP/2 connection to a gRPC instance, on the `h2` crate itself, that every call to the
-//! instance from one gateway worker shares (each worker has its own). hyper's client costs a call a channel to its dispatch task, a task of
-//! its own for the answer, and, for a request body, a second write: the body waits for
-//! the stream's flow-control capacity, which comes only once the connection task has opened
-//! the stream and written its HEADERS. Here the caller queues the HEADERS and the body's
+//! instance from one gateway worker shares (each worker has its own). hyper's client costs
+//! a call a channel to its dispatch task, a task of its own for the answer, and, for a
+//! request body, a second write: the body waits for the stream's flow-control capacity,
+//! which comes only once the connection task has opened the stream and written its HEADERS. Here the caller queues the HEADERS and the body's
 //! first bytes together, and the connection task writes them in one go.
 
 use std::future::poll_fn;

@@ -51,6 +51,11 @@ pub struct InstancePool {
     settings: PoolSettings,
 }
 
+/// The calling worker thread's own of what a pool keeps per worker.
+fn here<T>(per_worker: &[T]) -> &T {
+    &per_worker[kep_core::listener::worker() % per_worker.len()]
+}
+
 /// Kept-alive connections with the time each was put back.
 struct Idle<T>(Mutex<Vec<(T, Instant)>>);
 
@@ -140,11 +145,7 @@ impl InstancePool {
     }
 
     fn raw_here(&self) -> &Idle<TcpStream> {
-        &self.raw[kep_core::listener::worker() % self.raw.len()]
-    }
-
-    fn http2_here(&self) -> &Http2Conn {
-        &self.http2[kep_core::listener::worker() % self.http2.len()]
+        here(&self.raw)
     }
 
     /// A new connection to the instance.
@@ -163,7 +164,7 @@ impl InstancePool {
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Http2Body>, SendError> {
-        self.http2_here().send(req, || self.connect_raw()).await
+        here(&self.http2).send(req, || self.connect_raw()).await
     }
 
     async fn connect(&self) -> Result<Conn, SendError> {

@@ -290,27 +290,27 @@ fn to_ort(input: &Input) -> Result<SessionInputValue<'_>, String> {
 
 /// A tensor in place: `tensor::in_place` left only fixed-size numbers there, with their
 /// bytes aligned for their elements.
-fn in_place_to_ort(s: &TensorInPlace) -> Result<SessionInputValue<'_>, String> {
+fn in_place_to_ort(t: &TensorInPlace) -> Result<SessionInputValue<'_>, String> {
     fn cast<T: bytemuck::Pod + PrimitiveTensorElementType + std::fmt::Debug>(
-        s: &TensorInPlace,
+        t: &TensorInPlace,
     ) -> Result<SessionInputValue<'_>, String> {
-        let data: &[T] = bytemuck::try_cast_slice(s.place.bytes()).map_err(|e| e.to_string())?;
-        let shape: Vec<i64> = s.shape.iter().map(|&d| d as i64).collect();
+        let data: &[T] = bytemuck::try_cast_slice(t.place.bytes()).map_err(|e| e.to_string())?;
+        let shape: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
         TensorRef::from_array_view((shape, data))
             .map(Into::into)
             .map_err(|e| e.to_string())
     }
-    match s.datatype {
-        DataType::Uint8 => cast::<u8>(s),
-        DataType::Uint16 => cast::<u16>(s),
-        DataType::Uint32 => cast::<u32>(s),
-        DataType::Uint64 => cast::<u64>(s),
-        DataType::Int8 => cast::<i8>(s),
-        DataType::Int16 => cast::<i16>(s),
-        DataType::Int32 => cast::<i32>(s),
-        DataType::Int64 => cast::<i64>(s),
-        DataType::Fp32 => cast::<f32>(s),
-        DataType::Fp64 => cast::<f64>(s),
+    match t.datatype {
+        DataType::Uint8 => cast::<u8>(t),
+        DataType::Uint16 => cast::<u16>(t),
+        DataType::Uint32 => cast::<u32>(t),
+        DataType::Uint64 => cast::<u64>(t),
+        DataType::Int8 => cast::<i8>(t),
+        DataType::Int16 => cast::<i16>(t),
+        DataType::Int32 => cast::<i32>(t),
+        DataType::Int64 => cast::<i64>(t),
+        DataType::Fp32 => cast::<f32>(t),
+        DataType::Fp64 => cast::<f64>(t),
         other => Err(format!("no {} tensor is read in place", other.name())),
     }
 }

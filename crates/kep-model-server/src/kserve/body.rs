@@ -5,7 +5,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderValue, header};
 use futures_util::StreamExt as _;
 
 use super::HEADER_LENGTH;
@@ -21,7 +21,7 @@ impl<S: Send + Sync> FromRequest<S> for InferBody {
     type Rejection = Failure;
 
     async fn from_request(req: Request, _: &S) -> Result<Self, Failure> {
-        let declared = length(req.headers(), header::CONTENT_LENGTH.as_str());
+        let declared = length(req.headers().get(header::CONTENT_LENGTH));
         if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
             return Err(too_large());
         }
@@ -29,7 +29,7 @@ impl<S: Send + Sync> FromRequest<S> for InferBody {
         // Room before the body so that the header ends on the boundary. A body of no declared
         // length may move the buffer as it grows: its tensors are then copied, as unaligned
         // ones are.
-        let head = length(req.headers(), HEADER_LENGTH).unwrap_or(0);
+        let head = length(req.headers().get(HEADER_LENGTH)).unwrap_or(0);
         let pad = (ALIGN - (buf.as_ptr() as usize).wrapping_add(head) % ALIGN) % ALIGN;
         buf.resize(pad, 0);
         let mut body = req.into_body().into_data_stream();
@@ -45,9 +45,9 @@ impl<S: Send + Sync> FromRequest<S> for InferBody {
     }
 }
 
-/// A length header's value; one that is not a length is left to whoever reads it.
-fn length(headers: &HeaderMap, name: &str) -> Option<usize> {
-    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+/// A length header's value, if it is one.
+pub(super) fn length(value: Option<&HeaderValue>) -> Option<usize> {
+    value?.to_str().ok()?.trim().parse().ok()
 }
 
 fn too_large() -> Failure {

@@ -337,10 +337,7 @@ pub fn decode(
     // With the binary extension the JSON header comes first, the tensors' bytes after it.
     let (head, mut binary) = match header_length {
         Some(v) => {
-            let n: usize = v
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
+            let n = body::length(Some(v))
                 .filter(|n| *n <= body.len())
                 .ok_or_else(|| {
                     Failure::bad_request(format!(
