@@ -1,7 +1,9 @@
 //! Calls every ready instance of an endpoint must get, rather than the one the weighted
-//! choice picks: the registrations of Triton's system shared memory extension, REST and
+//! choice picks, because each changes what its server keeps: the registrations of Triton's
+//! system shared memory extension, and changes of its logging and trace settings, REST and
 //! gRPC. A region is registered with a server process; with the calls that name it spread
-//! over several instances (and deployments), each of them must know it.
+//! over several instances (and deployments), each of them must know it. A setting changed
+//! on one instance would be read back from another as it was.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -9,8 +11,10 @@ use axum::response::Response;
 use crate::route::Route;
 use crate::{Gateway, GatewayError, Upstreamed, bad_gateway, upstream_request};
 
-/// Whether `method` `path` (on the instance) registers or unregisters shared memory; the
-/// method as text, which both hyper's requests and the HTTP/1.1 fast path's heads have.
+/// Whether `method` `path` (on the instance) registers or unregisters shared memory or
+/// changes the settings (gRPC's settings calls, which read them too when they name none,
+/// all); the method as text, which both hyper's requests and the HTTP/1.1 fast path's heads
+/// have.
 pub fn is_broadcast(method: &str, path: &str) -> bool {
     if method != "POST" {
         return false;
@@ -18,8 +22,20 @@ pub fn is_broadcast(method: &str, path: &str) -> bool {
     if let Some(rpc) = path.strip_prefix("/inference.GRPCInferenceService/") {
         return matches!(
             rpc,
-            "SystemSharedMemoryRegister" | "SystemSharedMemoryUnregister"
+            "SystemSharedMemoryRegister"
+                | "SystemSharedMemoryUnregister"
+                | "LogSettings"
+                | "TraceSetting"
         );
+    }
+    if matches!(path, "/v2/logging" | "/v2/trace/setting") {
+        return true;
+    }
+    if let Some(model) = path
+        .strip_prefix("/v2/models/")
+        .and_then(|p| p.strip_suffix("/trace/setting"))
+    {
+        return !model.is_empty() && !model.contains('/');
     }
     let Some(rest) = path.strip_prefix("/v2/systemsharedmemory/") else {
         return false;
@@ -98,8 +114,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_shared_memory_registrations_are_broadcast() {
+    fn only_shared_memory_registrations_and_settings_changes_are_broadcast() {
         for path in [
+            "/v2/logging",
+            "/v2/trace/setting",
+            "/v2/models/m/trace/setting",
+            "/inference.GRPCInferenceService/LogSettings",
+            "/inference.GRPCInferenceService/TraceSetting",
             "/v2/systemsharedmemory/register",
             "/v2/systemsharedmemory/unregister",
             "/v2/systemsharedmemory/region/in/register",
@@ -116,6 +137,9 @@ mod tests {
             "/v2/systemsharedmemory/region/register",
             "/v2/systemsharedmemory/x/register",
             "/v2/models/m/infer",
+            "/v2/models//trace/setting",
+            "/v2/models/m/versions/1/trace/setting",
+            "/v2/logging/x",
             "/inference.GRPCInferenceService/SystemSharedMemoryStatus",
             "/inference.GRPCInferenceService/ModelInfer",
         ] {

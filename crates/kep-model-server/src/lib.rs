@@ -48,6 +48,8 @@ pub struct Served {
     pub model_instances: usize,
     /// Clients' system shared memory regions (Triton's extension; KServe only).
     pub shared_memory: shm::SharedMemory,
+    /// Triton's logging and trace settings, as the server keeps them (KServe only).
+    pub settings: kserve::settings::Settings,
     /// Whether the model is loaded, as Triton's model repository extension loads and
     /// unloads it: unloaded, it is kept in memory but answers as a model with no version.
     loaded: AtomicBool,
@@ -64,6 +66,7 @@ impl Served {
             gpus: Vec::new(),
             model_instances: 1,
             shared_memory: shm::SharedMemory::new(false),
+            settings: kserve::settings::Settings::default(),
             loaded: AtomicBool::new(true),
         }
     }

@@ -25,6 +25,7 @@ x_spec, out_spec = session.get_inputs()[0], session.get_outputs()[0]
 
 meta = client.get_server_metadata(headers=headers)
 assert meta["name"] == "triton", meta
+# The logging and trace settings are check_settings.py's.
 for extension in ["binary_tensor_data", "classification", "model_repository", "statistics",
                   "model_configuration", "logging", "trace"]:
     assert extension in meta["extensions"], meta
@@ -83,15 +84,6 @@ fails(lambda: client.load_model(name + "-nope", headers=headers),
 client.load_model(name, headers=headers)
 assert client.is_model_ready(name, headers=headers)
 client.infer(name, [inp], headers=headers)
-
-# Logging and trace settings.
-log = client.get_log_settings(headers=headers)
-assert log["log_verbose_level"] == 0 and log["log_format"] == "default", log
-assert client.update_log_settings({"log_verbose_level": 1}, headers=headers)["log_verbose_level"] == 1
-fails(lambda: client.update_log_settings({"log_format": "xml"}, headers=headers),
-      "invalid argument for --log_format, got: xml")
-trace = client.update_trace_settings(name, {"trace_rate": "10"}, headers=headers)
-assert trace["trace_rate"] == "10" and trace["trace_level"] == ["OFF"], trace
 
 # An unknown path is Triton's JSON 404.
 req = urllib.request.Request(f"http://{url}/v2/no/such/path", headers=headers or {})

@@ -76,7 +76,8 @@ async fn a_stream_with_several_instances_answers_in_order() {
 }
 
 /// Triton's extensions (configuration, statistics, repository, classification, logging,
-/// trace) as `tritonclient` calls them (`tests/check_triton.py`).
+/// trace) as `tritonclient` calls them (`tests/check_triton.py`); the logging and trace
+/// settings over REST and gRPC, one set of them (`tests/check_settings.py`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn triton_extensions_answer_tritonclient_as_triton_does() {
     let made = made_models();
@@ -91,6 +92,9 @@ async fn triton_extensions_answer_tritonclient_as_triton_does() {
         ],
     )
     .await;
+    assert!(said.contains("as Triton answers them"), "{said}");
+    let at = url.trim_start_matches("http://");
+    let said = script("check_settings.py", &[at, at, "mlp"]).await;
     assert!(said.contains("as Triton answers them"), "{said}");
 }
 

@@ -3,16 +3,19 @@
 //! and trace settings. Texts and status codes are Triton's, but for an unknown model or
 //! version, which is a 404 here as everywhere in kep's model servers.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use serde_json::{Map, Value, json};
 
 use super::config::model_config;
 use super::find;
+use super::settings::{
+    self, Change, Logging, LoggingChange, Number, Protocol, Scope, TraceChange, TraceSetting,
+};
 use crate::stats::{InferStatistics, ModelStatistics};
 use crate::{Failure, Served, VERSION};
 
@@ -34,7 +37,6 @@ pub fn router() -> Router<Arc<Served>> {
             "/v2/models/{m}/trace/setting",
             get(model_trace).post(set_model_trace),
         )
-        .layer(Extension(Arc::new(Settings::default())))
 }
 
 async fn config(State(s): State<Arc<Served>>, Path(m): Path<String>) -> Answer {
@@ -197,138 +199,111 @@ async fn unload(State(s): State<Arc<Served>>, Path(m): Path<String>, body: Bytes
     Ok(Json(json!({})))
 }
 
-/// The logging and trace settings, kept as Triton answers them. kep writes no trace
-/// files; its own log level is the process's `RUST_LOG`.
-struct Settings {
-    logging: Mutex<Map<String, Value>>,
-    trace: Mutex<Map<String, Value>>,
+async fn logging(State(s): State<Arc<Served>>) -> Json<Value> {
+    Json(logging_json(s.settings.logging()))
 }
 
-impl Default for Settings {
-    fn default() -> Settings {
-        let object = |v: Value| match v {
-            Value::Object(m) => Mutex::new(m),
-            _ => unreachable!("an object literal"),
-        };
-        Settings {
-            logging: object(json!({
-                "log_file": "", "log_info": true, "log_warning": true, "log_error": true,
-                "log_verbose_level": 0, "log_format": "default",
-            })),
-            trace: object(json!({
-                "trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
-                "log_frequency": "0", "trace_file": "", "trace_mode": "triton",
-            })),
-        }
-    }
-}
-
-async fn logging(Extension(settings): Extension<Arc<Settings>>) -> Answer {
-    Ok(Json(Value::Object(
-        settings.logging.lock().expect("lock").clone(),
-    )))
-}
-
-async fn set_logging(Extension(settings): Extension<Arc<Settings>>, body: Bytes) -> Answer {
+/// Checked in Triton's order, and applied only once all pass.
+async fn set_logging(State(s): State<Arc<Served>>, body: Bytes) -> Answer {
     let request = optional_json(&body, "dynamic logging")?;
-    let mut logging = settings.logging.lock().expect("lock");
-    // Checked whole before any is applied.
-    for (k, v) in &request {
-        let fits = match k.as_str() {
-            _ if v.is_null() => true,
-            "log_file" => {
-                return Err(Failure::not_implemented(
-                    "log file location can not be updated through network protocol",
-                ));
-            }
-            "log_info" | "log_warning" | "log_error" => v.is_boolean(),
-            "log_verbose_level" => v.is_u64(),
-            "log_format" => match v.as_str() {
-                Some("default" | "ISO8601") => true,
-                Some(other) => {
-                    return Err(Failure::unavailable(format!(
-                        "invalid argument for --log_format, got: {other}"
-                    )));
-                }
-                None => false,
-            },
-            _ => true,
-        };
-        if !fits {
-            return Err(Failure::bad_request(format!(
-                "Unable to parse '{k}': the value has the wrong type"
-            )));
-        }
+    let given = |k: &str| request.get(k).filter(|v| !v.is_null());
+    if given("log_file").is_some() {
+        return Err(settings::log_file_refused());
     }
-    for (k, v) in request {
-        if !v.is_null() && logging.contains_key(&k) {
-            logging.insert(k, v);
-        }
-    }
-    Ok(Json(Value::Object(logging.clone())))
+    let flag = |k: &str| {
+        given(k)
+            .map(|v| v.as_bool().ok_or_else(|| wrong_type("boolean")))
+            .transpose()
+    };
+    let change = LoggingChange {
+        info: flag("log_info")?,
+        warning: flag("log_warning")?,
+        error: flag("log_error")?,
+        verbose_level: given("log_verbose_level")
+            .map(|v| v.as_u64().ok_or_else(|| wrong_type("unsigned-integer")))
+            .transpose()?,
+        iso8601: given("log_format")
+            .map(|v| settings::log_format(string(v)?, Protocol::Rest))
+            .transpose()?,
+    };
+    Ok(Json(logging_json(s.settings.change_logging(change))))
 }
 
-async fn trace(Extension(settings): Extension<Arc<Settings>>) -> Answer {
-    Ok(Json(Value::Object(
-        settings.trace.lock().expect("lock").clone(),
-    )))
+fn logging_json(l: Logging) -> Value {
+    json!({
+        "log_file": "", "log_info": l.info, "log_warning": l.warning, "log_error": l.error,
+        "log_verbose_level": l.verbose_level, "log_format": l.format(),
+    })
 }
 
-async fn set_trace(Extension(settings): Extension<Arc<Settings>>, body: Bytes) -> Answer {
-    update_trace(&settings, &body)
+async fn trace(State(s): State<Arc<Served>>) -> Json<Value> {
+    Json(trace_json(s.settings.trace(Scope::Server)))
 }
 
-async fn model_trace(
-    State(s): State<Arc<Served>>,
-    Extension(settings): Extension<Arc<Settings>>,
-    Path(m): Path<String>,
-) -> Answer {
+async fn set_trace(State(s): State<Arc<Served>>, body: Bytes) -> Answer {
+    change_trace(&s, Scope::Server, &body)
+}
+
+async fn model_trace(State(s): State<Arc<Served>>, Path(m): Path<String>) -> Answer {
     find(&s, &m, None)?;
-    trace(Extension(settings)).await
+    Ok(Json(trace_json(s.settings.trace(Scope::Model))))
 }
 
 async fn set_model_trace(
     State(s): State<Arc<Served>>,
-    Extension(settings): Extension<Arc<Settings>>,
     Path(m): Path<String>,
     body: Bytes,
 ) -> Answer {
     find(&s, &m, None)?;
-    update_trace(&settings, &body)
+    change_trace(&s, Scope::Model, &body)
 }
 
-/// Trace settings are strings, `trace_level` a list of `OFF`, `TIMESTAMPS`, `TENSORS`.
-fn update_trace(settings: &Settings, body: &Bytes) -> Answer {
+/// A setting given as `null` is cleared; other types are Triton's JSON errors.
+fn change_trace(s: &Served, scope: Scope, body: &Bytes) -> Answer {
     let request = optional_json(body, "trace")?;
-    let mut trace = settings.trace.lock().expect("lock");
-    for (k, v) in &request {
-        let fits = match k.as_str() {
-            _ if v.is_null() => true,
-            "trace_level" => v.as_array().is_some_and(|levels| {
-                levels
-                    .iter()
-                    .all(|l| matches!(l.as_str(), Some("OFF" | "TIMESTAMPS" | "TENSORS")))
-            }),
-            "trace_rate" | "trace_count" | "log_frequency" => {
-                v.as_str().is_some_and(|n| n.parse::<i64>().is_ok())
+    if request.contains_key("trace_file") {
+        return Err(settings::trace_file_refused());
+    }
+    let mut change = TraceChange::default();
+    match request.get("trace_level") {
+        None => {}
+        Some(Value::Null) => change.level = Change::Clear,
+        Some(Value::Array(names)) => {
+            let names = names.iter().map(string).collect::<Result<Vec<_>, _>>()?;
+            if let Some(level) = settings::level(&names)? {
+                change.level = Change::Set(level);
             }
-            "trace_file" | "trace_mode" => v.is_string(),
-            other => {
-                return Err(Failure::bad_request(format!(
-                    "unsupported trace setting '{other}'"
-                )));
-            }
-        };
-        if !fits {
-            return Err(Failure::bad_request(format!(
-                "Unable to parse '{k}': the value has the wrong type"
-            )));
+        }
+        Some(_) => return Err(wrong_type("array")),
+    }
+    for number in Number::ALL {
+        match request.get(number.name()) {
+            None => {}
+            Some(Value::Null) => number.clear(&mut change),
+            Some(v) => number.read(string(v)?, Protocol::Rest, &mut change)?,
         }
     }
-    for (k, v) in request {
-        if !v.is_null() {
-            trace.insert(k, v);
-        }
+    Ok(Json(trace_json(s.settings.change_trace(scope, &change)?)))
+}
+
+fn trace_json(t: TraceSetting) -> Value {
+    let mut answer = json!({
+        "trace_level": t.level.names(),
+        "trace_file": TraceSetting::FILE,
+        "trace_mode": TraceSetting::MODE,
+    });
+    for number in Number::ALL {
+        answer[number.name()] = json!(number.of(&t));
     }
-    Ok(Json(Value::Object(trace.clone())))
+    answer
+}
+
+fn string(v: &Value) -> Result<&str, Failure> {
+    v.as_str().ok_or_else(|| wrong_type("string"))
+}
+
+/// TritonJson's words for a value of another type (a 500 in Triton, a 400 here as every
+/// bad request is).
+fn wrong_type(what: &str) -> Failure {
+    Failure::bad_request(format!("attempt to access JSON non-{what} as {what}"))
 }

@@ -6,6 +6,7 @@ pub mod classification;
 pub mod config;
 mod extensions;
 pub mod grpc;
+pub mod settings;
 mod shared_memory;
 
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 mod adapter;
 mod browser;
 mod carriers;
+mod every_instance;
 mod gpus;
 mod grpc;
 mod images;
@@ -12,7 +13,6 @@ mod metrics;
 mod models;
 mod platform;
 mod serving;
-mod shared_memory;
 mod webhooks;
 
 use std::process::Command;

@@ -6,6 +6,7 @@
 
 mod convert;
 mod infer;
+mod settings;
 
 use std::sync::Arc;
 
@@ -359,11 +360,17 @@ impl GrpcInferenceService for Grpc {
         unimplemented("CUDA shared memory")
     }
 
-    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Answer<TraceSettingResponse> {
-        unimplemented("TraceSetting over gRPC: the REST API serves /v2/trace/setting")
+    async fn trace_setting(&self, r: Request<TraceSettingRequest>) -> Answer<TraceSettingResponse> {
+        Ok(Response::new(settings::trace_setting(
+            &self.served,
+            r.into_inner(),
+        )?))
     }
 
-    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Answer<LogSettingsResponse> {
-        unimplemented("LogSettings over gRPC: the REST API serves /v2/logging")
+    async fn log_settings(&self, r: Request<LogSettingsRequest>) -> Answer<LogSettingsResponse> {
+        Ok(Response::new(settings::log_settings(
+            &self.served,
+            r.into_inner(),
+        )?))
     }
 }

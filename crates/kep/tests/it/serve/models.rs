@@ -16,7 +16,7 @@ pub(super) fn model_server_tests() -> PathBuf {
 }
 
 /// Runs a command that must succeed.
-fn run(cmd: &mut Command) {
+pub(super) fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),

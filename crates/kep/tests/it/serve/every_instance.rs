@@ -1,16 +1,19 @@
-//! Triton's system shared memory extension through the gateway, with
-//! `serving.allow_client_shm`: `tritonclient` registers its regions once and every call
-//! finds them, whichever instance the gateway picks, over REST and gRPC.
+//! What every instance of an endpoint must get through the gateway: Triton's system shared
+//! memory regions (with `serving.allow_client_shm`), which `tritonclient` registers once
+//! and every call then finds, and its logging and trace settings, which read back as
+//! changed whichever instance the gateway picks; over REST and gRPC.
 
 use std::process::Command;
 
-use super::models::{made_models, model_server_tests, upload_model};
+use super::models::{made_models, model_server_tests, run, upload_model};
 use crate::common::{StopsGracefully, cli, port0, serve, wait_available};
 
 /// Two instances per deployment: a registration reaches both, or a call on the other one
-/// fails to find its region (`check_shm.py` makes several calls in turn).
+/// fails to find its region (`check_shm.py` makes several calls in turn); a settings
+/// change reaches both, or a read on the other one answers the old value
+/// (`check_settings.py` reads each one several times, by both protocols).
 #[test]
-fn shared_memory_regions_reach_every_instance_through_the_gateway() {
+fn shared_memory_and_settings_reach_every_instance_through_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
     let models = made_models();
     let srv = StopsGracefully(serve(
@@ -72,5 +75,11 @@ fn shared_memory_regions_reach_every_instance_through_the_gateway() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        if protocol == "grpc" {
+            // A gRPC endpoint takes REST calls too: both protocols on the same instances.
+            run(Command::new("python3")
+                .arg(model_server_tests().join("check_settings.py"))
+                .args([url, target, "mlp", e["api_key"].as_str().unwrap()]));
+        }
     }
 }
