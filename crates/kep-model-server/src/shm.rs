@@ -59,7 +59,8 @@ impl SharedMemory {
         self.regions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn allowed(&self) -> Result<(), Failure> {
+    /// Whether clients may register and unregister regions (`--allow-client-shm`).
+    pub fn allowed(&self) -> Result<(), Failure> {
         if self.allowed {
             Ok(())
         } else {
@@ -151,6 +152,31 @@ impl SharedMemory {
                         "Unable to find system shared memory region: '{name}'"
                     ))
                 }),
+        }
+    }
+
+    /// Why CUDA shared memory region `name` has no status: as in a Triton built without GPU
+    /// support, none is ever registered. kep maps no device memory (`cudaIpc` handles).
+    pub fn cuda_region_missing(&self, name: &str) -> Failure {
+        Failure::not_found(if self.regions().contains_key(name) {
+            format!(
+                "The region named '{name}' is registered as system shared memory, not CUDA \
+                 shared memory"
+            )
+        } else {
+            format!("Unable to find cuda shared memory region: '{name}'")
+        })
+    }
+
+    /// Why CUDA shared memory region `name` is not registered, as a Triton without GPU
+    /// support says it (REST says first whether client shared memory is allowed; gRPC does
+    /// not).
+    pub fn cuda_refused(&self, name: &str, allowed_first: bool) -> Failure {
+        match self.allowed() {
+            Err(refused) if allowed_first => refused,
+            _ => Failure::bad_request(format!(
+                "failed to register CUDA shared memory region: '{name}', GPUs not supported"
+            )),
         }
     }
 

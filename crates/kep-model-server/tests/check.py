@@ -278,7 +278,11 @@ def check_kserve_grpc():
     assert not client.get_system_shared_memory_status().regions
     grpc_error(lambda: client.register_system_shared_memory("r", "/k", 4), "UNIMPLEMENTED",
                "Client shared memory is disabled")
-    grpc_error(client.get_cuda_shared_memory_status, "UNIMPLEMENTED", "CUDA shared memory")
+    # CUDA shared memory as a Triton without GPU support answers it, allowed or not.
+    assert not client.get_cuda_shared_memory_status().regions
+    grpc_error(lambda: client.register_cuda_shared_memory("c", b"\0" * 64, 0, 4), "INVALID_ARGUMENT",
+               "failed to register CUDA shared memory region: 'c', GPUs not supported")
+    grpc_error(client.unregister_cuda_shared_memory, "UNIMPLEMENTED", "Client shared memory is disabled")
     # The logging and trace settings are check_settings.py's.
     after = counts()
     assert after == (before[0] + ok, before[1] + fail), (before, after, ok, fail)

@@ -102,6 +102,20 @@ try:
           "Invalid offset + byte size for shared memory region: 'output'")
     fails(lambda: infer(out_region="nope"), "Unable to find shared memory region: 'nope'")
 
+    # CUDA shared memory as a Triton without GPU support answers it: none, none registered.
+    cuda_status = client.get_cuda_shared_memory_status(headers=headers)
+    assert (cuda_status == [] if protocol == "http" else not cuda_status.regions), cuda_status
+    fails(lambda: client.get_cuda_shared_memory_status("input", headers=headers),
+          "The region named 'input' is registered as system shared memory, not CUDA shared memory")
+    fails(lambda: client.get_cuda_shared_memory_status("nope", headers=headers),
+          "Unable to find cuda shared memory region: 'nope'")
+    handle = "AAAA" if protocol == "http" else b"\0" * 64
+    fails(lambda: client.register_cuda_shared_memory("gpu", handle, 0, 4, headers=headers),
+          "failed to register CUDA shared memory region: 'gpu', GPUs not supported")
+    client.unregister_cuda_shared_memory(headers=headers)
+    client.unregister_cuda_shared_memory("input", headers=headers)
+    assert len(status()) == 2, status()
+
     client.unregister_system_shared_memory("output", headers=headers)
     assert [r["name"] for r in status()] == ["input"], status()
     client.unregister_system_shared_memory(headers=headers)

@@ -142,6 +142,14 @@ async fn system_shared_memory_carries_tensors_as_triton_s_does() {
         .await
         .unwrap();
     assert_eq!(status.json::<Value>().await.unwrap(), json!([]));
+    // CUDA shared memory over REST says first that client shared memory is disabled.
+    for path in ["register", "region/c/register", "unregister"] {
+        let (code, body) = send(&http, format!("{url}/v2/cudasharedmemory/{path}"), "{}").await;
+        assert_eq!(
+            (code, body),
+            (501, json!({ "error": kep_model_server::shm::DISABLED }))
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! Triton's system shared memory extension over REST: `/v2/systemsharedmemory[/region/{r}]`
 //! `/status`, `/register` and `/unregister`, with Triton's texts. The regions themselves are
-//! `crate::shm`'s; inference reads and writes them through `decode` and `answer`.
+//! `crate::shm`'s; inference reads and writes them through `decode` and `answer`. The same
+//! calls under `/v2/cudasharedmemory` answer as a Triton built without GPU support does.
 
 use std::sync::Arc;
 
@@ -26,6 +27,18 @@ pub fn router() -> Router<Arc<Served>> {
         .route(
             "/v2/systemsharedmemory/region/{r}/unregister",
             post(unregister),
+        )
+        .route("/v2/cudasharedmemory/status", get(cuda_status_all))
+        .route("/v2/cudasharedmemory/region/{r}/status", get(cuda_status))
+        .route("/v2/cudasharedmemory/register", post(cuda_register_unnamed))
+        .route(
+            "/v2/cudasharedmemory/region/{r}/register",
+            post(cuda_register),
+        )
+        .route("/v2/cudasharedmemory/unregister", post(cuda_unregister))
+        .route(
+            "/v2/cudasharedmemory/region/{r}/unregister",
+            post(cuda_unregister),
         )
 }
 
@@ -86,5 +99,30 @@ async fn unregister_all(State(s): State<Arc<Served>>) -> Answer {
 
 async fn unregister(State(s): State<Arc<Served>>, Path(r): Path<String>) -> Answer {
     s.shared_memory.unregister(Some(&r))?;
+    Ok(Json(json!({})))
+}
+
+async fn cuda_status_all() -> Json<Value> {
+    Json(json!([]))
+}
+
+async fn cuda_status(State(s): State<Arc<Served>>, Path(r): Path<String>) -> Failure {
+    s.shared_memory.cuda_region_missing(&r)
+}
+
+async fn cuda_register_unnamed(State(s): State<Arc<Served>>) -> Answer {
+    s.shared_memory.allowed()?;
+    Err(Failure::bad_request(
+        "'region name' is necessary to register cuda shared memory region",
+    ))
+}
+
+async fn cuda_register(State(s): State<Arc<Served>>, Path(r): Path<String>) -> Failure {
+    s.shared_memory.cuda_refused(&r, true)
+}
+
+/// None is ever registered: nothing to do, once allowed.
+async fn cuda_unregister(State(s): State<Arc<Served>>) -> Answer {
+    s.shared_memory.allowed()?;
     Ok(Json(json!({})))
 }

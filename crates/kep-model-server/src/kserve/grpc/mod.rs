@@ -84,12 +84,6 @@ fn no_repository_name(name: &str) -> Result<(), Status> {
     }
 }
 
-fn unimplemented<T>(what: &str) -> Result<Response<T>, Status> {
-    Err(Status::unimplemented(format!(
-        "{what} is not supported by this server (kep's model server)"
-    )))
-}
-
 struct Grpc {
     served: Arc<Served>,
 }
@@ -339,25 +333,32 @@ impl GrpcInferenceService for Grpc {
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
+    /// CUDA shared memory as a Triton built without GPU support answers it: none registered.
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<CudaSharedMemoryStatusRequest>,
+        r: Request<CudaSharedMemoryStatusRequest>,
     ) -> Answer<CudaSharedMemoryStatusResponse> {
-        unimplemented("CUDA shared memory")
+        let name = r.into_inner().name;
+        if !name.is_empty() {
+            return Err(self.served.shared_memory.cuda_region_missing(&name).into());
+        }
+        Ok(Response::new(CudaSharedMemoryStatusResponse::default()))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        r: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Answer<CudaSharedMemoryRegisterResponse> {
-        unimplemented("CUDA shared memory")
+        let name = r.into_inner().name;
+        Err(self.served.shared_memory.cuda_refused(&name, false).into())
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
         _: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Answer<CudaSharedMemoryUnregisterResponse> {
-        unimplemented("CUDA shared memory")
+        self.served.shared_memory.allowed()?;
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(&self, r: Request<TraceSettingRequest>) -> Answer<TraceSettingResponse> {
