@@ -88,9 +88,14 @@ def check_kserve():
             t.set_data_from_numpy(v, binary_data=binary)
             inputs.append(t)
         outputs = [http.InferRequestedOutput(o.name, binary_data=binary) for o in session.get_outputs()]
-        result = client.infer(name, inputs, outputs=outputs)
-        for k, v in expected(feeds).items():
-            compare(result.as_numpy(k), v, f"{name} output {k} (batch {batch}, binary {binary})")
+        # Plain, and compressed as tritonclient compresses them: the request body, the
+        # answer, or both.
+        for sent, asked in [(None, None), ("gzip", None), ("deflate", "gzip"), (None, "deflate")]:
+            result = client.infer(name, inputs, outputs=outputs, request_compression_algorithm=sent,
+                                  response_compression_algorithm=asked)
+            for k, v in expected(feeds).items():
+                compare(result.as_numpy(k), v,
+                        f"{name} output {k} (batch {batch}, binary {binary}, {sent}/{asked})")
     # Only the outputs asked for come back.
     first = session.get_outputs()[0].name
     result = client.infer(name, inputs, outputs=[http.InferRequestedOutput(first)])
@@ -228,6 +233,11 @@ def check_kserve_grpc():
         assert len(response.raw_output_contents) == len(response.outputs), response
         for k, v in expected(feeds).items():
             compare(result.as_numpy(k), v, f"{name} output {k} (grpc, batch {batch})")
+        for algorithm in ["gzip", "deflate"]:
+            result = client.infer(name, inputs, compression_algorithm=algorithm)
+            ok += 1
+            for k, v in expected(feeds).items():
+                compare(result.as_numpy(k), v, f"{name} output {k} (grpc, batch {batch}, {algorithm})")
     # Only the outputs asked for come back.
     first = session.get_outputs()[0].name
     result = client.infer(name, inputs, model_version="1", outputs=[tc.InferRequestedOutput(first)])

@@ -6,10 +6,12 @@ user does, with `tritonclient.http`, and checks each answer; exits non-zero, say
 URL is the server's (host:port[/base path]), NAME the served model, MODEL its ONNX file
 (ONNX Runtime gives the expected classes), KEY an endpoint key when URL is the gateway's.
 """
+import gzip
 import json
 import sys
 import urllib.error
 import urllib.request
+import zlib
 
 import numpy as np
 import onnxruntime as ort
@@ -84,6 +86,28 @@ fails(lambda: client.load_model(name + "-nope", headers=headers),
 client.load_model(name, headers=headers)
 assert client.is_model_ready(name, headers=headers)
 client.infer(name, [inp], headers=headers)
+
+# Compression read and written as Triton does: a gzip body inflated, the answer in the
+# encoding weighed highest of those Triton knows; an encoding it does not know refused.
+# (The key alone: tritonclient has added its own headers to `headers`.)
+auth = {"Authorization": f"Bearer {sys.argv[4]}"} if len(sys.argv) > 4 else {}
+body = json.dumps({"inputs": [{"name": x_spec.name, "shape": shape, "datatype": "FP32",
+                               "data": x.ravel().tolist()}]}).encode()
+infer_url = f"http://{url}/v2/models/{name}/infer"
+req = urllib.request.Request(infer_url, data=gzip.compress(body), headers={
+    **auth, "Content-Encoding": "gzip", "Accept-Encoding": "br, gzip;q=0.2, deflate;q=0.5"})
+with urllib.request.urlopen(req) as res:
+    assert res.headers["Content-Encoding"] == "deflate", res.headers
+    got = json.loads(zlib.decompress(res.read()))["outputs"][0]["data"]
+    want = session.run([out_spec.name], {x_spec.name: x})[0].ravel()
+    assert np.allclose(got, want, atol=1e-5), (got, want)
+req = urllib.request.Request(infer_url, data=body, headers={**auth, "Content-Encoding": "br"})
+try:
+    urllib.request.urlopen(req)
+    sys.exit("a body in br was read")
+except urllib.error.HTTPError as e:
+    assert e.code == 501 and e.headers["Accept-Encoding"] == "gzip, deflate", e.headers
+    assert json.loads(e.read()) == {"error": "Unsupported compression type"}
 
 # An unknown path is Triton's JSON 404.
 req = urllib.request.Request(f"http://{url}/v2/no/such/path", headers=headers or {})

@@ -6,42 +6,85 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 
 use super::HEADER_LENGTH;
+use super::compression::Encoding;
 use crate::{Failure, MAX_BODY_BYTES};
 
 /// Any element's size divides it, and it is a cache line.
 const ALIGN: usize = 64;
 
-/// The body of an inference request, at most [`MAX_BODY_BYTES`].
+/// The body of an inference request, at most [`MAX_BODY_BYTES`], inflated when it came
+/// compressed (`compression`).
 pub struct InferBody(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for InferBody {
-    type Rejection = Failure;
+    type Rejection = Response;
 
-    async fn from_request(req: Request, _: &S) -> Result<Self, Failure> {
+    async fn from_request(req: Request, _: &S) -> Result<Self, Response> {
+        let encoding = Encoding::of_request(req.headers()).map_err(IntoResponse::into_response)?;
         let declared = length(req.headers().get(header::CONTENT_LENGTH));
         if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-            return Err(too_large());
+            return Err(too_large().into_response());
         }
-        let mut buf = Vec::with_capacity(declared.unwrap_or(0) + ALIGN);
-        // Room before the body so that the header ends on the boundary. A body of no declared
-        // length may move the buffer as it grows: its tensors are then copied, as unaligned
-        // ones are.
         let head = length(req.headers().get(HEADER_LENGTH)).unwrap_or(0);
+        // A compressed body is gathered as it came, and aligned once inflated.
+        let gathered_head = if encoding == Encoding::Identity {
+            head
+        } else {
+            0
+        };
+        let mut body = Aligned::new(gathered_head, declared.unwrap_or(0));
+        let mut stream = req.into_body().into_data_stream();
+        while let Some(data) = stream.next().await {
+            let data = data.map_err(|e| {
+                Failure::bad_request(format!("reading the request body: {e}")).into_response()
+            })?;
+            if !body.push(&data) {
+                return Err(too_large().into_response());
+            }
+        }
+        let body = body.done();
+        if encoding == Encoding::Identity {
+            return Ok(InferBody(body));
+        }
+        let inflated = Encoding::inflate(&body).map_err(IntoResponse::into_response)?;
+        let mut aligned = Aligned::new(head, inflated.len());
+        aligned.push(&inflated);
+        Ok(InferBody(aligned.done()))
+    }
+}
+
+/// Bytes gathered with room before them, so that their first `head` bytes end on a
+/// boundary.
+struct Aligned {
+    buf: Vec<u8>,
+    pad: usize,
+}
+
+impl Aligned {
+    fn new(head: usize, capacity: usize) -> Aligned {
+        let mut buf = Vec::with_capacity(capacity + ALIGN);
+        // Bytes of no known length may move the buffer as it grows: their tensors are then
+        // copied, as unaligned ones are.
         let pad = (ALIGN - (buf.as_ptr() as usize).wrapping_add(head) % ALIGN) % ALIGN;
         buf.resize(pad, 0);
-        let mut body = req.into_body().into_data_stream();
-        while let Some(data) = body.next().await {
-            let data =
-                data.map_err(|e| Failure::bad_request(format!("reading the request body: {e}")))?;
-            if buf.len() - pad + data.len() > MAX_BODY_BYTES {
-                return Err(too_large());
-            }
-            buf.extend_from_slice(&data);
+        Aligned { buf, pad }
+    }
+
+    /// Whether `data` fits under the limit (and was added).
+    fn push(&mut self, data: &[u8]) -> bool {
+        let fits = self.buf.len() - self.pad + data.len() <= MAX_BODY_BYTES;
+        if fits {
+            self.buf.extend_from_slice(data);
         }
-        Ok(InferBody(Bytes::from(buf).slice(pad..)))
+        fits
+    }
+
+    fn done(self) -> Bytes {
+        Bytes::from(self.buf).slice(self.pad..)
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod body;
 pub mod classification;
+mod compression;
 pub mod config;
 mod extensions;
 pub mod grpc;
@@ -26,6 +27,7 @@ use crate::stats::Clock;
 use crate::tensor::{self, Data};
 use crate::{Failure, Served, VERSION};
 use body::InferBody;
+use compression::Encoding;
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
 
@@ -562,23 +564,28 @@ async fn answer(
         outputs,
     };
     let json = serde_json::to_vec(&doc).map_err(|e| Failure::bad_request(e.to_string()))?;
-    if blobs.is_empty() {
-        return Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response());
+    let mut answer = HeaderMap::new();
+    let body = if blobs.is_empty() {
+        answer.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        json
+    } else {
+        answer.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        answer.insert(HEADER_LENGTH, HeaderValue::from(json.len()));
+        let mut body = json;
+        blobs.iter().for_each(|b| body.extend_from_slice(b));
+        body
+    };
+    let encoding = Encoding::for_answer(headers);
+    if let Some(name) = encoding.name() {
+        answer.insert(header::CONTENT_ENCODING, HeaderValue::from_static(name));
     }
-    let length = HeaderValue::from(json.len());
-    let mut body = json;
-    blobs.iter().for_each(|b| body.extend_from_slice(b));
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            ),
-            (header::HeaderName::from_static(HEADER_LENGTH), length),
-        ],
-        body,
-    )
-        .into_response())
+    Ok((answer, encoding.compress(body)).into_response())
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod settings;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
+use tonic::codec::CompressionEncoding;
 use tonic::{Code, Request, Response, Status};
 
 use self::inference::grpc_inference_service_server::{
@@ -34,9 +35,13 @@ pub mod inference {
 
 /// The gRPC service's route, to merge into the REST router.
 pub fn router(served: Arc<Served>) -> axum::Router {
-    // Requests as large as REST bodies may be (tonic's default stops at 4 MiB).
-    let service =
-        GrpcInferenceServiceServer::new(Grpc { served }).max_decoding_message_size(MAX_BODY_BYTES);
+    // Requests as large as REST bodies may be (tonic's default stops at 4 MiB), inflated
+    // within that when a client compressed them (tritonclient's `compression_algorithm`);
+    // answers uncompressed, as Triton's by default.
+    let service = GrpcInferenceServiceServer::new(Grpc { served })
+        .max_decoding_message_size(MAX_BODY_BYTES)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
     // Only the service's own paths: every other one stays REST's (its 404 included).
     axum::Router::new().route_service(&format!("/{SERVICE_NAME}/{{*rpc}}"), service)
 }

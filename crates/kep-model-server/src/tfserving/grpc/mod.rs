@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message;
+use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 pub use self::tensor::dtype;
@@ -43,10 +44,16 @@ pub mod tensorflow {
 /// The services' routes, to merge into the REST router.
 pub fn router(served: Arc<Served>) -> axum::Router {
     let grpc = Grpc { served };
-    // Requests as large as REST bodies may be (tonic's default stops at 4 MiB).
-    let prediction =
-        PredictionServiceServer::new(grpc.clone()).max_decoding_message_size(MAX_BODY_BYTES);
-    let model = ModelServiceServer::new(grpc).max_decoding_message_size(MAX_BODY_BYTES);
+    // Requests as large as REST bodies may be (tonic's default stops at 4 MiB), inflated
+    // within that when a client compressed them, as gRPC's C++ server does for TF Serving.
+    let prediction = PredictionServiceServer::new(grpc.clone())
+        .max_decoding_message_size(MAX_BODY_BYTES)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
+    let model = ModelServiceServer::new(grpc)
+        .max_decoding_message_size(MAX_BODY_BYTES)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
     // Only the services' own paths: every other one stays REST's.
     axum::Router::new()
         .route_service("/tensorflow.serving.PredictionService/{*rpc}", prediction)
