@@ -564,28 +564,24 @@ async fn answer(
         outputs,
     };
     let json = serde_json::to_vec(&doc).map_err(|e| Failure::bad_request(e.to_string()))?;
-    let mut answer = HeaderMap::new();
-    let body = if blobs.is_empty() {
-        answer.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        json
-    } else {
-        answer.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-        answer.insert(HEADER_LENGTH, HeaderValue::from(json.len()));
-        let mut body = json;
-        blobs.iter().for_each(|b| body.extend_from_slice(b));
-        body
-    };
+    let head_length = (!blobs.is_empty()).then(|| HeaderValue::from(json.len()));
+    let mut body = json;
+    blobs.iter().for_each(|b| body.extend_from_slice(b));
     let encoding = Encoding::for_answer(headers);
+    let mut answer = encoding.compress(body).into_response();
+    let h = answer.headers_mut();
+    let content_type = match head_length {
+        Some(n) => {
+            h.insert(HEADER_LENGTH, n);
+            "application/octet-stream"
+        }
+        None => "application/json",
+    };
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(name) = encoding.name() {
-        answer.insert(header::CONTENT_ENCODING, HeaderValue::from_static(name));
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static(name));
     }
-    Ok((answer, encoding.compress(body)).into_response())
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -41,8 +41,8 @@ fn grpc_deployment(srv: &Server, endpoint: &str, kind: &str, model: &str) -> (St
 
 /// A `grpc` endpoint's `triton` deployment through the gateway: `tritonclient.grpc` on the
 /// gateway's address, the endpoint named by the key in the `authorization` metadata; a
-/// stream passed through open; REST calls go over HTTP/2 to the same instances; the
-/// gateway's refusals are gRPC statuses.
+/// stream passed through open; compressed messages passed on; REST calls go over HTTP/2 to
+/// the same instances; the gateway's refusals are gRPC statuses.
 #[test]
 fn tritonclient_grpc_reaches_a_grpc_endpoint_through_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
@@ -80,6 +80,10 @@ rows = np.array([[1, 2, 3, 4], [0.5, 0.1, -1, 2]], np.float32)
 x = grpc.InferInput("x", [2, 4], "FP32")
 x.set_data_from_numpy(rows)
 probs = client.infer("mlp", [x], headers=auth).as_numpy("probs")
+# A compressed message passes through as it is, and is inflated by the instance.
+for algorithm in ["gzip", "deflate"]:
+    got = client.infer("mlp", [x], headers=auth, compression_algorithm=algorithm).as_numpy("probs")
+    assert np.allclose(got, probs), (algorithm, got, probs)
 # A stream (ModelStreamInfer) passes through as it comes: an answer per request, in order.
 answers = queue.Queue()
 client.start_stream(lambda result, error: answers.put((result, error)), headers=auth)
@@ -93,7 +97,7 @@ client.stop_stream()
 assert r1 is None and e1.message() == "Request for unknown model: 'nope' is not found", e1
 assert e2 is None and r2.get_response().id == "s2" and np.allclose(r2.as_numpy("probs"), probs), (r2, e2)
 (stats,) = client.get_inference_statistics("mlp", headers=auth).model_stats
-assert stats.inference_stats.success.count == 3, stats
+assert stats.inference_stats.success.count == 5, stats
 # REST on the same gRPC endpoint: over HTTP/2 to the same instance.
 body = json.dumps({"inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32",
                                "data": rows.ravel().tolist()}]}).encode()
