@@ -291,9 +291,39 @@ fails(models.GetModelStatus, S(), IA, "Missing ModelSpec")
 fails(models.GetModelStatus, S(model_spec=v2), NF, f"Could not find version 2 of model {name}")
 fails(models.GetModelStatus, S(model_spec=spec(model="nope")), NF,
       "Could not find any versions of model nope")
-fails(prediction.MultiInference, inference_pb2.MultiInferenceRequest(),
-      grpc.StatusCode.UNIMPLEMENTED,
-      "MultiInference is not supported by this server (kep's model server)")
+# MultiInference: TF Serving's checks of the tasks, then the one signature evaluated once.
+MI, T = inference_pb2.MultiInferenceRequest, inference_pb2.InferenceTask
+CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
+fails(prediction.MultiInference, MI(), IA, "ModelSpec has no name specified.")
+fails(prediction.MultiInference, MI(tasks=[T(model_spec=spec(model="nope"), method_name=REGRESS)]),
+      NF, "Servable not found for request: Latest(nope)")
+fails(prediction.MultiInference, MI(tasks=[T(model_spec=spec(), method_name=REGRESS),
+                                           T(model_spec=spec(model="other"), method_name=REGRESS)]),
+      IA, "All ModelSpecs in a MultiInferenceRequest must access the same model name.")
+fails(prediction.MultiInference, MI(tasks=[T(model_spec=spec(), method_name=CLASSIFY),
+                                           T(model_spec=spec(signature_name="serving_default"),
+                                             method_name=REGRESS)]),
+      IA, "Duplicate evaluation of signature: serving_default")
+fails(prediction.MultiInference, MI(tasks=[T(model_spec=spec(signature_name="s"), method_name=REGRESS)]),
+      IA, "Requested signature not found in model graph: s")
+fails(prediction.MultiInference, MI(tasks=[T(model_spec=spec(), method_name="tensorflow/serving/predict")]),
+      grpc.StatusCode.UNIMPLEMENTED, "Unsupported signature method_name: tensorflow/serving/predict")
+if method in (CLASSIFY, REGRESS):
+    got = prediction.MultiInference(MI(tasks=[T(model_spec=spec(), method_name=method)],
+                                       input=examples()))
+    (result,) = got.results
+    assert (result.model_spec.name, result.model_spec.version.value) == (name, 1), result
+    if method == CLASSIFY:
+        scores = [[c.score for c in r.classes] for r in result.classification_result.classifications]
+        assert np.allclose(scores, want[first], atol=1e-5), (scores, want[first])
+    else:
+        values = [r.value for r in result.regression_result.regressions]
+        assert np.allclose(values, want[first].ravel(), atol=1e-5), (values, want[first])
+other = REGRESS if method == CLASSIFY else CLASSIFY
+kind = "regression" if other == REGRESS else "classification"
+sample = examples() if method in (CLASSIFY, REGRESS) else examples([[1.0]])
+fails(prediction.MultiInference, MI(tasks=[T(model_spec=spec(), method_name=other)], input=sample),
+      IA, f"Expected {kind} signature method_name to be {other}. Was: {method}")
 fails(models.HandleReloadConfigRequest, model_management_pb2.ReloadConfigRequest(),
       grpc.StatusCode.UNIMPLEMENTED,
       "HandleReloadConfigRequest is not supported by this server (kep's model server)")

@@ -529,8 +529,8 @@ async fn a_predict_signature_neither_classifies_nor_regresses() {
 
 /// TF Serving's gRPC API on the same port (`tests/check_tf_grpc.py`, with a client generated
 /// from the vendored protos): Predict with `tensor_content` and typed values for every
-/// datatype, compared with ONNX Runtime and REST; Classify, Regress, GetModelMetadata and
-/// GetModelStatus; TF Serving's status codes and texts.
+/// datatype, compared with ONNX Runtime and REST; Classify, Regress, MultiInference,
+/// GetModelMetadata and GetModelStatus; TF Serving's status codes and texts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tf_serving_grpc_answers_as_tf_serving_and_onnx_runtime_do() {
     let made = made_models();

@@ -157,28 +157,96 @@ fn examples_request(spec: &ModelSpec, input: Option<Input>) -> Result<examples::
     ))
 }
 
+/// `RunClassify`: the classes of the input's examples.
+async fn classification(
+    served: &Arc<Served>,
+    spec: &ModelSpec,
+    input: Option<Input>,
+) -> Result<ClassificationResult, Status> {
+    let request = examples_request(spec, input)?;
+    let Results::Classes(rows) = run_examples(served, &request, false).await? else {
+        unreachable!("classify answers classes")
+    };
+    let classifications = rows
+        .into_iter()
+        .map(|row| Classifications {
+            classes: row
+                .into_iter()
+                .map(|(label, score)| Class { label, score })
+                .collect(),
+        })
+        .collect();
+    Ok(ClassificationResult { classifications })
+}
+
+/// `RunRegress`: a value for each of the input's examples.
+async fn regression(
+    served: &Arc<Served>,
+    spec: &ModelSpec,
+    input: Option<Input>,
+) -> Result<RegressionResult, Status> {
+    let request = examples_request(spec, input)?;
+    let Results::Values(values) = run_examples(served, &request, true).await? else {
+        unreachable!("regress answers values")
+    };
+    Ok(RegressionResult {
+        regressions: values
+            .into_iter()
+            .map(|value| Regression { value })
+            .collect(),
+    })
+}
+
+const CLASSIFY: &str = "tensorflow/serving/classify";
+const REGRESS: &str = "tensorflow/serving/regress";
+
+/// `TensorFlowMultiInferenceRunner::Infer`'s checks of the tasks, in its order and words.
+/// The model has one signature, so a request that passes them evaluates it once.
+fn check_tasks(model: &str, tasks: &[InferenceTask]) -> Result<(), Status> {
+    let mut signatures = std::collections::HashSet::new();
+    for task in tasks {
+        let spec = task.model_spec.clone().unwrap_or_default();
+        if spec.name.is_empty() {
+            return Err(Status::invalid_argument(
+                "Found ModelSpec with an empty model name.",
+            ));
+        }
+        if spec.name != model {
+            return Err(Status::invalid_argument(
+                "All ModelSpecs in a MultiInferenceRequest must access the same model name.",
+            ));
+        }
+        let signature = signature_name(&spec).to_owned();
+        if !signatures.insert(signature.clone()) {
+            return Err(Status::invalid_argument(format!(
+                "Duplicate evaluation of signature: {signature}"
+            )));
+        }
+        if signature != DEFAULT_SIGNATURE {
+            return Err(Status::invalid_argument(format!(
+                "Requested signature not found in model graph: {signature}"
+            )));
+        }
+        if ![CLASSIFY, REGRESS].contains(&task.method_name.as_str()) {
+            return Err(Status::unimplemented(format!(
+                "Unsupported signature method_name: {}",
+                task.method_name
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl PredictionService for Grpc {
     async fn classify(&self, r: Request<ClassificationRequest>) -> Answer<ClassificationResponse> {
         let r = r.into_inner();
         let spec = model_spec(r.model_spec)?;
         found(&self.served, &spec)?;
-        let request = examples_request(&spec, r.input)?;
-        let Results::Classes(rows) = run_examples(&self.served, &request, false).await? else {
-            unreachable!("classify answers classes")
-        };
-        let classifications = rows
-            .into_iter()
-            .map(|row| Classifications {
-                classes: row
-                    .into_iter()
-                    .map(|(label, score)| Class { label, score })
-                    .collect(),
-            })
-            .collect();
+        let result = classification(&self.served, &spec, r.input).await?;
         Ok(Response::new(ClassificationResponse {
             model_spec: answered_spec(&spec.name, Some(signature_name(&spec))),
-            result: Some(ClassificationResult { classifications }),
+            result: Some(result),
         }))
     }
 
@@ -186,18 +254,10 @@ impl PredictionService for Grpc {
         let r = r.into_inner();
         let spec = model_spec(r.model_spec)?;
         found(&self.served, &spec)?;
-        let request = examples_request(&spec, r.input)?;
-        let Results::Values(values) = run_examples(&self.served, &request, true).await? else {
-            unreachable!("regress answers values")
-        };
+        let result = regression(&self.served, &spec, r.input).await?;
         Ok(Response::new(RegressionResponse {
             model_spec: answered_spec(&spec.name, Some(signature_name(&spec))),
-            result: Some(RegressionResult {
-                regressions: values
-                    .into_iter()
-                    .map(|value| Regression { value })
-                    .collect(),
-            }),
+            result: Some(result),
         }))
     }
 
@@ -212,11 +272,38 @@ impl PredictionService for Grpc {
         }))
     }
 
+    /// `RunMultiInference`: the servable the first task names, the tasks checked, then each
+    /// one's results on the same input, each with its model spec and the version.
     async fn multi_inference(
         &self,
-        _: Request<MultiInferenceRequest>,
+        r: Request<MultiInferenceRequest>,
     ) -> Answer<MultiInferenceResponse> {
-        Err(unimplemented("MultiInference"))
+        let r = r.into_inner();
+        let first = r.tasks.first().and_then(|t| t.model_spec.clone());
+        let spec = first.unwrap_or_default();
+        found(&self.served, &spec)?;
+        check_tasks(&spec.name, &r.tasks)?;
+        let mut results = Vec::with_capacity(r.tasks.len());
+        for task in r.tasks {
+            let spec = task.model_spec.unwrap_or_default();
+            let result = if task.method_name == CLASSIFY {
+                inference_result::Result::ClassificationResult(
+                    classification(&self.served, &spec, r.input.clone()).await?,
+                )
+            } else {
+                inference_result::Result::RegressionResult(
+                    regression(&self.served, &spec, r.input.clone()).await?,
+                )
+            };
+            results.push(InferenceResult {
+                model_spec: Some(ModelSpec {
+                    version_choice: Some(model_spec::VersionChoice::Version(version())),
+                    ..spec
+                }),
+                result: Some(result),
+            });
+        }
+        Ok(Response::new(MultiInferenceResponse { results }))
     }
 
     /// `GetModelMetadataImpl` (`servables/tensorflow/get_model_metadata_impl.cc`): the
