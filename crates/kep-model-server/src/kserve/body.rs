@@ -160,6 +160,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_compressed_body_is_inflated_aligned_and_its_length_header_counts_it_inflated() {
+        use std::io::Write as _;
+        let json = r#"{"inputs":[{"name":"x","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}"#;
+        let n = json.len();
+        let mut body = json.as_bytes().to_vec();
+        body.extend(1f32.to_le_bytes().into_iter().chain(2f32.to_le_bytes()));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&body).unwrap();
+        let compressed = gz.finish().unwrap();
+        let req = Request::post("/v2/models/m/infer")
+            .header(HEADER_LENGTH, n)
+            .header(header::CONTENT_ENCODING, "gzip")
+            .header(header::CONTENT_LENGTH, compressed.len())
+            .body(Body::from(compressed))
+            .unwrap();
+        let Ok(InferBody(got)) = InferBody::from_request(req, &()).await else {
+            panic!("inflated")
+        };
+        assert_eq!(got, body);
+        assert_eq!((got.as_ptr() as usize + n) % ALIGN, 0);
+        let header = axum::http::HeaderValue::from(n);
+        let decoded = decode("m", &[], &SharedMemory::new(false), Some(&header), &got);
+        let Ok(mut decoded) = decoded else {
+            panic!("decoded")
+        };
+        assert!(matches!(
+            decoded.inputs.pop(),
+            Some((
+                _,
+                Input::InPlace(TensorInPlace {
+                    place: Place::Body(_),
+                    ..
+                })
+            ))
+        ));
+    }
+
+    #[tokio::test]
     async fn bodies_past_the_limit_are_refused_in_the_error_shape() {
         let declared_over = Request::post("/v2/models/m/infer")
             .header(header::CONTENT_LENGTH, MAX_BODY_BYTES + 1)
