@@ -6,6 +6,7 @@
 //! on one instance would be read back from another as it was.
 
 use axum::body::Body;
+use axum::http::StatusCode;
 use axum::response::Response;
 
 use crate::route::Route;
@@ -48,19 +49,53 @@ pub fn is_broadcast(method: &str, path: &str) -> bool {
                 .is_some_and(|r| r.contains('/')))
 }
 
-/// Whether an instance refused the call: an HTTP error status, or a gRPC error, which an
-/// answer without a message carries in its headers.
-fn refused(res: &Response) -> bool {
-    !res.status().is_success()
-        || res
-            .headers()
-            .get("grpc-status")
-            .is_some_and(|status| status != "0")
+/// How an instance answered a broadcast call.
+#[derive(PartialEq, Eq, Debug)]
+enum Answered {
+    Done,
+    /// A 404 (gRPC's NOT_FOUND): the instance serves another model than the one the call
+    /// names, or another protocol, as one of an endpoint's deployments may.
+    NotServed,
+    /// Any other HTTP error status, or gRPC error, which an answer without a message
+    /// carries in its headers.
+    Refused,
+}
+
+fn answered(res: &Response) -> Answered {
+    let grpc = res.headers().get("grpc-status");
+    if res.status() == StatusCode::NOT_FOUND || grpc.is_some_and(|status| status == "5") {
+        Answered::NotServed
+    } else if !res.status().is_success() || grpc.is_some_and(|status| status != "0") {
+        Answered::Refused
+    } else {
+        Answered::Done
+    }
+}
+
+/// The answer of a broadcast: the first refusal, else the first instance's that did what
+/// was asked, else the first 404 (no instance serves what the call names).
+fn merged(answers: Vec<Result<Response, GatewayError>>) -> Option<Result<Response, GatewayError>> {
+    let (mut done, mut not_served) = (None, None);
+    for answer in answers {
+        match answer {
+            Ok(res) => match answered(&res) {
+                Answered::Done => {
+                    done.get_or_insert(res);
+                }
+                Answered::NotServed => {
+                    not_served.get_or_insert(res);
+                }
+                Answered::Refused => return Some(Ok(res)),
+            },
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    done.or(not_served).map(Ok)
 }
 
 impl Gateway {
     /// Sends the call to every ready instance of every deployment of the endpoint, at once;
-    /// answers the first refusal if any instance refused it, else the first answer.
+    /// answers as [`merged`] says.
     pub(crate) async fn broadcast(
         &self,
         route: &Route,
@@ -96,22 +131,47 @@ impl Gateway {
             }
         }
         let answers = futures_util::future::join_all(calls).await;
-        let mut first = None;
-        for answer in answers {
-            match answer {
-                Ok(res) if !refused(&res) => {
-                    first.get_or_insert(res);
-                }
-                refusal => return refusal,
-            }
-        }
-        first.ok_or_else(|| GatewayError::NoReadyInstance(route.name.to_string()))
+        merged(answers)
+            .unwrap_or_else(|| Err(GatewayError::NoReadyInstance(route.name.to_string())))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn res(status: u16, grpc: Option<&str>) -> Result<Response, GatewayError> {
+        let mut res = Response::builder().status(status);
+        if let Some(code) = grpc {
+            res = res.header("grpc-status", code);
+        }
+        Ok(res.body(Body::from(format!("{status} {grpc:?}"))).unwrap())
+    }
+
+    async fn text(answer: Option<Result<Response, GatewayError>>) -> String {
+        let body = answer.unwrap().unwrap().into_body();
+        let bytes = axum::body::to_bytes(body, 100).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refusal_wins_then_what_was_done_then_a_model_not_served() {
+        let t = |answers| async { text(merged(answers)).await };
+        // A deployment of another model answers 404: what the others did stands.
+        assert_eq!(t(vec![res(404, None), res(200, None)]).await, "200 None");
+        assert_eq!(
+            t(vec![res(200, Some("5")), res(200, Some("0"))]).await,
+            r#"200 Some("0")"#
+        );
+        assert_eq!(t(vec![res(404, None), res(404, None)]).await, "404 None");
+        assert_eq!(t(vec![res(200, None), res(400, None)]).await, "400 None");
+        assert_eq!(
+            t(vec![res(200, None), res(200, Some("3"))]).await,
+            r#"200 Some("3")"#
+        );
+        assert_eq!(t(vec![res(404, None), res(501, None)]).await, "501 None");
+        assert!(merged(Vec::new()).is_none());
+    }
 
     #[test]
     fn only_shared_memory_registrations_and_settings_changes_are_broadcast() {
