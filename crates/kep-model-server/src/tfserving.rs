@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 pub use examples::Method;
 pub use json::{Format, decode};
 
+use crate::compression;
 use crate::model::TensorSpec;
 use crate::stats::Clock;
 use crate::{Failure, Served, VERSION};
@@ -57,6 +58,7 @@ async fn handle(
             Failure::bad_request("Origin header is missing in CORS preflight").into_response()
         };
     }
+    let body = compression::tf_serving_body(&headers, body);
     match answer(&served, method.as_str(), path, &body).await {
         Ok(v) => Json(v).into_response(),
         Err(failure) => failure.into_response(),

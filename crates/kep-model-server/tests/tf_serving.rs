@@ -324,6 +324,44 @@ async fn predict_errors_are_tf_servings() {
 
 /// `:classify` on the MLP: its probabilities as the scores of unlabelled classes, as TF
 /// Serving answers for a signature with scores and no classes; equal to `:predict`'s.
+/// A body whose `Content-Encoding` names gzip is inflated (net_http's `auto_uncompress_input`,
+/// on by default); one that does not inflate is read as empty, as TF Serving reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gzip_bodies_are_read_as_tf_serving_reads_them() {
+    use std::io::Write as _;
+    let made = made_models();
+    let url = serve(
+        Protocol::TfServing,
+        ENGINES[0],
+        "mlp",
+        &made.path().join("mlp.onnx"),
+    )
+    .await;
+    let predict = format!("{url}/v1/models/mlp:predict");
+    let body = r#"{"instances": [[1.0, 2.0, 3.0, 4.0]]}"#;
+    let (status, plain) = call("POST", &predict, Some(body)).await;
+    assert_eq!(status, 200, "{plain}");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(body.as_bytes()).unwrap();
+    let gzipped = gz.finish().unwrap();
+    let http = reqwest::Client::new();
+    let send = |encoding: &'static str, bytes: Vec<u8>| {
+        http.post(&predict)
+            .header("content-encoding", encoding)
+            .body(bytes)
+            .send()
+    };
+    for encoding in ["gzip", "x-gzip"] {
+        let res = send(encoding, gzipped.clone()).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.json::<Value>().await.unwrap(), plain, "{encoding}");
+    }
+    let res = send("gzip", b"not gzip".to_vec()).await.unwrap();
+    assert_eq!(res.status(), 400);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["error"], "JSON Parse error: The document is empty");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classify_answers_the_scores_predict_gives() {
     let made = made_models();

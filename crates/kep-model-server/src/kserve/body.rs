@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 
 use super::HEADER_LENGTH;
-use super::compression::Encoding;
+use crate::compression::Encoding;
 use crate::{Failure, MAX_BODY_BYTES};
 
 /// Any element's size divides it, and it is a cache line.

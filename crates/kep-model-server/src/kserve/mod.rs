@@ -3,7 +3,6 @@
 
 mod body;
 pub mod classification;
-mod compression;
 pub mod config;
 mod extensions;
 pub mod grpc;
@@ -21,13 +20,13 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::compression::Encoding;
 use crate::model::{DataType, Input, InputError, ModelError, Place, TensorSpec};
 use crate::shm::{SharedMemory, Slot};
 use crate::stats::Clock;
 use crate::tensor::{self, Data};
 use crate::{Failure, Served, VERSION};
 use body::InferBody;
-use compression::Encoding;
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
 

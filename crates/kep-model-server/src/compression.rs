@@ -1,12 +1,16 @@
-//! Triton's HTTP compression of inference calls (`http_server.cc`, `data_compressor.h`): a
-//! request body sent with `Content-Encoding: gzip` or `deflate` (tritonclient's
-//! `request_compression_algorithm`) is inflated before it is read, within the body limit;
-//! an answer is compressed in whichever of `gzip`, `deflate` and `identity` the request's
-//! `Accept-Encoding` weighs highest (its `response_compression_algorithm`, or any HTTP
-//! client's default). `Inference-Header-Content-Length` counts the header uncompressed.
+//! Compressed calls, as each protocol's server takes them. Triton (`http_server.cc`,
+//! `data_compressor.h`): a request body sent with `Content-Encoding: gzip` or `deflate`
+//! (tritonclient's `request_compression_algorithm`) is inflated before it is read, within
+//! the body limit; an answer is compressed in whichever of `gzip`, `deflate` and
+//! `identity` the request's `Accept-Encoding` weighs highest (its
+//! `response_compression_algorithm`, or any HTTP client's default).
+//! `Inference-Header-Content-Length` counts the header uncompressed. TF Serving (`net_http`'s
+//! `auto_uncompress_input`, on by default): a body whose `Content-Encoding` names gzip is
+//! inflated; its answers are never compressed.
 
 use std::io::{Read as _, Write as _};
 
+use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use flate2::Compression;
@@ -108,6 +112,19 @@ impl Encoding {
             Encoding::Deflate => deflate(&body),
         }
     }
+}
+
+/// A TF Serving request body as its server reads it: inflated when `Content-Encoding` names
+/// gzip; one that does not inflate (within the body limit) is read as empty, as TF Serving's
+/// server reads it, whose handler then answers for an empty body.
+pub fn tf_serving_body(headers: &HeaderMap, body: Bytes) -> Bytes {
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes().windows(4).any(|w| w == b"gzip"));
+    if !gzip {
+        return body;
+    }
+    Encoding::inflate(&body).map_or_else(|_| Bytes::new(), Bytes::from)
 }
 
 /// A request body in another encoding: Triton's 501, which says in `Accept-Encoding` which
