@@ -103,10 +103,10 @@ pub(super) fn trace_setting(
         let mut change = TraceChange::default();
         if let Some(level) = r.settings.get("trace_level") {
             let names: Vec<&str> = level.value.iter().map(String::as_str).collect();
-            change.level = match settings::level(&names)? {
-                _ if names.is_empty() => Change::Clear,
-                Some(level) => Change::Set(level),
-                None => Change::Keep,
+            change.level = if names.is_empty() {
+                Change::Clear
+            } else {
+                settings::level(&names)?.map_or(Change::Keep, Change::Set)
             };
         }
         for number in Number::ALL {
