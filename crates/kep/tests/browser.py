@@ -153,8 +153,10 @@ def simulcast(browser, live, env, token):
                         lambda: width(lambda w, best: w < best), timeout=60)
     emit("smaller layer", width=got, layers=widths)
     release_media_port()
+    # The estimate climbs back by steps after a hold; on a loaded 2-core CI machine it once
+    # took longer than 60 s to reach the best layer's rate.
     got, widths = until("dave is back on the best layer",
-                        lambda: width(lambda w, best: w == best), timeout=60)
+                        lambda: width(lambda w, best: w == best), timeout=120)
     emit("best layer again", width=got, layers=widths)
     cli(env, "destroy", "layers")
 
