@@ -46,9 +46,14 @@ pub enum LiveError {
     /// The body is over the size limit (HTTP 413).
     #[error("Invalid Request")]
     PayloadTooLarge { limit: usize },
-    /// The body is not declared as JSON (HTTP 415).
+    /// The body is not declared as the type the call takes (HTTP 415): JSON for a
+    /// JSON-RPC call, SDP for an offer, an SDP fragment for a trickle.
     #[error("Invalid Request")]
-    UnsupportedMediaType,
+    UnsupportedMediaType(&'static str),
+    /// A `PATCH` that restarts ICE (`If-Match: *`): kep takes trickled candidates but no
+    /// ICE restart, which RFC 9725 §4.3.1 answers with HTTP 422.
+    #[error("Invalid Request")]
+    IceRestartNotSupported,
     /// Not a POST (HTTP 405).
     #[error("Invalid Request")]
     MethodNotAllowed,
@@ -85,7 +90,8 @@ impl LiveError {
             LiveError::Parse(_) => -32700,
             LiveError::InvalidRequest(_)
             | LiveError::PayloadTooLarge { .. }
-            | LiveError::UnsupportedMediaType
+            | LiveError::UnsupportedMediaType(_)
+            | LiveError::IceRestartNotSupported
             | LiveError::MethodNotAllowed => -32600,
             LiveError::MethodNotFound(_) => -32601,
             LiveError::InvalidParams { .. } | LiveError::InvalidOffer(_) => -32602,
@@ -121,9 +127,12 @@ impl LiveError {
             LiveError::PayloadTooLarge { limit } => {
                 Some(json!({ "reason": format!("the body is over {limit} bytes") }))
             }
-            LiveError::UnsupportedMediaType => {
-                Some(json!({ "reason": "Content-Type must be application/json" }))
+            LiveError::UnsupportedMediaType(wanted) => {
+                Some(json!({ "reason": format!("Content-Type must be {wanted}") }))
             }
+            LiveError::IceRestartNotSupported => Some(json!({
+                "reason": "ICE restarts are not supported: end the session and start a new one"
+            })),
             LiveError::MethodNotAllowed => Some(json!({ "reason": "a JSON-RPC call is a POST" })),
             LiveError::TooManyRequests(refusal) => Some(json!({
                 "reason": refusal.to_string(),
@@ -137,7 +146,8 @@ impl LiveError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             LiveError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            LiveError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            LiveError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            LiveError::IceRestartNotSupported => StatusCode::UNPROCESSABLE_ENTITY,
             LiveError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             LiveError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::OK,

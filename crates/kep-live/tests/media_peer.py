@@ -24,8 +24,8 @@ signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 
 import aioice.ice  # noqa: E402 (after the handler: importing aiortc is slow)
 import av
-from aiortc import (RTCConfiguration, RTCPeerConnection, RTCRtpSender,
-                    RTCSessionDescription)
+from aiortc import (RTCBundlePolicy, RTCConfiguration, RTCPeerConnection,
+                    RTCRtpSender, RTCSessionDescription)
 from aiortc.mediastreams import (AudioStreamTrack, MediaStreamError,
                                  VideoStreamTrack)
 from aiortc.rtcdtlstransport import RTCDtlsTransport
@@ -148,11 +148,21 @@ def tamper_fingerprint(sdp):
     return "\r\n".join(flip(l) for l in sdp.split("\r\n"))
 
 
+def directions(sdp):
+    """Each media section's direction in an SDP, in order."""
+    names = ("sendrecv", "sendonly", "recvonly", "inactive")
+    return [next((l[2:] for l in section.split("\r\n") if l[2:] in names), "sendrecv")
+            for section in sdp.split("\r\nm=")[1:]]
+
+
 # --- one WHIP/WHEP session -------------------------------------------------------
 class Session:
     def __init__(self, args):
         self.args = args
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        # max-bundle: one transport for every section, as RFC 9725 §4.2 asks of WHIP
+        # clients; aiortc's default (balanced) gathers one per kind.
+        policy = RTCBundlePolicy.MAX_BUNDLE if args.max_bundle else RTCBundlePolicy.BALANCED
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[], bundlePolicy=policy))
         self.done = asyncio.Event()
         self.stopping = False  # set once we end the session ourselves
         self.location = None
@@ -183,7 +193,8 @@ class Session:
             return False
         loc = headers.get("Location")
         self.location = urllib.parse.urljoin(self.args.url, loc) if loc else None
-        emit("answered", location=loc, stream_id=headers.get("Kep-Stream-Id"))
+        emit("answered", location=loc, stream_id=headers.get("Kep-Stream-Id"),
+             directions=directions(body))
         debug_candidates("answer", body)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body, type="answer"))
         return True
@@ -206,12 +217,13 @@ def setup_publish(session, args):
     if not (args.video or args.audio):
         args.video = args.audio = True
     pc = session.pc
+    direction = "sendrecv" if args.sendrecv else "sendonly"
     if args.video:
-        t = pc.addTransceiver(ColorVideoTrack(), direction="sendonly")
+        t = pc.addTransceiver(ColorVideoTrack(), direction=direction)
         codecs = RTCRtpSender.getCapabilities("video").codecs
         t.setCodecPreferences(sorted(codecs, key=lambda c: c.mimeType != "video/VP8"))
     if args.audio:
-        pc.addTransceiver(ToneAudioTrack(), direction="sendonly")
+        pc.addTransceiver(ToneAudioTrack(), direction=direction)
     # A BYE from the server means it ended our ingest session.
     BYE_HOOKS.append(lambda: session.remote_closed("bye"))
 
@@ -297,9 +309,13 @@ def main():
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
         p.add_argument("--bad-fingerprint", action="store_true",
                        help="offer a fingerprint that is not our certificate's")
+        p.add_argument("--max-bundle", action="store_true",
+                       help="bundle policy max-bundle (default: aiortc's balanced)")
         if name == "publish":
             p.add_argument("--video", action="store_true")
             p.add_argument("--audio", action="store_true")
+            p.add_argument("--sendrecv", action="store_true",
+                           help="offer sendrecv sections, as many WHIP clients do")
         else:
             p.add_argument("--frames", type=int, default=None)
     args = ap.parse_args()

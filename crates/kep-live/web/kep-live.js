@@ -29,6 +29,9 @@ const LAYERS = [
   { rid: "h", maxBitrate: 1_500_000 },
 ];
 
+/** Every section on one transport, as RFC 9725 §4.2 asks of WHIP clients. */
+const PC_CONFIG = { bundlePolicy: "max-bundle" };
+
 /** One WebRTC session with kep (WHIP or WHEP): an offer POSTed, its answer applied. */
 async function negotiate(url, token, pc) {
   await pc.setLocalDescription(await pc.createOffer());
@@ -101,7 +104,7 @@ export class Room extends EventTarget {
    * `simulcast`, its video goes in three layers (see LAYERS).
    */
   async publish(mediaStream, { simulcast = false } = {}) {
-    const pc = new RTCPeerConnection();
+    const pc = new RTCPeerConnection(PC_CONFIG);
     for (const track of mediaStream.getTracks()) {
       const layers = simulcast && track.kind === "video" ? { sendEncodings: LAYERS } : {};
       pc.addTransceiver(track, { direction: "sendonly", streams: [mediaStream], ...layers });
@@ -112,7 +115,7 @@ export class Room extends EventTarget {
 
   /** Subscribes to a stream of the room (WHEP): { stream: MediaStream, pc, stop() }. */
   async subscribe(streamId) {
-    const pc = new RTCPeerConnection();
+    const pc = new RTCPeerConnection(PC_CONFIG);
     const stream = new MediaStream();
     pc.ontrack = (e) => stream.addTrack(e.track);
     pc.addTransceiver("video", { direction: "recvonly" });

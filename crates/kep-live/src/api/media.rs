@@ -1,9 +1,10 @@
 //! WHIP publish and WHEP subscribe (RFC 9725 and the WHEP draft; CONTRACT §1 "Media"): an
 //! SDP offer with a join token as Bearer answers `201`, the SDP answer and `Location`;
-//! `DELETE` of the Location ends the session. The answer carries kep's one candidate, so
-//! no trickle is needed: `PATCH` (any other method) is 405. Refusals are JSON-RPC error answers with an HTTP
-//! status of their own (400 offer, 401 token, 403 not allowed, 404 no such stream or
-//! session, 413, 415, 429).
+//! `PATCH` of the Location trickles candidates, `DELETE` ends the session. Offers are
+//! taken as standard clients make them: bundled under `max-bundle`, sections `sendrecv` or
+//! one-way (answered the one way kep uses). Refusals are JSON-RPC error answers with an
+//! HTTP status of their own (400 offer, 401 token, 403 not allowed, 404 no such stream or
+//! session, 405, 413, 415, 422 ICE restart, 429).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -193,12 +194,106 @@ fn end(
     }
 }
 
-/// A session takes `DELETE` only: trickle ICE (`PATCH`) is not needed, since the answer
-/// has kep's only candidate.
-pub(crate) async fn only_delete() -> Response {
+/// `PATCH /api/whip/{room_id}/{session}`: ICE candidates the publisher trickled.
+#[utoipa::path(patch, path = paths::WHIP_SESSION, params(("room_id" = String, Path), ("session" = String, Path)),
+    request_body(content = String, content_type = "application/trickle-ice-sdpfrag", description = "An SDP fragment (RFC 8840) with `a=candidate` lines"),
+    responses(
+        (status = 204, description = "The candidates were handed to the session"),
+        (status = 400, description = "A candidate line that does not parse", body = kep_api::live::RpcResponse),
+        (status = 401, description = "No valid join token", body = kep_api::live::RpcResponse),
+        (status = 403, description = "A join token of another room", body = kep_api::live::RpcResponse),
+        (status = 404, description = "No such session of the token's participant", body = kep_api::live::RpcResponse),
+        (status = 415, description = "A body that is not application/trickle-ice-sdpfrag", body = kep_api::live::RpcResponse),
+        (status = 422, description = "An ICE restart (`If-Match: *`), which kep does not support", body = kep_api::live::RpcResponse),
+    ),
+    security(("bearer" = [])))]
+pub(crate) async fn trickle_publish(
+    State(live): State<LiveService>,
+    Path((room_id, session)): Path<(String, String)>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    trickle(&live, &room_id, &session, peer, &headers, body)
+}
+
+/// `PATCH /api/whep/{room_id}/{stream_id}/{session}`, likewise.
+#[utoipa::path(patch, path = paths::WHEP_SESSION, params(("room_id" = String, Path), ("stream_id" = i64, Path), ("session" = String, Path)),
+    request_body(content = String, content_type = "application/trickle-ice-sdpfrag", description = "An SDP fragment (RFC 8840) with `a=candidate` lines"),
+    responses(
+        (status = 204, description = "The candidates were handed to the session"),
+        (status = 400, description = "A candidate line that does not parse", body = kep_api::live::RpcResponse),
+        (status = 401, description = "No valid join token", body = kep_api::live::RpcResponse),
+        (status = 403, description = "A join token of another room", body = kep_api::live::RpcResponse),
+        (status = 404, description = "No such session of the token's participant", body = kep_api::live::RpcResponse),
+        (status = 415, description = "A body that is not application/trickle-ice-sdpfrag", body = kep_api::live::RpcResponse),
+        (status = 422, description = "An ICE restart (`If-Match: *`), which kep does not support", body = kep_api::live::RpcResponse),
+    ),
+    security(("bearer" = [])))]
+pub(crate) async fn trickle_subscribe(
+    State(live): State<LiveService>,
+    Path((room_id, _stream_id, session)): Path<(String, String, String)>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    trickle(&live, &room_id, &session, peer, &headers, body)
+}
+
+/// Trickle ICE (RFC 9725 §4.3.1): the fragment's candidates go to the session. kep's answer
+/// already has its only candidate and ICE-lite learns the peer's address from its checks,
+/// so they are a hint; an ICE restart is refused (422), as the RFC asks of a server that
+/// takes only trickles.
+fn trickle(
+    live: &LiveService,
+    room_id: &str,
+    session: &str,
+    peer: std::net::IpAddr,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let trickled = || {
+        let (grant, _in_flight) = admit(live, headers, peer, room_id)?;
+        let key = (grant.service_id.into(), room_id.to_owned());
+        let frag = text_body(
+            headers,
+            body,
+            "application/trickle-ice-sdpfrag",
+            live.0.settings.body_limit_bytes,
+        )?;
+        if headers.get(header::IF_MATCH).is_some_and(|v| v == "*") {
+            return Err(LiveError::IceRestartNotSupported);
+        }
+        let candidates = frag
+            .lines()
+            .filter_map(|line| line.trim_end().strip_prefix("a="))
+            .filter(|a| a.starts_with("candidate:"))
+            .map(|c| {
+                str0m::Candidate::from_sdp_string(c).map_err(|e| {
+                    LiveError::InvalidOffer(format!("a candidate that does not parse: {e}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if !live
+            .0
+            .media
+            .trickle(&key, &grant.participant_id, session, candidates)
+        {
+            return Err(LiveError::SessionNotFound);
+        }
+        Ok(())
+    };
+    match trickled() {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refuse(e),
+    }
+}
+
+/// A session takes `PATCH` and `DELETE` only.
+pub(crate) async fn other_method() -> Response {
     let mut res = refuse(LiveError::MethodNotAllowed);
     res.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("DELETE"));
+        .insert(header::ALLOW, HeaderValue::from_static("PATCH, DELETE"));
     res
 }
 
@@ -222,7 +317,12 @@ fn answer_offer(
             "the join token does not allow {what}"
         )));
     }
-    let offer = sdp_body(headers, body, live.0.settings.body_limit_bytes)?;
+    let offer = text_body(
+        headers,
+        body,
+        "application/sdp",
+        live.0.settings.body_limit_bytes,
+    )?;
     let negotiated = live.0.media.negotiate(&offer, role)?;
     Ok((grant, admission, negotiated))
 }
@@ -259,14 +359,15 @@ fn admit(
     Ok((grant, admission))
 }
 
-/// The offer: an `application/sdp` body within the body limit.
-fn sdp_body(
+/// A text body of `content_type` (an offer, a trickle) within the body limit.
+fn text_body(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    content_type: &'static str,
     limit: usize,
 ) -> Result<String, LiveError> {
-    if !kep_core::http::content_type_is(headers, "application/sdp") {
-        return Err(LiveError::UnsupportedMediaType);
+    if !kep_core::http::content_type_is(headers, content_type) {
+        return Err(LiveError::UnsupportedMediaType(content_type));
     }
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => LiveError::PayloadTooLarge { limit },

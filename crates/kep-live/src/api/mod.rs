@@ -23,19 +23,29 @@ pub(crate) fn router(live: LiveService) -> Router {
     // a join token in a header, never a cookie, so no origin gains anything by it.
     let cors = tower_http::cors::CorsLayer::new()
         .allow_origin(tower_http::cors::Any)
-        .allow_methods([Method::GET, Method::POST, Method::DELETE])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+        .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::IF_MATCH,
+        ])
         .expose_headers([header::LOCATION, HeaderName::from_static("kep-stream-id")]);
     let media = Router::new()
         .route(paths::WHIP, post(media::publish).layer(offers))
         .route(
             paths::WHIP_SESSION,
-            delete(media::end_publish).fallback(media::only_delete),
+            delete(media::end_publish)
+                .patch(media::trickle_publish)
+                .fallback(media::other_method)
+                .layer(offers),
         )
         .route(paths::WHEP, post(media::subscribe).layer(offers))
         .route(
             paths::WHEP_SESSION,
-            delete(media::end_subscribe).fallback(media::only_delete),
+            delete(media::end_subscribe)
+                .patch(media::trickle_subscribe)
+                .fallback(media::other_method)
+                .layer(offers),
         )
         .route(paths::SDK, get(sdk))
         .layer(cors);
@@ -79,7 +89,9 @@ const LIMIT_ANSWERS: kep_core::http::LimitAnswers =
         media::publish,
         media::subscribe,
         media::end_publish,
-        media::end_subscribe
+        media::end_subscribe,
+        media::trickle_publish,
+        media::trickle_subscribe
     ),
     modifiers(&LIMIT_ANSWERS),
     components(schemas(

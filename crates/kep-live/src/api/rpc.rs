@@ -350,7 +350,7 @@ async fn read_body(
     body: Body,
 ) -> Result<Bytes, LiveError> {
     if !kep_core::http::content_type_is(headers, "application/json") {
-        return Err(LiveError::UnsupportedMediaType);
+        return Err(LiveError::UnsupportedMediaType("application/json"));
     }
     let limit = live.0.settings.body_limit_bytes;
     match Limited::new(body, limit).collect().await {

@@ -54,6 +54,60 @@ struct Track {
     layers: Vec<String>,
 }
 
+/// The offer with its `sendrecv` sections made to go the role's one way (a publisher's
+/// `sendonly`, a subscriber's `recvonly`), so that str0m answers them `recvonly` and
+/// `sendonly`: kep never sends to a publisher nor takes media from a subscriber, and an
+/// answer `sendrecv` would announce send streams that never come.
+fn one_way(offer: &str, role: &Role) -> String {
+    let theirs = match role {
+        Role::Publish => "a=sendonly",
+        Role::Subscribe => "a=recvonly",
+    };
+    offer
+        .split_inclusive('\n')
+        .map(|line| match line.trim_end() {
+            "a=sendrecv" => line.replacen("a=sendrecv", theirs, 1),
+            _ => line.to_owned(),
+        })
+        .collect()
+}
+
+/// The answer with kep's candidates in every accepted section, not only the first of the
+/// bundle as str0m (after JSEP) writes it. A client that takes its candidates from the
+/// last section of a transport then has none and never connects: aiortc under
+/// `max-bundle`, where every section shares one transport. Browsers read the first
+/// section's and pass over the rest, as they do with Pion's and Janus's answers, which
+/// repeat them too.
+fn candidates_in_every_section(answer: &str) -> String {
+    let ours: Vec<&str> = answer
+        .split("\r\n")
+        .filter(|l| l.starts_with("a=candidate:") || *l == "a=end-of-candidates")
+        .collect();
+    let mut out = String::with_capacity(answer.len() * 2);
+    // Whether the section so far is accepted media without candidates.
+    let mut lacking = false;
+    let close = |out: &mut String, lacking: bool| {
+        if lacking {
+            for line in &ours {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+        }
+    };
+    for line in answer.split_terminator("\r\n") {
+        if let Some(media) = line.strip_prefix("m=") {
+            close(&mut out, lacking);
+            lacking = media.split(' ').nth(1) != Some("0");
+        } else if line.starts_with("a=candidate:") {
+            lacking = false;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    close(&mut out, lacking);
+    out
+}
+
 /// The tracks an answer accepted for `role`: its media sections that are not rejected
 /// (port 0), go the role's way (kep receives a publisher's, sends to a subscriber) and
 /// kept a codec. (str0m tells of tracks only once connected.)
@@ -75,7 +129,7 @@ fn tracks_of(answer: &str, role: &Role) -> Vec<Track> {
             let accepted = words.next()? != "0";
             let pt = words.nth(1)?;
             let mid = section.lines().find_map(|l| l.strip_prefix("a=mid:"))?;
-            let goes = section.lines().any(|l| l == wanted || l == "a=sendrecv");
+            let goes = section.lines().any(|l| l == wanted);
             let rtpmap = format!("a=rtpmap:{pt} ");
             let codec = section
                 .lines()
@@ -192,8 +246,8 @@ impl Media {
     /// take (publish: Opus or VP8/H.264 it sends; subscribe: that it receives).
     pub fn negotiate(&self, offer: &str, role: &Role) -> Result<Negotiated, LiveError> {
         let bad = |why: String| LiveError::InvalidOffer(why);
-        let offer =
-            SdpOffer::from_sdp_string(offer).map_err(|e| bad(format!("not an SDP offer: {e}")))?;
+        let offer = SdpOffer::from_sdp_string(&one_way(offer, role))
+            .map_err(|e| bad(format!("not an SDP offer: {e}")))?;
         let creds = IceCreds::new();
         let ufrag: Arc<str> = creds.ufrag.as_str().into();
         // A subscriber's bandwidth is estimated (TWCC, str0m's GoogCC), to choose its
@@ -215,7 +269,7 @@ impl Media {
             .sdp_api()
             .accept_offer(offer)
             .map_err(|e| bad(format!("the offer cannot be answered: {e}")))?;
-        let answer = answer.to_sdp_string();
+        let answer = candidates_in_every_section(&answer.to_sdp_string());
         let tracks = tracks_of(&answer, role);
         if tracks.is_empty() {
             let what = match role {
@@ -309,14 +363,34 @@ impl Media {
         }
     }
 
+    /// Whether the session is the participant's, in the room.
+    fn is_theirs(&self, room: &RoomKey, participant_id: &str, session_id: &str) -> bool {
+        self.sessions
+            .get(session_id)
+            .is_some_and(|s| s.0 == *room && s.1 == participant_id)
+    }
+
     /// Ends the participant's session in the room; false when it has no such session.
     pub fn end_session(&self, room: &RoomKey, participant_id: &str, session_id: &str) -> bool {
-        let theirs = self
-            .sessions
-            .get(session_id)
-            .is_some_and(|s| s.0 == *room && s.1 == participant_id);
+        let theirs = self.is_theirs(room, participant_id, session_id);
         if theirs {
             self.tell(room, Command::EndSession(session_id.to_owned()));
+        }
+        theirs
+    }
+
+    /// Hands the participant's session candidates its peer trickled (RFC 8840); false when
+    /// it has no such session.
+    pub fn trickle(
+        &self,
+        room: &RoomKey,
+        participant_id: &str,
+        session_id: &str,
+        candidates: Vec<Candidate>,
+    ) -> bool {
+        let theirs = self.is_theirs(room, participant_id, session_id);
+        if theirs && !candidates.is_empty() {
+            self.tell(room, Command::Candidates(session_id.to_owned(), candidates));
         }
         theirs
     }
@@ -342,3 +416,6 @@ impl Media {
         let _ = self.routes.send(Route::Forget(gone.ufrag.clone()));
     }
 }
+
+#[cfg(test)]
+mod tests;

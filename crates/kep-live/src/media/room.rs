@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use str0m::bwe::{Bitrate, BweKind};
 use str0m::media::{KeyframeRequestKind, MediaData, MediaKind, Mid, Rid};
 use str0m::net::{Protocol, Receive};
-use str0m::{Event, IceConnectionState, Input, Output, Rtc};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -31,6 +31,8 @@ pub(super) enum Command {
         data: Vec<u8>,
     },
     EndSession(String),
+    /// Candidates the session's peer trickled.
+    Candidates(String, Vec<Candidate>),
     /// The stream's publisher and subscribers.
     EndStream(i64),
     /// Every session of the participant.
@@ -226,6 +228,14 @@ impl Room {
                 if let Err(e) = s.rtc.handle_input(Input::Receive(at, receive)) {
                     tracing::debug!(session = s.id, error = %e, "media session failed");
                     s.rtc.disconnect();
+                }
+            }
+            Command::Candidates(id, candidates) => {
+                if let Some(s) = self.sessions.iter_mut().find(|s| s.id == id) {
+                    s.dirty = true;
+                    for c in candidates {
+                        s.rtc.add_remote_candidate(c);
+                    }
                 }
             }
             Command::EndSession(id) => self.end(|s| s.id == id),

@@ -1,103 +1,12 @@
 //! Real media through kep's rooms: aiortc publishes over WHIP and subscribes over WHEP
 //! (tests/media_peer.py), every peer on 127.0.0.1; the Room methods act on the sessions.
 
-use std::process::Stdio;
-use std::time::Duration;
-
-use kep_api::live::{EventKind, JoinClaims, ServerMessage};
+use kep_api::live::{EventKind, JoinClaims};
 use kep_client::live::{LiveClient, Participant, join_token};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
 
-use crate::common::{TestServer, next, spawn};
-
-/// A peer process and the JSON lines it prints.
-struct Peer {
-    /// Killed when the peer is dropped.
-    _child: Child,
-    lines: mpsc::UnboundedReceiver<Value>,
-    what: String,
-}
-
-impl Peer {
-    fn start(what: &str, args: &[&str]) -> Peer {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/media_peer.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(args)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("python3 with aiortc (the test command installs it)");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                if let Ok(v) = serde_json::from_str(&line) {
-                    let _ = tx.send(v);
-                }
-            }
-        });
-        Peer {
-            _child: child,
-            lines,
-            what: what.to_owned(),
-        }
-    }
-
-    /// How kep refused the peer's offer (the `refused` line, with the HTTP status).
-    async fn refused(&mut self) -> Value {
-        let wait = async {
-            while let Some(line) = self.lines.recv().await {
-                if line["event"] == "refused" {
-                    return line;
-                }
-            }
-            panic!("{}: ended unrefused", self.what);
-        };
-        tokio::time::timeout(Duration::from_secs(30), wait)
-            .await
-            .unwrap_or_else(|_| panic!("{}: not refused within 30 s", self.what))
-    }
-
-    /// The next line whose `event` is `event`, within 30 s; the lines before it are passed.
-    async fn until(&mut self, event: &str) -> Value {
-        self.until_kind(event, None).await
-    }
-
-    /// [`Peer::until`] a line of that `kind` too (`video`, `audio`), if given.
-    async fn until_kind(&mut self, event: &str, kind: Option<&str>) -> Value {
-        let wait = async {
-            while let Some(line) = self.lines.recv().await {
-                if line["event"] == event && kind.is_none_or(|k| line["kind"] == k) {
-                    return line;
-                }
-                if line["event"] == "error" || line["event"] == "refused" {
-                    panic!("{}: {line}", self.what);
-                }
-            }
-            panic!("{}: ended before {event}", self.what);
-        };
-        tokio::time::timeout(Duration::from_secs(30), wait)
-            .await
-            .unwrap_or_else(|_| panic!("{}: no {event} within 30 s", self.what))
-    }
-}
-
-fn token(srv: &TestServer, secret: &str, room: &str, who: &str) -> String {
-    let claims = JoinClaims {
-        iss: "svc".into(),
-        room: room.into(),
-        sub: who.into(),
-        exp: srv.clock.unix_s() + 600,
-        publish: None,
-        subscribe: None,
-    };
-    join_token("svc", secret, &claims)
-}
+use crate::common::spawn;
+use crate::peers::{Peer, token, until_event};
 
 #[tokio::test]
 async fn media_flows_from_a_whip_publisher_to_whep_subscribers_until_the_room_stops_it() {
@@ -593,16 +502,5 @@ async fn an_offer_is_read_up_to_the_body_limit() {
         assert_eq!(res.status().as_u16(), status, "{size} bytes");
         let body: Value = res.json().await.unwrap();
         assert!(body["error"]["code"].is_i64(), "{size} bytes: {body}");
-    }
-}
-
-/// The next event of `kind` the participant gets, the others passed over.
-async fn until_event(p: &mut Participant, kind: EventKind) -> kep_api::live::Event {
-    loop {
-        match next(p).await {
-            Ok(ServerMessage::Event(e)) if e.event == kind => return e,
-            Ok(_) => {}
-            Err(closed) => panic!("closed waiting for {kind:?}: {closed:?}"),
-        }
     }
 }
