@@ -177,10 +177,17 @@ impl Service for MessagingService {
             receipts_in_memory: ctx.cluster.node_id().is_none(),
         };
         let claim = writer::Claim(i64::try_from(policy.lease.as_millis()).unwrap_or(i64::MAX));
-        let writer = writer::Writer::start(store.clone(), claim);
+        let (accepted, to_dispatch) = tokio::sync::mpsc::unbounded_channel();
+        let writer = writer::Writer::start(store.clone(), claim, accepted);
         let clock = ctx.clock.clone();
-        let dispatcher =
-            pipeline::Dispatcher::new(store.clone(), writer.clone(), carriers, policy, ctx);
+        let dispatcher = pipeline::Dispatcher::new(
+            store.clone(),
+            writer.clone(),
+            carriers,
+            policy,
+            to_dispatch,
+            ctx,
+        );
         ctx.spawn(Arc::clone(&dispatcher).run());
         ctx.spawn(Arc::clone(&dispatcher).run_receipts(receipts_rx));
         ctx.spawn(Arc::clone(&dispatcher).sweep_receipts(Duration::from_secs(60)));

@@ -3,7 +3,7 @@
 
 use kep_core::secret::sha256_hex;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::ids::{ClientId, MessageUid};
 use crate::model::{Channel, MessageType, RcsStatus, Status};
@@ -43,8 +43,8 @@ pub trait Sendable: DeserializeOwned {
 }
 
 impl Messaging {
-    /// Checks `send` (`raw` is its body as it came, an object) for `caller`, stores it durably and
-    /// wakes the dispatcher: its uid and cid. The same cid with the same body answers the
+    /// Checks `send` (`raw` is its body as it came, an object) for `caller`, stores it durably for
+    /// the dispatcher: its uid and cid. The same cid with the same body answers the
     /// first uid and sends nothing; another body is a 410.
     pub async fn send<T: Sendable>(
         &self,
@@ -59,7 +59,6 @@ impl Messaging {
         let request = serde_json::to_string(&raw).expect("JSON serialises");
         let request_hash = sha256_hex(&request);
         let now = self.clock.unix_ms();
-        let (caller_id, message_type) = (caller.clone(), head.message_type.as_str());
         let row = MessageRow {
             request_hash: request_hash.clone(),
             uid: self.uids.next(),
@@ -82,18 +81,9 @@ impl Messaging {
             res_date: None,
         };
         let uid = row.uid.clone();
-        match self.writer.insert(row.clone()).await? {
-            Inserted::New => {
-                metrics::counter!("kep_messaging_accepted_total", "channel" => T::CHANNEL.as_str())
-                    .increment(1);
-                self.activity.record(
-                    "message.accepted",
-                    format!("{}/{uid}", caller_id),
-                    json!({ "channel": T::CHANNEL.as_str(), "messageType": message_type, "cid": cid }),
-                );
-                self.dispatcher.offer(row);
-                Ok((uid, cid))
-            }
+        // A new message goes on to the dispatcher from the writer, counted there.
+        match self.writer.insert(row).await? {
+            Inserted::New => Ok((uid, cid)),
             Inserted::Existing(first)
                 if first.request_hash == request_hash && first.channel == T::CHANNEL =>
             {

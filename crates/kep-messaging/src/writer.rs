@@ -37,15 +37,22 @@ const MAX_BATCH: usize = 1024;
 impl Writer {
     /// The writer task lives as long as its handles: it ends once the service and its
     /// deliveries have dropped theirs, after committing what they queued (a stop must not cut
-    /// off a delivery's record, so the shutdown token does not end it).
-    pub fn start(store: Arc<dyn Store>, claim: Claim) -> Self {
+    /// off a delivery's record, so the shutdown token does not end it). Each message it
+    /// stores new goes to `accepted`, this node's dispatcher.
+    pub fn start(
+        store: Arc<dyn Store>,
+        claim: Claim,
+        accepted: mpsc::UnboundedSender<MessageRow>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, claim, rx));
+        tokio::spawn(run(store, claim, accepted, rx));
         Writer { tx }
     }
 
     /// Stores an accepted message (or finds the one its cid already names), claimed for this
-    /// node's dispatcher; returns once committed.
+    /// node's dispatcher; returns once committed. The writer, not the caller, hands a new
+    /// message to the dispatcher: a caller dropped while it waits (a client that hung up)
+    /// must not leave a stored message to wait for its claim to run out.
     pub async fn insert(&self, row: MessageRow) -> sqlx::Result<Inserted> {
         let (done, wait) = oneshot::channel();
         self.tx
@@ -68,7 +75,12 @@ impl Writer {
     }
 }
 
-async fn run(store: Arc<dyn Store>, claim: Claim, mut rx: mpsc::UnboundedReceiver<Write>) {
+async fn run(
+    store: Arc<dyn Store>,
+    claim: Claim,
+    accepted: mpsc::UnboundedSender<MessageRow>,
+    mut rx: mpsc::UnboundedReceiver<Write>,
+) {
     let writers = Arc::new(Semaphore::new(store.writers()));
     let mut committing = tokio::task::JoinSet::new();
     loop {
@@ -88,9 +100,9 @@ async fn run(store: Arc<dyn Store>, claim: Claim, mut rx: mpsc::UnboundedReceive
                 Err(_) => break,
             }
         }
-        let store = Arc::clone(&store);
+        let (store, accepted) = (Arc::clone(&store), accepted.clone());
         committing.spawn(async move {
-            commit(&*store, claim, &mut batch).await;
+            commit(&*store, claim, &accepted, &mut batch).await;
             drop(permit);
         });
         while committing.try_join_next().is_some() {}
@@ -98,7 +110,12 @@ async fn run(store: Arc<dyn Store>, claim: Claim, mut rx: mpsc::UnboundedReceive
     committing.join_all().await;
 }
 
-async fn commit(store: &dyn Store, claim: Claim, batch: &mut Vec<Write>) {
+async fn commit(
+    store: &dyn Store,
+    claim: Claim,
+    accepted_to: &mpsc::UnboundedSender<MessageRow>,
+    batch: &mut Vec<Write>,
+) {
     // Rows in one order in every batch: transactions that insert the same cids at once take
     // their locks in the same order, and never deadlock.
     batch.sort_by(|a, b| match (a, b) {
@@ -134,10 +151,13 @@ async fn commit(store: &dyn Store, claim: Claim, batch: &mut Vec<Write>) {
     match result {
         Ok(answers) => {
             let waiting = batch.drain(..).filter_map(|w| match w {
-                Write::Insert(_, done) => Some(done),
+                Write::Insert(row, done) => Some((row, done)),
                 _ => None,
             });
-            for (done, answer) in waiting.zip(answers) {
+            for ((row, done), answer) in waiting.zip(answers) {
+                if matches!(answer, Inserted::New) {
+                    let _ = accepted_to.send(*row);
+                }
                 let _ = done.send(Ok(answer));
             }
         }

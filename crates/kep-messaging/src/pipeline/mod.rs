@@ -145,8 +145,8 @@ pub struct Dispatcher<C> {
     carrier: C,
     pub(crate) policy: DispatchPolicy,
     pub(crate) clock: Clock,
-    /// Messages this node accepted, claimed for it as they were stored.
-    offered: mpsc::UnboundedSender<MessageRow>,
+    /// Messages this node accepted, claimed for it as they were stored: the writer hands
+    /// each over once committed ([`crate::writer::Writer::start`]).
     accepted: Mutex<Option<mpsc::UnboundedReceiver<MessageRow>>>,
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
@@ -165,9 +165,9 @@ impl<C: Carrier> Dispatcher<C> {
         writer: Writer,
         carrier: C,
         policy: DispatchPolicy,
+        accepted: mpsc::UnboundedReceiver<MessageRow>,
         ctx: &Context,
     ) -> Arc<Self> {
-        let (offered, accepted) = mpsc::unbounded_channel();
         Arc::new(Dispatcher {
             store,
             writer,
@@ -175,7 +175,6 @@ impl<C: Carrier> Dispatcher<C> {
             policy,
             clock: ctx.clock.clone(),
             deliveries: ctx.tasks.clone(),
-            offered,
             accepted: Mutex::new(Some(accepted)),
             in_flight: Mutex::default(),
             awaiting: Mutex::default(),
@@ -187,11 +186,6 @@ impl<C: Carrier> Dispatcher<C> {
 
     pub fn carrier(&self) -> &C {
         &self.carrier
-    }
-
-    /// A message this node just stored, claimed for it ([`crate::writer::Writer::insert`]).
-    pub fn offer(&self, m: MessageRow) {
-        let _ = self.offered.send(m);
     }
 
     fn lease_ms(&self) -> i64 {
@@ -214,6 +208,7 @@ impl<C: Carrier> Dispatcher<C> {
         loop {
             tokio::select! {
                 Some(m) = accepted.recv() => {
+                    self.accepted(&m);
                     let claimed_until = m.reg_date.saturating_add(lease_ms);
                     self.start(m, Some(claimed_until), &permits).await;
                     continue;
@@ -248,6 +243,17 @@ impl<C: Carrier> Dispatcher<C> {
                 self.start(m, None, &permits).await;
             }
         }
+    }
+
+    /// Counts a message this node just stored, and says so in the activity.
+    fn accepted(&self, m: &MessageRow) {
+        let channel = m.channel.as_str();
+        metrics::counter!("kep_messaging_accepted_total", "channel" => channel).increment(1);
+        self.activity.record(
+            "message.accepted",
+            object(m),
+            json!({ "channel": channel, "messageType": m.message_type.as_str(), "cid": &m.cid }),
+        );
     }
 
     /// Delivers `m` once a permit is free. A message offered at its acceptance goes only
