@@ -168,6 +168,9 @@ impl Service for MessagingService {
             &ctx.public_url,
             &receipts,
         )?;
+        for (carrier, account) in carriers.smpp_accounts() {
+            store.adopt_receipts(carrier, account).await?;
+        }
         let policy = pipeline::DispatchPolicy {
             concurrency: settings.dispatch_concurrency,
             lease: Duration::from_secs(settings.dispatch_lease_s),

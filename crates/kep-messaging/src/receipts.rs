@@ -3,6 +3,11 @@
 //! them is the hand-over's outcome and the message goes on (a fallback, or its final
 //! state).
 //!
+//! A receipt answers a part by the carrier's id of it within an account: an SMPP carrier's
+//! SMSC account (host, port, `system_id`), which may deliver it on any session of the
+//! account, another bind or another carrier bound to it, on this node or another; an HTTP
+//! carrier's own dlr-url.
+//!
 //! Where this process is the only node, it matches receipts in memory first ([`Awaiting`]):
 //! no query per receipt. A carrier that receipts at once often has its receipt read before
 //! the task that handed the message over has registered it, so a receipt memory does not
@@ -31,12 +36,23 @@ const LOOKUP_EVERY: Duration = Duration::from_millis(200);
 /// is asked.
 const HOLD: Duration = Duration::from_secs(1);
 
+/// The submitted parts of one hand-over: the carrier's ids of them, within the account
+/// whose receipts answer them ([`crate::carriers::Submitted::Receipts`]).
+pub(crate) struct Parts {
+    /// The carrier it was handed to, for its record.
+    pub carrier: Arc<str>,
+    pub account: Arc<str>,
+    pub ids: Vec<String>,
+}
+
+/// A part as a receipt names it: its account, and the carrier's id of it.
+type PartKey = (Arc<str>, String);
+
 /// A hand-over whose receipts this process awaits.
 pub(crate) struct Waiting {
     d: Delivery,
     route: Route,
-    carrier: Arc<str>,
-    parts: Vec<String>,
+    parts: Parts,
     left: usize,
     /// The worst outcome of the parts' receipts so far.
     worst: CarrierOutcome,
@@ -46,10 +62,10 @@ pub(crate) struct Waiting {
 /// The hand-overs this process awaits receipts for, by message and by part.
 #[derive(Default)]
 pub(crate) struct Awaiting {
-    by_part: HashMap<(Arc<str>, String), MessageUid>,
+    by_part: HashMap<PartKey, MessageUid>,
     by_uid: HashMap<MessageUid, Waiting>,
     /// Receipts that came before their hand-over was registered, since when.
-    held: HashMap<(Arc<str>, String), (CarrierReceipt, CarrierOutcome, Instant)>,
+    held: HashMap<PartKey, (CarrierReceipt, CarrierOutcome, Instant)>,
 }
 
 /// What a receipt meant to [`Awaiting`].
@@ -68,29 +84,31 @@ impl Awaiting {
         &mut self,
         d: Delivery,
         route: Route,
-        carrier: Arc<str>,
-        parts: Vec<String>,
+        parts: Parts,
         at: i64,
     ) -> Option<Box<Waiting>> {
         let uid = d.m.uid.clone();
-        for id in &parts {
-            self.by_part
-                .insert((Arc::clone(&carrier), id.clone()), uid.clone());
-        }
-        let left = parts.len();
-        let held: Vec<(String, CarrierOutcome)> = parts
+        let keys: Vec<PartKey> = parts
+            .ids
             .iter()
-            .filter_map(|id| {
-                let (_, outcome, _) = self.held.remove(&(Arc::clone(&carrier), id.clone()))?;
-                Some((id.clone(), outcome))
+            .map(|id| (Arc::clone(&parts.account), id.clone()))
+            .collect();
+        for key in &keys {
+            self.by_part.insert(key.clone(), uid.clone());
+        }
+        let held: Vec<(PartKey, CarrierOutcome)> = keys
+            .into_iter()
+            .filter_map(|key| {
+                let (_, outcome, _) = self.held.remove(&key)?;
+                Some((key, outcome))
             })
             .collect();
+        let left = parts.ids.len();
         self.by_uid.insert(
             uid,
             Waiting {
                 d,
                 route,
-                carrier: Arc::clone(&carrier),
                 parts,
                 left,
                 worst: CarrierOutcome::Delivered,
@@ -98,8 +116,8 @@ impl Awaiting {
             },
         );
         let mut decided = None;
-        for (id, outcome) in held {
-            if let Matched::Decided(w) = self.receipt(&carrier, &id, outcome) {
+        for (key, outcome) in held {
+            if let Matched::Decided(w) = self.receipt(&key, outcome) {
                 decided = Some(w);
             }
         }
@@ -107,13 +125,13 @@ impl Awaiting {
     }
 
     fn hold(&mut self, r: CarrierReceipt, outcome: CarrierOutcome) {
-        let key = (Arc::clone(&r.carrier), r.message_id.clone());
+        let key = (Arc::clone(&r.account), r.message_id.clone());
         self.held.insert(key, (r, outcome, Instant::now()));
     }
 
     /// The receipts held since before `before`: no hand-over of this process claimed them.
     fn release_held(&mut self, before: Instant) -> Vec<CarrierReceipt> {
-        let old: Vec<(Arc<str>, String)> = self
+        let old: Vec<PartKey> = self
             .held
             .iter()
             .filter(|(_, (_, _, since))| *since < before)
@@ -126,14 +144,15 @@ impl Awaiting {
 
     pub fn remove(&mut self, uid: &MessageUid) -> Option<Waiting> {
         let w = self.by_uid.remove(uid)?;
-        for id in &w.parts {
-            self.by_part.remove(&(Arc::clone(&w.carrier), id.clone()));
+        for id in &w.parts.ids {
+            self.by_part
+                .remove(&(Arc::clone(&w.parts.account), id.clone()));
         }
         Some(w)
     }
 
-    fn receipt(&mut self, carrier: &Arc<str>, id: &str, outcome: CarrierOutcome) -> Matched {
-        let Some(uid) = self.by_part.remove(&(Arc::clone(carrier), id.to_owned())) else {
+    fn receipt(&mut self, key: &PartKey, outcome: CarrierOutcome) -> Matched {
+        let Some(uid) = self.by_part.remove(key) else {
             return Matched::Unknown;
         };
         let Some(w) = self.by_uid.get_mut(&uid) else {
@@ -289,11 +308,12 @@ impl<C: Carrier> Dispatcher<C> {
         if !self.policy.receipts_in_memory {
             return false;
         }
-        let matched = self.awaiting.lock().expect("awaiting lock").receipt(
-            &r.carrier,
-            &r.message_id,
-            outcome,
-        );
+        let key = (Arc::clone(&r.account), r.message_id.clone());
+        let matched = self
+            .awaiting
+            .lock()
+            .expect("awaiting lock")
+            .receipt(&key, outcome);
         match matched {
             Matched::Unknown => false,
             Matched::Partly => true,
@@ -309,7 +329,7 @@ impl<C: Carrier> Dispatcher<C> {
         let Waiting {
             mut d,
             route,
-            carrier,
+            parts,
             worst,
             at,
             ..
@@ -318,7 +338,7 @@ impl<C: Carrier> Dispatcher<C> {
             route,
             outcome: worst.code(),
             at,
-            carrier: carrier.to_string(),
+            carrier: parts.carrier.to_string(),
         });
         let me = Arc::clone(self);
         self.deliveries
@@ -329,7 +349,7 @@ impl<C: Carrier> Dispatcher<C> {
         let now = self.clock.unix_ms();
         let parts = match self
             .store
-            .record_receipt(&r.carrier, &r.message_id, r.state.stat(), now)
+            .record_receipt(&r.account, &r.message_id, r.state.stat(), now)
             .await
         {
             Ok(parts) => parts,
@@ -345,8 +365,8 @@ impl<C: Carrier> Dispatcher<C> {
             } else {
                 metrics::counter!("kep_messaging_carrier_receipts_unknown_total", "carrier" => r.carrier.to_string())
                     .increment(1);
-                tracing::warn!(carrier = %r.carrier, id = %r.message_id, state = r.state.stat(),
-                    "a receipt for a message kep does not know: dropped");
+                tracing::warn!(carrier = %r.carrier, account = %r.account, id = %r.message_id,
+                    state = r.state.stat(), "a receipt for a message kep does not know: dropped");
             }
             return;
         };

@@ -56,6 +56,8 @@ pub(crate) async fn carrier_dlr(
             Some(state) => {
                 let _ = m.0.receipts.send(CarrierReceipt {
                     carrier: carrier.clone(),
+                    // Its own dlr-url: an HTTP carrier is an account alone.
+                    account: carrier.clone(),
                     message_id: id.clone(),
                     state,
                 });

@@ -3,6 +3,7 @@
 //! to the dlr-url kep gave it, a route on the messaging listener
 //! (`api::dlr`) that only a request carrying the carrier's token may use.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kep_smpp::DataCoding;
@@ -14,6 +15,8 @@ use crate::carriers::{CarrierSettings, Outgoing, Submitted};
 pub const DLR_PATH: &str = "/carriers/{name}/dlr";
 
 pub struct HttpCarrier {
+    /// Its name: its receipts come to a dlr-url of its own, so it is an account alone.
+    account: Arc<str>,
     client: reqwest::Client,
     url: String,
     username: String,
@@ -36,6 +39,7 @@ impl HttpCarrier {
         let path = DLR_PATH.replace("{name}", &percent(&s.name));
         let dlr_url = format!("{}{path}?token={token}", dlr_base.trim_end_matches('/'));
         Ok(HttpCarrier {
+            account: Arc::from(s.name.as_str()),
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()?,
@@ -101,7 +105,10 @@ impl HttpCarrier {
                 .map(|id| id.trim_matches('"'))
             && !id.is_empty()
         {
-            return Ok(Submitted::Receipts(vec![id.to_owned()]));
+            return Ok(Submitted::Receipts {
+                account: Arc::clone(&self.account),
+                ids: vec![id.to_owned()],
+            });
         }
         Ok(Submitted::Refused(format!("{status}: {}", body.trim())))
     }

@@ -38,14 +38,20 @@ pub enum Submitted {
     Final(CarrierOutcome),
     /// Refused for good (510), with the carrier's reason.
     Refused(String),
-    /// Acknowledged: the id of each submitted part, whose receipts decide.
-    Receipts(Vec<String>),
+    /// Acknowledged: the id of each submitted part, whose receipts decide, and the account
+    /// they come back on: an SMPP carrier's SMSC account, which every carrier bound to it
+    /// shares; an HTTP carrier's own name.
+    Receipts { account: Arc<str>, ids: Vec<String> },
 }
 
-/// A delivery receipt, from whichever carrier it came.
+/// A delivery receipt, from whichever carrier it came. It answers a part by the carrier's
+/// id within its account ([`Submitted::Receipts`]), whichever carrier of that account
+/// brought it.
 #[derive(Debug, Clone)]
 pub struct CarrierReceipt {
+    /// The carrier that brought it.
     pub carrier: Arc<str>,
+    pub account: Arc<str>,
     pub message_id: String,
     pub state: MessageState,
 }
@@ -198,6 +204,14 @@ impl Carriers {
                 .increment(1);
         }
         result
+    }
+
+    /// Each SMPP carrier's name and SMSC account.
+    pub fn smpp_accounts(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.list.iter().filter_map(|c| match &c.connector {
+            Connector::Smpp(s) => Some((&*c.name, &**s.account())),
+            Connector::Http(_) | Connector::Simulator(_) => None,
+        })
     }
 
     /// The HTTP carrier named `name`, for its dlr callback.

@@ -48,6 +48,10 @@ pub struct CarrierSettings {
     pub system_type: String,
     #[serde(default)]
     pub bind: BindMode,
+    /// The sessions it opens; submits go to them in turn.
+    #[serde(default = "default_binds")]
+    pub binds: usize,
+    /// Each bind's submit_sm awaiting their response at once.
     #[serde(default = "default_window")]
     pub window: usize,
     #[serde(default = "default_enquire_link_s")]
@@ -66,6 +70,10 @@ pub struct CarrierSettings {
     // HTTP (Jasmin's `/send`).
     pub url: Option<String>,
     pub username: Option<String>,
+}
+
+fn default_binds() -> usize {
+    1
 }
 
 fn default_window() -> usize {
@@ -98,6 +106,17 @@ impl CarrierSettings {
                 Ok(ty)
             })
             .collect()
+    }
+
+    /// A count that must be at least 1.
+    pub fn at_least_one(&self, field: &str, value: usize) -> anyhow::Result<()> {
+        if value == 0 {
+            anyhow::bail!(
+                "messaging.carriers {:?}: `{field}` must be at least 1",
+                self.name
+            );
+        }
+        Ok(())
     }
 
     /// A field its kind needs.

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use crate::carriers::{Carriers, Outgoing, Submitted};
 use crate::ids::MessageUid;
 use crate::model::{CarrierCode, Channel, FallbackStatus, MessageType, RcsStatus, Route, Status};
-use crate::receipts::Awaiting;
+use crate::receipts::{Awaiting, Parts};
 use crate::store::{Handed, Handover, MessageRow, Store};
 use crate::writer::Writer;
 
@@ -414,13 +414,18 @@ impl<C: Carrier> Dispatcher<C> {
                 m.error_message = Some(why);
                 CarrierOutcome::Failed
             }
-            Submitted::Receipts(ids) => {
+            Submitted::Receipts { account, ids } => {
                 self.activity.record(
                     "message.handed_over",
                     object(m),
                     json!({ "route": route.as_str(), "attempt": m.attempts, "carrier": &*carrier, "parts": ids.len() }),
                 );
-                self.await_receipts(d, route, carrier, ids, now);
+                let parts = Parts {
+                    carrier,
+                    account,
+                    ids,
+                };
+                self.await_receipts(d, route, parts, now);
                 return Step::Waits;
             }
         };
@@ -439,20 +444,14 @@ impl<C: Carrier> Dispatcher<C> {
     }
 
     /// Records an acknowledged hand-over and leaves the message to its receipts.
-    fn await_receipts(
-        self: &Arc<Self>,
-        d: &mut Delivery,
-        route: Route,
-        carrier: Arc<str>,
-        ids: Vec<String>,
-        now: i64,
-    ) {
+    fn await_receipts(self: &Arc<Self>, d: &mut Delivery, route: Route, parts: Parts, now: i64) {
         let handed = Handed {
             uid: d.m.uid.clone(),
             route,
             attempt: d.m.attempts,
-            carrier: carrier.to_string(),
-            carrier_message_ids: ids.clone(),
+            carrier: parts.carrier.to_string(),
+            account: parts.account.to_string(),
+            carrier_message_ids: parts.ids.clone(),
             at: now,
             deadline: now.saturating_add(ms(self.policy.receipt_timeout)),
             rcs_status: d.m.rcs_status,
@@ -472,7 +471,7 @@ impl<C: Carrier> Dispatcher<C> {
                 .awaiting
                 .lock()
                 .expect("awaiting lock")
-                .insert(d, route, carrier, ids, now);
+                .insert(d, route, parts, now);
             if let Some(w) = decided {
                 self.decided(w);
             }

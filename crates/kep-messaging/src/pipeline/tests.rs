@@ -33,11 +33,13 @@ impl Carrier for Scripted {
         for (id, state) in ids.iter().zip(&self.receipts) {
             let _ = self.tx.as_ref().unwrap().send(CarrierReceipt {
                 carrier: Arc::clone(&carrier),
+                account: Arc::clone(&carrier),
                 message_id: id.clone(),
                 state: *state,
             });
         }
-        Ok((carrier, Submitted::Receipts(ids)))
+        let account = Arc::clone(&carrier);
+        Ok((carrier, Submitted::Receipts { account, ids }))
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Handed {
     /// The message's attempt (`attempts`) it was: a receipt of an earlier one is no answer.
     pub attempt: i64,
     pub carrier: String,
+    /// The account whose receipts answer the parts ([`crate::receipts::Parts`]).
+    pub account: String,
     /// The id the carrier gave each submitted part.
     pub carrier_message_ids: Vec<String>,
     pub at: i64,
@@ -251,18 +253,21 @@ pub trait Store: Send + Sync {
         claim_ms: i64,
     ) -> sqlx::Result<Vec<Inserted>>;
 
-    /// Records a receipt for the part the carrier gave `carrier_message_id`: every part of
-    /// its hand-over, as far as their receipts came; none when the part already had its
-    /// receipt; `None` for a part kep never handed over.
+    /// Records a receipt for the part the carrier gave `carrier_message_id` within
+    /// `account`: every part of its hand-over, as far as their receipts came; none when the
+    /// part already had its receipt; `None` for a part kep never handed over.
     async fn record_receipt(
         &self,
-        carrier: &str,
+        account: &str,
         carrier_message_id: &str,
         state: &str,
         at: i64,
     ) -> sqlx::Result<Option<Vec<ReceiptRow>>>;
     /// Every part a message was handed over in, with its receipt if one came.
     async fn receipts_of(&self, uid: &MessageUid) -> sqlx::Result<Vec<ReceiptRow>>;
+    /// Moves the parts handed to `carrier` before receipts were matched by account
+    /// (migration 0006: their account is the carrier's name) to `account`; how many.
+    async fn adopt_receipts(&self, carrier: &str, account: &str) -> sqlx::Result<u64>;
     /// Forgets the parts submitted before `before_ms`; how many.
     async fn sweep_receipts(&self, before_ms: i64) -> sqlx::Result<u64>;
     /// Any client's message.

@@ -228,7 +228,7 @@ kep_core::sql_store! {
 
         async fn record_receipt(
             &self,
-            carrier: &str,
+            account: &str,
             carrier_message_id: &str,
             state: &str,
             at: i64,
@@ -236,7 +236,7 @@ kep_core::sql_store! {
             let mut tx = self.pool.begin().await?;
             if ON_POSTGRES {
                 sqlx::query(receipts::LOCK_MESSAGE)
-                    .bind(carrier)
+                    .bind(account)
                     .bind(carrier_message_id)
                     .execute(&mut *tx)
                     .await?;
@@ -244,13 +244,13 @@ kep_core::sql_store! {
             let part: Option<(MessageUid, Route, i64)> = sqlx::query_as(receipts::RECORD)
                 .bind(state)
                 .bind(at)
-                .bind(carrier)
+                .bind(account)
                 .bind(carrier_message_id)
                 .fetch_optional(&mut *tx)
                 .await?;
             let Some((uid, route, attempt)) = part else {
                 let known: Option<(i64,)> = sqlx::query_as(receipts::KNOWN)
-                    .bind(carrier)
+                    .bind(account)
                     .bind(carrier_message_id)
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -271,6 +271,15 @@ kep_core::sql_store! {
                 .bind(uid)
                 .fetch_all(&self.pool)
                 .await
+        }
+
+        async fn adopt_receipts(&self, carrier: &str, account: &str) -> sqlx::Result<u64> {
+            let adopted = sqlx::query(receipts::ADOPT)
+                .bind(account)
+                .bind(carrier)
+                .execute(&self.pool)
+                .await?;
+            Ok(adopted.rows_affected())
         }
 
         async fn sweep_receipts(&self, before_ms: i64) -> sqlx::Result<u64> {

@@ -26,6 +26,15 @@ pub async fn spawn() -> Server {
 }
 
 pub async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
+    spawn_on(kep_core::storage::database_for_a_test().await, configure).await
+}
+
+/// A node on `database_url` (PostgreSQL: one of several, when others share it; `None`: a
+/// SQLite database of its own).
+pub async fn spawn_on(
+    database_url: Option<String>,
+    configure: impl FnOnce(&mut MessagingSettings),
+) -> Server {
     let mut settings = MessagingSettings {
         addr: "127.0.0.1:0".parse().unwrap(),
         simulator_delay_ms: 20,
@@ -40,7 +49,7 @@ pub async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Serve
         .await
         .unwrap()
         .with_clock(clock.clone())
-        .with_database_url(kep_core::storage::database_for_a_test().await);
+        .with_database_url(database_url);
     platform.start::<MessagingService>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN, Limits::default());
     Server {

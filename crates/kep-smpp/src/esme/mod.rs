@@ -194,7 +194,8 @@ struct Shared {
     config: EsmeConfig,
     state: watch::Sender<SessionState>,
     window: Arc<Semaphore>,
-    limiter: Option<DefaultDirectRateLimiter>,
+    /// Shared by the binds of one carrier: `max_rate_per_s` is the carrier's.
+    limiter: Option<Arc<DefaultDirectRateLimiter>>,
     stop: CancellationToken,
     submitted: AtomicU64,
     acknowledged: AtomicU64,
@@ -249,6 +250,18 @@ impl Shared {
     }
 }
 
+/// `max_rate_per_s` submit_sm a second, evenly spread; 0: none.
+fn rate_limiter(max_rate_per_s: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
+    NonZeroU32::new(max_rate_per_s).map(|rate| {
+        // A burst of a twentieth of a second: evenly spread, as carriers count per
+        // second over sliding windows, without a timer wake-up per PDU at high rates.
+        let burst = NonZeroU32::new(rate.get() / 20).unwrap_or(NonZeroU32::MIN);
+        Arc::new(RateLimiter::direct(
+            Quota::per_second(rate).allow_burst(burst),
+        ))
+    })
+}
+
 /// kep's session to one carrier's SMSC. Cheap to clone; the session ends at [`Esme::stop`]
 /// or when the last clone is dropped.
 #[derive(Clone)]
@@ -278,13 +291,30 @@ impl Esme {
     /// [`Esme::stop`]. Delivery receipts go to `receipts`; every deliver_sm is answered
     /// ESME_ROK.
     pub fn start(config: EsmeConfig, receipts: mpsc::UnboundedSender<DeliveryReceipt>) -> Esme {
+        let limiter = rate_limiter(config.max_rate_per_s);
+        Esme::start_with(config, limiter, receipts)
+    }
+
+    /// Spawns `binds` sessions (at least one) with the same settings, as [`Esme::start`]
+    /// does one: each has its own window, and `max_rate_per_s` holds for them together.
+    /// Their receipts all go to `receipts`.
+    pub fn start_binds(
+        config: &EsmeConfig,
+        binds: usize,
+        receipts: &mpsc::UnboundedSender<DeliveryReceipt>,
+    ) -> Vec<Esme> {
+        let limiter = rate_limiter(config.max_rate_per_s);
+        (0..binds.max(1))
+            .map(|_| Esme::start_with(config.clone(), limiter.clone(), receipts.clone()))
+            .collect()
+    }
+
+    fn start_with(
+        config: EsmeConfig,
+        limiter: Option<Arc<DefaultDirectRateLimiter>>,
+        receipts: mpsc::UnboundedSender<DeliveryReceipt>,
+    ) -> Esme {
         let window = config.window.max(1);
-        let limiter = NonZeroU32::new(config.max_rate_per_s).map(|rate| {
-            // A burst of a twentieth of a second: evenly spread, as carriers count per
-            // second over sliding windows, without a timer wake-up per PDU at high rates.
-            let burst = NonZeroU32::new(rate.get() / 20).unwrap_or(NonZeroU32::MIN);
-            RateLimiter::direct(Quota::per_second(rate).allow_burst(burst))
-        });
         let shared = Arc::new(Shared {
             state: watch::Sender::new(SessionState::Connecting),
             window: Arc::new(Semaphore::new(window)),

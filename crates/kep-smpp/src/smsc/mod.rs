@@ -10,7 +10,7 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -88,18 +88,35 @@ struct Shared {
     sessions: AtomicU64,
     received: Mutex<Vec<ReceivedSubmit>>,
     /// The sessions that take deliver_sm (receivers and transceivers) by system_id, for the
-    /// receipts of submits that came over a transmitter.
+    /// receipts of submits that came over a transmitter, or that go elsewhere.
     receivers: Mutex<Receivers>,
+    /// Each receipt goes on another session of the account than its submit's.
+    receipts_elsewhere: AtomicBool,
+    /// Receipts sent elsewhere so far: they go to the account's other sessions in turn.
+    elsewhere: AtomicUsize,
 }
 
 impl Shared {
-    /// Hands a receipt to a session of `system_id` that takes them; false if none does.
-    fn route(&self, system_id: &str, receipt: DeliverSm) -> bool {
+    /// Hands a receipt to a session of `system_id` that takes them, other than `except`:
+    /// the first, or the next in turn when receipts go elsewhere. The receipt back if none
+    /// took it.
+    fn route(&self, system_id: &str, except: u64, receipt: DeliverSm) -> Option<DeliverSm> {
         let receivers = self.receivers.lock().expect("receivers lock");
-        receivers
+        let others: Vec<_> = receivers
             .get(system_id)
-            .and_then(|sessions| sessions.first())
-            .is_some_and(|(_, session)| session.send(receipt).is_ok())
+            .into_iter()
+            .flatten()
+            .filter(|(id, _)| *id != except)
+            .collect();
+        if others.is_empty() {
+            return Some(receipt);
+        }
+        let turn = if self.receipts_elsewhere.load(Ordering::Relaxed) {
+            self.elsewhere.fetch_add(1, Ordering::Relaxed) % others.len()
+        } else {
+            0
+        };
+        others[turn].1.send(receipt).err().map(|e| e.0)
     }
 }
 
@@ -134,6 +151,8 @@ impl Smsc {
             sessions: AtomicU64::new(0),
             received: Mutex::new(Vec::new()),
             receivers: Mutex::new(HashMap::new()),
+            receipts_elsewhere: AtomicBool::new(false),
+            elsewhere: AtomicUsize::new(0),
         });
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -153,6 +172,15 @@ impl Smsc {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// From now on, each receipt goes on another session of the submit's system_id than the
+    /// submit's (the account's other receivers and transceivers in turn), when it has
+    /// another: SMPP 3.4 lets an SMSC deliver on any of them.
+    pub fn deliver_receipts_elsewhere(&self) {
+        self.shared
+            .receipts_elsewhere
+            .store(true, Ordering::Relaxed);
     }
 
     /// Every submit_sm received, in order (empty unless `record`).

@@ -277,13 +277,16 @@ impl Session {
             return true;
         };
         let receipt = receipt(submit, &message_id, state);
-        if mode == Mode::Transceiver {
+        let elsewhere = shared.receipts_elsewhere.load(Ordering::Relaxed);
+        if mode == Mode::Transceiver && !elsewhere {
             // After the submit_sm_resp, in the same write: the ESME knows the id first.
-            self.deliver(receipt).await
-        } else {
-            // A transmitter takes no deliver_sm: a receiver of the same system_id does, if any.
-            shared.route(&system_id, receipt);
-            true
+            return self.deliver(receipt).await;
+        }
+        // A transmitter takes no deliver_sm: a receiver of the same system_id does, if any;
+        // a transceiver's receipt asked elsewhere stays on it when the account has no other.
+        match shared.route(&system_id, self.id, receipt) {
+            Some(receipt) if mode == Mode::Transceiver => self.deliver(receipt).await,
+            _ => true,
         }
     }
 

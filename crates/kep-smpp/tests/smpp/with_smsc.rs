@@ -176,6 +176,48 @@ async fn a_transmitter_binds_and_its_receipts_go_to_a_transceiver_of_the_same_sy
 }
 
 #[tokio::test]
+async fn a_receipt_may_come_on_another_session_of_the_account() {
+    let smsc = smsc(SmscBehaviour::default()).await;
+    smsc.deliver_receipts_elsewhere();
+    let (a, mut a_receipts) = bound(config(smsc.port())).await;
+    let (b, mut b_receipts) = bound(config(smsc.port())).await;
+    let ids = a.submit("KEP", "821012345678", "one").await.unwrap();
+    assert_eq!(next_receipt(&mut b_receipts).await.message_id, ids[0]);
+    let ids = b.submit("KEP", "821012345678", "two").await.unwrap();
+    assert_eq!(next_receipt(&mut a_receipts).await.message_id, ids[0]);
+    assert!(a_receipts.try_recv().is_err() && b_receipts.try_recv().is_err());
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn binds_of_one_carrier_bring_each_others_receipts_to_one_inbox() {
+    let smsc = smsc(SmscBehaviour::default()).await;
+    smsc.deliver_receipts_elsewhere();
+    let (tx, mut receipts) = tokio::sync::mpsc::unbounded_channel();
+    let binds = kep_smpp::Esme::start_binds(&config(smsc.port()), 3, &tx);
+    for esme in &binds {
+        assert!(esme.wait_bound(WAIT).await, "{:?}", esme.stats());
+    }
+    let mut sent = Vec::new();
+    for esme in &binds {
+        sent.extend(esme.submit("KEP", "821012345678", "hi").await.unwrap());
+    }
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(next_receipt(&mut receipts).await.message_id);
+    }
+    got.sort();
+    sent.sort();
+    assert_eq!((got, smsc.binds()), (sent, 3));
+    // Each session had another's receipt.
+    for esme in &binds {
+        assert_eq!(esme.stats().receipts, 1);
+        esme.stop().await;
+    }
+}
+
+#[tokio::test]
 async fn a_wrong_password_leaves_the_session_connecting_and_submits_unavailable() {
     let smsc = smsc(SmscBehaviour::default()).await;
     let mut config = config(smsc.port());

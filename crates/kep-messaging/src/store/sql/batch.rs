@@ -131,15 +131,16 @@ impl Batches for sqlx::Sqlite {
         tx: &mut sqlx::SqliteConnection,
         handed: &[&Handed],
     ) -> sqlx::Result<()> {
-        // 6 values a row: well under SQLite's 32,766 per statement. A part already known
+        // 7 values a row: well under SQLite's 32,766 per statement. A part already known
         // (the same id twice from a carrier) keeps its first hand-over.
         for chunk in parts(handed).chunks(4096) {
             let mut b: QueryBuilder<sqlx::Sqlite> = QueryBuilder::new(
-                "INSERT OR IGNORE INTO carrier_receipts (carrier, carrier_message_id, uid, route, attempt, submitted_at) ",
+                "INSERT OR IGNORE INTO carrier_receipts (account, carrier_message_id, carrier, uid, route, attempt, submitted_at) ",
             );
             b.push_values(chunk, |mut v, (h, id)| {
-                v.push_bind(&h.carrier)
+                v.push_bind(&h.account)
                     .push_bind(*id)
+                    .push_bind(&h.carrier)
                     .push_bind(&h.uid)
                     .push_bind(h.route)
                     .push_bind(h.attempt)
@@ -257,12 +258,13 @@ impl Batches for sqlx::Postgres {
     async fn hand_over_all(tx: &mut sqlx::PgConnection, handed: &[&Handed]) -> sqlx::Result<()> {
         let all = parts(handed);
         sqlx::query(
-            "INSERT INTO carrier_receipts (carrier, carrier_message_id, uid, route, attempt, submitted_at)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
+            "INSERT INTO carrier_receipts (account, carrier_message_id, carrier, uid, route, attempt, submitted_at)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[])
              ON CONFLICT DO NOTHING",
         )
-        .bind(column(&all, |(h, _)| h.carrier.as_str()))
+        .bind(column(&all, |(h, _)| h.account.as_str()))
         .bind(column(&all, |(_, id)| *id))
+        .bind(column(&all, |(h, _)| h.carrier.as_str()))
         .bind(column(&all, |(h, _)| h.uid.as_str()))
         .bind(column(&all, |(h, _)| h.route.as_str()))
         .bind(column(&all, |(h, _)| h.attempt))

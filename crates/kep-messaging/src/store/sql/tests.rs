@@ -1,5 +1,5 @@
 //! The operators' views read an index in order and never sort: the query plans of the
-//! real query builders.
+//! real query builders. Migrations keep the rows already there.
 
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{Sqlite, SqlitePool};
@@ -145,4 +145,39 @@ async fn the_operators_views_read_an_index_in_order_and_never_sort() {
     .await
     .unwrap();
     assert_eq!(plan, "SEARCH outbox USING INDEX outbox_by_uid (uid=?)");
+}
+
+#[tokio::test]
+async fn a_part_handed_over_before_receipts_went_by_account_is_found_under_its_account() {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect("sqlite::memory:")
+        .await
+        .unwrap();
+    SQLITE.run_to(5, &pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO carrier_receipts (carrier, carrier_message_id, uid, route, attempt, submitted_at)
+         VALUES ('ksc', '42', 'u1', 'SMS', 1, 1000)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    SQLITE.run(&pool).await.unwrap();
+    let account = "smpp://kep@127.0.0.1:2775";
+    let adopt = sqlx::query(receipts::ADOPT).bind(account).bind("ksc");
+    assert_eq!(adopt.execute(&pool).await.unwrap().rows_affected(), 1);
+    let part: (String, String, i64) = sqlx::query_as(receipts::RECORD)
+        .bind("DELIVRD")
+        .bind(2000_i64)
+        .bind(account)
+        .bind("42")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(part, ("u1".to_owned(), "SMS".to_owned(), 1));
+    let carrier: (String,) = sqlx::query_as("SELECT carrier FROM carrier_receipts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(carrier.0, "ksc", "the hand-over still names its carrier");
 }

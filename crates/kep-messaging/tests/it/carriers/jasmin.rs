@@ -192,3 +192,42 @@ async fn the_http_connector_sends_through_jasmins_send_and_its_dlr_makes_it_200(
     let carriers = server.operator_get("/admin/v1/messaging/carriers").await;
     assert_eq!(carriers[0]["acknowledged"], 1, "{carriers}");
 }
+
+#[tokio::test]
+async fn receipts_jasmin_delivers_on_any_session_of_the_account_all_find_their_message() {
+    let jasmin = Jasmin::start().await;
+    // One Jasmin user, four sessions: Jasmin delivers each receipt on whichever it picks.
+    let mut three_binds = smpp_to(&jasmin);
+    three_binds.name = "jasmin-010".into();
+    three_binds.prefixes = vec!["8210".into()];
+    three_binds.binds = 3;
+    let mut one_bind = smpp_to(&jasmin);
+    one_bind.name = "jasmin-011".into();
+    one_bind.prefixes = vec!["8211".into()];
+    let (server, token) = kep_with(vec![three_binds, one_bind]).await;
+    let mut uids = Vec::new();
+    for i in 0..200 {
+        let prefix = if i % 2 == 0 { "8210" } else { "8211" };
+        let number = format!("{prefix}333{i:05}");
+        uids.push(send(&server, &token, &sms(&format!("a{i}"), &number)).await);
+    }
+    // Each ends 200 by its receipt (ACCEPTD), none waits for the receipt deadline.
+    for uid in &uids {
+        let v = settled_in_time(&server, &token, uid).await;
+        assert_eq!(
+            (&v["status_code"], &v["error_message"]),
+            (&json!("API_200"), &serde_json::Value::Null),
+            "{v}"
+        );
+    }
+    let carriers = server.operator_get("/admin/v1/messaging/carriers").await;
+    let acknowledged: Vec<_> = carriers.as_array().unwrap()[..2]
+        .iter()
+        .map(|c| (c["state"].as_str(), c["acknowledged"].as_u64()))
+        .collect();
+    assert_eq!(
+        acknowledged,
+        [(Some("up"), Some(100)), (Some("up"), Some(100))],
+        "{carriers}"
+    );
+}

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::common::{Server, eventually, sms, spawn_with};
 
+mod accounts;
 mod jasmin;
 
 const SYSTEM_ID: &str = "kep";
@@ -414,7 +415,7 @@ async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
 }
 
 #[tokio::test]
-async fn a_carrier_missing_what_its_kind_needs_or_with_no_window_is_refused_at_start() {
+async fn a_carrier_missing_what_its_kind_needs_or_with_no_window_or_binds_is_refused_at_start() {
     use kep_messaging::carriers::Carriers;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let start = |s: CarrierSettings| {
@@ -430,6 +431,16 @@ async fn a_carrier_missing_what_its_kind_needs_or_with_no_window_is_refused_at_s
     assert!(window(0).unwrap().contains("`window` must be at least 1"));
     assert_eq!(window(1), None);
     assert_eq!(window(2), None);
+    let binds = |b: usize| {
+        let mut s = smpp("b", free_port());
+        s.binds = b;
+        start(s)
+    };
+    assert_eq!(
+        binds(0).as_deref(),
+        Some("messaging.carriers \"b\": `binds` must be at least 1")
+    );
+    assert_eq!(binds(3), None);
     let mut no_host = smpp("h", 1);
     no_host.host = None;
     assert!(start(no_host).unwrap().contains("needs `host`"));
