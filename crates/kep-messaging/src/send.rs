@@ -84,11 +84,11 @@ impl Messaging {
         let uid = row.uid.clone();
         match self.writer.insert(row.clone()).await? {
             Inserted::New => {
-                metrics::counter!("kep_messaging_accepted_total", "channel" => T::CHANNEL.as_str())
+                metrics::counter!(crate::metrics::ACCEPTED, "channel" => T::CHANNEL.as_str())
                     .increment(1);
                 self.activity.record(
                     "message.accepted",
-                    format!("{}/{uid}", caller_id),
+                    &[&caller_id, &uid],
                     json!({ "channel": T::CHANNEL.as_str(), "messageType": message_type, "cid": cid }),
                 );
                 self.dispatcher.offer(row);
