@@ -103,11 +103,11 @@ impl Activity {
         self.service(S::NAME, S::OBJECT_IDS)
     }
 
-    fn service(&self, service: &'static str, ids: &'static [IdField]) -> ServiceActivity {
+    fn service(&self, service: &'static str, id_fields: &'static [IdField]) -> ServiceActivity {
         ServiceActivity {
             activity: self.clone(),
             service,
-            ids,
+            id_fields,
         }
     }
 
@@ -173,7 +173,8 @@ impl Activity {
 pub struct ServiceActivity {
     activity: Activity,
     service: &'static str,
-    ids: &'static [IdField],
+    /// Where its ids go, its top object's first.
+    id_fields: &'static [IdField],
 }
 
 impl ServiceActivity {
@@ -181,7 +182,10 @@ impl ServiceActivity {
     /// object's first), with `detail` (a JSON object; anything else is kept as
     /// `{"value": …}`).
     pub fn record(&self, event: &str, ids: &[&dyn Display], detail: Value) {
-        debug_assert!(ids.len() <= self.ids.len(), "{event}: more ids than names");
+        debug_assert!(
+            ids.len() <= self.id_fields.len(),
+            "{event}: more ids than names"
+        );
         let detail = match detail {
             Value::Object(map) => map,
             Value::Null => Map::new(),
@@ -189,7 +193,7 @@ impl ServiceActivity {
         };
         let mut object = String::new();
         let mut named = ObjectIds::default();
-        for (field, id) in self.ids.iter().zip(ids) {
+        for (field, id) in self.id_fields.iter().zip(ids) {
             let id = id.to_string();
             if !object.is_empty() {
                 object.push('/');
