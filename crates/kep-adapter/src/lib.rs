@@ -6,6 +6,7 @@ pub mod api;
 mod drm;
 mod error;
 pub mod ids;
+mod metrics;
 mod orgs;
 mod store;
 
@@ -13,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::IdField;
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
 use kep_core::outbox::Policy;
@@ -87,6 +89,7 @@ impl Service for AdapterService {
     type Settings = AdapterSettings;
     const NAME: &'static str = "adapter";
     const LISTENER: &'static str = "adapter";
+    const OBJECT_IDS: &'static [IdField] = &[|i| &mut i.org_login_type_id, |i| &mut i.session_id];
 
     fn listener(settings: &AdapterSettings) -> ListenerSettings {
         ListenerSettings {
@@ -99,6 +102,7 @@ impl Service for AdapterService {
     /// Opens `adapter.db` and the file store under the data dir, and starts the expiry
     /// sweeper.
     async fn start(settings: AdapterSettings, ctx: &Context) -> anyhow::Result<Self> {
+        metrics::register();
         let store = store::open(ctx).await?;
         let notify = drm::NotifyPolicy {
             path: settings.notify_path.clone(),
@@ -128,7 +132,7 @@ impl Service for AdapterService {
         Ok(AdapterService(Arc::new(Adapter {
             limiter: Limiter::new(&settings.limits),
             settings,
-            orgs: orgs::Orgs::new(store, ctx.clock.clone(), ctx.activity.of(Self::NAME)),
+            orgs: orgs::Orgs::new(store, ctx.clock.clone(), ctx.activity.of::<Self>()),
             drm,
         })))
     }

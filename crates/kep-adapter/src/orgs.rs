@@ -33,7 +33,7 @@ impl Orgs {
 
     /// Records a change of the org login type (no secret: its key never is).
     fn record(&self, event: &str, id: OrgLoginTypeId, detail: Value) {
-        self.activity.record(event, id.0.to_string(), detail);
+        self.activity.record(event, &[&id.0], detail);
     }
 
     /// Registers a validated request; its secret key is shown this once.

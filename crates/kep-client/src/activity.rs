@@ -23,7 +23,8 @@ pub struct Watch {
 /// What the stream brings.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Watched {
-    Event(ActivityEvent),
+    /// Boxed: an event is many times the size of the rare `Lagged`.
+    Event(Box<ActivityEvent>),
     /// The watcher fell behind and missed this many events.
     Lagged(u64),
 }
@@ -103,6 +104,8 @@ fn parse(block: &str) -> Option<Result<Watched, ClientError>> {
         Some("lagged") => serde_json::from_str::<serde_json::Value>(&data)
             .map_err(bad)
             .map(|v| Watched::Lagged(v["missed"].as_u64().unwrap_or(0))),
-        _ => serde_json::from_str(&data).map(Watched::Event).map_err(bad),
+        _ => serde_json::from_str(&data)
+            .map(|e| Watched::Event(Box::new(e)))
+            .map_err(bad),
     })
 }

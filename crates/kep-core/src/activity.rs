@@ -2,9 +2,12 @@
 //! deployment's instance crashed …) is an [`ActivityEvent`]. Each is logged at info, with
 //! its fields as structured fields, kept in a bounded backlog and streamed to operators as
 //! Server-Sent Events (`GET /admin/v1/events`, in [`events`]). No event carries a secret.
+//! A service names its object by its ids, top object first; the event carries them joined
+//! as `object` and each under the name the service gives it ([`Service::OBJECT_IDS`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
 use std::sync::OnceLock;
@@ -15,13 +18,17 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-pub use kep_api::activity::ActivityEvent;
+pub use kep_api::activity::{ActivityEvent, ObjectIds};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 use utoipa::IntoParams;
 
 use crate::clock::Clock;
+use crate::service::Service;
+
+/// Where one of a service's ids goes in an event: `|i| &mut i.room_id`.
+pub type IdField = fn(&mut ObjectIds) -> &mut Option<String>;
 
 impl Filter {
     /// Whether `e` is what it asks for: of its service, its object or one under it, and
@@ -91,15 +98,27 @@ impl Activity {
         }))
     }
 
-    /// The handle a service records its events through.
-    pub fn of(&self, service: &'static str) -> ServiceActivity {
+    /// The handle service `S` records its events through.
+    pub fn of<S: Service>(&self) -> ServiceActivity {
+        self.service(S::NAME, S::OBJECT_IDS)
+    }
+
+    fn service(&self, service: &'static str, id_fields: &'static [IdField]) -> ServiceActivity {
         ServiceActivity {
             activity: self.clone(),
             service,
+            id_fields,
         }
     }
 
-    fn record(&self, service: &str, event: &str, object: String, detail: Map<String, Value>) {
+    fn record(
+        &self,
+        service: &str,
+        event: &str,
+        object: String,
+        ids: ObjectIds,
+        detail: Map<String, Value>,
+    ) {
         if tracing::enabled!(target: "kep::activity", tracing::Level::INFO) {
             let shown = serde_json::to_string(&detail).expect("JSON serialises");
             tracing::info!(
@@ -117,8 +136,10 @@ impl Activity {
                 id: *next,
                 at: self.0.clock.unix_ms(),
                 service: service.to_owned(),
+                kind: event.to_owned(),
                 event: event.to_owned(),
                 object,
+                ids,
                 detail,
             },
             frame: OnceLock::new(),
@@ -152,19 +173,36 @@ impl Activity {
 pub struct ServiceActivity {
     activity: Activity,
     service: &'static str,
+    /// Where its ids go, its top object's first.
+    id_fields: &'static [IdField],
 }
 
 impl ServiceActivity {
-    /// Records that `event` happened to `object`, with `detail` (a JSON object; anything
-    /// else is kept as `{"value": …}`).
-    pub fn record(&self, event: &str, object: impl Into<String>, detail: Value) {
+    /// Records that `event` happened to the object whose ids are `ids` (the service's top
+    /// object's first), with `detail` (a JSON object; anything else is kept as
+    /// `{"value": …}`).
+    pub fn record(&self, event: &str, ids: &[&dyn Display], detail: Value) {
+        debug_assert!(
+            ids.len() <= self.id_fields.len(),
+            "{event}: more ids than names"
+        );
         let detail = match detail {
             Value::Object(map) => map,
             Value::Null => Map::new(),
             other => Map::from_iter([("value".to_owned(), other)]),
         };
+        let mut object = String::new();
+        let mut named = ObjectIds::default();
+        for (field, id) in self.id_fields.iter().zip(ids) {
+            let id = id.to_string();
+            if !object.is_empty() {
+                object.push('/');
+            }
+            object.push_str(&id);
+            *field(&mut named) = Some(id);
+        }
         self.activity
-            .record(self.service, event, object.into(), detail);
+            .record(self.service, event, object, named, detail);
     }
 }
 
@@ -290,7 +328,7 @@ async fn next_chunk(
 
 /// The activity stream's part of the operator document.
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(events), components(schemas(ActivityEvent)))]
+#[openapi(paths(events), components(schemas(ActivityEvent, ObjectIds)))]
 pub struct ActivityDoc;
 
 #[cfg(test)]
@@ -302,10 +340,56 @@ mod tests {
             id: 1,
             at: 0,
             service: service.into(),
+            kind: event.into(),
             event: event.into(),
             object: object.into(),
+            ids: ObjectIds::default(),
             detail: Map::new(),
         }
+    }
+
+    const LIVE: &[IdField] = &[
+        |i| &mut i.service_id,
+        |i| &mut i.room_id,
+        |i| &mut i.participant_id,
+    ];
+    const SERVING: &[IdField] = &[
+        |i| &mut i.endpoint,
+        |i| &mut i.deployment,
+        |i| &mut i.instance,
+    ];
+
+    #[test]
+    fn an_event_names_its_object_by_its_ids_joined_and_each_by_its_name() {
+        let activity = Activity::new(Clock::system(), 3);
+        let live = activity.service("live", LIVE);
+        live.record("room.opened", &[&"demo", &"lobby"], Value::Null);
+        live.record("participant.joined", &[&"demo", &"lobby", &7], Value::Null);
+        let (kept, _) = activity.watch(0);
+        let room = &kept[0].event;
+        assert_eq!(
+            (room.kind.as_str(), room.event.as_str()),
+            ("room.opened", "room.opened")
+        );
+        assert_eq!(room.object, "demo/lobby");
+        let ids = ObjectIds {
+            service_id: Some("demo".into()),
+            room_id: Some("lobby".into()),
+            ..ObjectIds::default()
+        };
+        assert_eq!(room.ids, ids);
+        let participant = &kept[1].event;
+        assert_eq!(participant.object, "demo/lobby/7");
+        // On the wire, each id is a field of the event beside the others.
+        let json = serde_json::to_value(participant).unwrap();
+        assert_eq!(
+            (&json["serviceId"], &json["roomId"], &json["participantId"]),
+            (&"demo".into(), &"lobby".into(), &"7".into())
+        );
+        assert_eq!(json["kind"], "participant.joined");
+        assert!(json.get("endpoint").is_none(), "{json}");
+        let back: ActivityEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(&back, participant);
     }
 
     #[test]
@@ -331,9 +415,9 @@ mod tests {
     #[test]
     fn the_backlog_keeps_the_last_events_and_resumes_after_an_id() {
         let activity = Activity::new(Clock::system(), 3);
-        let live = activity.of("live");
+        let live = activity.service("live", LIVE);
         for room in ["a", "b", "c", "d"] {
-            live.record("room.opened", format!("demo/{room}"), Value::Null);
+            live.record("room.opened", &[&"demo", &room], Value::Null);
         }
         let (kept, _) = activity.watch(0);
         let ids: Vec<u64> = kept.iter().map(|r| r.event.id).collect();
@@ -342,7 +426,7 @@ mod tests {
         assert_eq!(kept.len(), 1);
         live.record(
             "room.closed",
-            "demo/a",
+            &[&"demo", &"a"],
             serde_json::json!({"reason": "empty"}),
         );
         let next = &rx.try_recv().unwrap().event;
@@ -354,10 +438,10 @@ mod tests {
     async fn a_watcher_that_fell_behind_is_told_how_many_it_missed_and_goes_on() {
         let activity = Activity::new(Clock::system(), 10);
         let (_, mut live) = activity.watch(0);
-        let serving = activity.of("serving");
+        let serving = activity.service("serving", SERVING);
         let behind = WATCHER_QUEUE + 5;
         for i in 0..behind {
-            serving.record("instance.ready", format!("ep/d/{i}"), Value::Null);
+            serving.record("instance.ready", &[&"ep", &"d", &i], Value::Null);
         }
         let all = Filter::default();
         let chunk = next_chunk(&mut live, 0, &all).await.unwrap();
@@ -374,8 +458,8 @@ mod tests {
         );
         assert!(text.contains(&format!("id: {behind}\n")));
         // A filter leaves out what it does not admit.
-        serving.record("alert.sent", "ep", Value::Null);
-        serving.record("instance.ready", "other/d/1", Value::Null);
+        serving.record("alert.sent", &[&"ep"], Value::Null);
+        serving.record("instance.ready", &[&"other", &"d", &1], Value::Null);
         let only_ep = Filter {
             object: Some("ep".into()),
             ..Filter::default()

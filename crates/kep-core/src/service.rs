@@ -12,7 +12,7 @@ use sqlx::migrate::Migrator;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::activity::Activity;
+use crate::activity::{Activity, IdField};
 use crate::clock::Clock;
 use crate::limits::Limits;
 use crate::listener::App;
@@ -34,7 +34,7 @@ pub struct Context {
     pub public_url: String,
     /// The wall clock it stores and answers dates by.
     pub clock: Clock,
-    /// Where it records its state changes (`Activity::of` its name).
+    /// Where it records its state changes (`Activity::of` the service).
     pub activity: Activity,
     /// Its database, when not SQLite under the data dir: a `postgres://` URL.
     pub database_url: Option<String>,
@@ -98,6 +98,9 @@ pub trait Service: Clone + Send + Sync + Sized + 'static {
     const NAME: &'static str;
     /// Its listener's name (in `addresses.json`, the logs and the settings).
     const LISTENER: &'static str;
+    /// Where the ids of its objects go in an activity event, its top object's first: an
+    /// event names its object by as many as it needs.
+    const OBJECT_IDS: &'static [IdField];
 
     fn listener(settings: &Self::Settings) -> ListenerSettings;
 

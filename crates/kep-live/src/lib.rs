@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::IdField;
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
 use kep_core::platform::with_bearer;
@@ -147,6 +148,11 @@ impl Service for LiveService {
     type Settings = LiveSettings;
     const NAME: &'static str = "live";
     const LISTENER: &'static str = "live";
+    const OBJECT_IDS: &'static [IdField] = &[
+        |i| &mut i.service_id,
+        |i| &mut i.room_id,
+        |i| &mut i.participant_id,
+    ];
 
     fn listener(settings: &LiveSettings) -> ListenerSettings {
         ListenerSettings {
@@ -159,6 +165,7 @@ impl Service for LiveService {
     /// Opens `live.db` and loads the services and tokens. The listener's public URL is
     /// handed out as `api`; shutdown closes participant sockets.
     async fn start(settings: LiveSettings, ctx: &Context) -> anyhow::Result<Self> {
+        metrics::register();
         let store = store::open(ctx).await?;
         let access =
             access::Access::load(Arc::clone(&store), ctx.clock.clone(), ctx.cluster.clone())
@@ -212,7 +219,7 @@ impl Service for LiveService {
                 Box::pin(std::future::ready(answer))
             }),
         );
-        let activity = ctx.activity.of(Self::NAME);
+        let activity = ctx.activity.of::<Self>();
         let mut rooms = rooms::Rooms::new(
             Duration::from_secs(settings.empty_room_grace_s),
             ctx.tasks.clone(),

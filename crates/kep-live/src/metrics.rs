@@ -1,5 +1,6 @@
 //! The live service's series on `/metrics`: JSON-RPC calls by method and result, socket
-//! messages each way, and (read at each scrape) its rooms, participants and streams.
+//! messages each way, and (read at each scrape) its rooms, participants and streams. Each
+//! is there from the start, at 0 (the calls of each method with result `ok`).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -20,6 +21,29 @@ const METHODS: [&str; 7] = [
     "Room.InactivateStream",
 ];
 
+const RPC_CALLS: &str = "kep_live_rpc_calls_total";
+
+/// Describes the series and makes those whose labels are known before the first call, at
+/// 0: a dashboard or an alert on one sees 0, not "no data".
+pub(crate) fn register() {
+    metrics::describe_counter!(
+        RPC_CALLS,
+        "JSON-RPC calls by method and result (`ok` or the error's code)"
+    );
+    metrics::describe_counter!(
+        "kep_live_socket_messages_total",
+        "Participant socket messages, `in` (text frames read) and `out`"
+    );
+    metrics::describe_gauge!("kep_live_rooms", "Open rooms, of every live service");
+    metrics::describe_gauge!("kep_live_participants", "Participants in the rooms");
+    metrics::describe_gauge!("kep_live_streams", "Streams the participants publish");
+    for method in METHODS {
+        metrics::counter!(RPC_CALLS, "method" => method, "result" => "ok").increment(0);
+    }
+    LazyLock::force(&SOCKET_IN);
+    LazyLock::force(&SOCKET_OUT);
+}
+
 /// Counts a JSON-RPC call: `result` is `ok` or the error's code.
 pub(crate) fn rpc_call(method: Option<&str>, outcome: &Result<Bytes, LiveError>) {
     let method = method
@@ -29,8 +53,7 @@ pub(crate) fn rpc_call(method: Option<&str>, outcome: &Result<Bytes, LiveError>)
         Ok(_) => Cow::Borrowed("ok"),
         Err(e) => Cow::Owned(e.code().to_string()),
     };
-    metrics::counter!("kep_live_rpc_calls_total", "method" => method, "result" => result)
-        .increment(1);
+    metrics::counter!(RPC_CALLS, "method" => method, "result" => result).increment(1);
 }
 
 /// Messages participants' sockets received (text frames).

@@ -20,7 +20,7 @@ impl Messaging {
             .await?;
         let detail = json!({ "name": name });
         self.activity
-            .record("client.created", client_id.as_str(), detail);
+            .record("client.created", &[&client_id], detail);
         Ok((client_id, secret))
     }
 
@@ -35,9 +35,8 @@ impl Messaging {
             return Ok(None);
         }
         self.tokens.revoke_client(client_id).await;
-        let id = client_id.as_str();
         self.activity
-            .record("client.secret_rotated", id, Value::Null);
+            .record("client.secret_rotated", &[&client_id], Value::Null);
         Ok(Some(secret))
     }
 
@@ -47,8 +46,8 @@ impl Messaging {
             return Ok(false);
         }
         self.tokens.revoke_client(client_id).await;
-        let id = client_id.as_str();
-        self.activity.record("client.deleted", id, Value::Null);
+        self.activity
+            .record("client.deleted", &[&client_id], Value::Null);
         Ok(true)
     }
 }

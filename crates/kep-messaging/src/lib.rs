@@ -7,6 +7,7 @@ pub mod carriers;
 mod clients;
 mod error;
 mod ids;
+mod metrics;
 mod model;
 mod oauth;
 mod pipeline;
@@ -26,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kep_core::activity::ServiceActivity;
+use kep_core::activity::{IdField, ServiceActivity};
 use kep_core::clock::Clock;
 use kep_core::limits::{Limiter, Limits};
 use kep_core::listener::App;
@@ -136,7 +137,7 @@ impl MessagingService {
     /// status): called at each scrape of `/metrics`.
     pub async fn observe(&self) {
         match self.0.store.queued().await {
-            Ok(n) => metrics::gauge!("kep_messaging_queue_depth").set(n as f64),
+            Ok(n) => ::metrics::gauge!(metrics::QUEUE_DEPTH).set(n as f64),
             Err(e) => tracing::warn!(error = %e, "counting the queued messages"),
         }
         self.0.dispatcher.carrier().observe();
@@ -147,6 +148,7 @@ impl Service for MessagingService {
     type Settings = MessagingSettings;
     const NAME: &'static str = "messaging";
     const LISTENER: &'static str = "messaging";
+    const OBJECT_IDS: &'static [IdField] = &[|i| &mut i.client_id, |i| &mut i.uid];
 
     fn listener(settings: &MessagingSettings) -> ListenerSettings {
         ListenerSettings {
@@ -171,6 +173,8 @@ impl Service for MessagingService {
         for (carrier, account) in carriers.smpp_accounts() {
             store.adopt_receipts(carrier, account).await?;
         }
+        let names: Vec<String> = carriers.states().into_iter().map(|c| c.name).collect();
+        metrics::register(&names);
         let policy = pipeline::DispatchPolicy {
             concurrency: settings.dispatch_concurrency,
             lease: Duration::from_secs(settings.dispatch_lease_s),
@@ -218,7 +222,7 @@ impl Service for MessagingService {
             receipts,
             uploads,
             tokens,
-            activity: ctx.activity.of(Self::NAME),
+            activity: ctx.activity.of::<Self>(),
         })))
     }
 

@@ -93,7 +93,7 @@ impl Tokens {
         let mut cache = self.cache.write().expect("token cache lock");
         cache.retain(|_, (_, exp)| *exp > now);
         cache.insert(digest, (client_id, expires_at));
-        metrics::counter!("kep_messaging_tokens_issued_total").increment(1);
+        metrics::counter!(crate::metrics::TOKENS_ISSUED).increment(1);
         Ok(Issued {
             access_token,
             expires_in: ttl_s,

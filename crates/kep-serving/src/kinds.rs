@@ -30,6 +30,9 @@ pub enum DeploymentState {
 }
 
 impl DeploymentState {
+    pub const ALL: [DeploymentState; 2] =
+        [DeploymentState::Progressing, DeploymentState::Available];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DeploymentState::Progressing => "Progressing",
@@ -51,6 +54,15 @@ pub enum InstanceState {
 }
 
 impl InstanceState {
+    pub const ALL: [InstanceState; 6] = [
+        InstanceState::Pending,
+        InstanceState::Running,
+        InstanceState::Terminating,
+        InstanceState::Terminated,
+        InstanceState::Failed,
+        InstanceState::Unknown,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             InstanceState::Pending => "Pending",

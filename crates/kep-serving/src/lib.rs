@@ -9,6 +9,7 @@ mod engine;
 mod error;
 pub mod ids;
 mod kinds;
+mod metrics;
 mod monitor;
 mod runtime;
 mod spec;
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kep_core::activity::IdField;
 use kep_core::listener::App;
 use kep_core::outbox::Policy;
 use kep_core::retry::Backoff;
@@ -169,11 +171,24 @@ pub struct ServingService {
     monitor: Arc<monitor::Monitor>,
 }
 
+impl ServingService {
+    /// Sets the gauges of what the service holds (as of the monitor's last sample): called
+    /// at each scrape of `/metrics`.
+    pub fn observe(&self) {
+        self.monitor.observe();
+    }
+}
+
 impl Service for ServingService {
     /// `[serving]` and `[gateway]`.
     type Settings = (ServingSettings, GatewaySettings);
     const NAME: &'static str = "serving";
     const LISTENER: &'static str = "gateway";
+    const OBJECT_IDS: &'static [IdField] = &[
+        |i| &mut i.endpoint,
+        |i| &mut i.deployment,
+        |i| &mut i.instance,
+    ];
 
     fn listener((_, gateway): &Self::Settings) -> ListenerSettings {
         ListenerSettings {
@@ -187,6 +202,7 @@ impl Service for ServingService {
     /// starts every deployment's instances once this node leads serving (at once, on its
     /// own). The gateway's public URL is the base of the endpoint URLs.
     async fn start((mut settings, gateway): Self::Settings, ctx: &Context) -> anyhow::Result<Self> {
+        metrics::describe();
         let data_dir = ctx.data_dir.as_path();
         let store = store::open(ctx).await?;
         let root = data_dir.join("serving");
@@ -218,7 +234,7 @@ impl Service for ServingService {
             events_rx,
             listeners.clone(),
             runtime::Recorded {
-                activity: ctx.activity.of(Self::NAME),
+                activity: ctx.activity.of::<Self>(),
                 logs_dir: root.join("logs"),
             },
         ));

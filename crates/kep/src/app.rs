@@ -97,9 +97,11 @@ impl Application {
             );
         }
         if wanted(ServingService::NAME) {
-            platform
-                .start::<ServingService>((settings.serving, settings.gateway))
-                .await?;
+            observed.serving = Some(
+                platform
+                    .start::<ServingService>((settings.serving, settings.gateway))
+                    .await?,
+            );
         }
         let observed = std::sync::Arc::new(observed);
         let running: Vec<&str> = SERVICES.into_iter().filter(|s| wanted(s)).collect();
@@ -113,7 +115,7 @@ impl Application {
                         axum::http::header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    prometheus.render(),
+                    format!("{}{}", prometheus.render(), process_series()),
                 )
             }),
         );
@@ -129,12 +131,13 @@ impl Application {
     }
 }
 
-/// The services whose gauges are read at each scrape, and the process's own.
+/// The services whose gauges are read at each scrape.
 #[derive(Default)]
 struct Observed {
     live: Option<LiveService>,
     adapter: Option<AdapterService>,
     messaging: Option<MessagingService>,
+    serving: Option<ServingService>,
 }
 
 impl Observed {
@@ -148,13 +151,24 @@ impl Observed {
         if let Some(messaging) = &self.messaging {
             messaging.observe().await;
         }
-        observe_process();
+        if let Some(serving) = &self.serving {
+            serving.observe();
+        }
     }
 }
 
 /// The process's CPU time, resident memory and open descriptors (Linux's `/proc/self`),
-/// named as Prometheus' client libraries name them.
-fn observe_process() {
+/// named and typed as Prometheus' client libraries do, in its text format: written here,
+/// since the recorder's counters are whole numbers and CPU time is not.
+fn process_series() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut series = |name: &str, kind: &str, help: &str, value: f64| {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n\n"
+        );
+    };
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
@@ -175,17 +189,33 @@ fn observe_process() {
             .filter_map(|f| f.parse().ok())
             .collect();
         if let [user, system] = fields[..] {
-            metrics::gauge!("process_cpu_seconds_total").set((user + system) / ticks);
+            series(
+                "process_cpu_seconds_total",
+                "counter",
+                "Total user and system CPU time spent in seconds.",
+                (user + system) / ticks,
+            );
         }
     }
     if let Ok(statm) = std::fs::read_to_string("/proc/self/statm")
         && let Some(Ok(pages)) = statm.split_whitespace().nth(1).map(str::parse::<f64>)
     {
-        metrics::gauge!("process_resident_memory_bytes").set(pages * page);
+        series(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            pages * page,
+        );
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        metrics::gauge!("process_open_fds").set(fds.count() as f64);
+        series(
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            fds.count() as f64,
+        );
     }
+    out
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does: every

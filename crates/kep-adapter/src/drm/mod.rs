@@ -31,11 +31,6 @@ use kep_api::adapter::{
     SessionStatus, UploadResult,
 };
 
-/// A session's object in the activity: `<org login type id>/<session id>`.
-pub(crate) fn object(org_login_type_id: i64, session_id: &SessionId) -> String {
-    format!("{org_login_type_id}/{session_id}")
-}
-
 pub(crate) fn rfc3339(unix: i64) -> String {
     jiff::Timestamp::from_second(unix)
         .map(|t| t.to_string())
@@ -74,7 +69,7 @@ impl Drm {
         notify: &NotifyPolicy,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&files)?;
-        let activity = ctx.activity.of(<crate::AdapterService as Service>::NAME);
+        let activity = ctx.activity.of::<crate::AdapterService>();
         let notifications = Dispatcher::new(
             Notifications::new(
                 Arc::clone(&store),
@@ -110,14 +105,14 @@ impl Drm {
         };
         for status in ["PENDING", "GRANTED", "DENIED", "RELEASED", "EXPIRED"] {
             let n = counts.iter().find(|c| c.0 == status).map_or(0, |c| c.1);
-            metrics::gauge!("kep_adapter_drm_sessions", "status" => status).set(n as f64);
+            metrics::gauge!(crate::metrics::DRM_SESSIONS, "status" => status).set(n as f64);
         }
     }
 
     /// Records a change of the session.
     fn record(&self, event: &str, row: &SessionRow, detail: serde_json::Value) {
-        let object = object(row.org_login_type_id.0, &row.session_id);
-        self.activity.record(event, object, detail);
+        let ids: [&dyn std::fmt::Display; 2] = [&row.org_login_type_id.0, &row.session_id];
+        self.activity.record(event, &ids, detail);
     }
 
     fn file_path(&self, session_id: &SessionId) -> PathBuf {
@@ -406,7 +401,7 @@ impl Drm {
                 "the session was released or expired meanwhile".into(),
             ));
         }
-        metrics::counter!("kep_adapter_released_bytes_total").increment(released.size);
+        metrics::counter!(crate::metrics::RELEASED_BYTES).increment(released.size);
         if let Ok(Some(row)) = self.store.session(session_id).await {
             let detail = json!({ "size": released.size, "sha256": released.sha256 });
             self.record("drm_session.released", &row, detail);
@@ -492,10 +487,9 @@ impl Drm {
             match self.store.expire(self.now()).await {
                 Ok(expired) => {
                     for (session_id, org) in expired {
-                        let object = object(org.0, &session_id);
                         self.activity.record(
                             "drm_session.expired",
-                            object,
+                            &[&org.0, &session_id],
                             serde_json::Value::Null,
                         );
                     }

@@ -143,12 +143,12 @@ impl Outbox for Notifications {
         {
             tracing::warn!(error = %e, "recording a notification attempt");
         }
-        let object = super::object(notice.org_login_type_id, id);
         match (status, error) {
             (Some(s), _) if (200..300).contains(&s) => {
                 let detail = json!({ "attempt": attempt, "status": s });
+                let ids: [&dyn std::fmt::Display; 2] = [&notice.org_login_type_id, id];
                 self.activity
-                    .record("drm_session.agent_notified", object, detail);
+                    .record("drm_session.agent_notified", &ids, detail);
                 Ok(())
             }
             (Some(s), _) => Err(format!("the agent answered {s}")),
@@ -161,10 +161,7 @@ impl Outbox for Notifications {
         let org = self.store.session(id).await.ok().flatten();
         let org = org.map_or(0, |row| row.org_login_type_id.0);
         let detail = json!({ "attempts": attempts, "error": error });
-        self.activity.record(
-            "drm_session.agent_not_notified",
-            super::object(org, id),
-            detail,
-        );
+        self.activity
+            .record("drm_session.agent_not_notified", &[&org, id], detail);
     }
 }

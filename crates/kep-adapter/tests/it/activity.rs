@@ -14,7 +14,13 @@ use crate::common::*;
 async fn next(events: &mut Events) -> (String, String, Value) {
     let got = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
     match got.expect("an event within 10 s").unwrap().unwrap() {
-        Watched::Event(e) => (e.event, e.object, Value::Object(e.detail)),
+        Watched::Event(e) => {
+            // Its ids, each by its name, are its object's.
+            let ids = [&e.ids.org_login_type_id, &e.ids.session_id];
+            let named: Vec<&str> = ids.iter().filter_map(|i| i.as_deref()).collect();
+            assert_eq!((named.join("/"), &e.kind), (e.object.clone(), &e.event));
+            (e.event, e.object, Value::Object(e.detail))
+        }
         Watched::Lagged(n) => panic!("lagged by {n}"),
     }
 }

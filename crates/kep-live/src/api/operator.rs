@@ -116,7 +116,7 @@ pub(crate) async fn create_service(
         CreateOutcome::Created(secrets) => {
             live.0
                 .activity
-                .record("service.created", &secrets.service_id, Value::Null);
+                .record("service.created", &[&secrets.service_id], Value::Null);
             Ok((StatusCode::CREATED, Json(secrets)))
         }
         CreateOutcome::Taken => Err(ApiError::conflict(
@@ -179,7 +179,7 @@ pub(crate) async fn update_service(
     let detail = json!({ "externalVerifierUrl": url });
     live.0
         .activity
-        .record("service.updated", id.as_str(), detail);
+        .record("service.updated", &[&id.as_str()], detail);
     Ok(Json(ServiceSummary {
         service_id: id.into_string(),
         external_verifier_url: url,
@@ -205,7 +205,7 @@ pub(crate) async fn rotate_secrets(
         Some(secrets) => {
             live.0
                 .activity
-                .record("service.secrets_rotated", id.as_str(), Value::Null);
+                .record("service.secrets_rotated", &[&id.as_str()], Value::Null);
             Ok(Json(secrets))
         }
         None => Err(ApiError::not_found("no such live service")),
@@ -369,7 +369,9 @@ pub(crate) async fn set_webhook(
         .await
         .map_err(ApiError::internal)?;
     let detail = json!({ "url": row.url, "enabled": row.enabled });
-    live.0.activity.record("webhook.set", id.as_str(), detail);
+    live.0
+        .activity
+        .record("webhook.set", &[&id.as_str()], detail);
     Ok(Json(webhook(&row, true)))
 }
 
@@ -412,7 +414,7 @@ pub(crate) async fn rotate_webhook_secret(
         .map_err(ApiError::internal)?;
     live.0
         .activity
-        .record("webhook.secret_rotated", id.as_str(), Value::Null);
+        .record("webhook.secret_rotated", &[&id.as_str()], Value::Null);
     Ok(Json(webhook(&row, true)))
 }
 

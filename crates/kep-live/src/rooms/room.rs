@@ -233,11 +233,10 @@ impl RoomState {
             webhooks.room_changed(&a.service_id, &a.room_id, event, participant_id, &detail);
         }
         if let Some(activity) = &a.activity {
-            let object = match participant_id {
-                Some(pid) => format!("{}/{}/{pid}", a.service_id, a.room_id),
-                None => format!("{}/{}", a.service_id, a.room_id),
-            };
-            activity.record(event, object, detail);
+            match participant_id {
+                Some(pid) => activity.record(event, &[&a.service_id, &a.room_id, &pid], detail),
+                None => activity.record(event, &[&a.service_id, &a.room_id], detail),
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! The platform's activity stream, as an operator watches it (`GET /admin/v1/events`):
-//! each change of a live service and its rooms is an event, in the order it happened.
+//! each change of a live service and its rooms is an event, in the order it happened,
+//! naming the ids of its object (`serviceId`, `roomId`, `participantId`).
 
 use std::time::Duration;
 
@@ -24,7 +25,13 @@ async fn every_change_of_a_room_is_an_activity_event_in_order() {
     while seen.len() < 13 {
         let next = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
         match next.expect("the next event within 10 s").unwrap().unwrap() {
-            Watched::Event(e) => seen.push((e.event, e.object, e.detail)),
+            Watched::Event(e) => {
+                // Its ids, each by its name, are its object's.
+                let ids = [&e.ids.service_id, &e.ids.room_id, &e.ids.participant_id];
+                let named: Vec<&str> = ids.iter().filter_map(|i| i.as_deref()).collect();
+                assert_eq!((named.join("/"), &e.kind), (e.object.clone(), &e.event));
+                seen.push((e.event, e.object, e.detail));
+            }
             Watched::Lagged(n) => panic!("lagged by {n}"),
         }
     }

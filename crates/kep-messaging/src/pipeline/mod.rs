@@ -29,9 +29,9 @@ use crate::receipts::{Awaiting, Parts};
 use crate::store::{Handed, Handover, MessageRow, Store};
 use crate::writer::Writer;
 
-/// A message's object in the activity: `<clientId>/<uid>`.
-pub(crate) fn object(m: &MessageRow) -> String {
-    format!("{}/{}", m.client_id, m.uid)
+/// A message's ids in the activity: its client's, its own.
+fn object_ids(m: &MessageRow) -> [&dyn std::fmt::Display; 2] {
+    [&m.client_id, &m.uid]
 }
 
 /// What the carrier made of one hand-over.
@@ -178,9 +178,7 @@ impl<C: Carrier> Dispatcher<C> {
             accepted: Mutex::new(Some(accepted)),
             in_flight: Mutex::default(),
             awaiting: Mutex::default(),
-            activity: ctx
-                .activity
-                .of(<crate::MessagingService as kep_core::service::Service>::NAME),
+            activity: ctx.activity.of::<crate::MessagingService>(),
         })
     }
 
@@ -248,10 +246,10 @@ impl<C: Carrier> Dispatcher<C> {
     /// Counts a message this node just stored, and says so in the activity.
     fn accepted(&self, m: &MessageRow) {
         let channel = m.channel.as_str();
-        metrics::counter!("kep_messaging_accepted_total", "channel" => channel).increment(1);
+        metrics::counter!(crate::metrics::ACCEPTED, "channel" => channel).increment(1);
         self.activity.record(
             "message.accepted",
-            object(m),
+            &object_ids(m),
             json!({ "channel": channel, "messageType": m.message_type.as_str(), "cid": &m.cid }),
         );
     }
@@ -394,7 +392,7 @@ impl<C: Carrier> Dispatcher<C> {
                 let at = now + ms(backoff);
                 self.activity.record(
                     "message.retrying",
-                    object(m),
+                    &object_ids(m),
                     json!({ "route": route.as_str(), "attempt": m.attempts, "why": why, "at": at }),
                 );
                 if let Err(e) = self.store.retry_at(&m.uid, at).await {
@@ -417,7 +415,7 @@ impl<C: Carrier> Dispatcher<C> {
             Submitted::Receipts { account, ids } => {
                 self.activity.record(
                     "message.handed_over",
-                    object(m),
+                    &object_ids(m),
                     json!({ "route": route.as_str(), "attempt": m.attempts, "carrier": &*carrier, "parts": ids.len() }),
                 );
                 let parts = Parts {
@@ -431,7 +429,7 @@ impl<C: Carrier> Dispatcher<C> {
         };
         self.activity.record(
             "message.handed_over",
-            object(m),
+            &object_ids(m),
             json!({ "route": route.as_str(), "attempt": m.attempts, "carrier": &*carrier, "result": outcome.code().as_str() }),
         );
         d.handovers.push(Handover {
@@ -532,10 +530,10 @@ impl<C: Carrier> Dispatcher<C> {
         }
         m.status = status;
         m.res_date = Some(self.clock.unix_ms());
-        metrics::counter!("kep_messaging_finished_total", "status" => status.as_str()).increment(1);
+        metrics::counter!(crate::metrics::FINISHED, "status" => status.as_str()).increment(1);
         self.activity.record(
             "message.finished",
-            object(&m),
+            &object_ids(&m),
             json!({ "status": status.as_str(), "error": m.error_message }),
         );
         self.writer.finish(m, handovers);

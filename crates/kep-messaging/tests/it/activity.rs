@@ -21,7 +21,15 @@ async fn a_client_and_its_messages_are_activity_events_in_order() {
     let mut next = async || -> (String, String, Value) {
         let got = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
         match got.expect("an event within 10 s").unwrap().unwrap() {
-            Watched::Event(e) => (e.event, e.object, Value::Object(e.detail)),
+            Watched::Event(e) => {
+                // Its ids, each by its name, are its object's.
+                let named: Vec<&str> = [&e.ids.client_id, &e.ids.uid]
+                    .iter()
+                    .filter_map(|i| i.as_deref())
+                    .collect();
+                assert_eq!((named.join("/"), &e.kind), (e.object.clone(), &e.event));
+                (e.event, e.object, Value::Object(e.detail))
+            }
             Watched::Lagged(n) => panic!("lagged by {n}"),
         }
     };

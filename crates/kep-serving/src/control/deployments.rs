@@ -126,7 +126,7 @@ impl Control {
         self.store.insert_deployment(&row).await?;
         // Recorded before its instances start: their events follow it.
         let detail = serde_json::json!({ "type": spec.kind.as_str() });
-        self.record("deployment.created", format!("{endpoint}/{name}"), detail);
+        self.record("deployment.created", &[endpoint, &name], detail);
         self.run_instances(DeploymentKey::new(endpoint, &name), &spec, &e)
             .await;
         self.publish_route(endpoint).await?;
@@ -266,7 +266,7 @@ impl Control {
         }
         drop(_guard);
         let detail = serde_json::json!({ "rolledOver": !old.same_launch(&new) });
-        self.record("deployment.updated", format!("{endpoint}/{name}"), detail);
+        self.record("deployment.updated", &[endpoint, name], detail);
         self.deployment(endpoint, name).await
     }
 
@@ -293,8 +293,11 @@ impl Control {
         self.publish_route(endpoint).await?;
         self.stop_instances(DeploymentKey::new(endpoint, name))
             .await;
-        let object = format!("{endpoint}/{name}");
-        self.record("deployment.deleted", object, serde_json::Value::Null);
+        self.record(
+            "deployment.deleted",
+            &[endpoint, name],
+            serde_json::Value::Null,
+        );
         Ok(())
     }
 }

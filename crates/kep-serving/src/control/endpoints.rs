@@ -39,7 +39,7 @@ impl Control {
         self.publish_route(&row.name).await?;
         let detail =
             json!({ "instanceType": row.instance_type, "instanceCount": row.instance_count });
-        self.record("endpoint.created", row.name.as_str(), detail);
+        self.record("endpoint.created", &[&row.name], detail);
         Ok((self.endpoint_view(&row, &[]), api_key))
     }
 
@@ -93,7 +93,7 @@ impl Control {
         self.update_routes(RouteUpdate::EndpointRemoved(name.to_string()))
             .await;
         self.share_route(name).await;
-        self.record("endpoint.deleted", name.as_str(), Value::Null);
+        self.record("endpoint.deleted", &[name], Value::Null);
         Ok(())
     }
 
@@ -106,7 +106,7 @@ impl Control {
             .set_key_hash(name, &kep_core::secret::sha256_hex(&api_key))
             .await?;
         self.publish_route(name).await?;
-        self.record("endpoint.key_reissued", name.as_str(), Value::Null);
+        self.record("endpoint.key_reissued", &[name], Value::Null);
         Ok(api_key)
     }
 

@@ -58,8 +58,8 @@ pub struct Control {
 
 impl Control {
     /// Records a change the operator made (no secret: a key never is).
-    fn record(&self, event: &str, object: impl Into<String>, detail: Value) {
-        self.activity.record(event, object, detail);
+    fn record(&self, event: &str, ids: &[&dyn std::fmt::Display], detail: Value) {
+        self.activity.record(event, ids, detail);
     }
 }
 
@@ -105,7 +105,7 @@ impl Control {
             gateway_url: ctx.public_url.clone(),
             clock: ctx.clock.clone(),
             changes: Mutex::new(()),
-            activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
+            activity: ctx.activity.of::<crate::ServingService>(),
             tasks: ctx.tasks.clone(),
             files: ctx.cluster.files(<crate::ServingService as Service>::NAME),
         })

@@ -33,7 +33,7 @@ impl Control {
         self.store.set_weights(endpoint, &weights).await?;
         self.publish_route(endpoint).await?;
         let detail = serde_json::to_value(&weights).unwrap_or_default();
-        self.record("endpoint.traffic_set", endpoint.as_str(), detail);
+        self.record("endpoint.traffic_set", &[endpoint], detail);
         Ok(traffic_view(&self.store.deployments(Some(endpoint)).await?))
     }
 
@@ -66,7 +66,7 @@ impl Control {
             .await?;
         self.publish_route(endpoint).await?;
         let detail = serde_json::json!({ "enabled": req.enabled, "responder": responder });
-        self.record("endpoint.mirroring_set", endpoint.as_str(), detail);
+        self.record("endpoint.mirroring_set", &[endpoint], detail);
         Ok(Mirroring {
             enabled: req.enabled,
             responder: responder.map(DeploymentName::into_string),

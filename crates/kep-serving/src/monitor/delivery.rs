@@ -3,13 +3,14 @@
 //! back-off until its attempts are spent. An endpoint's alerts go out in order, and a slow
 //! webhook never holds up another endpoint's.
 
+use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
 use kep_core::outbox::{Dispatcher, Outbox, Policy};
-use kep_core::service::{Context, Service};
+use kep_core::service::Context;
 use serde_json::json;
 
 use crate::ids::{AlertId, EndpointName};
@@ -45,7 +46,7 @@ impl Delivery {
             http,
             timeout: policy.timeout,
             clock: ctx.clock.clone(),
-            activity: ctx.activity.of(<crate::ServingService as Service>::NAME),
+            activity: ctx.activity.of::<crate::ServingService>(),
             node: ctx.cluster.node_id().map(str::to_owned),
         };
         let dispatcher = Dispatcher::new(alerts, policy.outbox, ctx);
@@ -69,12 +70,11 @@ impl Delivery {
     }
 }
 
-/// An alert's object in the activity: its endpoint, and deployment if it has one.
-fn object(row: &AlertRow) -> String {
-    match &row.deployment {
-        Some(d) => format!("{}/{d}", row.endpoint),
-        None => row.endpoint.to_string(),
-    }
+/// An alert's ids in the activity: its endpoint's, and its deployment's if it has one.
+fn ids(row: &AlertRow) -> Vec<&dyn Display> {
+    let mut ids: Vec<&dyn Display> = vec![&row.endpoint];
+    ids.extend(row.deployment.as_ref().map(|d| d as &dyn Display));
+    ids
 }
 
 /// The alerts as the outbox sees them.
@@ -130,7 +130,7 @@ impl Outbox for Alerts {
         if error.is_none() {
             let detail =
                 json!({ "id": id.0, "condition": row.condition.as_str(), "attempt": attempt });
-            self.activity.record("alert.sent", object(row), detail);
+            self.activity.record("alert.sent", &ids(row), detail);
         }
         self.record(*id, status, attempt, error.as_deref(), sent_at)
             .await;
@@ -142,7 +142,7 @@ impl Outbox for Alerts {
             .await;
         if let Ok(Some(row)) = self.store.alert(*id).await {
             let detail = json!({ "id": id.0, "condition": row.condition.as_str(), "attempts": attempts, "error": error });
-            self.activity.record("alert.failed", object(&row), detail);
+            self.activity.record("alert.failed", &ids(&row), detail);
         }
     }
 }

@@ -1,13 +1,13 @@
 //! One instance's figures as the API and Prometheus show them: each use also as a percent
-//! of what its instance type gives it.
+//! of what its instance type gives it; and how many instances there are, by state.
 
 use std::collections::HashMap;
 
 use super::resources::Usage;
-use crate::ids::DeploymentKey;
-use crate::kinds::DeploymentState;
+use crate::ids::{DeploymentKey, EndpointName};
+use crate::kinds::{DeploymentState, InstanceState};
 use crate::runtime::InstanceStatus;
-use kep_api::serving::{InstanceMetrics, Resources};
+use kep_api::serving::{EndpointMetrics, InstanceMetrics, Resources};
 
 /// `part` of `whole` in percent; none of nothing.
 fn percent(part: f64, whole: f64) -> Option<f64> {
@@ -86,6 +86,25 @@ pub fn export_gauges(key: &DeploymentKey, state: DeploymentState, instances: &[I
         if let Some(p) = i.gpu_memory_percent {
             metrics::gauge!("kep_serving_instance_gpu_memory_percent", &labels).set(p);
         }
+    }
+}
+
+/// Sets how many endpoints, deployments and instances there are, each state's count (0
+/// where none is), as of a sample (`latest`; none before the first).
+pub fn export_counts(latest: &HashMap<EndpointName, EndpointMetrics>) {
+    use crate::metrics::{DEPLOYMENTS, ENDPOINTS, INSTANCES};
+    metrics::gauge!(ENDPOINTS).set(latest.len() as f64);
+    let deployments = || latest.values().flat_map(|e| &e.deployments);
+    for state in DeploymentState::ALL.map(DeploymentState::as_str) {
+        let n = deployments().filter(|d| d.state == state).count();
+        metrics::gauge!(DEPLOYMENTS, "state" => state).set(n as f64);
+    }
+    for state in InstanceState::ALL.map(InstanceState::as_str) {
+        let n = deployments()
+            .flat_map(|d| &d.instances)
+            .filter(|i| i.state == state)
+            .count();
+        metrics::gauge!(INSTANCES, "state" => state).set(n as f64);
     }
 }
 

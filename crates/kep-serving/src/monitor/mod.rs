@@ -25,7 +25,7 @@ use crate::runtime::{DeploymentStatus, RuntimeHandle};
 use crate::store::{AlertRow, NewEvent, Store};
 use alerts::{AlertPolicy, Evaluator, StatusDelta};
 pub use delivery::DeliveryPolicy;
-use instances::{export_gauges, instance_view};
+use instances::{export_counts, export_gauges, instance_view};
 use kep_api::serving::{
     Alert, AlertSettings, CallMetrics, DeploymentMetrics, EndpointMetrics, InstanceMetrics,
     Latency, MirrorMetrics, Resources,
@@ -94,6 +94,12 @@ impl Monitor {
         };
         ctx.spawn(Arc::clone(&monitor).run(sampling, events, reset_rx));
         Ok(monitor)
+    }
+
+    /// Sets the gauges of how many endpoints, deployments and instances there are, as of the
+    /// last sample: called at each scrape of `/metrics`.
+    pub fn observe(&self) {
+        export_counts(&self.latest.load());
     }
 
     /// Refuses an endpoint that does not exist.

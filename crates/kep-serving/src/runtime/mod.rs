@@ -554,16 +554,15 @@ const LOG_TAIL_LINES: usize = 20;
 
 impl Recorded {
     fn record(&self, e: &NewEvent) {
-        let object = format!("{}/{}", e.endpoint, e.deployment);
         let state = |s: Option<&str>| s.map_or(Value::Null, |s| s.to_lowercase().into());
-        let (event, object, detail) = match &e.change {
+        let (event, instance, detail) = match &e.change {
             Change::Deployment {
                 from,
                 to,
                 lifecycle,
             } => (
                 "deployment.state",
-                object,
+                None,
                 json!({
                     "from": state(from.map(|f| f.as_str())),
                     "to": state(Some(to.as_str())),
@@ -580,7 +579,7 @@ impl Recorded {
                 if *to == InstanceState::Failed {
                     detail["log"] = self.log_tail(e, instance).into();
                 }
-                ("instance.state", format!("{object}/{instance}"), detail)
+                ("instance.state", Some(instance), detail)
             }
             Change::Ready {
                 instance,
@@ -592,16 +591,22 @@ impl Recorded {
                 } else {
                     "instance.unready"
                 },
-                format!("{object}/{instance}"),
+                Some(instance),
                 json!({ "reason": reason }),
             ),
             Change::Restart { instance, reason } => (
                 "instance.restarted",
-                format!("{object}/{instance}"),
+                Some(instance),
                 json!({ "reason": reason, "log": self.log_tail(e, instance) }),
             ),
         };
-        self.activity.record(event, object, detail);
+        let (endpoint, deployment) = (&e.endpoint, &e.deployment);
+        match instance {
+            Some(i) => self
+                .activity
+                .record(event, &[endpoint, deployment, i], detail),
+            None => self.activity.record(event, &[endpoint, deployment], detail),
+        }
     }
 
     /// The last lines the instance wrote (stdout and stderr), at most 4 KiB of them.

@@ -14,7 +14,14 @@ use crate::common::*;
 async fn until(events: &mut Events, event: &str, object: &str) -> Value {
     let wait = async {
         loop {
-            match events.next().await.unwrap().unwrap() {
+            let next = events.next().await.unwrap().unwrap();
+            if let Watched::Event(e) = &next {
+                // Its ids, each by its name, are its object's.
+                let ids = [&e.ids.endpoint, &e.ids.deployment, &e.ids.instance];
+                let named: Vec<&str> = ids.iter().filter_map(|i| i.as_deref()).collect();
+                assert_eq!((named.join("/"), &e.kind), (e.object.clone(), &e.event));
+            }
+            match next {
                 Watched::Event(e)
                     if e.event == event
                         && (e.object == object

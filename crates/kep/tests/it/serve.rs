@@ -12,6 +12,7 @@ mod messaging;
 mod metrics;
 mod models;
 mod platform;
+mod prometheus;
 mod serving;
 mod webhooks;
 

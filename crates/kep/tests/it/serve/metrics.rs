@@ -164,6 +164,9 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
         })],
     );
 
+    // Every series there is now, each of its kind, as Prometheus' own linter wants it.
+    super::prometheus::promtool_check(&scrape(&srv));
+
     // `kep status` reads the same, as JSON and for a person.
     let status = cli(&srv, &["status", "--json"]);
     assert_eq!(status["live"]["services"], 1, "{status}");

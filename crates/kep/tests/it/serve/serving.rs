@@ -137,6 +137,7 @@ fn the_serving_flow_from_the_cli() {
             Err(text)
         }
     });
+    super::prometheus::promtool_check(&scraped);
     let ok_calls = scraped
         .lines()
         .find(|l| {
