@@ -33,7 +33,7 @@ LUA
 # start NAME BIN: a server of its own on a fresh data dir, with a client and its token.
 declare -A MSG TOKEN DATA
 start() {
-  local name=$1 bin=$2 dir=$WORK/$1
+  local name=$1 bin=$2 dir=$WORK/data-$1
   mkdir -p "$dir"
   KEP_LOG=warn "$bin" serve --data-dir "$dir" --only messaging \
     --admin-addr 127.0.0.1:0 --messaging-addr 127.0.0.1:0 >"$dir/log" 2>&1 &

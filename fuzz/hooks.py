@@ -39,6 +39,19 @@ schemathesis.openapi.media_type(
     st.one_of(st.sampled_from(_OFFERS), st.text().map(str.encode)),
 )
 
+# A trickle (`PATCH` of a WHIP or WHEP session) is an SDP fragment (RFC 8840): none at
+# all, one with a candidate, one whose candidate does not parse, and any text.
+_FRAGMENTS = [
+    b"",
+    b"a=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuv\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0\r\n"
+    b"a=mid:0\r\na=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host\r\n",
+    b"a=candidate:nonsense\r\n",
+]
+schemathesis.openapi.media_type(
+    "application/trickle-ice-sdpfrag",
+    st.one_of(st.sampled_from(_FRAGMENTS), st.text().map(str.encode)),
+)
+
 # An image archive (`application/x-tar`, `POST /admin/v1/serving/images/{name}/archive`),
 # which schemathesis has no generator for either: none at all, an empty tar (two zero
 # blocks), and any bytes. None of them is an image.
