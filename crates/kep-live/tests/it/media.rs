@@ -482,25 +482,38 @@ async fn a_failed_dtls_handshake_ends_that_session_alone() {
 }
 
 /// An offer is read up to `live.body_limit_bytes`: at and under the limit it is judged as
-/// an offer (this one does not parse: 400), one byte over it is a 413 and never read.
+/// an offer (this one does not parse: 400), one byte over it is a 413 and never read. A
+/// trickle likewise: at and under the limit it is judged (no such session: 404), over it
+/// 413.
 #[tokio::test]
-async fn an_offer_is_read_up_to_the_body_limit() {
+async fn an_offer_and_a_trickle_are_read_up_to_the_body_limit() {
     let srv = spawn(|s| s.body_limit_bytes = 1000).await;
     let (s, _rooms) = srv.room_client("svc").await;
     let whip = format!("{}/api/whip/room", srv.live_url);
     let good = token(&srv, &s.service_secret, "room", "gina");
     let http = reqwest::Client::new();
-    for (size, status) in [(999, 400), (1000, 400), (1001, 413)] {
-        let res = http
-            .post(&whip)
-            .bearer_auth(&good)
+    let offer = |size: usize| {
+        http.post(&whip)
             .header("content-type", "application/sdp")
             .body("v".repeat(size))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status().as_u16(), status, "{size} bytes");
+    };
+    let trickle = |size: usize| {
+        http.patch(format!("{whip}/no-such-session"))
+            .header("content-type", "application/trickle-ice-sdpfrag")
+            .body("v".repeat(size))
+    };
+    let cases = [
+        (offer(999), 400),
+        (offer(1000), 400),
+        (offer(1001), 413),
+        (trickle(999), 404),
+        (trickle(1000), 404),
+        (trickle(1001), 413),
+    ];
+    for (i, (req, status)) in cases.into_iter().enumerate() {
+        let res = req.bearer_auth(&good).send().await.unwrap();
+        assert_eq!(res.status().as_u16(), status, "case {i}");
         let body: Value = res.json().await.unwrap();
-        assert!(body["error"]["code"].is_i64(), "{size} bytes: {body}");
+        assert!(body["error"]["code"].is_i64(), "case {i}: {body}");
     }
 }
