@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use kep_core::limits::{Admission, Key, Peer};
 
 use crate::join_token::JoinGrant;
-use crate::media::Role;
+use crate::media::{Role, SessionUrl};
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 
@@ -151,7 +151,14 @@ pub(crate) async fn end_publish(
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    end(&live, &room_id, &session, peer, &headers)
+    end(
+        &live,
+        &room_id,
+        Some(SessionUrl::Whip),
+        &session,
+        peer,
+        &headers,
+    )
 }
 
 /// `DELETE /api/whep/{room_id}/{stream_id}/{session}`, likewise.
@@ -165,16 +172,30 @@ pub(crate) async fn end_publish(
     security(("bearer" = [])))]
 pub(crate) async fn end_subscribe(
     State(live): State<LiveService>,
-    Path((room_id, _stream_id, session)): Path<(String, String, String)>,
+    Path((room_id, stream_id, session)): Path<(String, String, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
-    end(&live, &room_id, &session, peer, &headers)
+    end(
+        &live,
+        &room_id,
+        whep_url(&stream_id),
+        &session,
+        peer,
+        &headers,
+    )
+}
+
+/// The URL of a WHEP session of `stream_id`; none when that is not a stream id, so no
+/// session lives there.
+fn whep_url(stream_id: &str) -> Option<SessionUrl> {
+    stream_id.parse().ok().map(SessionUrl::Whep)
 }
 
 fn end(
     live: &LiveService,
     room_id: &str,
+    url: Option<SessionUrl>,
     session: &str,
     peer: std::net::IpAddr,
     headers: &HeaderMap,
@@ -183,7 +204,9 @@ fn end(
         let (grant, _in_flight) = admit(live, headers, peer, room_id)?;
         let key = (grant.service_id.into(), room_id.to_owned());
         let media = &live.0.media;
-        if !media.end_session(&key, &grant.participant_id, session) {
+        let ended =
+            url.is_some_and(|url| media.end_session(&key, &grant.participant_id, url, session));
+        if !ended {
             return Err(LiveError::SessionNotFound);
         }
         Ok(())
@@ -214,7 +237,8 @@ pub(crate) async fn trickle_publish(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    trickle(&live, &room_id, &session, peer, &headers, body)
+    let url = Some(SessionUrl::Whip);
+    trickle(&live, &room_id, url, &session, peer, &headers, body)
 }
 
 /// `PATCH /api/whep/{room_id}/{stream_id}/{session}`, likewise.
@@ -232,12 +256,13 @@ pub(crate) async fn trickle_publish(
     security(("bearer" = [])))]
 pub(crate) async fn trickle_subscribe(
     State(live): State<LiveService>,
-    Path((room_id, _stream_id, session)): Path<(String, String, String)>,
+    Path((room_id, stream_id, session)): Path<(String, String, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    trickle(&live, &room_id, &session, peer, &headers, body)
+    let url = whep_url(&stream_id);
+    trickle(&live, &room_id, url, &session, peer, &headers, body)
 }
 
 /// Trickle ICE (RFC 9725 §4.3.1): the fragment's candidates go to the session. kep's answer
@@ -247,6 +272,7 @@ pub(crate) async fn trickle_subscribe(
 fn trickle(
     live: &LiveService,
     room_id: &str,
+    url: Option<SessionUrl>,
     session: &str,
     peer: std::net::IpAddr,
     headers: &HeaderMap,
@@ -274,11 +300,11 @@ fn trickle(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if !live
-            .0
-            .media
-            .trickle(&key, &grant.participant_id, session, candidates)
-        {
+        let media = &live.0.media;
+        let handed = url.is_some_and(|url| {
+            media.trickle(&key, &grant.participant_id, url, session, candidates)
+        });
+        if !handed {
             return Err(LiveError::SessionNotFound);
         }
         Ok(())

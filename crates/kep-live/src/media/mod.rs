@@ -161,6 +161,21 @@ pub enum Role {
     Subscribe,
 }
 
+/// Where a session's resource lives (RFC 9725): under WHIP, or under WHEP at the stream it
+/// watches. `PATCH` and `DELETE` reach a session only at its own URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionUrl {
+    Whip,
+    Whep(i64),
+}
+
+/// Whose a live session is, and at which URL.
+struct Owner {
+    room: RoomKey,
+    participant_id: String,
+    url: SessionUrl,
+}
+
 /// An offer answered: the session, ready to start in its room.
 pub struct Negotiated {
     rtc: Rtc,
@@ -194,8 +209,8 @@ pub struct Media {
     candidate: SocketAddr,
     routes: mpsc::UnboundedSender<Route>,
     rooms: DashMap<RoomKey, mpsc::UnboundedSender<Command>>,
-    /// Every live session: its room and participant, for `DELETE`.
-    sessions: DashMap<String, (RoomKey, String)>,
+    /// Every live session's owner, for `PATCH` and `DELETE`.
+    sessions: DashMap<String, Owner>,
     gone: mpsc::UnboundedSender<Gone>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
@@ -316,8 +331,16 @@ impl Media {
             due: Instant::now(),
         };
         let id = session.id.clone();
-        self.sessions
-            .insert(id.clone(), (room.clone(), participant_id.to_owned()));
+        let url = match role {
+            Role::Publish => SessionUrl::Whip,
+            Role::Subscribe => SessionUrl::Whep(stream_id),
+        };
+        let owner = Owner {
+            room: room.clone(),
+            participant_id: participant_id.to_owned(),
+            url,
+        };
+        self.sessions.insert(id.clone(), owner);
         let tx = self.room(room);
         let _ = self.routes.send(Route::Add(n.ufrag.clone(), tx.clone()));
         match role {
@@ -363,16 +386,29 @@ impl Media {
         }
     }
 
-    /// Whether the session is the participant's, in the room.
-    fn is_theirs(&self, room: &RoomKey, participant_id: &str, session_id: &str) -> bool {
+    /// Whether the session is the participant's, in the room, at that URL.
+    fn is_theirs(
+        &self,
+        room: &RoomKey,
+        participant_id: &str,
+        url: SessionUrl,
+        session_id: &str,
+    ) -> bool {
         self.sessions
             .get(session_id)
-            .is_some_and(|s| s.0 == *room && s.1 == participant_id)
+            .is_some_and(|s| s.room == *room && s.participant_id == participant_id && s.url == url)
     }
 
-    /// Ends the participant's session in the room; false when it has no such session.
-    pub fn end_session(&self, room: &RoomKey, participant_id: &str, session_id: &str) -> bool {
-        let theirs = self.is_theirs(room, participant_id, session_id);
+    /// Ends the participant's session in the room; false when it has no such session at
+    /// that URL.
+    pub fn end_session(
+        &self,
+        room: &RoomKey,
+        participant_id: &str,
+        url: SessionUrl,
+        session_id: &str,
+    ) -> bool {
+        let theirs = self.is_theirs(room, participant_id, url, session_id);
         if theirs {
             self.tell(room, Command::EndSession(session_id.to_owned()));
         }
@@ -380,15 +416,16 @@ impl Media {
     }
 
     /// Hands the participant's session candidates its peer trickled (RFC 8840); false when
-    /// it has no such session.
+    /// it has no such session at that URL.
     pub fn trickle(
         &self,
         room: &RoomKey,
         participant_id: &str,
+        url: SessionUrl,
         session_id: &str,
         candidates: Vec<Candidate>,
     ) -> bool {
-        let theirs = self.is_theirs(room, participant_id, session_id);
+        let theirs = self.is_theirs(room, participant_id, url, session_id);
         if theirs && !candidates.is_empty() {
             self.tell(room, Command::Candidates(session_id.to_owned(), candidates));
         }

@@ -198,3 +198,62 @@ async fn a_trickle_patch_is_checked_like_the_session_it_names() {
     // The session took its trickle and goes on.
     publisher.until("connected").await;
 }
+
+/// A session is reached at its own URL only: a WHEP session under another stream's path,
+/// or under WHIP's, is no session (404) and goes on; at its own URL it ends.
+#[tokio::test]
+async fn a_whep_session_is_ended_at_its_own_url_only() {
+    let srv = spawn(|_| {}).await;
+    let (s, _rooms) = srv.room_client("svc").await;
+    let live = &srv.live_url;
+    let alice = peer_token(&srv, &s.service_secret, "alice");
+    let whip = format!("{live}/api/whip/room");
+    let mut publisher = Peer::start("publisher", &["publish", "--url", &whip, "--token", &alice]);
+    let (stream_id, _) = published(&mut publisher, &[]).await;
+    let bob = peer_token(&srv, &s.service_secret, "bob");
+    let whep = format!("{live}/api/whep/room/{stream_id}");
+    let mut sub = Peer::start("bob", &["subscribe", "--url", &whep, "--token", &bob]);
+    let answered = sub.until("answered").await;
+    let location = answered["location"].as_str().unwrap();
+    let session = location.rsplit('/').next().unwrap();
+    assert_eq!(location, format!("/api/whep/room/{stream_id}/{session}"));
+    let before = sub.until_kind("frame", Some("video")).await["count"]
+        .as_i64()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let elsewhere = [
+        format!(
+            "{live}/api/whep/room/{}/{session}",
+            stream_id.parse::<i64>().unwrap() + 1
+        ),
+        format!("{live}/api/whep/room/not-a-stream/{session}"),
+        format!("{live}/api/whip/room/{session}"),
+    ];
+    for url in &elsewhere {
+        let res = http.delete(url).bearer_auth(&bob).send().await.unwrap();
+        assert_eq!(res.status(), 404, "DELETE {url}");
+        let res = http
+            .patch(url)
+            .bearer_auth(&bob)
+            .header("content-type", "application/trickle-ice-sdpfrag")
+            .body("a=end-of-candidates\r\n")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 404, "PATCH {url}");
+    }
+    // Still watching: frames go on coming.
+    while sub.until_kind("frame", Some("video")).await["count"]
+        .as_i64()
+        .unwrap()
+        < before + 30
+    {}
+    let res = http
+        .delete(format!("{live}{location}"))
+        .bearer_auth(&bob)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    sub.until("closed").await;
+}

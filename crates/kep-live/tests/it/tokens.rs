@@ -72,6 +72,47 @@ async fn a_join_token_lets_its_participant_into_its_room() {
     viewer.send(&ClientMessage::Leave).await.unwrap();
 }
 
+/// Until its signature is verified a token gets one answer, whatever was wrong with it: a
+/// forged token tells no stranger whether the service it names exists, on the socket and
+/// on WHIP alike.
+#[tokio::test]
+async fn forged_tokens_of_missing_and_existing_services_get_one_answer() {
+    let srv = spawn(|_| {}).await;
+    srv.create_service("svc").await;
+    let now = srv.clock.unix_s();
+    let forged = |service: &str| {
+        join_token(
+            service,
+            "a-guessed-secret",
+            &claims(service, "room", "a", now + 60),
+        )
+    };
+    let tokens = [forged("svc"), forged("ghost"), "not-a-token".to_owned()];
+    let http = reqwest::Client::new();
+    let mut answers = Vec::new();
+    for token in &tokens {
+        let on_socket = match Participant::join_with_token(&srv.live_url, token).await {
+            Err(ClientError::Rpc(e)) => format!("{} {} {:?}", e.code, e.message, e.data),
+            other => panic!(
+                "expected a refusal, got {:?}",
+                other.map(|p| p.participant_id)
+            ),
+        };
+        let res = http
+            .post(format!("{}/api/whip/room", srv.live_url))
+            .bearer_auth(token)
+            .header("content-type", "application/sdp")
+            .body("v=0\r\n")
+            .send()
+            .await
+            .unwrap();
+        let on_whip = format!("{} {}", res.status(), res.text().await.unwrap());
+        answers.push((on_socket, on_whip));
+    }
+    assert!(answers[0].1.starts_with("401 "), "{answers:?}");
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:#?}");
+}
+
 #[tokio::test]
 async fn bad_expired_and_other_service_tokens_are_refused() {
     let srv = spawn(|_| {}).await;

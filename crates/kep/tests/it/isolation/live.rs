@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use kep_api::live::JoinClaims;
 use kep_api::live::{ClientMessage, EventKind, ServerMessage, provision_value};
 use kep_client::ClientError;
-use kep_client::live::Participant;
+use kep_client::live::{Participant, join_token};
 use serde_json::{Value, json};
 
 use super::harness::*;
@@ -348,6 +349,7 @@ pub fn matrices<'a>(
         b_service(&[("room", ROOM)]),
         expect(101, r#"{"code":-11002,"message":"Unauthorized"}"#),
     );
+    let forged = forged_token_calls(ctx, rooms, b_service(&[("room", ROOM)]));
     vec![
         Matrix {
             service: "live",
@@ -370,5 +372,82 @@ pub fn matrices<'a>(
             unauthorized,
             calls: vec![join],
         },
+        Matrix {
+            service: "live",
+            creds: vec![Cred::tenant(
+                "a join token naming B's service, signed with A's service secret",
+                &a.service_secret,
+            )],
+            unauthorized: expect(401, NOT_A_VALID_JOIN_TOKEN),
+            calls: forged,
+        },
+    ]
+}
+
+const NOT_A_VALID_JOIN_TOKEN: &str = r#"{"error":{"code":-11002,"data":{"reason":"not a valid join token"},"message":"Unauthorized"},"id":null,"jsonrpc":"2.0"}"#;
+
+/// WHIP, WHEP and the socket with a join token forged for B's service (or one that does not
+/// exist): one answer, that tells nothing of which exists.
+fn forged_token_calls<'a>(ctx: &'a Ctx, rooms: &'a Rooms, objects: Vec<Object>) -> Vec<Call<'a>> {
+    let forge = |secret: Option<&str>, ids: &Ids| {
+        let service = id(ids, "service");
+        let claims = JoinClaims {
+            iss: service.into(),
+            room: id(ids, "room").into(),
+            sub: "forger".into(),
+            exp: 4_000_000_000,
+            publish: None,
+            subscribe: None,
+        };
+        join_token(service, secret.unwrap(), &claims)
+    };
+    let offer = move |path: String| -> Send<'a> {
+        Box::new(move |secret, ids| {
+            Answer::of(
+                ctx.client
+                    .post(fill(&ctx.url("live", &path), ids))
+                    .bearer_auth(forge(secret, ids))
+                    .header("content-type", "application/sdp")
+                    .body("v=0\r\n"),
+            )
+        })
+    };
+    let rt = &rooms.rt;
+    let live = ctx.srv.live.clone();
+    let socket: Send<'a> = Box::new(move |secret, ids| {
+        let refused = rt.block_on(Participant::join_with_token(&live, &forge(secret, ids)));
+        let Err(ClientError::Rpc(error)) = refused else {
+            panic!("a forged join token: {:?}", refused.map(|p| p.joined))
+        };
+        Answer {
+            status: 101,
+            content_type: None,
+            www_authenticate: None,
+            body: serde_json::to_string(&error).unwrap(),
+        }
+    });
+    let stream = rooms.streams[0];
+    vec![
+        call(
+            "WHIP publish (a forged join token)",
+            offer("/api/whip/{room}".into()),
+            objects.clone(),
+            expect(401, NOT_A_VALID_JOIN_TOKEN),
+        ),
+        call(
+            "WHEP subscribe (a forged join token)",
+            offer(format!("/api/whep/{{room}}/{stream}")),
+            objects.clone(),
+            expect(401, NOT_A_VALID_JOIN_TOKEN),
+        ),
+        call(
+            "participant join (WebSocket, a forged join token)",
+            socket,
+            objects,
+            expect(
+                101,
+                r#"{"code":-11002,"message":"Unauthorized","data":{"reason":"not a valid join token"}}"#,
+            ),
+        ),
     ]
 }
