@@ -144,11 +144,11 @@ pub struct TargetsParams<T> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ParticipantTarget {
-    /// 1 to 128 characters, none a control character.
+    /// 1 to 128 characters, not all blank, none a control character.
     #[schema(
         min_length = 1,
         max_length = 128,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"
     )]
     pub participant_id: String,
 }
@@ -156,13 +156,14 @@ pub struct ParticipantTarget {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamTarget {
-    /// 1 to 128 characters, none a control character.
+    /// 1 to 128 characters, not all blank, none a control character.
     #[schema(
         min_length = 1,
         max_length = 128,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"
     )]
     pub participant_id: String,
+    #[serde(deserialize_with = "whole_number")]
     pub stream_id: i64,
 }
 
@@ -267,27 +268,68 @@ fn rpc_id() -> utoipa::openapi::Object {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ClientMessage {
-    /// With the challenge answered (`serviceId`, `roomId`, `participantId`?, `value`), or
-    /// with a join token alone (`token`), which names all three.
-    #[serde(rename_all = "camelCase")]
-    Join {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        service_id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        room_id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        participant_id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        value: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        token: Option<String>,
-    },
+    Join(Join),
     Publish,
-    #[serde(rename_all = "camelCase")]
-    Unpublish {
-        stream_id: i64,
-    },
+    Unpublish(Unpublish),
     Leave,
+}
+
+/// A join: with the challenge answered (`serviceId`, `roomId`, `participantId`?, `value`),
+/// or with a join token alone (`token`), which names all three. Its own struct, so that a
+/// server parses it alone and names the field at fault.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Join {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unpublish {
+    #[serde(deserialize_with = "whole_number")]
+    pub stream_id: i64,
+}
+
+/// An integer, also when written as a whole float (`1.0`, as many JSON encoders write
+/// numbers): JSON Schema reads `1.0` as an integer too.
+pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    struct Whole;
+    impl serde::de::Visitor<'_> for Whole {
+        type Value = i64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+            i64::try_from(v)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+            // 2^63 is the first float past i64; every float below it in size is exact.
+            const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+            if v.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&v) {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "checked whole and in range"
+                )]
+                Ok(v as i64)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+    d.deserialize_any(Whole)
 }
 
 /// What the server sends a participant.

@@ -2,7 +2,7 @@
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use kep_api::live::{
-    ClientMessage, CreateServiceRequest, DestroyRoomResult, InactivateRequest, JoinClaims,
+    ClientMessage, CreateServiceRequest, DestroyRoomResult, InactivateRequest, Join, JoinClaims,
     KickRequest, ListParticipantsResult, ParticipantTarget, ProvisionAuth, ProvisionParams,
     ProvisionResult, RoomList, RoomParams, RpcRequest, RpcResponse, Scheme, ServerMessage,
     ServiceList, ServiceSecrets, ServiceSummary, StreamTarget, TargetsParams, UpdateServiceRequest,
@@ -407,24 +407,25 @@ impl Participant {
         room_id: &str,
         participant_id: Option<&str>,
     ) -> Result<Self, ClientError> {
-        Self::join_as(base, |nonce| ClientMessage::Join {
-            service_id: Some(service_id.into()),
-            room_id: Some(room_id.into()),
-            participant_id: participant_id.map(str::to_owned),
-            value: Some(kep_api::live::join_value(service_id, service_secret, nonce)),
-            token: None,
+        Self::join_as(base, |nonce| {
+            ClientMessage::Join(Join {
+                service_id: Some(service_id.into()),
+                room_id: Some(room_id.into()),
+                participant_id: participant_id.map(str::to_owned),
+                value: Some(kep_api::live::join_value(service_id, service_secret, nonce)),
+                token: None,
+            })
         })
         .await
     }
 
     /// Joins with a join token ([`join_token`]), which names the room and participant.
     pub async fn join_with_token(base: &str, token: &str) -> Result<Self, ClientError> {
-        Self::join_as(base, |_| ClientMessage::Join {
-            service_id: None,
-            room_id: None,
-            participant_id: None,
-            value: None,
-            token: Some(token.into()),
+        Self::join_as(base, |_| {
+            ClientMessage::Join(Join {
+                token: Some(token.into()),
+                ..Join::default()
+            })
         })
         .await
     }

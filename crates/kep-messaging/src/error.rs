@@ -93,6 +93,21 @@ impl MessagingError {
     /// [`MessagingError::answer`] echoing a send's `cid`, so that a client matches the
     /// refusal to its message.
     pub fn answer_echoing(self, key: &str, cid: Option<String>) -> Response {
+        self.answer_shaped(key, |body| {
+            if let Some(cid) = cid {
+                body["cid"] = json!(cid);
+            }
+        })
+    }
+
+    /// The refusal of a search, in the searches' own shape: the `status` the seed requires
+    /// of their answers beside `code`, the detail under `code_detail`.
+    pub fn search_answer(self) -> Response {
+        let (_, code) = self.codes();
+        self.answer_shaped("code_detail", |body| body["status"] = json!(code))
+    }
+
+    fn answer_shaped(self, key: &str, shape: impl FnOnce(&mut serde_json::Value)) -> Response {
         if let MessagingError::Internal(e) = &self {
             tracing::error!(error = ?e, "messaging internal error");
         }
@@ -102,9 +117,7 @@ impl MessagingError {
             other => other.to_string(),
         };
         let mut body = json!({ "code": code });
-        if let Some(cid) = cid {
-            body["cid"] = json!(cid);
-        }
+        shape(&mut body);
         body[key] = json!({ "detail_code": format!("API_{code}"), "detail_message": message });
         let mut res = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {

@@ -142,10 +142,14 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
     } else {
         check_text("sender_no", sender, 16)?;
     }
+    let template = template_of(send);
     match body_limits(message_type) {
         // More bodies than the type carries is no refusal: the seed says delivery fails
         // (`undeliverable`).
         Some((_, max_buttons, max_bytes)) => {
+            if let Some(field) = template.field() {
+                return Err(MessagingError::invalid(field, "only RCSTMPL carries it"));
+            }
             let bodies = send.body.as_deref().unwrap_or_default();
             if bodies.is_empty() {
                 return Err(MessagingError::invalid(
@@ -154,44 +158,20 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
                 ));
             }
             for (i, b) in bodies.iter().enumerate() {
-                if b.title.as_deref().is_none_or(|t| t.trim().is_empty()) {
-                    return Err(MessagingError::invalid(
-                        format!("body[{i}].title"),
-                        "required",
-                    ));
-                }
-                let description = b.description.as_deref().filter(|d| !d.trim().is_empty());
-                let description = description.ok_or_else(|| {
-                    MessagingError::invalid(format!("body[{i}].description"), "required")
-                })?;
-                check_rcs_text(&format!("body[{i}].description"), description, max_bytes)?;
-                if b.button.as_ref().is_some_and(|bs| bs.len() > max_buttons) {
-                    return Err(MessagingError::invalid(
-                        format!("body[{i}].button"),
-                        format!("{message_type} has at most {max_buttons} buttons per body"),
-                    ));
-                }
-                if let Some(media) = &b.media {
-                    if message_type != MessageType::RcsMms {
-                        return Err(MessagingError::invalid(
-                            format!("body[{i}].media"),
-                            "only RCSMMS carries media",
-                        ));
-                    }
-                    if !media.starts_with("maapfile://") || media.len() <= "maapfile://".len() {
-                        return Err(MessagingError::invalid(
-                            format!("body[{i}].media"),
-                            "an uploaded file's maapfile:// url",
-                        ));
-                    }
-                }
+                check_body(i, b, message_type, max_buttons, max_bytes)?;
             }
         }
         None => {
-            // RCSTMPL: a free-type text or cell-type variables, at most 90 bytes.
-            match (&send.tmpl_decription, &send.tmpl_variable) {
-                (Some(text), _) => check_rcs_text("tmpl_decription", text, 90)?,
-                (None, Some(vars)) => {
+            if send.body.as_ref().is_some_and(|b| !b.is_empty()) {
+                return Err(MessagingError::invalid(
+                    "body",
+                    "RCSTMPL carries tmpl_decription or tmpl_variable, not bodies",
+                ));
+            }
+            // A free-type text or cell-type variables, one of them, at most 90 bytes.
+            match template {
+                Template::Free(text) => check_rcs_text("tmpl_decription", text, 90)?,
+                Template::Cells(vars) => {
                     let total: usize = vars.values().map(|v| rcs_len(v)).sum();
                     if total > 90 {
                         return Err(MessagingError::invalid(
@@ -200,7 +180,13 @@ pub fn validate(send: &RcsSend, caller: &str) -> Result<MessageType, MessagingEr
                         ));
                     }
                 }
-                (None, None) => {
+                Template::Both => {
+                    return Err(MessagingError::invalid(
+                        "tmpl_variable",
+                        "RCSTMPL carries tmpl_decription (free type) or tmpl_variable (cell type), not both",
+                    ));
+                }
+                Template::None => {
                     return Err(MessagingError::invalid(
                         "tmpl_decription",
                         "RCSTMPL needs tmpl_decription or tmpl_variable",
@@ -290,6 +276,88 @@ impl Sendable for RcsSend {
         }
         Ok(())
     }
+}
+
+/// An RCSTMPL's content, an empty text or set of variables counting as none.
+enum Template<'a> {
+    None,
+    Free(&'a str),
+    Cells(&'a std::collections::BTreeMap<String, String>),
+    Both,
+}
+
+impl Template<'_> {
+    /// The field that carries it, when there is one.
+    fn field(&self) -> Option<&'static str> {
+        match self {
+            Template::None => None,
+            Template::Free(_) => Some("tmpl_decription"),
+            Template::Cells(_) | Template::Both => Some("tmpl_variable"),
+        }
+    }
+}
+
+fn template_of(send: &RcsSend) -> Template<'_> {
+    let text = send
+        .tmpl_decription
+        .as_deref()
+        .filter(|t| !t.trim().is_empty());
+    let vars = send.tmpl_variable.as_ref().filter(|v| !v.is_empty());
+    match (text, vars) {
+        (None, None) => Template::None,
+        (Some(text), None) => Template::Free(text),
+        (None, Some(vars)) => Template::Cells(vars),
+        (Some(_), Some(_)) => Template::Both,
+    }
+}
+
+/// One body of a type that carries bodies.
+fn check_body(
+    i: usize,
+    b: &RcsBody,
+    message_type: MessageType,
+    max_buttons: usize,
+    max_bytes: usize,
+) -> Result<(), MessagingError> {
+    if b.title.as_deref().is_none_or(|t| t.trim().is_empty()) {
+        return Err(MessagingError::invalid(
+            format!("body[{i}].title"),
+            "required",
+        ));
+    }
+    let description = b.description.as_deref().filter(|d| !d.trim().is_empty());
+    let description = description
+        .ok_or_else(|| MessagingError::invalid(format!("body[{i}].description"), "required"))?;
+    check_rcs_text(&format!("body[{i}].description"), description, max_bytes)?;
+    let buttons = b.button.as_deref().unwrap_or_default();
+    if buttons.len() > max_buttons {
+        return Err(MessagingError::invalid(
+            format!("body[{i}].button"),
+            format!("{message_type} has at most {max_buttons} buttons per body"),
+        ));
+    }
+    // `{}` is an empty suggestion; anything but an object is no button.
+    if let Some(m) = buttons.iter().position(|button| !button.is_object()) {
+        return Err(MessagingError::invalid(
+            format!("body[{i}].button[{m}]"),
+            "a button is an object",
+        ));
+    }
+    if let Some(media) = &b.media {
+        if message_type != MessageType::RcsMms {
+            return Err(MessagingError::invalid(
+                format!("body[{i}].media"),
+                "only RCSMMS carries media",
+            ));
+        }
+        if !media.starts_with("maapfile://") || media.len() <= "maapfile://".len() {
+            return Err(MessagingError::invalid(
+                format!("body[{i}].media"),
+                "an uploaded file's maapfile:// url",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! bounds (uids sort in issue order), its filters a [`SearchFilter`] list.
 
 use crate::ids::{ClientId, MessageUid};
-use crate::model::{Channel, MessageType, Status};
+use crate::model::{Channel, MessageType, RcsStatus, Status};
 use crate::store::{MessageRow, SearchFilter, SearchQuery};
 use crate::text::one_of;
 use crate::time::{UIDS_PER_MS, uid_at};
@@ -17,11 +17,34 @@ pub struct Page<'a> {
     pub last_uid: Option<&'a str>,
 }
 
-/// A search by status, which it names as the answers do (`API_200`) or by its code; `None`
-/// for a status no message has.
-pub fn status_filter(status: &str) -> Option<SearchFilter> {
-    let code = status.strip_prefix("API_").unwrap_or(status);
-    Status::parse(code).map(SearchFilter::Status)
+/// A search by `field`, a status named as the answers write it (`API_200`) or by its code
+/// (`200`), or on the RCS search the words of `rcs_status` (`success`); any other value is
+/// refused, naming the field.
+pub fn status_filter(
+    field: &str,
+    value: &str,
+    channel: Channel,
+) -> Result<SearchFilter, MessagingError> {
+    let code = value.strip_prefix("API_").unwrap_or(value);
+    let rcs_word = || {
+        RcsStatus::parse(value)
+            .filter(|_| channel == Channel::Rcs)
+            .map(SearchFilter::RcsStatus)
+    };
+    Status::parse(code)
+        .map(SearchFilter::Status)
+        .or_else(rcs_word)
+        .ok_or_else(|| {
+            let words = if channel == Channel::Rcs {
+                ", or processing, success or fail"
+            } else {
+                ""
+            };
+            MessagingError::invalid(
+                field,
+                format!("a status: 100, 200, 510 or 520 (or API_200){words}"),
+            )
+        })
 }
 
 /// An RCS search by `service_type`, which must be an RCS message type.
@@ -39,7 +62,7 @@ impl Messaging {
         caller: &ClientId,
         channel: Channel,
         p: Page<'_>,
-        filters: Option<Vec<SearchFilter>>,
+        filters: Vec<SearchFilter>,
     ) -> Result<(Vec<MessageRow>, bool), MessagingError> {
         let Some((query, _)) = self.query(caller, channel, p, filters)? else {
             return Ok((Vec::new(), false));
@@ -57,7 +80,7 @@ impl Messaging {
         &self,
         caller: &ClientId,
         p: Page<'_>,
-        filters: Option<Vec<SearchFilter>>,
+        filters: Vec<SearchFilter>,
     ) -> Result<(String, i64, Option<MessageUid>), MessagingError> {
         let Some((query, from)) = self.query(caller, Channel::Xms, p, filters)? else {
             return Ok(("[]".to_owned(), 0, None));
@@ -72,15 +95,15 @@ impl Messaging {
 
     /// The query for one page of the caller's messages of `channel`, oldest first, asking
     /// for one row more than the page so the answer knows whether more follow; `None` when
-    /// the request names another client (a client sees only its own messages) or `filters`
-    /// is `None`, a filter no message can match. The second value is the start of the date
+    /// the request names another client (a client sees only its own messages). The second
+    /// value is the start of the date
     /// range, in unix milliseconds.
     fn query<'a>(
         &self,
         caller: &'a ClientId,
         channel: Channel,
         p: Page<'_>,
-        filters: Option<Vec<SearchFilter>>,
+        filters: Vec<SearchFilter>,
     ) -> Result<Option<(SearchQuery<'a>, i64)>, MessagingError> {
         let zone = &self.zone;
         let (start, end) = match (p.start_date, p.end_date) {
@@ -128,9 +151,6 @@ impl Messaging {
         if p.client_id.is_some_and(|c| c != caller.as_str()) {
             return Ok(None);
         }
-        let Some(filters) = filters else {
-            return Ok(None);
-        };
         let query = SearchQuery {
             client_id: caller,
             channel,

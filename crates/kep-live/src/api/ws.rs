@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::{check_id, parse_params};
 use crate::rooms::{ConnId, Outbound, close, next_conn_id};
 use crate::{Live, LiveError, LiveService};
-use kep_api::live::{ClientMessage, ServerMessage};
+use kep_api::live::{ClientMessage, Join, ServerMessage, Unpublish};
 
 /// Largest frame a participant may send; its messages are a few hundred bytes.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -195,7 +195,7 @@ async fn run(
                     Some(Ok(Message::Binary(_))) => Err(LiveError::InvalidRequest("binary frames are not understood".into())),
                     Some(Ok(Message::Text(text))) => match parse_message(&text) {
                         Err(e) => Err(e),
-                        Ok(ClientMessage::Join { .. }) => Err(LiveError::InvalidRequest("already joined".into())),
+                        Ok(ClientMessage::Join(_)) => Err(LiveError::InvalidRequest("already joined".into())),
                         Ok(ClientMessage::Leave) => {
                             live.rooms.leave(&m.service_id, &m.room_id, &m.participant_id, m.conn);
                             close_with(socket, close::NORMAL, "left").await;
@@ -210,7 +210,7 @@ async fn run(
                             .map(|stream_id| ServerMessage::Published { stream_id })
                             // Only a participant the room already let go gets here.
                             .ok_or(LiveError::RoomNotFound { room_id: m.room_id.clone() }),
-                        Ok(ClientMessage::Unpublish { stream_id }) => {
+                        Ok(ClientMessage::Unpublish(Unpublish { stream_id })) => {
                             if live.rooms.unpublish(&m.service_id, &m.room_id, &m.participant_id, m.conn, stream_id) {
                                 Ok(ServerMessage::Unpublished { stream_id })
                             } else {
@@ -273,8 +273,13 @@ pub fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
     // Every text frame a participant sends is read here: where it is counted.
     crate::metrics::SOCKET_IN.increment(1);
     let value: Value = serde_json::from_str(text).map_err(|e| LiveError::Parse(e.to_string()))?;
+    // Each message is parsed as its own struct, so that a refusal names its field (an
+    // internally tagged enum loses the path).
     match value.get("type").and_then(Value::as_str) {
-        Some("join" | "publish" | "unpublish" | "leave") => parse_params(text),
+        Some("join") => parse_params(text).map(ClientMessage::Join),
+        Some("unpublish") => parse_params(text).map(ClientMessage::Unpublish),
+        Some("publish") => Ok(ClientMessage::Publish),
+        Some("leave") => Ok(ClientMessage::Leave),
         _ => Err(LiveError::InvalidRequest(
             "`type` must be join, publish, unpublish or leave".into(),
         )),
@@ -282,7 +287,7 @@ pub fn parse_message(text: &str) -> Result<ClientMessage, LiveError> {
 }
 
 /// Waits for the first message, which must be a join; `None` when the socket went away.
-async fn read_join(socket: &mut WebSocket) -> Option<Result<ClientMessage, LiveError>> {
+async fn read_join(socket: &mut WebSocket) -> Option<Result<Join, LiveError>> {
     loop {
         return match socket.recv().await? {
             Err(_) | Ok(Message::Close(_)) => None,
@@ -291,7 +296,7 @@ async fn read_join(socket: &mut WebSocket) -> Option<Result<ClientMessage, LiveE
                 "binary frames are not understood".into(),
             ))),
             Ok(Message::Text(text)) => Some(match parse_message(&text) {
-                Ok(join @ ClientMessage::Join { .. }) => Ok(join),
+                Ok(ClientMessage::Join(join)) => Ok(join),
                 Ok(_) => Err(LiveError::InvalidRequest(
                     "the first message must be a join".into(),
                 )),
@@ -302,19 +307,14 @@ async fn read_join(socket: &mut WebSocket) -> Option<Result<ClientMessage, LiveE
 }
 
 /// Checks a join: a join token, or the service secret's hash with the challenge nonce.
-fn admit(live: &Live, join: ClientMessage, nonce: &str) -> Result<Member, LiveError> {
-    let ClientMessage::Join {
+fn admit(live: &Live, join: Join, nonce: &str) -> Result<Member, LiveError> {
+    let Join {
         service_id,
         room_id,
         participant_id,
         value,
         token,
-    } = join
-    else {
-        return Err(LiveError::InvalidRequest(
-            "the first message must be a join".into(),
-        ));
-    };
+    } = join;
     if let Some(token) = token {
         // The token names all three; a join that also names them must agree with it.
         let grant = live.access.join_grant(&token)?;

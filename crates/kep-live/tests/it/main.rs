@@ -9,5 +9,6 @@ mod operator;
 mod peers;
 mod rooms;
 mod rpc;
+mod second_reading;
 mod tokens;
 mod webhooks;

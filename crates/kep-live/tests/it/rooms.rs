@@ -457,7 +457,9 @@ async fn bad_participants_are_refused_and_others_untouched() {
 
     // A joined participant that sends garbage gets an error and stays.
     member
-        .send(&ClientMessage::Unpublish { stream_id: 42 })
+        .send(&ClientMessage::Unpublish(kep_api::live::Unpublish {
+            stream_id: 42,
+        }))
         .await
         .unwrap();
     assert!(matches!(

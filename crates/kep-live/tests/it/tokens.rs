@@ -165,13 +165,11 @@ async fn bad_expired_and_other_service_tokens_are_refused() {
         &s.service_secret,
         &claims("svc", "room", "a", now + 600),
     );
-    let mixed = ClientMessage::Join {
-        service_id: None,
+    let mixed = ClientMessage::Join(kep_api::live::Join {
         room_id: Some("elsewhere".into()),
-        participant_id: None,
-        value: None,
         token: Some(token),
-    };
+        ..Default::default()
+    });
     let url = srv.live_url.replacen("http", "ws", 1) + "/api/ws";
     let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
     use futures_util::{SinkExt as _, StreamExt as _};

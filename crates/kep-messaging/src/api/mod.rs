@@ -356,10 +356,22 @@ pub(crate) async fn send<T: Sendable>(
     security(("bearer" = [])))]
 pub(crate) async fn search_xms(
     State(m): State<MessagingService>,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    search_xms_page(m, caller, headers, body)
+        .await
+        .unwrap_or_else(MessagingError::search_answer)
+}
+
+async fn search_xms_page(
+    m: MessagingService,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, MessagingError> {
+    let caller = caller?;
     let client_id = &caller.client_id;
     auth::check_accept(&headers)?;
     // Every field is optional: no body at all (or JSON's `null`) is today's search.
@@ -372,12 +384,13 @@ pub(crate) async fn search_xms(
             crate::text::check_chars(field, v, 50)?;
         }
     }
+    let status = q.status_code.as_deref();
+    let status = status.map(|s| status_filter("status_code", s, Channel::Xms));
     let filters = [
-        q.status_code.as_deref().map(status_filter),
-        q.etc1.clone().map(|v| Some(SearchFilter::Etc1(v))),
-        q.etc2.clone().map(|v| Some(SearchFilter::Etc2(v))),
+        status.transpose()?,
+        q.etc1.clone().map(SearchFilter::Etc1),
+        q.etc2.clone().map(SearchFilter::Etc2),
     ];
-    // `None` when one names a status no message has: an empty page.
     let filters = filters.into_iter().flatten().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),

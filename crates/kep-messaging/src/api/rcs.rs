@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Caller, json_body, request_field};
 use crate::ids::{MessageUid, ReportGroupId};
-use crate::model::{Channel, MessageType};
+use crate::model::{Channel, MessageType, Status};
 use crate::search::{Page, service_type_filter, status_filter};
 use crate::store::GroupCompletion;
 use crate::{MessagingError, MessagingService, rcs};
@@ -95,23 +95,38 @@ pub(crate) async fn complete(
     }
 }
 
+/// One page of an RCS search; a refusal in the searches' shape.
 async fn search(
     m: MessagingService,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
-    q: RcsSearch,
-) -> Result<Json<RcsSearchAnswer>, MessagingError> {
+    q: Result<RcsSearch, MessagingError>,
+) -> Response {
+    search_page(m, caller, headers, q)
+        .await
+        .map_or_else(MessagingError::search_answer, |page| {
+            Json(page).into_response()
+        })
+}
+
+async fn search_page(
+    m: MessagingService,
+    caller: Result<Caller, MessagingError>,
+    headers: HeaderMap,
+    q: Result<RcsSearch, MessagingError>,
+) -> Result<RcsSearchAnswer, MessagingError> {
+    // The caller first: a refusal for the token outranks one for the request.
+    let caller = caller?;
+    let q = q?;
     let client_id = &caller.client_id;
     super::auth::check_accept(&headers)?;
     let mut filters = Vec::new();
     if let Some(s) = &q.status {
-        filters.push(status_filter(s));
+        filters.push(status_filter("status", s, Channel::Rcs)?);
     }
     if let Some(t) = &q.service_type {
-        filters.push(Some(service_type_filter(t)?));
+        filters.push(service_type_filter(t)?);
     }
-    // `None` when one names a status no message has: an empty page.
-    let filters = filters.into_iter().collect();
     let p = Page {
         start_date: q.start_date.as_deref(),
         end_date: q.end_date.as_deref(),
@@ -138,7 +153,7 @@ async fn search(
             }
         })
         .collect();
-    Ok(Json(RcsSearchAnswer {
+    Ok(RcsSearchAnswer {
         status: "200".into(),
         code: "200".into(),
         count: results.len() as i64,
@@ -146,7 +161,7 @@ async fn search(
         last_uid: results.last().map(|r| r.uid.clone()),
         code_detail: Detail::ok("ok"),
         results,
-    }))
+    })
 }
 
 /// `POST /v2/info/rcs/search`
@@ -154,11 +169,11 @@ async fn search(
     responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
 pub(crate) async fn search_post(
     State(m): State<MessagingService>,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<RcsSearchAnswer>, MessagingError> {
-    let (q, _): (RcsSearch, Value) = json_body(&headers, body)?;
+) -> Response {
+    let q = json_body(&headers, body).map(|(q, _): (RcsSearch, Value)| q);
     search(m, caller, headers, q).await
 }
 
@@ -167,11 +182,13 @@ pub(crate) async fn search_post(
     responses((status = 200, body = RcsSearchAnswer), (status = 400, description = "code 410")), security(("bearer" = [])))]
 pub(crate) async fn search_get(
     State(m): State<MessagingService>,
-    caller: Caller,
+    caller: Result<Caller, MessagingError>,
     headers: HeaderMap,
     q: Result<Query<RcsSearch>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<RcsSearchAnswer>, MessagingError> {
-    let Query(q) = q.map_err(|e| MessagingError::invalid("query", e.body_text()))?;
+) -> Response {
+    let q = q
+        .map(|Query(q)| q)
+        .map_err(|e| MessagingError::invalid("query", e.body_text()));
     search(m, caller, headers, q).await
 }
 
@@ -258,7 +275,8 @@ pub(crate) async fn detail(
         "fallback_subject": request_field(&request, "fall_back_title"),
         "fallback_message": request_field(&request, "fall_back_message"),
         "req_date": date(r.req_date), "res_date": date(r.res_date), "sent_date": date(r.sent_date),
-        "time_stamp": date(r.res_date),
+        // The seed's "carrier to device reception time": only a message a device received.
+        "time_stamp": date(r.res_date.filter(|_| r.status == Status::Delivered)),
         "status": format!("API_{}", r.status), "rcs_status": r.rcs_status.map(|s| s.as_str()),
         "fallback_status": r.fallback_status.map(|s| s.as_str()),
         "error_message": r.error_message, "mno_info": mno_info(&r.phone_number),

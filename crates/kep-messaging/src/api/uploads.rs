@@ -43,13 +43,16 @@ async fn read_part(
     Ok(bytes)
 }
 
-/// The parts of an RCS upload: `image`, read up to its limit, and `description`.
+/// The parts of an RCS upload: `image` (one), read up to its limit, and `description`.
 async fn rcs_parts(
     mut form: Multipart,
 ) -> Result<(Option<Vec<u8>>, Option<String>), MessagingError> {
     let (mut image, mut description) = (None, None);
     while let Some(mut field) = form.next_field().await.map_err(multipart_error)? {
         match field.name() {
+            Some("image") if image.is_some() => {
+                return Err(MessagingError::file("image", "one file per upload"));
+            }
             Some("image") => image = Some(read_part(&mut field, "image", RCS_MAX_BYTES).await?),
             Some("description") => {
                 description = Some(

@@ -167,6 +167,7 @@ pub struct SearchQuery<'a> {
 /// A field a search may ask to equal a value.
 pub enum SearchFilter {
     Status(Status),
+    RcsStatus(RcsStatus),
     MessageType(MessageType),
     /// The request's `etc1`.
     Etc1(String),

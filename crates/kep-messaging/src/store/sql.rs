@@ -615,6 +615,7 @@ kep_core::sql_store! {
         for filter in &q.filters {
             match filter {
                 SearchFilter::Status(s) => b.push(" AND status = ").push_bind(*s),
+                SearchFilter::RcsStatus(s) => b.push(" AND rcs_status = ").push_bind(*s),
                 SearchFilter::MessageType(t) => b.push(" AND message_type = ").push_bind(*t),
                 SearchFilter::Etc1(v) => b
                     .push(format!(" AND {} = ", SQL.request_text("etc1")))

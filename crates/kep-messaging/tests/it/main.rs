@@ -9,6 +9,7 @@ mod jasmin;
 mod limits;
 mod operator;
 mod rcs;
+mod second_reading;
 mod tokens;
 mod uploads;
 mod xms;

@@ -68,7 +68,8 @@ async fn every_rule_of_an_rcs_send_is_a_410_naming_its_field() {
             set(&["body", "0", "media"], json!("maapfile://x")),
             "body[0].media",
         ),
-        (set(&["message_type"], json!("RCSTMPL")), "tmpl_decription"),
+        // A template carries no bodies.
+        (set(&["message_type"], json!("RCSTMPL")), "body"),
     ];
     // With fall back, sender_no is the number the SMS comes from.
     let mut number_used = set(&["sender_no"], json!("not-digits"));

@@ -71,6 +71,21 @@ async fn uploads_are_checked_by_their_bytes_and_used_by_sends() {
         )
         .await;
     assert_eq!(status, 200, "exactly 1 MB");
+    // One image per upload: a second is refused, as a fourth MMS file is.
+    let two = rcs_form(png(2000), "a.png").part("image", part(jpeg(2000), "b.jpg"));
+    let (status, v) = srv.upload(&bearer, "/v2/upload/rcs", two).await;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("420")),
+        "{v}"
+    );
+    assert!(
+        v["result"]["detail_message"]
+            .as_str()
+            .unwrap()
+            .starts_with("image:"),
+        "{v}"
+    );
     let (status, v) = srv
         .upload(
             &bearer,

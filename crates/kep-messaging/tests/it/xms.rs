@@ -353,7 +353,7 @@ async fn search_pages_by_uid_within_the_callers_messages() {
             "{body}"
         );
         assert!(
-            v["result"]["detail_message"]
+            v["code_detail"]["detail_message"]
                 .as_str()
                 .unwrap()
                 .starts_with(field),

@@ -324,6 +324,15 @@ impl Messaging {
                 ),
             )
         };
+        // A search's refusals are in the searches' shape: `status` beside `code`.
+        let search_refusal = |status: u16, code: &str, message: &str| {
+            expect(
+                status,
+                &format!(
+                    r#"{{"code":"{code}","code_detail":{{"detail_code":"API_{code}","detail_message":"{message}"}},"status":"{code}"}}"#
+                ),
+            )
+        };
         // The detail calls' refusals carry `code_detail`, as their answers do.
         let detail = |status: u16, code: &str, message: &str| {
             expect(
@@ -472,12 +481,15 @@ impl Messaging {
             ("POST", "/v2/info/rcs/search", by_client),
             ("GET", "/v2/info/rcs/search?client_id={client}", None),
         ] {
-            calls.push(call(
-                format!("{method} {path}, client_id of B"),
-                bearer(method, path, body),
-                b_client(),
-                empty_page.clone(),
-            ));
+            calls.push(Call {
+                unauthorized: Some(search_refusal(401, "400", unknown_token)),
+                ..call(
+                    format!("{method} {path}, client_id of B"),
+                    bearer(method, path, body),
+                    b_client(),
+                    empty_page.clone(),
+                )
+            });
         }
         for (method, path, body) in [
             ("POST", "/v2/info/message/search", Some(json!({}))),
@@ -486,12 +498,16 @@ impl Messaging {
             ("GET", "/v2/info/rcs/results", None),
             ("POST", "/v2/info/rcs/results", None),
         ] {
-            calls.push(call(
-                format!("{method} {path}"),
-                bearer(method, path, body),
-                listing(),
-                listed(),
-            ));
+            let searched = path.contains("/search");
+            calls.push(Call {
+                unauthorized: searched.then(|| search_refusal(401, "400", unknown_token)),
+                ..call(
+                    format!("{method} {path}"),
+                    bearer(method, path, body),
+                    listing(),
+                    listed(),
+                )
+            });
         }
         let invalid_client = expect(401, r#"{"error":"invalid_client"}"#);
         let token_calls = [
