@@ -50,6 +50,15 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, "conflict", message)
     }
 
+    /// A method the path does not take (axum adds `Allow`).
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            message,
+        )
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
@@ -91,6 +100,12 @@ impl IntoResponse for ApiError {
         }
         res
     }
+}
+
+/// Every operator path's answer to a method it does not take: a 405 in the operator
+/// shape, as every other operator answer.
+pub async fn wrong_method(method: axum::http::Method) -> ApiError {
+    ApiError::method_not_allowed(format!("{method} is not a method of this path (see Allow)"))
 }
 
 /// `axum::Json`, but a rejected body is answered in the operator API's error shape: a body

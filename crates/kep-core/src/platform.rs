@@ -206,7 +206,8 @@ impl Platform {
             .route(
                 "/openapi/admin.json",
                 get(move || async move { axum::Json(admin_doc.as_ref().clone()) }),
-            );
+            )
+            .method_not_allowed_fallback(crate::http::wrong_method);
         let mut servers = vec![serve(
             "admin",
             admin,

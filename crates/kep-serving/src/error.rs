@@ -29,6 +29,9 @@ pub enum ServingError {
     /// A request body that could not be read.
     #[error("{0}")]
     BadRequest(String),
+    /// A change the API does not make in place.
+    #[error("{0}")]
+    MethodNotAllowed(String),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
 }
@@ -73,6 +76,9 @@ impl From<ServingError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "engine_unavailable")
             }
             ServingError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_body"),
+            ServingError::MethodNotAllowed(_) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+            }
         };
         ApiError::new(status, code, message)
     }

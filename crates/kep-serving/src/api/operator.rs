@@ -41,7 +41,12 @@ pub(crate) fn router(serving: ServingService) -> Router {
         )
         .route(paths::MODEL, get(show_model).delete(delete_model))
         .route(paths::ENDPOINTS, post(create_endpoint).get(list_endpoints))
-        .route(paths::ENDPOINT, get(show_endpoint).delete(delete_endpoint))
+        .route(
+            paths::ENDPOINT,
+            get(show_endpoint)
+                .delete(delete_endpoint)
+                .fallback(endpoint_in_place),
+        )
         .route(paths::ENDPOINT_API_KEY, post(reissue_key))
         .route(
             paths::DEPLOYMENTS,
@@ -283,6 +288,16 @@ async fn show_endpoint(
     Path(e): Path<String>,
 ) -> Result<Json<Endpoint>> {
     Ok(Json(control(&s).endpoint(&e.into()).await?))
+}
+
+/// An endpoint is not changed in place (`PATCH`, `PUT`): 405, saying what never changes and
+/// where what may change does.
+async fn endpoint_in_place(method: axum::http::Method) -> ServingError {
+    ServingError::MethodNotAllowed(format!(
+        "{method}: an endpoint is not changed in place; instance_type and instance_count never \
+         change (make another endpoint), and traffic, mirroring and alerts change at their own \
+         paths"
+    ))
 }
 
 /// Stops every deployment's instances and forgets the endpoint.

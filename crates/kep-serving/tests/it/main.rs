@@ -9,4 +9,5 @@ mod limits;
 mod monitoring;
 mod podman;
 mod rules;
+mod second_reading;
 mod serving;
