@@ -24,7 +24,7 @@ use crate::activity::{self, Activity};
 use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::limits::{Limiter, Limits};
-use crate::listener::{self, App, Bound};
+use crate::listener::{self, AllowedHosts, App, Bound};
 use crate::service::{Context, Service};
 
 type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -37,6 +37,8 @@ pub struct Platform {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     admin: Bound,
+    /// The admin listener's host names: it serves browsers (the console, the docs).
+    admin_hosts: AllowedHosts,
     operator_routes: Router,
     open_routes: Router,
     admin_doc: OpenApi,
@@ -63,6 +65,7 @@ impl Platform {
             tasks: TaskTracker::new(),
             addresses: BTreeMap::from([("admin", admin.addr)]),
             admin,
+            admin_hosts: AllowedHosts::default(),
             operator_routes: Router::new(),
             open_routes: Router::new(),
             admin_doc: operator_doc(),
@@ -86,6 +89,13 @@ impl Platform {
     /// `postgres://` URL) instead of SQLite files under the data dir.
     pub fn with_database_url(mut self, url: Option<String>) -> Self {
         self.database_url = url;
+        self
+    }
+
+    /// The admin listener answers to these host names too, beside IP addresses and
+    /// `localhost`.
+    pub fn with_admin_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.admin_hosts = hosts;
         self
     }
 
@@ -171,6 +181,7 @@ impl Platform {
             shutdown,
             tasks,
             admin,
+            admin_hosts,
             operator_routes,
             open_routes,
             mut admin_doc,
@@ -208,6 +219,7 @@ impl Platform {
                 get(move || async move { axum::Json(admin_doc.as_ref().clone()) }),
             )
             .method_not_allowed_fallback(crate::http::wrong_method);
+        let admin_router = admin_hosts.guard(admin_router, listener::operator_shape);
         let mut servers = vec![serve(
             "admin",
             admin,

@@ -15,7 +15,7 @@ mod pool;
 mod route;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -446,7 +446,7 @@ impl Gateway {
             .instance()
             .ok_or_else(|| GatewayError::NoReadyInstance(route.name.to_string()))?;
         let path_and_query = path_and_query(&parts.uri, rest)?;
-        let headers = upstream_headers(parts.headers, None);
+        let headers = upstream_headers(parts.headers, None, Peer::of(&parts.extensions));
         let body = http_body_util::BodyExt::boxed_unsync(http_body_util::BodyExt::map_err(
             body,
             std::io::Error::other,
@@ -484,7 +484,7 @@ impl Gateway {
         let path_and_query = path_and_query(&parts.uri, rest)?;
         // A length for any body, and for an empty one the caller gave a length to.
         let length = (held.len() > 0 || declared.is_some()).then(|| held.len());
-        let headers = upstream_headers(parts.headers, length);
+        let headers = upstream_headers(parts.headers, length, Peer::of(&parts.extensions));
         Ok(Upstreamed {
             method: parts.method,
             held,
@@ -540,6 +540,8 @@ fn authorized(authorization: Option<&[u8]>, key_hash: &[u8; 32]) -> bool {
         .is_some_and(|key| kep_core::secret::sha256(key) == *key_hash)
 }
 
+const X_FORWARDED_FOR: header::HeaderName = header::HeaderName::from_static("x-forwarded-for");
+
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -565,9 +567,21 @@ fn underscored(name: &[u8]) -> bool {
     name.contains(&b'_')
 }
 
-/// The caller's headers, less the hop-by-hop ones, `Host` and the API key (which is the
-/// platform's, not the instance's); `length`, the body's as held, if any.
-fn upstream_headers(mut headers: HeaderMap, length: Option<u64>) -> HeaderMap {
+/// Whether a header says where a call came from or how it reached kep (`Forwarded`,
+/// `X-Forwarded-*`, `X-Real-IP`): an instance that trusts them would take a caller's word
+/// for it, so none passes as sent; the gateway writes `X-Forwarded-For` itself.
+fn is_forwarding(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"forwarded")
+        || name.eq_ignore_ascii_case(b"x-real-ip")
+        || name
+            .get(..12)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"x-forwarded-"))
+}
+
+/// The caller's headers, less the hop-by-hop ones, the forwarding ones, `Host` and the API
+/// key (which is the platform's, not the instance's); `X-Forwarded-For` the caller's
+/// address, `peer`; `length`, the body's as held, if any.
+fn upstream_headers(mut headers: HeaderMap, length: Option<u64>, peer: IpAddr) -> HeaderMap {
     headers.remove(header::CONTENT_LENGTH);
     // `TE: trailers` is end to end (gRPC needs it); headers `Connection` names are not.
     let te_trailers = headers.get(header::TE).is_some_and(|v| v == "trailers");
@@ -584,14 +598,16 @@ fn upstream_headers(mut headers: HeaderMap, length: Option<u64>) -> HeaderMap {
     for name in HOP_BY_HOP {
         headers.remove(*name);
     }
-    let underscored: Vec<_> = headers
+    let dropped: Vec<_> = headers
         .keys()
-        .filter(|n| underscored(n.as_str().as_bytes()))
+        .filter(|n| underscored(n.as_str().as_bytes()) || is_forwarding(n.as_str().as_bytes()))
         .cloned()
         .collect();
-    for name in underscored {
+    for name in dropped {
         headers.remove(name);
     }
+    let peer = HeaderValue::try_from(peer.to_string()).expect("an address is a header value");
+    headers.insert(X_FORWARDED_FOR, peer);
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::ServingError;
+use crate::runtime::process::OWNER_VAR;
 use kep_api::serving::{Probe, TrafficRequest};
 
 pub const DESCRIPTION_MAX: usize = 1024;
@@ -12,6 +13,16 @@ pub const ENV_VALUE_MAX: usize = 1024;
 pub const MODELS_PER_ENDPOINT: usize = 2;
 /// Probe timings: at least this often, so a typo cannot spin a probe loop.
 const PROBE_MIN_S: f64 = 0.05;
+
+/// Variables the runtime sets on an instance after the deployment's own: one a deployment
+/// gave would be replaced without a word.
+const RUNTIME_ENV: &[(&str, &str)] = &[
+    ("PORT", "PORT is set by the runtime to the instance's port"),
+    (
+        OWNER_VAR,
+        "KEP_INSTANCE_OWNER is set by the runtime to the kep that started the instance",
+    ),
+];
 
 /// A deployment (or endpoint) name: 2 to 63 of a-z, 0-9 and `-`, starting with a letter
 /// and ending with a letter or digit.
@@ -76,11 +87,8 @@ pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ServingError> {
                 "a variable name must not start with a digit",
             ));
         }
-        if name == "PORT" {
-            return Err(ServingError::field(
-                field,
-                "PORT is set by the runtime to the instance's port",
-            ));
+        if let Some((_, why)) = RUNTIME_ENV.iter().find(|(set, _)| name == set) {
+            return Err(ServingError::field(field, *why));
         }
         // No process environment can hold a NUL: the instance would never start.
         if value.contains('\0') {
@@ -309,6 +317,7 @@ mod tests {
         assert!(check_env(&env(&[("9A", "v")])).is_err());
         assert!(check_env(&env(&[("A-B", "v")])).is_err());
         assert!(check_env(&env(&[("PORT", "1")])).is_err());
+        assert!(check_env(&env(&[("KEP_INSTANCE_OWNER", "/x")])).is_err());
         assert!(check_env(&env(&[("AB", &"v".repeat(1024))])).is_ok());
         assert!(check_env(&env(&[("AB", &"v".repeat(1025))])).is_err());
         let fifty: BTreeMap<_, _> = (0..50).map(|i| (format!("V{i}"), String::new())).collect();

@@ -80,7 +80,10 @@ impl Application {
         }
         let mut platform = Platform::new(&data_dir, settings.admin.addr)
             .await?
-            .with_database_url(settings.database_url.clone());
+            .with_database_url(settings.database_url.clone())
+            .with_admin_hosts(listener::AllowedHosts::new(
+                settings.admin.allowed_hosts.names(),
+            ));
         let prometheus = install_prometheus(&platform.shutdown_token())?;
         let mut observed = Observed::default();
         if wanted(LiveService::NAME) {

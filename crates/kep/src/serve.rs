@@ -88,7 +88,7 @@ pub struct Settings {
     pub database_url: Option<String>,
     pub log_format: LogFormat,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub only: Option<ServiceNames>,
+    pub only: Option<NameList>,
     pub admin: AdminSettings,
     pub live: LiveSettings,
     pub adapter: AdapterSettings,
@@ -114,19 +114,20 @@ impl Default for Settings {
     }
 }
 
-/// `only`: a list in TOML, a comma-separated string in `KEP_ONLY`.
+/// A list of names (`only`, `admin.allowed_hosts`): a list in TOML, a comma-separated
+/// string in a variable (`KEP_ONLY`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum ServiceNames {
+pub enum NameList {
     List(Vec<String>),
     Csv(String),
 }
 
-impl ServiceNames {
+impl NameList {
     pub fn names(&self) -> Vec<String> {
         match self {
-            ServiceNames::List(l) => l.clone(),
-            ServiceNames::Csv(s) => s
+            NameList::List(l) => l.clone(),
+            NameList::Csv(s) => s
                 .split(',')
                 .map(|n| n.trim().to_owned())
                 .filter(|n| !n.is_empty())
@@ -144,6 +145,9 @@ pub struct AdminSettings {
     pub token: Option<String>,
     /// How long in-flight work may take to finish after a stop signal.
     pub shutdown_grace_s: u64,
+    /// Host names the listener answers to beside IP addresses and `localhost` (DNS
+    /// rebinding): the names browsers reach it by [KEP_ADMIN_ALLOWED_HOSTS]; `*`, any.
+    pub allowed_hosts: NameList,
     /// The operator API's: the operator token's holder is its one client; calls without
     /// the token count per peer address.
     #[serde(flatten)]
@@ -156,6 +160,7 @@ impl Default for AdminSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8800)),
             token: None,
             shutdown_grace_s: 10,
+            allowed_hosts: NameList::List(Vec::new()),
             limits: Limits::default(),
         }
     }

@@ -71,6 +71,7 @@ pub(super) async fn connection(
         None => (Bytes::new(), io),
         Some(front) => {
             let at = FrontLimits {
+                peer,
                 head_timeout: limits.head,
                 body_timeout: limits.body,
                 max_head: limits.max_head,

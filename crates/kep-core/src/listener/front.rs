@@ -1,5 +1,6 @@
 //! A listener's own server in front of hyper (the gateway's HTTP/1.1 fast path).
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,10 @@ pub trait Front: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = Option<Handover>> + Send>>;
 }
 
-/// The listener's limits, as a [`Front`] must keep them.
+/// The listener's limits, as a [`Front`] must keep them, and the connection's peer.
 pub struct FrontLimits {
+    /// Who connected: what the router's requests carry as `ConnectInfo`.
+    pub peer: SocketAddr,
     /// For a request's head to arrive whole, and for a kept-alive connection to start one.
     pub head_timeout: Option<Duration>,
     /// The longest a request body may send nothing.

@@ -1,12 +1,13 @@
 //! Listeners: binding (port 0 included), the address book, the operator token file,
-//! serving with graceful shutdown and the limits of [`Limits`], and the process's stop
-//! signals.
+//! serving with graceful shutdown and the limits of [`Limits`], the host names a listener
+//! answers to ([`AllowedHosts`]), and the process's stop signals.
 
 mod accept;
 mod body;
 mod connection;
 mod files;
 mod front;
+mod hosts;
 #[cfg(test)]
 mod tests;
 mod unrouted;
@@ -31,6 +32,7 @@ pub use connection::Connection;
 use connection::ConnectionLimits;
 pub use files::{operator_token, write_addresses, write_private};
 pub use front::{Front, FrontLimits, Handover};
+pub use hosts::AllowedHosts;
 pub use unrouted::{Unrouted, operator_shape};
 
 /// A bound listener and the address it got.

@@ -23,6 +23,7 @@ pub fn operator_shape(status: StatusCode, why: &str) -> serde_json::Value {
     let code = match status {
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "header_too_large",
         StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::MISDIRECTED_REQUEST => "misdirected_request",
         _ => "bad_request",
     };
     serde_json::json!({ "error": { "code": code, "message": why } })

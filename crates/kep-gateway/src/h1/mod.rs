@@ -43,7 +43,9 @@ use tokio::net::TcpStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::pool::{InstancePool, SendError};
-use super::{Gateway, authorized, bad_gateway, is_hop_by_hop, split_path, underscored};
+use super::{
+    Gateway, authorized, bad_gateway, is_forwarding, is_hop_by_hop, split_path, underscored,
+};
 use crate::{GatewayError, Shape};
 
 /// As many headers as hyper reads; a head with more is handed over.
@@ -70,6 +72,7 @@ impl Front for GatewayFront {
         let stopped = Box::pin(limits.shutdown.clone().cancelled_owned());
         let session = Session {
             gateway: Arc::clone(&self.0),
+            peer: limits.peer.ip().to_string().into_bytes().into(),
             io,
             limits,
             stopped,
@@ -84,6 +87,8 @@ impl Front for GatewayFront {
 
 struct Session {
     gateway: Arc<Gateway>,
+    /// The caller's address, as its calls' `X-Forwarded-For` says it.
+    peer: Box<[u8]>,
     io: Connection,
     limits: FrontLimits,
     stopped: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -247,7 +252,8 @@ impl Session {
                 break;
             };
             self.out.clear();
-            call.write_upstream(&req, instance.host.as_bytes(), &body, &mut self.out);
+            let host = instance.host.as_bytes();
+            call.write_upstream(&req, (host, &self.peer), &body, &mut self.out);
             let exchange = exchange(&instance.pool, &self.out, &mut self.up, call.head_only);
             match tokio::time::timeout(self.gateway.timeout, exchange).await {
                 Err(_) => {

@@ -5,7 +5,7 @@ use super::*;
 
 /// A request head (and the body after it) as the fast path reads it: `None` when the fast
 /// path leaves it to hyper, else the request the instance would get (head and body), for a
-/// body limit of `max_body` bytes.
+/// body limit of `max_body` bytes, from a caller at 192.0.2.1.
 pub fn request(bytes: &[u8], max_body: u64) -> Option<Vec<u8>> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
@@ -15,7 +15,7 @@ pub fn request(bytes: &[u8], max_body: u64) -> Option<Vec<u8>> {
     let call = Call::read(&req, max_body)?;
     let body = bytes.get(len..len + usize::try_from(call.body_len).ok()?)?;
     let mut out = Vec::new();
-    call.write_upstream(&req, b"instance:8080", body, &mut out);
+    call.write_upstream(&req, (b"instance:8080", b"192.0.2.1"), body, &mut out);
     Some(out)
 }
 

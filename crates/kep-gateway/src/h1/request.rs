@@ -70,12 +70,13 @@ impl<'h> Call<'h> {
     }
 
     /// The request as the instance gets it: origin form, its own `Host`, the caller's
-    /// headers less the hop-by-hop ones, `Host` and the API key (as [`super::upstream_headers`]
+    /// headers less the hop-by-hop ones, the forwarding ones, `Host` and the API key, and
+    /// `X-Forwarded-For` the caller's address, `peer` (as [`super::upstream_headers`]
     /// leaves them), and the body.
     pub(super) fn write_upstream(
         &self,
         req: &httparse::Request<'_, '_>,
-        host: &[u8],
+        (host, peer): (&[u8], &[u8]),
         body: &[u8],
         out: &mut Vec<u8>,
     ) {
@@ -93,12 +94,14 @@ impl<'h> Call<'h> {
             // `TE: trailers` is end to end (gRPC needs it).
             let dropped = DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
                 || underscored(name)
+                || is_forwarding(name)
                 || (is_hop_by_hop(name)
                     && !(name.eq_ignore_ascii_case(b"te") && h.value == b"trailers"));
             if !dropped {
                 header_line(out, name, h.value);
             }
         }
+        header_line(out, b"x-forwarded-for", peer);
         if self.declared || !body.is_empty() {
             header_line(out, b"content-length", body.len().to_string().as_bytes());
         }
@@ -185,11 +188,11 @@ mod tests {
         req.parse(head.as_bytes()).unwrap();
         let c = Call::read(&req, 100).unwrap();
         let mut out = Vec::new();
-        c.write_upstream(&req, b"127.0.0.1:9", b"hi", &mut out);
+        c.write_upstream(&req, (b"127.0.0.1:9", b"10.0.0.1"), b"hi", &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "POST /v1/x?a=1 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nTE: trailers\r\nX-Id: 7\r\n\
-             content-length: 2\r\n\r\nhi"
+             x-forwarded-for: 10.0.0.1\r\ncontent-length: 2\r\n\r\nhi"
         );
     }
 }

@@ -156,7 +156,10 @@ async fn pipelined_calls_are_forwarded_in_order_over_one_instance_connection() {
         );
         assert_eq!(
             got,
-            format!("POST {path} HTTP/1.1\r\nhost: {up}\r\ncontent-length: 3\r\n\r\n{body}")
+            format!(
+                "POST {path} HTTP/1.1\r\nhost: {up}\r\nx-forwarded-for: 127.0.0.1\r\n\
+                 content-length: 3\r\n\r\n{body}"
+            )
         );
     }
     for _ in 0..5 {
@@ -280,4 +283,33 @@ async fn a_head_call_gets_the_head_only_and_connection_close_ends_the_connection
     let mut rest = Vec::new();
     tcp.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty());
+}
+
+/// Forwarding headers a caller forged never reach the instance, on either path: it gets
+/// `X-Forwarded-For` with the caller's own address only.
+#[tokio::test]
+async fn the_instance_gets_the_callers_address_and_no_forged_forwarding_headers() {
+    let (up, _) = instance().await;
+    for fast_path in [true, false] {
+        let gw = gateway(up, fast_path).await;
+        let mut tcp = tokio::io::BufReader::new(TcpStream::connect(gw).await.unwrap());
+        let forged = "POST /endpoints/e/f HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer k\r\n\
+                      X-Forwarded-For: 6.6.6.6\r\nx-forwarded-for: 7.7.7.7\r\n\
+                      Forwarded: for=6.6.6.6;host=evil.example\r\n\
+                      X-Forwarded-Host: evil.example\r\nX-Forwarded-Proto: https\r\n\
+                      X-Real-IP: 6.6.6.6\r\ncontent-length: 0\r\n\r\n";
+        tcp.get_mut().write_all(forged.as_bytes()).await.unwrap();
+        let (head, got) = read_answer(&mut tcp).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let got = got.to_ascii_lowercase();
+        let forwarding: Vec<&str> = got
+            .lines()
+            .filter(|l| l.contains("forwarded") || l.contains("real-ip"))
+            .collect();
+        assert_eq!(
+            forwarding,
+            ["x-forwarded-for: 127.0.0.1"],
+            "fast path {fast_path}: {got}"
+        );
+    }
 }

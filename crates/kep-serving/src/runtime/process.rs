@@ -17,7 +17,7 @@ use tokio::process::{Child, Command};
 const INHERITED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER"];
 
 /// The variable that marks every instance process with the kep that started it.
-const OWNER_VAR: &str = "KEP_INSTANCE_OWNER";
+pub(crate) const OWNER_VAR: &str = "KEP_INSTANCE_OWNER";
 
 /// Which kep started an instance: its data dir, which one kep at a time runs on. A kep
 /// killed outright cannot stop its instances; the next one on the same data dir finds them

@@ -116,6 +116,13 @@ fn env_names_are_2_to_63_word_characters_not_starting_with_a_digit() {
             "PORT is set by the runtime to the instance's port"
         )
     );
+    assert_eq!(
+        refused(one("KEP_INSTANCE_OWNER")),
+        said(
+            "env.KEP_INSTANCE_OWNER",
+            "KEP_INSTANCE_OWNER is set by the runtime to the kep that started the instance"
+        )
+    );
 }
 
 #[test]

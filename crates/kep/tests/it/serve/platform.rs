@@ -233,6 +233,63 @@ fn the_operator_api_is_limited_and_a_wrong_token_spends_only_its_peers_budget() 
     );
 }
 
+/// The admin listener answers only to its own host names, against DNS rebinding: any IP
+/// address, `localhost` and `admin.allowed_hosts`; another `Host` is 421 whatever the path,
+/// before the token is looked at.
+#[test]
+fn the_admin_listener_refuses_a_host_name_not_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = serve(
+        dir.path(),
+        &port0(),
+        &[
+            ("KEP_ADMIN_TOKEN", "op"),
+            ("KEP_ADMIN_ALLOWED_HOSTS", "kep.example, Console.Example"),
+        ],
+    );
+    let port = srv.admin.rsplit(':').next().unwrap();
+    let client = reqwest::blocking::Client::new();
+    let get = |path: &str, host: &str| {
+        client
+            .get(format!("{}{path}", srv.admin))
+            .header("host", host)
+            .bearer_auth("op")
+            .send()
+            .unwrap()
+    };
+    let paths = [
+        "/metrics",
+        "/docs",
+        "/openapi/admin.json",
+        "/admin/v1/live/services",
+    ];
+    for path in paths {
+        for host in [
+            format!("127.0.0.1:{port}"),
+            format!("[::1]:{port}"),
+            format!("localhost:{port}"),
+            format!("kep.example:{port}"),
+            "console.example".to_owned(),
+        ] {
+            assert_eq!(get(path, &host).status(), 200, "{path} to {host}");
+        }
+        for host in [
+            "evil.example".to_owned(),
+            format!("evil.example:{port}"),
+            format!("kep.example.evil.example:{port}"),
+        ] {
+            let res = get(path, &host);
+            assert_eq!(res.status(), 421, "{path} to {host}");
+            let v: Value = res.json().unwrap();
+            assert_eq!(v["error"]["code"], "misdirected_request", "{v}");
+        }
+    }
+    // A request that names no host is no browser's.
+    let addr = srv.admin.replace("http://", "");
+    let (status, _) = raw_answer(&addr, b"GET /healthz HTTP/1.0\r\n\r\n");
+    assert_eq!(status, 200);
+}
+
 /// An operator call whose body has not finished arriving, so it stays in flight until
 /// released.
 fn held_operator_call(srv: &Server) -> kep_client::Held {
