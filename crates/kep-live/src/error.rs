@@ -1,7 +1,11 @@
-//! The live service's one error enum, mapped once onto the JSON-RPC error object (and, for
-//! participants, onto the `{"type":"error"}` frame).
+//! The live service's one error enum, mapped once onto each shape it is answered in: the
+//! JSON-RPC error object, the participants' `{"type":"error"}` frame, a WHIP/WHEP refusal
+//! and the operator API's `{"error": {...}}`.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kep_api::live::ServerMessage;
+use kep_core::http::ApiError;
 use kep_core::limits::Refusal;
 use serde_json::{Value, json};
 
@@ -57,6 +61,15 @@ pub enum LiveError {
     /// Not a POST (HTTP 405).
     #[error("Invalid Request")]
     MethodNotAllowed,
+    /// The operator API names a live service that does not exist.
+    #[error("Not found")]
+    ServiceNotFound,
+    /// The operator API names the webhook of a service that has none.
+    #[error("Not found")]
+    NoWebhook,
+    /// An operator call that does not fit the current state (a serviceId taken …).
+    #[error("Invalid Request")]
+    Conflict(String),
     /// Over the caller's rate or requests in flight (HTTP 429, `Retry-After`); the code is
     /// the one JSON-RPC servers commonly give a limit (EIP-1474's "Limit exceeded").
     #[error("Limit exceeded")]
@@ -92,6 +105,7 @@ impl LiveError {
             | LiveError::PayloadTooLarge { .. }
             | LiveError::UnsupportedMediaType(_)
             | LiveError::IceRestartNotSupported
+            | LiveError::Conflict(_)
             | LiveError::MethodNotAllowed => -32600,
             LiveError::MethodNotFound(_) => -32601,
             LiveError::InvalidParams { .. } | LiveError::InvalidOffer(_) => -32602,
@@ -101,7 +115,9 @@ impl LiveError {
             LiveError::RoomNotFound { .. }
             | LiveError::TargetsNotFound { .. }
             | LiveError::StreamNotFound { .. }
-            | LiveError::SessionNotFound => -11004,
+            | LiveError::SessionNotFound
+            | LiveError::ServiceNotFound
+            | LiveError::NoWebhook => -11004,
             LiveError::TooManyRequests(_) => -32005,
             LiveError::Internal(_) => -32603,
         }
@@ -114,6 +130,7 @@ impl LiveError {
             | LiveError::InvalidRequest(reason)
             | LiveError::InvalidToken(reason)
             | LiveError::InvalidOffer(reason)
+            | LiveError::Conflict(reason)
             | LiveError::Forbidden(reason) => Some(json!({ "reason": reason })),
             LiveError::MethodNotFound(method) => Some(json!({ "method": method })),
             LiveError::InvalidParams { field, reason } => {
@@ -124,6 +141,8 @@ impl LiveError {
             LiveError::TargetsNotFound { missing } => Some(json!({ "missing": missing })),
             LiveError::StreamNotFound { stream_id } => Some(json!({ "streamId": stream_id })),
             LiveError::SessionNotFound => Some(json!({ "reason": "no such session" })),
+            LiveError::ServiceNotFound => Some(json!({ "reason": "no such live service" })),
+            LiveError::NoWebhook => Some(json!({ "reason": "the service has no webhook" })),
             LiveError::PayloadTooLarge { limit } => {
                 Some(json!({ "reason": format!("the body is over {limit} bytes") }))
             }
@@ -178,5 +197,102 @@ impl LiveError {
             obj["data"] = data;
         }
         obj
+    }
+}
+
+/// WHIP and WHEP: the JSON-RPC answer with an HTTP status of its own.
+impl LiveError {
+    pub fn media_answer(self) -> Response {
+        let status = self.media_status();
+        let mut res = (status, axum::Json(self.to_answer())).into_response();
+        if let Some(refusal) = self.refusal() {
+            refusal.set_retry_after(res.headers_mut());
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            res.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        res
+    }
+
+    fn media_status(&self) -> StatusCode {
+        match self {
+            LiveError::InvalidOffer(_)
+            | LiveError::InvalidParams { .. }
+            | LiveError::InvalidRequest(_)
+            | LiveError::Parse(_) => StatusCode::BAD_REQUEST,
+            LiveError::InvalidToken(_) | LiveError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            LiveError::Forbidden(_) => StatusCode::FORBIDDEN,
+            LiveError::RoomNotFound { .. }
+            | LiveError::StreamNotFound { .. }
+            | LiveError::TargetsNotFound { .. }
+            | LiveError::SessionNotFound
+            | LiveError::ServiceNotFound
+            | LiveError::NoWebhook
+            | LiveError::MethodNotFound(_) => StatusCode::NOT_FOUND,
+            LiveError::Conflict(_) => StatusCode::CONFLICT,
+            LiveError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            other => other.http_status(),
+        }
+    }
+
+    /// The participants' error frame.
+    pub fn frame(&self) -> ServerMessage {
+        ServerMessage::Error {
+            code: self.code(),
+            message: self.to_string(),
+            data: self.data(),
+        }
+    }
+}
+
+/// A live error answered in the operator API's shape: what operator handlers return, so
+/// that `?` takes any error of the service there.
+#[derive(Debug)]
+pub struct Operator(pub LiveError);
+
+impl<E: Into<LiveError>> From<E> for Operator {
+    fn from(e: E) -> Self {
+        Operator(e.into())
+    }
+}
+
+impl IntoResponse for Operator {
+    fn into_response(self) -> Response {
+        ApiError::from(self.0).into_response()
+    }
+}
+
+impl From<LiveError> for ApiError {
+    fn from(e: LiveError) -> Self {
+        let not_found = |message: &str| ApiError::not_found(message);
+        match e {
+            LiveError::InvalidParams { field, reason } => ApiError::invalid_field(field, reason),
+            LiveError::ServiceNotFound => not_found("no such live service"),
+            LiveError::NoWebhook => not_found("the service has no webhook"),
+            LiveError::RoomNotFound { .. } => not_found("no such room"),
+            LiveError::TargetsNotFound { missing } => ApiError::not_found(format!(
+                "not in the room, so nothing was done: {}",
+                Value::Array(missing)
+            )),
+            LiveError::Conflict(message) => ApiError::conflict(message),
+            LiveError::TooManyRequests(refusal) => refusal.into(),
+            LiveError::Internal(e) => ApiError::internal(format!("{e:#}")),
+            // What only a participant or a JSON-RPC caller meets, should it ever reach here:
+            // the status it has on WHIP, and its reason.
+            other => {
+                let status = other.media_status();
+                let code = match status {
+                    StatusCode::UNAUTHORIZED => "unauthorized",
+                    StatusCode::FORBIDDEN => "forbidden",
+                    StatusCode::NOT_FOUND => "not_found",
+                    _ => "invalid_request",
+                };
+                let reason = other
+                    .data()
+                    .and_then(|d| d["reason"].as_str().map(str::to_owned));
+                ApiError::new(status, code, reason.unwrap_or_else(|| other.to_string()))
+            }
+        }
     }
 }

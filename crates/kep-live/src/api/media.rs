@@ -77,7 +77,7 @@ pub(crate) async fn publish(
                 .insert("kep-stream-id", HeaderValue::from(stream_id));
             res
         }
-        Err(e) => refuse(e),
+        Err(e) => LiveError::media_answer(e),
     }
 }
 
@@ -132,7 +132,7 @@ pub(crate) async fn subscribe(
     };
     match subscribed.await {
         Ok((answer, location)) => created(answer, &location),
-        Err(e) => refuse(e),
+        Err(e) => LiveError::media_answer(e),
     }
 }
 
@@ -213,7 +213,7 @@ fn end(
     };
     match ended() {
         Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => refuse(e),
+        Err(e) => LiveError::media_answer(e),
     }
 }
 
@@ -311,13 +311,13 @@ fn trickle(
     };
     match trickled() {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => refuse(e),
+        Err(e) => LiveError::media_answer(e),
     }
 }
 
 /// A session takes `PATCH` and `DELETE` only.
 pub(crate) async fn other_method() -> Response {
-    let mut res = refuse(LiveError::MethodNotAllowed);
+    let mut res = LiveError::MethodNotAllowed.media_answer();
     res.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static("PATCH, DELETE"));
     res
@@ -446,33 +446,6 @@ fn created(answer: String, location: &str) -> Response {
     );
     if let Ok(location) = HeaderValue::from_str(location) {
         headers.insert(header::LOCATION, location);
-    }
-    res
-}
-
-fn refuse(e: LiveError) -> Response {
-    let status = match &e {
-        LiveError::InvalidOffer(_)
-        | LiveError::InvalidParams { .. }
-        | LiveError::InvalidRequest(_)
-        | LiveError::Parse(_) => StatusCode::BAD_REQUEST,
-        LiveError::InvalidToken(_) | LiveError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-        LiveError::Forbidden(_) => StatusCode::FORBIDDEN,
-        LiveError::RoomNotFound { .. }
-        | LiveError::StreamNotFound { .. }
-        | LiveError::TargetsNotFound { .. }
-        | LiveError::SessionNotFound
-        | LiveError::MethodNotFound(_) => StatusCode::NOT_FOUND,
-        LiveError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        other => other.http_status(),
-    };
-    let mut res = (status, axum::Json(e.to_answer())).into_response();
-    if let LiveError::TooManyRequests(refusal) = &e {
-        refusal.set_retry_after(res.headers_mut());
-    }
-    if status == StatusCode::UNAUTHORIZED {
-        res.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     res
 }

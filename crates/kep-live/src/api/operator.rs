@@ -6,12 +6,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, Path};
+use kep_core::http::{AdminJson, Path};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
 use super::rpc::check_targets;
 use crate::access::CreateOutcome;
+use crate::error::Operator;
 use crate::ids::ServiceId;
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
@@ -78,10 +79,10 @@ fn valid_service_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
-fn check_verifier_url(url: &Option<String>) -> Result<(), ApiError> {
+fn check_verifier_url(url: &Option<String>) -> Result<(), LiveError> {
     match url {
         Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => Err(
-            ApiError::invalid_field("externalVerifierUrl", "must be an http:// or https:// URL"),
+            LiveError::invalid_params("externalVerifierUrl", "must be an http:// or https:// URL"),
         ),
         _ => Ok(()),
     }
@@ -95,23 +96,23 @@ fn check_verifier_url(url: &Option<String>) -> Result<(), ApiError> {
 pub(crate) async fn create_service(
     State(live): State<LiveService>,
     AdminJson(req): AdminJson<CreateServiceRequest>,
-) -> Result<(StatusCode, Json<ServiceSecrets>), ApiError> {
+) -> Result<(StatusCode, Json<ServiceSecrets>), Operator> {
     let service_id = req
         .service_id
         .unwrap_or_else(|| format!("svc-{}", &kep_core::secret::new_uuid()[..8]));
     if !valid_service_id(&service_id) {
-        return Err(ApiError::invalid_field(
+        return Err(LiveError::invalid_params(
             "serviceId",
             "1 to 64 letters, digits, '.', '_' or '-'",
-        ));
+        )
+        .into());
     }
     check_verifier_url(&req.external_verifier_url)?;
     match live
         .0
         .access
         .create(ServiceId::from(service_id), req.external_verifier_url)
-        .await
-        .map_err(ApiError::internal)?
+        .await?
     {
         CreateOutcome::Created(secrets) => {
             live.0
@@ -119,9 +120,9 @@ pub(crate) async fn create_service(
                 .record("service.created", &[&secrets.service_id], Value::Null);
             Ok((StatusCode::CREATED, Json(secrets)))
         }
-        CreateOutcome::Taken => Err(ApiError::conflict(
-            "a live service with that serviceId exists",
-        )),
+        CreateOutcome::Taken => {
+            Err(LiveError::Conflict("a live service with that serviceId exists".into()).into())
+        }
     }
 }
 
@@ -130,8 +131,8 @@ pub(crate) async fn create_service(
     security(("operator" = [])))]
 pub(crate) async fn list_services(
     State(live): State<LiveService>,
-) -> Result<Json<ServiceList>, ApiError> {
-    let ids = live.0.access.list().await.map_err(ApiError::internal)?;
+) -> Result<Json<ServiceList>, Operator> {
+    let ids = live.0.access.list().await?;
     Ok(Json(ids.into_iter().map(ServiceId::into_string).collect()))
 }
 
@@ -143,12 +144,12 @@ pub(crate) async fn list_services(
 pub(crate) async fn get_service(
     State(live): State<LiveService>,
     Path(id): Path<String>,
-) -> Result<Json<ServiceSummary>, ApiError> {
+) -> Result<Json<ServiceSummary>, Operator> {
     let svc = live
         .0
         .access
         .service(&id)
-        .ok_or_else(|| ApiError::not_found("no such live service"))?;
+        .ok_or(LiveError::ServiceNotFound)?;
     Ok(Json(ServiceSummary {
         service_id: id,
         external_verifier_url: svc.external_verifier_url,
@@ -164,17 +165,11 @@ pub(crate) async fn update_service(
     State(live): State<LiveService>,
     Path(id): Path<ServiceId>,
     AdminJson(req): AdminJson<UpdateServiceRequest>,
-) -> Result<Json<ServiceSummary>, ApiError> {
+) -> Result<Json<ServiceSummary>, Operator> {
     check_verifier_url(&req.external_verifier_url)?;
     let url = req.external_verifier_url;
-    if !live
-        .0
-        .access
-        .set_verifier(&id, url.clone())
-        .await
-        .map_err(ApiError::internal)?
-    {
-        return Err(ApiError::not_found("no such live service"));
+    if !live.0.access.set_verifier(&id, url.clone()).await? {
+        return Err(LiveError::ServiceNotFound.into());
     }
     let detail = json!({ "externalVerifierUrl": url });
     live.0
@@ -194,42 +189,23 @@ pub(crate) async fn update_service(
 pub(crate) async fn rotate_secrets(
     State(live): State<LiveService>,
     Path(id): Path<ServiceId>,
-) -> Result<Json<ServiceSecrets>, ApiError> {
-    match live
-        .0
-        .access
-        .rotate(&id)
-        .await
-        .map_err(ApiError::internal)?
-    {
+) -> Result<Json<ServiceSecrets>, Operator> {
+    match live.0.access.rotate(&id).await? {
         Some(secrets) => {
             live.0
                 .activity
                 .record("service.secrets_rotated", &[&id.as_str()], Value::Null);
             Ok(Json(secrets))
         }
-        None => Err(ApiError::not_found("no such live service")),
-    }
-}
-
-/// The rooms' refusals in the operator error shape.
-fn room_error(e: LiveError) -> ApiError {
-    match e {
-        LiveError::RoomNotFound { .. } => ApiError::not_found("no such room"),
-        LiveError::TargetsNotFound { missing } => ApiError::not_found(format!(
-            "not in the room, so nothing was done: {}",
-            Value::Array(missing)
-        )),
-        LiveError::InvalidParams { field, reason } => ApiError::invalid_field(field, reason),
-        other => ApiError::internal(format!("{other:?}")),
+        None => Err(LiveError::ServiceNotFound.into()),
     }
 }
 
 /// The service's id as the rooms key it, or 404.
-fn known_service(live: &LiveService, id: &str) -> Result<Arc<str>, ApiError> {
+fn known_service(live: &LiveService, id: &str) -> Result<Arc<str>, Operator> {
     match live.0.access.service(id) {
         Some(_) => Ok(Arc::from(id)),
-        None => Err(ApiError::not_found("no such live service")),
+        None => Err(LiveError::ServiceNotFound.into()),
     }
 }
 
@@ -241,11 +217,11 @@ fn known_service(live: &LiveService, id: &str) -> Result<Arc<str>, ApiError> {
 pub(crate) async fn list_rooms(
     State(live): State<LiveService>,
     Path(id): Path<String>,
-) -> Result<Json<RoomList>, ApiError> {
+) -> Result<Json<RoomList>, Operator> {
     let service = known_service(&live, &id)?;
     let rooms = &live.0.room_methods;
     let mut list = Vec::new();
-    for room_id in rooms.list_rooms(&service).await.map_err(room_error)? {
+    for room_id in rooms.list_rooms(&service).await? {
         // A room that closed since it was listed is left out.
         let Ok(participants) = rooms.participants(&service, &room_id).await else {
             continue;
@@ -266,13 +242,9 @@ pub(crate) async fn list_rooms(
 pub(crate) async fn destroy_room(
     State(live): State<LiveService>,
     Path((id, room)): Path<(String, String)>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, Operator> {
     let service = known_service(&live, &id)?;
-    live.0
-        .room_methods
-        .destroy(&service, &room)
-        .await
-        .map_err(room_error)?;
+    live.0.room_methods.destroy(&service, &room).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -287,14 +259,13 @@ pub(crate) async fn kick(
     State(live): State<LiveService>,
     Path((id, room)): Path<(String, String)>,
     AdminJson(mut req): AdminJson<KickRequest>,
-) -> Result<StatusCode, ApiError> {
-    check_targets(&mut req.targets, live.0.settings.max_targets).map_err(room_error)?;
+) -> Result<StatusCode, Operator> {
+    check_targets(&mut req.targets, live.0.settings.max_targets)?;
     let service = known_service(&live, &id)?;
     live.0
         .room_methods
         .kick(&service, &room, &req.targets)
-        .await
-        .map_err(room_error)?;
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -309,34 +280,29 @@ pub(crate) async fn inactivate(
     State(live): State<LiveService>,
     Path((id, room)): Path<(String, String)>,
     AdminJson(mut req): AdminJson<InactivateRequest>,
-) -> Result<StatusCode, ApiError> {
-    check_targets(&mut req.targets, live.0.settings.max_targets).map_err(room_error)?;
+) -> Result<StatusCode, Operator> {
+    check_targets(&mut req.targets, live.0.settings.max_targets)?;
     let service = known_service(&live, &id)?;
     live.0
         .room_methods
         .inactivate(&service, &room, &req.targets)
-        .await
-        .map_err(room_error)?;
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// A receiver's URL: `http://` or `https://` with a host, at most 2,048 characters.
-fn check_webhook_url(url: &str) -> Result<(), ApiError> {
+fn check_webhook_url(url: &str) -> Result<(), LiveError> {
     let fine = url.len() <= 2048
         && reqwest::Url::parse(url)
             .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
     if fine {
         Ok(())
     } else {
-        Err(ApiError::invalid_field(
+        Err(LiveError::invalid_params(
             "url",
             "an http:// or https:// URL with a host, at most 2048 characters",
         ))
     }
-}
-
-fn no_webhook() -> ApiError {
-    ApiError::not_found("the service has no webhook")
 }
 
 fn webhook(row: &crate::store::WebhookRow, secret: bool) -> Webhook {
@@ -359,15 +325,10 @@ pub(crate) async fn set_webhook(
     State(live): State<LiveService>,
     Path(id): Path<ServiceId>,
     AdminJson(req): AdminJson<WebhookRequest>,
-) -> Result<Json<Webhook>, ApiError> {
+) -> Result<Json<Webhook>, Operator> {
     check_webhook_url(&req.url)?;
     known_service(&live, id.as_str())?;
-    let row = live
-        .0
-        .webhooks
-        .put(&id, req.url, req.enabled, None)
-        .await
-        .map_err(ApiError::internal)?;
+    let row = live.0.webhooks.put(&id, req.url, req.enabled, None).await?;
     let detail = json!({ "url": row.url, "enabled": row.enabled });
     live.0
         .activity
@@ -383,9 +344,9 @@ pub(crate) async fn set_webhook(
 pub(crate) async fn show_webhook(
     State(live): State<LiveService>,
     Path(id): Path<String>,
-) -> Result<Json<Webhook>, ApiError> {
+) -> Result<Json<Webhook>, Operator> {
     known_service(&live, &id)?;
-    let row = live.0.webhooks.get(&id).ok_or_else(no_webhook)?;
+    let row = live.0.webhooks.get(&id).ok_or(LiveError::NoWebhook)?;
     Ok(Json(webhook(&row, false)))
 }
 
@@ -399,19 +360,18 @@ pub(crate) async fn show_webhook(
 pub(crate) async fn rotate_webhook_secret(
     State(live): State<LiveService>,
     Path(id): Path<ServiceId>,
-) -> Result<Json<Webhook>, ApiError> {
+) -> Result<Json<Webhook>, Operator> {
     known_service(&live, id.as_str())?;
     // The service is there: what it lacks is a webhook to rotate the secret of.
     let old = live.0.webhooks.get(id.as_str()).ok_or_else(|| {
-        ApiError::conflict("the service has no webhook: set one first (PUT …/webhook)")
+        LiveError::Conflict("the service has no webhook: set one first (PUT …/webhook)".into())
     })?;
     let secret = Some(kep_core::secret::new_secret());
     let row = live
         .0
         .webhooks
         .put(&id, old.url.clone(), old.enabled, secret)
-        .await
-        .map_err(ApiError::internal)?;
+        .await?;
     live.0
         .activity
         .record("webhook.secret_rotated", &[&id.as_str()], Value::Null);
@@ -429,18 +389,13 @@ pub(crate) async fn webhook_deliveries(
     State(live): State<LiveService>,
     Path(id): Path<ServiceId>,
     kep_core::http::Query(q): kep_core::http::Query<DeliveriesQuery>,
-) -> Result<Json<WebhookDeliveries>, ApiError> {
+) -> Result<Json<WebhookDeliveries>, Operator> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid_field("limit", "1 to 1000"));
+        return Err(LiveError::invalid_params("limit", "1 to 1000").into());
     }
     known_service(&live, id.as_str())?;
-    let rows = live
-        .0
-        .webhooks
-        .deliveries(&id, limit)
-        .await
-        .map_err(ApiError::internal)?;
+    let rows = live.0.webhooks.deliveries(&id, limit).await?;
     let deliveries = rows
         .into_iter()
         .map(|r| WebhookDelivery {

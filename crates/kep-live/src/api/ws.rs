@@ -219,7 +219,7 @@ async fn run(
                         }
                     },
                 };
-                let reply = reply.unwrap_or_else(|e| error_message(&e));
+                let reply = reply.unwrap_or_else(|e| e.frame());
                 if send(socket, &reply).await.is_err() {
                     return End::Dropped;
                 }
@@ -367,16 +367,8 @@ fn admit(live: &Live, join: Join, nonce: &str) -> Result<Member, LiveError> {
     })
 }
 
-fn error_message(err: &LiveError) -> ServerMessage {
-    ServerMessage::Error {
-        code: err.code(),
-        message: err.to_string(),
-        data: err.data(),
-    }
-}
-
 async fn refuse(socket: &mut WebSocket, err: &LiveError, reason: &'static str) {
-    let _ = send(socket, &error_message(err)).await;
+    let _ = send(socket, &err.frame()).await;
     close_with(socket, close::POLICY, reason).await;
 }
 
