@@ -29,7 +29,7 @@ use crate::seal::Sealer;
 use crate::service::{Context, Service};
 
 /// Where the seal key is kept unless `seal_key_file` says otherwise.
-pub const SEAL_KEY_FILE: &str = "seal.key";
+const SEAL_KEY_FILE: &str = "seal.key";
 
 type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 

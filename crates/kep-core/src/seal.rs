@@ -51,6 +51,10 @@ impl Sealer {
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = file.parent() {
+                    crate::private::dir(dir)
+                        .with_context(|| format!("seal_key_file: making {}", dir.display()))?;
+                }
                 rand::rng().fill_bytes(&mut key);
                 let text = hex::encode(key);
                 write_new(file, &text)
