@@ -25,7 +25,11 @@ use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::limits::{Limiter, Limits};
 use crate::listener::{self, AllowedHosts, App, Bound};
+use crate::seal::Sealer;
 use crate::service::{Context, Service};
+
+/// Where the seal key is kept unless `seal_key_file` says otherwise.
+const SEAL_KEY_FILE: &str = "seal.key";
 
 type Stop = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
@@ -47,6 +51,9 @@ pub struct Platform {
     database_url: Option<String>,
     /// Joined at the first service's start.
     cluster: Option<Cluster>,
+    /// The seal key's file, read (or made) at the first service's start.
+    seal_key_file: PathBuf,
+    seal: Option<Sealer>,
     listeners: Vec<(&'static str, Bound, App, Limits)>,
     stops: Vec<Stop>,
     addresses: BTreeMap<&'static str, SocketAddr>,
@@ -72,6 +79,8 @@ impl Platform {
             doc_names: Vec::new(),
             database_url: None,
             cluster: None,
+            seal_key_file: data_dir.join(SEAL_KEY_FILE),
+            seal: None,
             listeners: Vec::new(),
             stops: Vec::new(),
         })
@@ -99,6 +108,15 @@ impl Platform {
         self
     }
 
+    /// Services that follow seal stored values under the key in `file` (made there if
+    /// missing) instead of `<data-dir>/seal.key`; unset keeps that default.
+    pub fn with_seal_key_file(mut self, file: Option<PathBuf>) -> Self {
+        if let Some(file) = file {
+            self.seal_key_file = file;
+        }
+        self
+    }
+
     /// The platform's activity, which every service records its state changes in.
     pub fn activity(&self) -> &Activity {
         &self.activity
@@ -122,11 +140,22 @@ impl Platform {
         Ok(cluster)
     }
 
+    /// The seal key: read once, for every service.
+    fn seal(&mut self) -> anyhow::Result<Sealer> {
+        if let Some(s) = &self.seal {
+            return Ok(s.clone());
+        }
+        let seal = Sealer::load_or_create(&self.seal_key_file)?;
+        self.seal = Some(seal.clone());
+        Ok(seal)
+    }
+
     /// Binds the service's listener, starts it and takes its routes and documents.
     pub async fn start<S: Service>(&mut self, settings: S::Settings) -> anyhow::Result<S> {
         let listener_settings = S::listener(&settings);
         let bound = listener::bind(S::LISTENER, listener_settings.addr).await?;
         let cluster = self.cluster().await?;
+        let seal = self.seal()?;
         let ctx = Context {
             data_dir: self.data_dir.clone(),
             shutdown: self.shutdown.clone(),
@@ -136,6 +165,7 @@ impl Platform {
             activity: self.activity.clone(),
             database_url: self.database_url.clone(),
             cluster,
+            seal,
         };
         let service = S::start(settings, &ctx).await?;
         self.operator_routes =

@@ -40,11 +40,13 @@ pub struct Context {
     pub database_url: Option<String>,
     /// The other nodes on that database, to tell what changed here.
     pub cluster: crate::cluster::Cluster,
+    /// What it seals the stored values that open something by themselves with.
+    pub seal: crate::seal::Sealer,
 }
 
 impl Context {
     /// A context outside any platform (a unit test's): its own shutdown token and task
-    /// tracker, the system clock, files under `data_dir`.
+    /// tracker, the system clock, files under `data_dir`, a seal key kept nowhere.
     pub fn standalone(data_dir: &std::path::Path) -> Self {
         Context {
             data_dir: data_dir.to_owned(),
@@ -55,6 +57,7 @@ impl Context {
             activity: Activity::new(Clock::system(), ACTIVITY_BACKLOG),
             database_url: None,
             cluster: crate::cluster::Cluster::single(),
+            seal: crate::seal::Sealer::ephemeral(),
         }
     }
 

@@ -73,9 +73,14 @@ pub async fn make_schema(conn: &mut sqlx::PgConnection, schema: &str) -> anyhow:
 
 /// Opens (creating if needed) `<data_dir>/<name>.db` and brings its schema up to date.
 pub async fn open(data_dir: &Path, name: &str, migrator: &Migrator) -> anyhow::Result<SqlitePool> {
-    std::fs::create_dir_all(data_dir)
+    crate::private::dir(data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let path = data_dir.join(format!("{name}.db"));
+    // Made 0600 before SQLite opens it: SQLite gives its `-wal` and `-shm` the main file's
+    // mode, whatever the umask.
+    crate::private::options()
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
     let options = SqliteConnectOptions::from_str("sqlite://")?
         .filename(&path)
         .create_if_missing(true)

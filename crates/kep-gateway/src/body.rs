@@ -62,7 +62,7 @@ impl Held {
                 Some((_, file)) => file.write_all(&chunk).await?,
                 None if len > limits.buffer => {
                     // Past the buffer: what came so far and the rest go to a spool file.
-                    std::fs::create_dir_all(spool)?;
+                    kep_core::private::dir(spool)?;
                     let named = tempfile::NamedTempFile::new_in(spool)?;
                     let mut file = tokio::fs::File::from_std(named.reopen()?);
                     for held in chunks.drain(..) {

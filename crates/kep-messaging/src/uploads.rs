@@ -68,11 +68,11 @@ impl Uploads {
             created_at: now,
             expires_at: now.saturating_add(self.ttl_ms),
         };
-        tokio::fs::create_dir_all(&self.dir)
+        kep_core::private::dir_async(&self.dir)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
         let path = self.dir.join(row.file_id.as_str());
-        tokio::fs::write(&path, bytes)
+        kep_core::private::write_async(&path, bytes)
             .await
             .map_err(|e| MessagingError::Internal(e.into()))?;
         self.shared

@@ -55,8 +55,11 @@ impl Application {
         raise_open_files(listeners.iter().flatten().map(|l| l.max_connections));
 
         let data_dir = settings.data_dir.clone();
-        std::fs::create_dir_all(&data_dir)
-            .with_context(|| format!("creating {}", data_dir.display()))?;
+        if kep_core::private::restrict(&data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?
+        {
+            tracing::info!(data_dir = %data_dir.display(), "made the data dir 0700");
+        }
         let (token, generated) =
             listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
         if generated {
@@ -83,7 +86,8 @@ impl Application {
             .with_database_url(settings.database_url.clone())
             .with_admin_hosts(listener::AllowedHosts::new(
                 settings.admin.allowed_hosts.names(),
-            ));
+            ))
+            .with_seal_key_file(settings.seal_key_file.clone());
         let prometheus = install_prometheus(&platform.shutdown_token())?;
         let mut observed = Observed::default();
         if wanted(LiveService::NAME) {

@@ -59,6 +59,12 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if matches!(cli.command, Command::Serve(_)) {
+        // As PostgreSQL's postmaster does: what the server and its children make (SQLite's
+        // files, a model repository, a clone) is its user's alone, whatever umask it was
+        // started with. Before the runtime's threads, so none makes a file first.
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args)),

@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// [KEP_DATABASE_URL].
     #[arg(long)]
     database_url: Option<String>,
+    /// The key the secret-equivalent stored values are sealed with, made there (0600) if
+    /// missing; every node of one database needs the same one [KEP_SEAL_KEY_FILE; default
+    /// <data-dir>/seal.key].
+    #[arg(long)]
+    seal_key_file: Option<PathBuf>,
     /// Operator API, /healthz, docs [KEP_ADMIN_ADDR; default 127.0.0.1:8800].
     #[arg(long)]
     admin_addr: Option<SocketAddr>,
@@ -86,6 +91,9 @@ pub struct Settings {
     /// `postgres://…`; unset: SQLite files under `data_dir`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_url: Option<String>,
+    /// Unset: `<data_dir>/seal.key`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seal_key_file: Option<PathBuf>,
     pub log_format: LogFormat,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub only: Option<NameList>,
@@ -102,6 +110,7 @@ impl Default for Settings {
         Settings {
             data_dir: PathBuf::from("./kep-data"),
             database_url: None,
+            seal_key_file: None,
             log_format: LogFormat::Text,
             only: None,
             admin: AdminSettings::default(),
@@ -175,6 +184,9 @@ impl ServeArgs {
         }
         if let Some(u) = &self.database_url {
             o.push(("database_url".into(), Value::from(u.clone())));
+        }
+        if let Some(f) = &self.seal_key_file {
+            o.push(("seal_key_file".into(), path(f)));
         }
         if let Some(a) = self.admin_addr {
             o.push(("admin.addr".into(), Value::from(a.to_string())));

@@ -68,7 +68,7 @@ impl Drm {
         max_file_bytes: u64,
         notify: &NotifyPolicy,
     ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&files)?;
+        kep_core::private::dir(&files)?;
         let activity = ctx.activity.of::<crate::AdapterService>();
         let notifications = Dispatcher::new(
             Notifications::new(
@@ -345,7 +345,7 @@ impl Drm {
             // Large writes: every tokio::fs call is a hop to the blocking pool.
             let mut file = tokio::io::BufWriter::with_capacity(
                 1024 * 1024,
-                tokio::fs::File::create(&part_path)
+                kep_core::private::create_async(&part_path)
                     .await
                     .map_err(internal)?,
             );

@@ -84,9 +84,9 @@ impl SharedFiles {
         };
         let part = path.with_extension("part-shared");
         if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await?;
+            crate::private::dir_async(dir).await?;
         }
-        let mut out = tokio::fs::File::create(&part).await?;
+        let mut out = crate::private::create_async(&part).await?;
         let mut seq = 0i32;
         loop {
             let data: Option<Vec<u8>> = sqlx::query_scalar(

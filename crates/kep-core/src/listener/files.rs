@@ -10,7 +10,7 @@ use anyhow::Context as _;
 pub fn write_addresses(data_dir: &Path, addrs: &BTreeMap<&str, SocketAddr>) -> anyhow::Result<()> {
     let path = data_dir.join("addresses.json");
     let tmp = data_dir.join("addresses.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(addrs)?)?;
+    crate::private::write(&tmp, &serde_json::to_vec_pretty(addrs)?)?;
     // A rename, so a reader polling for the file never sees half of it.
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
 }
@@ -30,21 +30,8 @@ pub fn operator_token(data_dir: &Path, configured: Option<&str>) -> anyhow::Resu
         }
     }
     let token = crate::secret::new_secret();
-    std::fs::create_dir_all(data_dir)?;
-    write_private(&path, token.as_bytes())
+    crate::private::dir(data_dir)?;
+    crate::private::write(&path, token.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok((token, true))
-}
-
-/// Writes a file only its owner may read (mode 0600): tokens and secrets.
-pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(content)
 }

@@ -30,7 +30,7 @@ use accept::{Acceptor, Share};
 use body::BodyMemory;
 pub use connection::Connection;
 use connection::ConnectionLimits;
-pub use files::{operator_token, write_addresses, write_private};
+pub use files::{operator_token, write_addresses};
 pub use front::{Front, FrontLimits, Handover};
 pub use hosts::AllowedHosts;
 pub use unrouted::{Unrouted, operator_shape};

@@ -1,6 +1,7 @@
 //! The live service's storage seam: what it keeps (services, admin tokens, Provision
 //! nonces, webhooks and their events) behind one [`Store`] interface, on SQLite or
-//! PostgreSQL ([`sql`]). [`open`] is the one place that picks the backend.
+//! PostgreSQL ([`sql`]). [`open`] is the one place that picks the backend, and hands out
+//! the store [`sealed`], which seals and opens the secret-equivalent values.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use kep_core::service::Context;
 
 use crate::ids::ServiceId;
 
+mod sealed;
 mod sql;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -172,19 +174,57 @@ pub trait Store: Send + Sync {
         service_id: &ServiceId,
         limit: i64,
     ) -> sqlx::Result<Vec<WebhookEventRow>>;
+
+    /// Keeps `check` as the seal key's check value unless one is kept already; the one kept.
+    async fn seal_check(&self, check: &str) -> sqlx::Result<String>;
+    /// Sets a service's value of `column` to `new` if it is still `old`.
+    async fn reseal(
+        &self,
+        column: Column,
+        service_id: &ServiceId,
+        old: &str,
+        new: &str,
+    ) -> sqlx::Result<()>;
+}
+
+/// The columns that hold what opens something by itself, kept sealed
+/// ([`kep_core::seal`]): the Provision check's hash and the join tokens' key of a service,
+/// its webhook's signing secret. Each is keyed by `service_id`.
+#[derive(Debug, Clone, Copy)]
+pub enum Column {
+    AdminHa,
+    ServiceHs,
+    WebhookSecret,
+}
+
+impl Column {
+    /// Its table and column.
+    pub fn name(self) -> (&'static str, &'static str) {
+        match self {
+            Column::AdminHa => ("live_services", "admin_ha"),
+            Column::ServiceHs => ("live_services", "service_hs"),
+            Column::WebhookSecret => ("live_webhooks", "secret"),
+        }
+    }
+
+    /// What a value of the column is sealed at: `<table>.<column>`, then the service's id.
+    pub fn place(self, service_id: &str) -> String {
+        let (table, column) = self.name();
+        format!("{table}.{column}\n{service_id}")
+    }
 }
 
 /// Opens the service's store (`live.db` under the data dir, or schema `kep_live` of the
-/// PostgreSQL `database_url`), migrated.
+/// PostgreSQL `database_url`), migrated, checked against the context's seal key and with
+/// any value left in the clear by an earlier kep sealed.
 pub async fn open(ctx: &Context) -> anyhow::Result<Arc<dyn Store>> {
     use kep_core::storage::Database;
-    Ok(
-        match ctx
-            .database_on("live", &sql::SQLITE, &sql::POSTGRES)
-            .await?
-        {
-            Database::Sqlite(pool) => Arc::new(sql::SqliteStore::new(pool)),
-            Database::Postgres(pool) => Arc::new(sql::PgStore::new(pool)),
-        },
-    )
+    let store: Arc<dyn Store> = match ctx
+        .database_on("live", &sql::SQLITE, &sql::POSTGRES)
+        .await?
+    {
+        Database::Sqlite(pool) => Arc::new(sql::SqliteStore::new(pool)),
+        Database::Postgres(pool) => Arc::new(sql::PgStore::new(pool)),
+    };
+    sealed::Sealed::over(store, ctx.seal.clone()).await
 }

@@ -6,7 +6,8 @@ use sqlx::QueryBuilder;
 use sqlx::migrate::Migrator;
 
 use super::{
-    NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookAttempt, WebhookEventRow, WebhookRow,
+    Column, NewWebhookEvent, ServiceRow, Store, TokenRow, WebhookAttempt, WebhookEventRow,
+    WebhookRow,
 };
 use crate::ids::ServiceId;
 
@@ -99,6 +100,35 @@ kep_core::sql_store! {
         .execute(&mut *tx)
         .await?;
         tx.commit().await
+    }
+
+    async fn seal_check(&self, check: &str) -> sqlx::Result<String> {
+        sqlx::query("INSERT INTO live_seal (id, key_check) VALUES (1, $1) ON CONFLICT (id) DO NOTHING")
+            .bind(check)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query_scalar("SELECT key_check FROM live_seal WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    async fn reseal(
+        &self,
+        column: Column,
+        service_id: &ServiceId,
+        old: &str,
+        new: &str,
+    ) -> sqlx::Result<()> {
+        let (table, column) = column.name();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET {column} = $1 WHERE service_id = $2 AND {column} = $3"
+        )))
+        .bind(new)
+        .bind(service_id)
+        .bind(old)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn webhooks(&self) -> sqlx::Result<Vec<WebhookRow>> {

@@ -62,7 +62,7 @@ impl Control {
     /// is the script.
     pub(super) async fn script_file(&self, source: &str) -> Result<String, ServingError> {
         let dir = self.root.join("scripts").join(kep_core::secret::new_uuid());
-        tokio::fs::create_dir_all(&dir).await?;
+        kep_core::private::dir_async(&dir).await?;
         let source = source.trim();
         let is_repository = ["https://", "http://", "git://", "ssh://", "file://", "git@"]
             .iter()
@@ -78,7 +78,7 @@ impl Control {
         match checked {
             Ok(text) => {
                 let path = dir.join("serve.rhai");
-                tokio::fs::write(&path, text).await?;
+                kep_core::private::write_async(&path, text.as_bytes()).await?;
                 let path = path.to_string_lossy().into_owned();
                 if let Some(name) = script_name(&path) {
                     self.files.publish(&name, Path::new(&path)).await?;

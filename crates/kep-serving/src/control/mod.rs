@@ -92,7 +92,7 @@ impl Control {
                 settings.default_instance_type
             );
         }
-        std::fs::create_dir_all(models::models_dir(&root))?;
+        kep_core::private::dir(&models::models_dir(&root))?;
         Ok(Control {
             model_server: ModelServer::new(&settings)?,
             engine: crate::engine::Engine::new(settings.container_socket.clone()),

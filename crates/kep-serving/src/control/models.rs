@@ -91,7 +91,7 @@ impl ModelUpload<'_> {
     ) -> Result<(), ServingError> {
         let max = self.control.settings.max_model_bytes;
         let mut chunks = std::pin::pin!(chunks);
-        let mut out = tokio::fs::File::create(self.part_path()).await?;
+        let mut out = kep_core::private::create_async(&self.part_path()).await?;
         let (mut size, mut hash) = (0u64, sha2::Sha256::new());
         while let Some(chunk) = chunks.try_next().await? {
             size += chunk.len() as u64;

@@ -219,13 +219,11 @@ async fn remove(docker: &Docker, id: &str) {
 
 async fn open_log(log: &Path) -> std::io::Result<tokio::fs::File> {
     if let Some(dir) = log.parent() {
-        tokio::fs::create_dir_all(dir).await?;
+        kep_core::private::dir_async(dir).await?;
     }
-    tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .await
+    let mut options = kep_core::private::options();
+    options.append(true);
+    tokio::fs::OpenOptions::from(options).open(log).await
 }
 
 /// Appends the container's stdout and stderr to the instance's log until it stops.

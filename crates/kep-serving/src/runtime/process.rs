@@ -85,12 +85,9 @@ pub fn spawn(argv: &[String], env: Env<'_>, log: &Path, owner: &Owner) -> std::i
     let port = env.port;
     use std::io::Write as _;
     if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir)?;
+        kep_core::private::dir(dir)?;
     }
-    let mut out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)?;
+    let mut out = kep_core::private::options().append(true).open(log)?;
     let gpus = super::gpus::visible_devices_env(env.gpus);
     writeln!(
         out,

@@ -270,12 +270,12 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
                 .provision(service_id, admin_secret)
                 .await?;
             let path = saved_token_path(&args);
-            std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+            kep_core::private::dir(path.parent().expect("has a parent"))?;
             let saved = SavedToken {
                 service_id: service_id.clone(),
                 result,
             };
-            kep_core::listener::write_private(&path, &serde_json::to_vec_pretty(&saved)?)?;
+            kep_core::private::write(&path, &serde_json::to_vec_pretty(&saved)?)?;
             eprintln!("token saved to {}", path.display());
             print_json(&saved.result)
         }

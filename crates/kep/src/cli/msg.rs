@@ -226,11 +226,11 @@ pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
         } => {
             let answer = MessagingClient::token(&args.url(), client_id, client_secret).await?;
             let path = args.token_path();
-            std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+            kep_core::private::dir(path.parent().expect("has a parent"))?;
             let saved = SavedToken {
                 access_token: answer.access_token.clone(),
             };
-            kep_core::listener::write_private(&path, &serde_json::to_vec(&saved)?)?;
+            kep_core::private::write(&path, &serde_json::to_vec(&saved)?)?;
             eprintln!("token saved to {}", path.display());
             print_json(&answer)
         }

@@ -43,8 +43,43 @@ impl Drop for Server {
 }
 
 pub fn serve(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    serve_with(Command::new(KEP), data_dir, extra, env)
+}
+
+/// `kep serve` expected to refuse to start: what it wrote to stderr.
+pub fn serve_refused(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> String {
+    let mut child = Command::new(KEP)
+        .args(["serve", "--data-dir"])
+        .arg(data_dir)
+        .args(extra)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = eventually_blocking(Duration::from_secs(30), "kep serve refuses", || {
+        child.try_wait().unwrap().ok_or("still running")
+    });
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "{err}");
+    err
+}
+
+/// [`serve`] with `kep` started by `cmd` (`kep` itself, or a shell that runs it), which
+/// gets `serve --data-dir …` as its arguments.
+pub fn serve_with(
+    mut cmd: Command,
+    data_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     let _ = std::fs::remove_file(data_dir.join("addresses.json"));
-    let mut cmd = Command::new(KEP);
     cmd.args(["serve", "--data-dir"]).arg(data_dir).args(extra);
     for (k, v) in env {
         cmd.env(k, v);

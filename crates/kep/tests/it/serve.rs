@@ -3,6 +3,7 @@
 mod adapter;
 mod browser;
 mod carriers;
+mod data_dir;
 mod every_instance;
 mod gpus;
 mod grpc;

@@ -21,21 +21,27 @@ use postgres::Postgres;
 const OPERATOR_TOKEN: &str = "several-nodes-operator";
 
 /// Nodes on one fresh database, started at once (as a deployment would), each with its own
-/// data dir and ports.
+/// data dir and ports, all with one seal key file.
 struct Cluster {
     nodes: Vec<Server>,
     _dirs: Vec<tempfile::TempDir>,
-    _database: Postgres,
+    _key: tempfile::TempDir,
+    database: Postgres,
 }
 
 impl Cluster {
     fn start(count: usize, env: &[(&str, &str)]) -> Cluster {
         let database = Postgres::start();
         let dirs: Vec<_> = (0..count).map(|_| tempfile::tempdir().unwrap()).collect();
+        // Made once and handed to every node, as a deployment copies it to each.
+        let key = tempfile::tempdir().unwrap();
+        let key_file = key.path().join("seal.key");
+        std::fs::write(&key_file, hex::encode(rand::random::<[u8; 32]>())).unwrap();
         let mut env: Vec<(&str, &str)> = env.to_vec();
         env.extend([
             ("KEP_DATABASE_URL", database.url.as_str()),
             ("KEP_ADMIN_TOKEN", OPERATOR_TOKEN),
+            ("KEP_SEAL_KEY_FILE", key_file.to_str().unwrap()),
         ]);
         let nodes = std::thread::scope(|s| {
             let starting: Vec<_> = dirs
@@ -47,7 +53,8 @@ impl Cluster {
         Cluster {
             nodes,
             _dirs: dirs,
-            _database: database,
+            _key: key,
+            database,
         }
     }
 
@@ -153,6 +160,26 @@ async fn tokens_and_secrets_hold_on_every_node_at_once() {
             .await;
         assert!(sent.is_err(), "node {}: a revoked token: {sent:?}", i + 1);
     }
+}
+
+/// A node whose seal key is not the one the database was sealed with does not start: it
+/// could open none of the live services the others made.
+#[test]
+fn a_node_with_another_seal_key_is_refused() {
+    let cluster = Cluster::start(1, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // No KEP_SEAL_KEY_FILE: a key of its own, made in its data dir.
+    let env = [
+        ("KEP_DATABASE_URL", cluster.database.url.as_str()),
+        ("KEP_ADMIN_TOKEN", OPERATOR_TOKEN),
+    ];
+    let err = crate::common::serve_refused(dir.path(), &port0(), &env);
+    let expected = format!(
+        "seal_key_file: {} is not the key live's database was sealed with (every node of \
+         one database needs the same key file)",
+        dir.path().join("seal.key").display()
+    );
+    assert!(err.contains(&expected), "{err}");
 }
 
 /// A message load spread over three nodes, one of them killed -9 in the middle: every
