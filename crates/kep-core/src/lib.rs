@@ -11,6 +11,7 @@ pub mod id;
 pub mod json;
 pub mod limits;
 pub mod listener;
+pub mod outbound;
 pub mod outbox;
 pub mod platform;
 pub mod private;

@@ -330,8 +330,12 @@ fn serve(
     // tower_http=debug), since the layer costs about a tenth of a small request otherwise.
     // A front answers past the router, so it is left out: every request is then logged.
     if tracing::enabled!(target: "tower_http::trace", tracing::Level::DEBUG) {
+        // By method and path: a query may carry a credential (an HTTP carrier's dlr token).
+        let trace = TraceLayer::new_for_http().make_span_with(|req: &axum::extract::Request| {
+            tracing::debug_span!("request", method = %req.method(), path = req.uri().path())
+        });
         app = App {
-            router: app.router.layer(TraceLayer::new_for_http()),
+            router: app.router.layer(trace),
             front: None,
             ..app
         };

@@ -81,10 +81,7 @@ impl Provisioner {
         clock: Clock,
         store: Arc<dyn Store>,
     ) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(verifier_timeout)
-            .build()
-            .expect("building the HTTP client");
+        let http = kep_core::outbound::client(verifier_timeout).expect("building the HTTP client");
         Provisioner {
             nonces: Nonces::new(window, clock, store),
             token_ttl_s,
@@ -161,10 +158,12 @@ impl Provisioner {
                 let body = serde_json::json!({
                     "serviceId": service_id, "nonce": auth.nonce, "value": auth.value,
                 });
+                // The one answer it got decides: a redirect is not followed, so not a yes.
                 match self.http.post(url).json(&body).send().await {
                     Ok(res) => res.status().is_success(),
                     Err(e) => {
-                        tracing::warn!(service_id, error = %e, "external verifier unreachable");
+                        let error = kep_core::outbound::error_text(e);
+                        tracing::warn!(service_id, error, "external verifier unreachable");
                         false
                     }
                 }

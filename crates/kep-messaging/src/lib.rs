@@ -164,10 +164,15 @@ impl Service for MessagingService {
         let store = store::open(ctx).await?;
         let zone = time::ServiceZone::new(&settings.time_zone)?;
         let (receipts, receipts_rx) = tokio::sync::mpsc::unbounded_channel();
+        let dlr = carriers::http::DlrSettings {
+            base: ctx.public_url.clone(),
+            clock: ctx.clock.clone(),
+            awaited: Duration::from_secs(settings.receipt_timeout_s),
+        };
         let carriers = carriers::Carriers::start(
             &settings.carriers,
             Duration::from_millis(settings.simulator_delay_ms),
-            &ctx.public_url,
+            &dlr,
             &receipts,
         )?;
         for (carrier, account) in carriers.smpp_accounts() {

@@ -47,7 +47,7 @@ impl Notifications {
             clock,
             activity,
             path: policy.path.clone(),
-            http: reqwest::Client::builder().timeout(policy.timeout).build()?,
+            http: kep_core::outbound::client(policy.timeout)?,
         })
     }
 }
@@ -126,9 +126,9 @@ impl Outbox for Notifications {
             .json(notice)
             .send()
             .await;
-        let (status, error) = match &sent {
+        let (status, error) = match sent {
             Ok(res) => (Some(res.status().as_u16()), None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => (None, Some(kep_core::outbound::error_text(e))),
         };
         if let Err(e) = self
             .store

@@ -128,6 +128,18 @@ pub async fn agent(failures: usize) -> Agent {
     Agent { host, notices }
 }
 
+/// An agent's address that answers every request with a redirect (307) to `to`.
+pub async fn redirecting_to(to: String) -> String {
+    let app = axum::Router::new().fallback(move || {
+        let to = to.clone();
+        async move { axum::response::Redirect::temporary(&to) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    host
+}
+
 pub fn oauth2_org(agent_host: &str) -> OrgLoginTypeRequest {
     OrgLoginTypeRequest {
         method: "OAUTH2".into(),

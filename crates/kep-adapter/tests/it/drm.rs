@@ -586,6 +586,38 @@ async fn a_failing_agent_is_retried_and_every_attempt_is_recorded() {
 }
 
 #[tokio::test]
+async fn an_agent_address_that_redirects_is_not_followed() {
+    let srv = spawn(|s| s.notify_attempts = 2).await;
+    let mut agent_srv = agent(0).await;
+    let redirecting = redirecting_to(format!("http://{}/drm/notify", agent_srv.host)).await;
+    let org = srv
+        .admin
+        .create_org(&oauth2_org(&redirecting))
+        .await
+        .unwrap();
+    let session = srv
+        .admin
+        .drm_request(&drm_file_f(org.id))
+        .await
+        .unwrap()
+        .session_id;
+    // The redirect is the answer, not a 2xx: each attempt fails on it, and the agent it
+    // points to hears nothing.
+    let statuses: Vec<_> = srv
+        .attempts(&session, 2)
+        .await
+        .iter()
+        .map(|a| a.status)
+        .collect();
+    assert_eq!(statuses, [Some(307), Some(307)]);
+    assert!(agent_srv.notices.try_recv().is_err());
+    assert_eq!(
+        srv.admin.drm_session(&session).await.unwrap().status,
+        SessionStatus::Pending
+    );
+}
+
+#[tokio::test]
 async fn sessions_expire() {
     let srv = spawn(|s| {
         s.session_ttl_s = 1;

@@ -53,11 +53,7 @@ impl Deliveries {
         cluster: kep_core::cluster::Cluster,
     ) -> anyhow::Result<Self> {
         // A redirect is not followed: the receiver is the URL the operator set.
-        let http = reqwest::Client::builder()
-            .timeout(policy.timeout)
-            .connect_timeout(policy.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+        let http = kep_core::outbound::client(policy.timeout)?;
         Ok(Deliveries {
             store,
             hooks,
@@ -231,7 +227,10 @@ impl Outbox for Deliveries {
                 "the receiver did not answer within {} ms",
                 self.policy.timeout.as_millis()
             )),
-            Err(e) => Some(format!("the receiver could not be reached: {e}")),
+            Err(e) => Some(format!(
+                "the receiver could not be reached: {}",
+                kep_core::outbound::error_text(e)
+            )),
         };
         match error {
             None => {

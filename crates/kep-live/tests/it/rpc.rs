@@ -262,6 +262,48 @@ async fn external_scheme_asks_the_customers_verifier() {
 }
 
 #[tokio::test]
+async fn an_external_verifier_that_redirects_is_not_followed() {
+    let srv = spawn(|_| {}).await;
+    let serve = async |app: axum::Router| {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/verify", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    };
+    // A verifier that says yes to anything, and the configured URL, which redirects there.
+    let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let yes = serve(axum::Router::new().fallback(move || {
+        let _ = tx.send(());
+        async { axum::http::StatusCode::NO_CONTENT }
+    }))
+    .await;
+    let redirecting = serve(axum::Router::new().fallback(move || {
+        let yes = yes.clone();
+        async move { axum::response::Redirect::temporary(&yes) }
+    }))
+    .await;
+    srv.admin
+        .create_live_service(&CreateServiceRequest {
+            service_id: Some("moved".into()),
+            external_verifier_url: Some(redirecting),
+        })
+        .await
+        .unwrap();
+    let client = LiveClient::new(&srv.live_url);
+    let n = client
+        .provision_nonce("moved", Scheme::External)
+        .await
+        .unwrap();
+    // The redirect is the verifier's one answer, and it is not a yes.
+    let e = client
+        .provision_with("moved", Scheme::External, &n, "anything")
+        .await
+        .unwrap_err();
+    assert_eq!(rpc_code(&e), -11002);
+    assert!(asked.try_recv().is_err());
+}
+
+#[tokio::test]
 async fn envelope_errors_have_their_codes() {
     let srv = spawn(|s| s.body_limit_bytes = 256).await;
     let j = "application/json";

@@ -17,15 +17,14 @@ use crate::carriers::{CarrierReceipt, MessageState};
 /// handset's receipt).
 #[utoipa::path(method(get, post), path = crate::carriers::http::DLR_PATH,
     params(("name" = String, Path, description = "the carrier's name"),
-           ("token" = String, Query, description = "the token of the dlr-url kep gave the carrier"),
+           ("token" = String, Query, description = "the token of the dlr-url kep gave the carrier (`<period>.<mac>`; it changes each hour and is refused once no receipt is awaited for it)"),
            ("id" = Option<String>, Query, description = "the message id `/send` answered (or in the form)"),
            ("message_status" = Option<String>, Query, description = "the receipt's state: DELIVRD, ACCEPTD, UNDELIV, REJECTD, EXPIRED, DELETED, UNKNOWN"),
            ("level" = Option<String>, Query, description = "1: the SMSC took it (no state); 2 or 3: the handset's receipt")),
     request_body(content = String, content_type = "application/x-www-form-urlencoded", description = "the same fields as a form"),
     responses((status = 200, description = "taken (`ACK/Jasmin`)", body = String, content_type = "text/plain"),
               (status = 400, description = "no `id`", body = String, content_type = "text/plain"),
-              (status = 403, description = "a wrong token", body = String, content_type = "text/plain"),
-              (status = 404, description = "no HTTP carrier of that name", body = String, content_type = "text/plain")))]
+              (status = 403, description = "a wrong or expired token, or no HTTP carrier of that name: one answer for all", body = String, content_type = "text/plain")))]
 pub(crate) async fn carrier_dlr(
     State(m): State<MessagingService>,
     Path(name): Path<String>,
@@ -34,12 +33,19 @@ pub(crate) async fn carrier_dlr(
     // is not refused for how it labels it.
     form: Bytes,
 ) -> Response {
-    let Some((carrier, http)) = m.0.dispatcher.carrier().http(&name) else {
-        return (StatusCode::NOT_FOUND, "no such HTTP carrier").into_response();
+    let token = query.get("token").map_or("", String::as_str);
+    let checked = match m.0.dispatcher.carrier().http(&name) {
+        Some((carrier, http)) => http.check_token(token).map(|()| carrier),
+        None => Err("no HTTP carrier of that name"),
     };
-    if !query.get("token").is_some_and(|t| http.token_matches(t)) {
-        return (StatusCode::FORBIDDEN, "wrong token").into_response();
-    }
+    let carrier = match checked {
+        Ok(carrier) => carrier,
+        // One answer whatever was wrong: it tells no one which carriers exist.
+        Err(why) => {
+            tracing::info!(carrier = ?name, why, "a carrier receipt refused");
+            return (StatusCode::FORBIDDEN, "forbidden").into_response();
+        }
+    };
     let mut fields: HashMap<String, String> = form_urlencoded::parse(&form).into_owned().collect();
     for (k, v) in query {
         fields.entry(k).or_insert(v);

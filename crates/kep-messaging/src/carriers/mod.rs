@@ -127,11 +127,11 @@ pub struct Carriers {
 
 impl Carriers {
     /// Starts every configured carrier (an SMPP one binds in the background); receipts go
-    /// to `receipts`. `dlr_base` is the messaging listener's URL, for HTTP gateways' dlr-url.
+    /// to `receipts`; HTTP gateways' come back as `dlr` says.
     pub fn start(
         settings: &[CarrierSettings],
         simulator_delay: Duration,
-        dlr_base: &str,
+        dlr: &http::DlrSettings,
         receipts: &mpsc::UnboundedSender<CarrierReceipt>,
     ) -> anyhow::Result<Carriers> {
         let simulator = || {
@@ -145,7 +145,7 @@ impl Carriers {
             let connector = match s.kind {
                 CarrierKind::Simulator => simulator(),
                 CarrierKind::Smpp => Connector::Smpp(smpp::Smpp::start(s, receipts.clone())?),
-                CarrierKind::Http => Connector::Http(http::HttpCarrier::new(s, dlr_base)?),
+                CarrierKind::Http => Connector::Http(http::HttpCarrier::new(s, dlr)?),
             };
             list.push(Carrier::new(
                 &s.name,

@@ -37,10 +37,7 @@ impl Delivery {
         policy: DeliveryPolicy,
         ctx: &Context,
     ) -> anyhow::Result<Delivery> {
-        let http = reqwest::Client::builder()
-            .timeout(policy.timeout)
-            .connect_timeout(policy.timeout)
-            .build()?;
+        let http = kep_core::outbound::client(policy.timeout)?;
         let alerts = Alerts {
             store,
             http,
@@ -121,7 +118,10 @@ impl Outbox for Alerts {
                 "the webhook did not answer within {} ms",
                 self.timeout.as_millis()
             )),
-            Err(e) => Some(format!("the webhook could not be reached: {e}")),
+            Err(e) => Some(format!(
+                "the webhook could not be reached: {}",
+                kep_core::outbound::error_text(e)
+            )),
         };
         let (status, sent_at) = match &error {
             None => (AlertStatus::Sent, Some(self.clock.unix_ms())),

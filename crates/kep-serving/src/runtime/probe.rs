@@ -126,10 +126,9 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The probes' HTTP client: a fresh connection per probe, as a kubelet makes, and redirects
-/// counted as healthy answers rather than followed.
+/// counted as healthy answers rather than followed. Each probe is bounded by its own timeout.
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+    kep_core::outbound::builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("building the probe client")

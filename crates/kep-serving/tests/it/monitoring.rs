@@ -472,6 +472,33 @@ async fn a_webhook_that_fails_stalls_or_is_down_loses_no_alert() {
 }
 
 #[tokio::test]
+async fn a_webhook_that_redirects_is_not_followed() {
+    let server = spawn(|s, _| {
+        s.monitor_interval_ms = 100;
+        s.alert_retry_ms = 100;
+        s.alert_attempts = 2;
+    })
+    .await;
+    server.endpoint("moved", 0).await;
+    let hook = Hook::start().await;
+    // A webhook URL that answers every call with a redirect (307) to the real one.
+    let to = hook.url.clone();
+    let app = axum::Router::new().fallback(move || {
+        let to = to.clone();
+        async move { axum::response::Redirect::temporary(&to) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirecting = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    set_alerts(&server, "moved", &redirecting, &[("status_4xx", None)]).await;
+    server.invoke("moved", Some("wrong"), "/").await;
+    let a = newest_alert(&server, "moved", |a| a["status"] == "failed").await;
+    assert_eq!(a["attempts"], 2, "{a}");
+    assert_eq!(a["error"], "the webhook answered 307 Temporary Redirect");
+    assert_eq!(hook.attempts.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn alert_settings_follow_the_table_and_metrics_can_be_turned_off() {
     let server = spawn(|s, g| {
         s.monitor_interval_ms = 100;

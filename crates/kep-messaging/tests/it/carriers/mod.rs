@@ -340,8 +340,10 @@ async fn an_rcs_that_fails_falls_back_to_an_sms_through_the_same_routing() {
     assert_eq!(received[0].short_message, utf16be("대신 문자"));
 }
 
-/// A gateway's `/send`: answers `Success "<id>"` and hands each form over.
-async fn gateway() -> (
+/// A gateway's `/send`: answers `Success "<to>"`, then `padding`, and hands each form over.
+async fn gateway(
+    padding: usize,
+) -> (
     String,
     tokio::sync::mpsc::UnboundedReceiver<Vec<(String, String)>>,
 ) {
@@ -349,8 +351,9 @@ async fn gateway() -> (
     let app = axum::Router::new().route(
         "/send",
         axum::routing::post(move |axum::Form(form): axum::Form<Vec<(String, String)>>| {
+            let to = form.iter().find(|(k, _)| k == "to").unwrap().1.clone();
             let _ = tx.send(form);
-            async { "Success \"gw-1\"" }
+            async move { format!("Success \"{to}\"{}", " ".repeat(padding)) }
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -359,9 +362,8 @@ async fn gateway() -> (
     (url, rx)
 }
 
-#[tokio::test]
-async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
-    let (url, mut sends) = gateway().await;
+/// kep with one HTTP carrier, `gw`, at `url`; receipts are awaited a minute.
+async fn kep_with_gateway(url: &str) -> (Server, String) {
     let carrier: CarrierSettings = serde_json::from_value(json!({
         "name": "gw", "kind": "http", "url": url, "username": "kep", "password": "pw",
     }))
@@ -369,10 +371,30 @@ async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
     let server = spawn_with(|s| {
         s.carriers = vec![carrier];
         s.public_url = Some("http://kep.example:8803".into());
+        s.receipt_timeout_s = 60;
     })
     .await;
     let (id, secret) = server.client().await;
     let token = server.token(&id, &secret).await;
+    (server, token)
+}
+
+/// The query of the dlr-url the gateway was given with the next send.
+async fn dlr_query(
+    sends: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<(String, String)>>,
+) -> String {
+    let form = sends.recv().await.unwrap();
+    let dlr_url = form.iter().find(|(k, _)| k == "dlr-url").unwrap().1.clone();
+    dlr_url
+        .strip_prefix("http://kep.example:8803/carriers/gw/dlr?")
+        .unwrap_or_else(|| panic!("{dlr_url}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
+    let (url, mut sends) = gateway(0).await;
+    let (server, token) = kep_with_gateway(&url).await;
     let uid = send(&server, &token, &sms("g", "821012345678")).await;
     let form = sends.recv().await.unwrap();
     let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
@@ -389,29 +411,82 @@ async fn an_http_gateways_receipt_needs_the_token_of_the_dlr_url_kep_gave_it() {
         .strip_prefix("http://kep.example:8803/carriers/gw/dlr?")
         .unwrap_or_else(|| panic!("{dlr_url}"));
 
-    let dlr = format!("{}/carriers/gw/dlr", server.url);
     let receipt = [
-        ("id", "gw-1"),
+        ("id", "821012345678"),
         ("message_status", "DELIVRD"),
         ("level", "2"),
     ];
     let http = reqwest::Client::new();
-    let wrong = http
-        .post(format!("{dlr}?token=nope"))
-        .form(&receipt)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(wrong.status(), 403);
-    let right = http
-        .post(format!("{dlr}?{query}"))
-        .form(&receipt)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(right.status(), 200);
-    assert_eq!(right.text().await.unwrap(), "ACK/Jasmin");
+    let post = async |carrier: &str, query: &str| {
+        let res = http
+            .post(format!("{}/carriers/{carrier}/dlr?{query}", server.url))
+            .form(&receipt)
+            .send()
+            .await
+            .unwrap();
+        (res.status().as_u16(), res.text().await.unwrap())
+    };
+    // A wrong token, and no carrier of that name, are answered alike.
+    let wrong = post("gw", "token=nope").await;
+    assert_eq!(wrong.0, 403);
+    assert_eq!(post("nope", query).await, wrong);
+    assert_eq!(post("nope", "token=nope").await, wrong);
+    assert_eq!(post("gw", query).await, (200, "ACK/Jasmin".into()));
     assert_eq!(server.settled(&token, &uid).await["status_code"], "API_200");
+}
+
+#[tokio::test]
+async fn an_http_carriers_token_changes_each_hour_and_expires_once_no_receipt_is_awaited() {
+    let (url, mut sends) = gateway(0).await;
+    let (server, token) = kep_with_gateway(&url).await;
+    let first = send(&server, &token, &sms("a", "821012345678")).await;
+    let old = dlr_query(&mut sends).await;
+    // The next hour: a new token for what is sent now; the old one is still taken, as
+    // its message's receipt is still awaited.
+    let into_hour = server.clock.unix_s().rem_euclid(3600) as u64;
+    server.clock.advance(Duration::from_secs(3600 - into_hour));
+    send(&server, &token, &sms("b", "821012345679")).await;
+    let new = dlr_query(&mut sends).await;
+    assert_ne!(old, new);
+    let http = reqwest::Client::new();
+    let receipt = async |query: &str, id: &str| {
+        http.post(format!("{}/carriers/gw/dlr?{query}", server.url))
+            .form(&[("id", id), ("message_status", "DELIVRD")])
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(receipt(&old, "821012345678").await, 200);
+    assert_eq!(
+        server.settled(&token, &first).await["status_code"],
+        "API_200"
+    );
+    // The receipt timeout (60 s) past the end of its hour, the old token is refused; the
+    // new one is taken until the same time past the end of its own.
+    server.clock.advance(Duration::from_secs(60));
+    assert_eq!(receipt(&old, "821012345678").await, 403);
+    assert_eq!(receipt(&new, "821012345679").await, 200);
+    server.clock.advance(Duration::from_secs(3600));
+    assert_eq!(receipt(&new, "821012345679").await, 403);
+}
+
+#[tokio::test]
+async fn a_gateway_answer_over_the_cap_fails_the_submit_unread() {
+    // The id it needs, then padding: past the cap, none of it is taken.
+    let cap = kep_messaging::carriers::http::ANSWER_CAP;
+    let (url, mut sends) = gateway(cap).await;
+    let (server, token) = kep_with_gateway(&url).await;
+    let uid = send(&server, &token, &sms("big", "821012345678")).await;
+    sends.recv().await.unwrap();
+    let v = server.settled(&token, &uid).await;
+    assert_eq!(v["status_code"], "API_510", "{v}");
+    assert_eq!(
+        v["error_message"],
+        format!("200 OK: an answer over {cap} bytes, not read"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -419,7 +494,12 @@ async fn a_carrier_missing_what_its_kind_needs_or_with_no_window_or_binds_is_ref
     use kep_messaging::carriers::Carriers;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let start = |s: CarrierSettings| {
-        Carriers::start(&[s], Duration::ZERO, "http://127.0.0.1:1", &tx)
+        let dlr = kep_messaging::carriers::http::DlrSettings {
+            base: "http://127.0.0.1:1".into(),
+            clock: kep_core::clock::Clock::system(),
+            awaited: Duration::ZERO,
+        };
+        Carriers::start(&[s], Duration::ZERO, &dlr, &tx)
             .err()
             .map(|e| e.to_string())
     };

@@ -1,6 +1,7 @@
 //! What spans every service: the logs, the operator API's limits, the listeners' timeouts
 //! and the documents.
 
+use std::collections::HashMap;
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -16,10 +17,35 @@ fn secrets_and_tokens_never_reach_the_logs() {
     let log_path = dir.path().join("kep.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let operator = "operator-token-that-must-not-be-logged";
+    // An HTTP carrier's gateway: hands over each send's dlr-url, answers its message id.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (dlr_urls, sent) = std::sync::mpsc::channel::<String>();
+    let gateway = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let gateway_url = format!("http://{}/send", gateway.local_addr().unwrap());
+    let send = move |axum::Form(form): axum::Form<HashMap<String, String>>| {
+        let _ = dlr_urls.send(form["dlr-url"].clone());
+        async { "Success \"gw-1\"" }
+    };
+    let app = axum::Router::new().route("/send", axum::routing::post(send));
+    runtime.spawn(async move { axum::serve(gateway, app).await });
+    let carrier_password = "carrier-password-that-must-not-be-logged";
+    let config = dir.path().join("kep.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[messaging.carriers]]\nname = \"gw\"\nkind = \"http\"\nurl = \"{gateway_url}\"\n\
+             username = \"kep\"\npassword = \"{carrier_password}\"\n"
+        ),
+    )
+    .unwrap();
     let mut child = Command::new(KEP)
         .args(["serve", "--data-dir"])
         .arg(dir.path())
         .args(port0())
+        .arg("--config")
+        .arg(&config)
         .env("KEP_LOG", "debug")
         .env("KEP_ADMIN_TOKEN", operator)
         .stdout(log.try_clone().unwrap())
@@ -43,7 +69,7 @@ fn secrets_and_tokens_never_reach_the_logs() {
         assert!(status < 300, "{path}: {status} {v}");
         v
     };
-    let mut secrets = vec![operator.to_owned()];
+    let mut secrets = vec![operator.to_owned(), carrier_password.to_owned()];
     let mut keep = |v: &Value, fields: &[&str]| {
         for f in fields {
             secrets.push(v[*f].as_str().unwrap().to_owned());
@@ -130,6 +156,32 @@ fn secrets_and_tokens_never_reach_the_logs() {
         .send()
         .unwrap();
     assert_ne!(res.status(), 401);
+    // A message through the HTTP carrier, and its receipt on the dlr-url's token.
+    let sms = serde_json::json!({
+        "cid": "c", "message_type": "SM", "phone_number": "821012345678", "message": "안녕",
+        "sender_no": "0212345678",
+    });
+    let res = reqwest::blocking::Client::new()
+        .post(format!("{}/v2/send/xms", url("messaging")))
+        .bearer_auth(token["access_token"].as_str().unwrap())
+        .json(&sms)
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let dlr_url = sent.recv_timeout(Duration::from_secs(30)).unwrap();
+    let (_, dlr_token) = dlr_url.split_once("?token=").unwrap();
+    // Its mac, the part that is secret (`<period>.<mac>`).
+    let (_, mac) = dlr_token.split_once('.').unwrap();
+    keep(&serde_json::json!({ "mac": mac }), &["mac"]);
+    let res = reqwest::blocking::Client::new()
+        .post(format!(
+            "{}/carriers/gw/dlr?token={dlr_token}",
+            url("messaging")
+        ))
+        .form(&[("id", "gw-1"), ("message_status", "DELIVRD")])
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 200);
 
     // Serving: an endpoint's key on a call, and its reissue.
     let endpoint = admin("/admin/v1/serving/endpoints", r#"{"name": "quiet"}"#);
@@ -151,6 +203,7 @@ fn secrets_and_tokens_never_reach_the_logs() {
         "/admin/v1/live/services",
         "/api/rpc",
         "/v2/oauth/token",
+        "/carriers/gw/dlr",
         "/endpoints/quiet",
     ] {
         assert!(
