@@ -233,8 +233,10 @@ impl Platform {
         let docs = crate::docs::routes([&["admin"], doc_names.as_slice()].concat());
         let admin_doc = Arc::new(admin_doc);
         let admin_router = Router::new()
+            // The operator routes' 405 first, so that the token guard covers it too: a
+            // caller without the token learns nothing of a path's methods.
             .merge(crate::http::operator_only(
-                operator_routes,
+                operator_routes.method_not_allowed_fallback(crate::http::wrong_method),
                 token,
                 Limiter::new(&admin_limits),
             ))

@@ -12,15 +12,13 @@ mod model;
 mod oauth;
 mod pipeline;
 mod rcs;
-mod receipts;
 mod results;
 mod search;
 mod send;
 mod store;
 mod text;
-mod time;
+mod uids;
 mod uploads;
-mod writer;
 mod xms;
 
 use std::net::SocketAddr;
@@ -114,12 +112,12 @@ impl Default for MessagingSettings {
 pub(crate) struct Messaging {
     settings: MessagingSettings,
     store: Arc<dyn store::Store>,
-    zone: time::ServiceZone,
+    zone: uids::ServiceZone,
     /// The wall clock of every stored and answered date (the platform's).
     clock: Clock,
-    uids: time::Uids,
+    uids: uids::Uids,
     dispatcher: Arc<pipeline::Dispatcher<carriers::Carriers>>,
-    writer: writer::Writer,
+    writer: pipeline::writer::Writer,
     /// Where HTTP carriers' receipts (their dlr callbacks) go.
     receipts: tokio::sync::mpsc::UnboundedSender<carriers::CarrierReceipt>,
     uploads: Arc<uploads::Uploads>,
@@ -162,7 +160,7 @@ impl Service for MessagingService {
     /// message that did not reach a final status.
     async fn start(settings: MessagingSettings, ctx: &Context) -> anyhow::Result<Self> {
         let store = store::open(ctx).await?;
-        let zone = time::ServiceZone::new(&settings.time_zone)?;
+        let zone = uids::ServiceZone::new(&settings.time_zone)?;
         let (receipts, receipts_rx) = tokio::sync::mpsc::unbounded_channel();
         let dlr = carriers::http::DlrSettings {
             base: ctx.public_url.clone(),
@@ -188,9 +186,10 @@ impl Service for MessagingService {
             receipt_timeout: Duration::from_secs(settings.receipt_timeout_s),
             receipts_in_memory: ctx.cluster.node_id().is_none(),
         };
-        let claim = writer::Claim(i64::try_from(policy.lease.as_millis()).unwrap_or(i64::MAX));
+        let claim =
+            pipeline::writer::Claim(i64::try_from(policy.lease.as_millis()).unwrap_or(i64::MAX));
         let (accepted, to_dispatch) = tokio::sync::mpsc::unbounded_channel();
-        let writer = writer::Writer::start(store.clone(), claim, accepted);
+        let writer = pipeline::writer::Writer::start(store.clone(), claim, accepted);
         let clock = ctx.clock.clone();
         let dispatcher = pipeline::Dispatcher::new(
             store.clone(),
@@ -220,7 +219,7 @@ impl Service for MessagingService {
             settings,
             store,
             zone,
-            uids: time::Uids::new(clock.clone(), ctx.cluster.slot()),
+            uids: uids::Uids::new(clock.clone(), ctx.cluster.slot()),
             clock,
             dispatcher,
             writer,

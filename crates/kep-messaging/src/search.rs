@@ -5,7 +5,7 @@ use crate::ids::{ClientId, MessageUid};
 use crate::model::{Channel, MessageType, RcsStatus, Status};
 use crate::store::{MessageRow, SearchFilter, SearchQuery};
 use crate::text::one_of;
-use crate::time::{UIDS_PER_MS, uid_at};
+use crate::uids::{UIDS_PER_MS, uid_at};
 use crate::{Messaging, MessagingError, rcs};
 
 /// The paging fields both searches share, as the request has them.

@@ -13,7 +13,7 @@ use crate::MessagingService;
 use crate::ids::{ClientId, MessageUid};
 use crate::model::{Channel, Status};
 use crate::store::{MessageFilter, MessageSummaryRow};
-use crate::time::ServiceZone;
+use crate::uids::ServiceZone;
 use kep_api::messaging::paths;
 use kep_api::messaging::{
     CarrierStatus, ClientSecret, ClientSummary, CreateClient, MessageList, MessageQuery,

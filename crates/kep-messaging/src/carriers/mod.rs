@@ -16,9 +16,30 @@ use kep_api::messaging::CarrierStatus;
 pub use kep_smpp::MessageState;
 use tokio::sync::mpsc;
 
-use crate::model::{MessageType, Route};
-use crate::pipeline::CarrierOutcome;
+use crate::model::{CarrierCode, MessageType, Route};
 pub use settings::{CarrierKind, CarrierSettings};
+
+/// What the carrier made of one hand-over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CarrierOutcome {
+    Delivered,
+    /// Failed but can be resent (520).
+    Resendable,
+    /// Failed (510).
+    Failed,
+    /// The number has no RCS.
+    NoRcs,
+}
+
+impl CarrierOutcome {
+    pub(crate) fn code(self) -> CarrierCode {
+        match self {
+            CarrierOutcome::Delivered => CarrierCode::Delivered,
+            CarrierOutcome::Failed | CarrierOutcome::NoRcs => CarrierCode::Failed,
+            CarrierOutcome::Resendable => CarrierCode::Resendable,
+        }
+    }
+}
 
 /// What a carrier is handed: one route of one message.
 pub struct Outgoing<'a> {

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::carriers::CarrierOutcome;
 use crate::carriers::{Outgoing, Submitted};
 use crate::model::Route;
-use crate::pipeline::CarrierOutcome;
 
 pub struct Simulator {
     pub delay: Duration,

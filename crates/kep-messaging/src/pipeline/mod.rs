@@ -6,8 +6,11 @@
 //! nothing accepted is lost, and a message costs no claim of its own on the way in.
 //!
 //! A carrier decides at once (the simulator) or acknowledges the hand-over and lets its
-//! delivery receipts decide ([`crate::receipts`]): the message then waits in the queue, no
-//! longer claimed, until they come or its receipt deadline passes.
+//! delivery receipts decide ([`receipts`]): the message then waits in the queue, no longer
+//! claimed, until they come or its receipt deadline passes.
+
+pub(crate) mod receipts;
+pub(crate) mod writer;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -22,38 +25,16 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::task::TaskTracker;
 
-use crate::carriers::{Carriers, Outgoing, Submitted};
+use crate::carriers::{CarrierOutcome, Carriers, Outgoing, Submitted};
 use crate::ids::MessageUid;
-use crate::model::{CarrierCode, Channel, FallbackStatus, MessageType, RcsStatus, Route, Status};
-use crate::receipts::{Awaiting, Parts};
+use crate::model::{Channel, FallbackStatus, MessageType, RcsStatus, Route, Status};
 use crate::store::{Handed, Handover, MessageRow, Store};
-use crate::writer::Writer;
+use receipts::{Awaiting, Parts};
+use writer::Writer;
 
 /// A message's ids in the activity: its client's, its own.
 fn object_ids(m: &MessageRow) -> [&dyn std::fmt::Display; 2] {
     [&m.client_id, &m.uid]
-}
-
-/// What the carrier made of one hand-over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum CarrierOutcome {
-    Delivered,
-    /// Failed but can be resent (520).
-    Resendable,
-    /// Failed (510).
-    Failed,
-    /// The number has no RCS.
-    NoRcs,
-}
-
-impl CarrierOutcome {
-    pub(crate) fn code(self) -> CarrierCode {
-        match self {
-            CarrierOutcome::Delivered => CarrierCode::Delivered,
-            CarrierOutcome::Failed | CarrierOutcome::NoRcs => CarrierCode::Failed,
-            CarrierOutcome::Resendable => CarrierCode::Resendable,
-        }
-    }
 }
 
 /// Where the dispatcher hands messages: the configured carriers ([`Carriers`]), or a test's
@@ -146,7 +127,7 @@ pub struct Dispatcher<C> {
     pub(crate) policy: DispatchPolicy,
     pub(crate) clock: Clock,
     /// Messages this node accepted, claimed for it as they were stored: the writer hands
-    /// each over once committed ([`crate::writer::Writer::start`]).
+    /// each over once committed ([`Writer::start`]).
     accepted: Mutex<Option<mpsc::UnboundedReceiver<MessageRow>>>,
     /// Messages this process is delivering: a claim whose lease ran out while the carrier
     /// is still busy with it must not hand it over a second time.
@@ -307,7 +288,7 @@ impl<C: Carrier> Dispatcher<C> {
             }
         };
         let mut d = Delivery::new(m);
-        match crate::receipts::progress(&parts) {
+        match receipts::progress(&parts) {
             None => self.deliver(d, None).await,
             Some(progress) => {
                 self.forget(&d.m.uid);

@@ -1,9 +1,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::writer::{Claim, Writer};
 use super::*;
 use crate::carriers::{CarrierReceipt, MessageState};
 use crate::ids::ClientId;
-use crate::writer::Writer;
 
 /// A carrier that cannot be reached the first `failures` times, then decides at once or
 /// acknowledges `parts` parts (ids `<uid>-<n>`), sending `receipts` for them itself (before
@@ -72,7 +72,7 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
         .await
         .unwrap();
     let (accepted, to_dispatch) = mpsc::unbounded_channel();
-    let writer = Writer::start(store.clone(), crate::writer::Claim(30_000), accepted);
+    let writer = Writer::start(store.clone(), Claim(30_000), accepted);
     let calls = carrier.calls.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     carrier.tx = Some(tx);
@@ -96,7 +96,7 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
     tokio::spawn(Arc::clone(&dispatcher).run_receipts(rx));
     let now = ctx.clock.unix_ms();
     let row = MessageRow {
-        uid: crate::time::Uids::new(ctx.clock.clone(), 0).next(),
+        uid: crate::uids::Uids::new(ctx.clock.clone(), 0).next(),
         client_id: "c".into(),
         cid: "x".into(),
         channel: Channel::Xms,

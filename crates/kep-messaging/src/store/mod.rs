@@ -81,7 +81,7 @@ pub struct Handed {
     /// The message's attempt (`attempts`) it was: a receipt of an earlier one is no answer.
     pub attempt: i64,
     pub carrier: String,
-    /// The account whose receipts answer the parts ([`crate::receipts::Parts`]).
+    /// The account whose receipts answer the parts ([`crate::pipeline::receipts::Parts`]).
     pub account: String,
     /// The id the carrier gave each submitted part.
     pub carrier_message_ids: Vec<String>,

@@ -108,6 +108,7 @@ async fn every_rule_of_an_rcs_send_is_a_410_naming_its_field() {
     ok.push(mms.clone());
     mms["body"][0]["button"] = buttons(3);
     let mut tmpl = set(&["message_type"], json!("RCSTMPL"));
+    tmpl.as_object_mut().unwrap().remove("body");
     tmpl["tmpl_variable"] = json!({"name": "가".repeat(45)});
     ok.push(tmpl.clone());
     // Without fall back, sender_no is "any value when unused" (text(16)).

@@ -23,10 +23,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::carriers::CarrierOutcome;
 use crate::carriers::{CarrierReceipt, MessageState, receipt_outcome};
 use crate::ids::MessageUid;
 use crate::model::{Route, Status};
-use crate::pipeline::{Carrier, CarrierOutcome, Delivery, Dispatcher};
+use crate::pipeline::{Carrier, Delivery, Dispatcher};
 use crate::store::{Handover, ReceiptRow};
 
 /// How often, and how long apart, a receipt nothing knows yet is looked for again.
