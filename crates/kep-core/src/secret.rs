@@ -42,19 +42,7 @@ pub fn new_secret() -> String {
 
 /// A random version-4 UUID in its canonical text form.
 pub fn new_uuid() -> String {
-    let mut b = [0u8; 16];
-    rand::rng().fill_bytes(&mut b);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use kep_api::live::JoinClaims;
 
 use crate::LiveError;
 use crate::access::Access;
-use crate::api::check_id;
+use crate::ids::check_id;
 
 /// Who a valid join token lets in, and what it may do.
 #[derive(Debug, Clone)]

@@ -127,19 +127,6 @@ pub(crate) fn parse_params<T: DeserializeOwned>(json: &str) -> Result<T, LiveErr
     })
 }
 
-/// Checks an identifier chosen by a client: not blank, at most 128 characters, no control
-/// characters.
-pub(crate) fn check_id(field: &str, id: &str) -> Result<(), LiveError> {
-    let blank = id.trim().is_empty();
-    if blank || id.chars().count() > 128 || id.chars().any(char::is_control) {
-        return Err(LiveError::invalid_params(
-            field,
-            "must be 1 to 128 characters, not all blank, none a control character",
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,8 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
-use super::{check_id, parse_params};
+use super::parse_params;
+use crate::ids::check_id;
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 use kep_api::live::{

@@ -15,7 +15,8 @@ use kep_core::secret::{constant_time_eq, new_uuid, random_token, sha256_hex};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::{check_id, parse_params};
+use super::parse_params;
+use crate::ids::check_id;
 use crate::rooms::{ConnId, Outbound, close, next_conn_id};
 use crate::{Live, LiveError, LiveService};
 use kep_api::live::{ClientMessage, Join, ServerMessage, Unpublish};
