@@ -1,8 +1,10 @@
-//! The messaging API's one error enum, mapped once onto its wire shape: HTTP status and
-//! body `code` go together (CONTRACT §4), with `result.detail_code` / `detail_message`.
+//! The messaging API's one error enum, mapped once onto each shape it is answered in: HTTP
+//! status and body `code` go together (CONTRACT §4), the detail under `result` (or
+//! `code_detail` where a call's answer names it so), and the operator API's error.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use kep_core::http::ApiError;
 use kep_core::limits::Refusal;
 use serde_json::json;
 
@@ -22,6 +24,9 @@ pub enum MessagingError {
         message: String,
         too_large: bool,
     },
+    /// No such object: the RCS detail's 404, and the operator API's.
+    #[error("{0}")]
+    NotFound(&'static str),
     /// A method the path does not take: 405 with code `410` (invalid input) and `Allow`.
     #[error("this API does not take {0}")]
     MethodNotAllowed(axum::http::Method),
@@ -65,6 +70,7 @@ impl MessagingError {
             } => (StatusCode::PAYLOAD_TOO_LARGE, "420"),
             MessagingError::File { .. } => (StatusCode::BAD_REQUEST, "420"),
             MessagingError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "410"),
+            MessagingError::NotFound(_) => (StatusCode::NOT_FOUND, "404"),
             MessagingError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "429"),
             MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
         }
@@ -77,48 +83,55 @@ pub fn unrouted(_: StatusCode, why: &str) -> serde_json::Value {
     json!({ "code": "410", "result": { "detail_code": "API_410", "detail_message": why } })
 }
 
+/// The shapes a refusal is answered in: where its detail goes, and what `code` it has.
+pub enum Shape {
+    /// Under `result`, with the result-code table's code; a send's echoes its `cid`.
+    Result { cid: Option<String> },
+    /// Under `code_detail`, as the XMS detail's answer names it.
+    CodeDetail,
+    /// The searches': under `code_detail`, with the `status` the seed requires of them.
+    Search,
+    /// The RCS detail's: under `code_detail`, its `code` the HTTP status (the seed's
+    /// HTTP-style codes: 401 for a bad token).
+    RcsDetail,
+}
+
 impl IntoResponse for MessagingError {
     fn into_response(self) -> Response {
-        self.answer("result")
+        self.answer(Shape::Result { cid: None })
     }
 }
 
 impl MessagingError {
-    /// The answer in the messaging shape, its detail under `key`: `result` for most calls,
-    /// `code_detail` for the XMS detail, whose success answer names it so.
-    pub fn answer(self, key: &str) -> Response {
-        self.answer_echoing(key, None)
-    }
-
-    /// [`MessagingError::answer`] echoing a send's `cid`, so that a client matches the
-    /// refusal to its message.
-    pub fn answer_echoing(self, key: &str, cid: Option<String>) -> Response {
-        self.answer_shaped(key, |body| {
-            if let Some(cid) = cid {
-                body["cid"] = json!(cid);
-            }
-        })
-    }
-
-    /// The refusal of a search, in the searches' own shape: the `status` the seed requires
-    /// of their answers beside `code`, the detail under `code_detail`.
-    pub fn search_answer(self) -> Response {
-        let (_, code) = self.codes();
-        self.answer_shaped("code_detail", |body| body["status"] = json!(code))
-    }
-
-    fn answer_shaped(self, key: &str, shape: impl FnOnce(&mut serde_json::Value)) -> Response {
+    /// The refusal in `shape`, with `WWW-Authenticate` on a 401 and `Retry-After` on a 429.
+    pub fn answer(self, shape: Shape) -> Response {
         if let MessagingError::Internal(e) = &self {
             tracing::error!(error = ?e, "messaging internal error");
         }
         let (status, code) = self.codes();
+        let code = match shape {
+            Shape::RcsDetail => status.as_str().to_owned(),
+            _ => code.to_owned(),
+        };
         let message = match &self {
             MessagingError::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
         };
+        let detail = json!({ "detail_code": format!("API_{code}"), "detail_message": message });
         let mut body = json!({ "code": code });
-        shape(&mut body);
-        body[key] = json!({ "detail_code": format!("API_{code}"), "detail_message": message });
+        match shape {
+            Shape::Result { cid } => {
+                if let Some(cid) = cid {
+                    body["cid"] = json!(cid);
+                }
+                body["result"] = detail;
+            }
+            Shape::Search => {
+                body["status"] = json!(code);
+                body["code_detail"] = detail;
+            }
+            Shape::CodeDetail | Shape::RcsDetail => body["code_detail"] = detail,
+        }
         let mut res = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             res.headers_mut().insert(
@@ -130,6 +143,43 @@ impl MessagingError {
             refusal.set_retry_after(res.headers_mut());
         }
         res
+    }
+
+    pub fn search_answer(self) -> Response {
+        self.answer(Shape::Search)
+    }
+}
+
+/// A messaging error answered in the operator API's shape: what operator handlers return,
+/// so that `?` takes any error of the service there.
+#[derive(Debug)]
+pub struct Operator(pub MessagingError);
+
+impl<E: Into<MessagingError>> From<E> for Operator {
+    fn from(e: E) -> Self {
+        Operator(e.into())
+    }
+}
+
+impl IntoResponse for Operator {
+    fn into_response(self) -> Response {
+        ApiError::from(self.0).into_response()
+    }
+}
+
+impl From<MessagingError> for ApiError {
+    fn from(e: MessagingError) -> Self {
+        match e {
+            MessagingError::Invalid { field, message } => ApiError::invalid_field(field, message),
+            MessagingError::NotFound(message) => ApiError::not_found(message),
+            MessagingError::TooManyRequests(refusal) => refusal.into(),
+            MessagingError::Internal(e) => ApiError::internal(format!("{e:#}")),
+            MessagingError::Unauthorized(_) => ApiError::unauthorized(),
+            other => {
+                let (status, _) = other.codes();
+                ApiError::new(status, "invalid_request", other.to_string())
+            }
+        }
     }
 }
 

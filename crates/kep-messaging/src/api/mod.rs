@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::OpenApi;
 
+use crate::error::Shape;
 use crate::ids::{ClientId, MessageUid};
 use crate::model::Channel;
 use crate::search::{Page, status_filter};
@@ -67,7 +68,9 @@ pub(crate) fn router(m: MessagingService) -> Router {
             get(dlr::carrier_dlr).post(dlr::carrier_dlr),
         )
         // A path of no API is invalid input, in the table's codes and the detail's shape.
-        .fallback(|| async { MessagingError::invalid("path", "no such API").answer("code_detail") })
+        .fallback(|| async {
+            MessagingError::invalid("path", "no such API").answer(Shape::CodeDetail)
+        })
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::extract::DefaultBodyLimit::max(
             m.0.settings.body_limit_bytes,
@@ -81,10 +84,10 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     let path = uri.path();
     let e = MessagingError::MethodNotAllowed(method);
     if path.starts_with(paths::RCS_DETAIL.trim_end_matches("{uid}")) {
-        return rcs::detail_answer(axum::http::StatusCode::METHOD_NOT_ALLOWED, &e.to_string());
+        return e.answer(Shape::RcsDetail);
     }
     if path.starts_with(paths::XMS_DETAIL.trim_end_matches("{uid}")) {
-        return e.answer("code_detail");
+        return e.answer(Shape::CodeDetail);
     }
     e.into_response()
 }
@@ -331,7 +334,7 @@ pub(crate) async fn send<T: Sendable>(
     // The admission stays bound to the end: the send is in flight until it is stored.
     let caller = match caller {
         Ok(caller) => caller,
-        Err(e) => return e.answer_echoing("result", cid_of(read)),
+        Err(e) => return e.answer(Shape::Result { cid: cid_of(read) }),
     };
     let accepted = async {
         auth::check_accept(&headers)?;
@@ -346,7 +349,7 @@ pub(crate) async fn send<T: Sendable>(
             result: Detail::ok("accepted"),
         })
         .into_response(),
-        Err(e) => e.answer_echoing("result", cid_of(read)),
+        Err(e) => e.answer(Shape::Result { cid: cid_of(read) }),
     }
 }
 
@@ -460,7 +463,7 @@ pub(crate) async fn xms_detail(
 ) -> Response {
     match xms_detail_of(&m, caller, &headers, &uid).await {
         Ok(answer) => Json(answer).into_response(),
-        Err(e) => e.answer("code_detail"),
+        Err(e) => e.answer(Shape::CodeDetail),
     }
 }
 

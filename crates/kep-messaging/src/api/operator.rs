@@ -6,14 +6,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query};
+use kep_core::http::{AdminJson, ErrorBody, Path, Query};
 use utoipa::OpenApi;
 
-use crate::MessagingService;
+use crate::error::Operator;
 use crate::ids::{ClientId, MessageUid};
 use crate::model::{Channel, Status};
 use crate::store::{MessageFilter, MessageSummaryRow};
 use crate::uids::ServiceZone;
+use crate::{MessagingError, MessagingService};
 use kep_api::messaging::paths;
 use kep_api::messaging::{
     CarrierStatus, ClientSecret, ClientSummary, CreateClient, MessageList, MessageQuery,
@@ -71,14 +72,11 @@ pub struct MessagingAdminDoc;
 pub(crate) async fn create_client(
     State(m): State<MessagingService>,
     AdminJson(req): AdminJson<CreateClient>,
-) -> Result<(StatusCode, Json<ClientSecret>), ApiError> {
+) -> Result<(StatusCode, Json<ClientSecret>), Operator> {
     if req.name.as_ref().is_some_and(|n| n.chars().count() > 100) {
-        return Err(ApiError::invalid_field("name", "at most 100 characters"));
+        return Err(MessagingError::invalid("name", "at most 100 characters").into());
     }
-    let (client_id, client_secret) =
-        m.0.create_client(req.name.as_deref())
-            .await
-            .map_err(ApiError::internal)?;
+    let (client_id, client_secret) = m.0.create_client(req.name.as_deref()).await?;
     Ok((
         StatusCode::CREATED,
         Json(ClientSecret {
@@ -93,8 +91,8 @@ pub(crate) async fn create_client(
     security(("operator" = [])))]
 pub(crate) async fn list_clients(
     State(m): State<MessagingService>,
-) -> Result<Json<Vec<ClientSummary>>, ApiError> {
-    let clients = m.0.store.clients().await.map_err(ApiError::internal)?;
+) -> Result<Json<Vec<ClientSummary>>, Operator> {
+    let clients = m.0.store.clients().await?;
     Ok(Json(
         clients
             .into_iter()
@@ -112,10 +110,10 @@ pub(crate) async fn list_clients(
 pub(crate) async fn delete_client(
     State(m): State<MessagingService>,
     Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, Operator> {
     let id = ClientId::from(id);
-    if !m.0.delete_client(&id).await.map_err(ApiError::internal)? {
-        return Err(ApiError::not_found("no such client"));
+    if !m.0.delete_client(&id).await? {
+        return Err(MessagingError::NotFound("no such client").into());
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -127,14 +125,10 @@ pub(crate) async fn delete_client(
 pub(crate) async fn rotate_secret(
     State(m): State<MessagingService>,
     Path(id): Path<String>,
-) -> Result<Json<ClientSecret>, ApiError> {
+) -> Result<Json<ClientSecret>, Operator> {
     let id = ClientId::from(id);
-    let Some(client_secret) =
-        m.0.new_client_secret(&id)
-            .await
-            .map_err(ApiError::internal)?
-    else {
-        return Err(ApiError::not_found("no such client"));
+    let Some(client_secret) = m.0.new_client_secret(&id).await? else {
+        return Err(MessagingError::NotFound("no such client").into());
     };
     Ok(Json(ClientSecret {
         client_id: id.into_string(),
@@ -153,12 +147,12 @@ pub(crate) struct OutboxQuery {
 pub(crate) async fn outbox(
     State(m): State<MessagingService>,
     Query(q): Query<OutboxQuery>,
-) -> Result<Json<Vec<OutboxEntry>>, ApiError> {
+) -> Result<Json<Vec<OutboxEntry>>, Operator> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
-        return Err(ApiError::invalid_field("limit", "1 to 1000"));
+        return Err(MessagingError::invalid("limit", "1 to 1000").into());
     }
-    let rows = m.0.store.outbox(limit).await.map_err(ApiError::internal)?;
+    let rows = m.0.store.outbox(limit).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| OutboxEntry {
@@ -182,10 +176,10 @@ pub(crate) async fn carriers(State(m): State<MessagingService>) -> Json<Vec<Carr
 }
 
 /// The page size of the operator's lists: 1 to 500, default 50.
-fn list_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+fn list_limit(limit: Option<i64>) -> Result<i64, MessagingError> {
     let limit = limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
-        return Err(ApiError::invalid_field("limit", "1 to 500"));
+        return Err(MessagingError::invalid("limit", "1 to 500"));
     }
     Ok(limit)
 }
@@ -214,17 +208,17 @@ fn summary(zone: &ServiceZone, r: MessageSummaryRow) -> MessageSummary {
 pub(crate) async fn messages(
     State(m): State<MessagingService>,
     Query(q): Query<MessageQuery>,
-) -> Result<Json<MessageList>, ApiError> {
+) -> Result<Json<MessageList>, Operator> {
     let status = q
         .status
         .map(|s| {
             Status::parse(&s)
-                .ok_or_else(|| ApiError::invalid_field("status", "100, 200, 510 or 520"))
+                .ok_or_else(|| MessagingError::invalid("status", "100, 200, 510 or 520"))
         })
         .transpose()?;
     let channel = q
         .channel
-        .map(|c| Channel::parse(&c).ok_or_else(|| ApiError::invalid_field("channel", "XMS or RCS")))
+        .map(|c| Channel::parse(&c).ok_or_else(|| MessagingError::invalid("channel", "XMS or RCS")))
         .transpose()?;
     let before = q
         .before
@@ -232,7 +226,7 @@ pub(crate) async fn messages(
             if u.len() == 20 && u.bytes().all(|b| b.is_ascii_digit()) {
                 Ok(MessageUid::from(u))
             } else {
-                Err(ApiError::invalid_field("before", "a uid: 20 digits"))
+                Err(MessagingError::invalid("before", "a uid: 20 digits"))
             }
         })
         .transpose()?;
@@ -244,11 +238,7 @@ pub(crate) async fn messages(
         before,
         limit: list_limit(q.limit)?,
     };
-    let rows =
-        m.0.store
-            .operator_messages(&filter)
-            .await
-            .map_err(ApiError::internal)?;
+    let rows = m.0.store.operator_messages(&filter).await?;
     Ok(Json(MessageList {
         messages: rows.into_iter().map(|r| summary(&m.0.zone, r)).collect(),
     }))
@@ -262,14 +252,9 @@ pub(crate) async fn messages(
 pub(crate) async fn message(
     State(m): State<MessagingService>,
     Path(uid): Path<String>,
-) -> Result<Json<MessageTimeline>, ApiError> {
-    let Some((d, handovers)) =
-        m.0.store
-            .message_timeline(&MessageUid::from(uid))
-            .await
-            .map_err(ApiError::internal)?
-    else {
-        return Err(ApiError::not_found("no such message"));
+) -> Result<Json<MessageTimeline>, Operator> {
+    let Some((d, handovers)) = m.0.store.message_timeline(&MessageUid::from(uid)).await? else {
+        return Err(MessagingError::NotFound("no such message").into());
     };
     let zone = &m.0.zone;
     let entry = |at: i64, event: TimelineEvent| TimelineEntry {
@@ -319,14 +304,10 @@ pub(crate) async fn message(
 pub(crate) async fn report_groups(
     State(m): State<MessagingService>,
     Query(q): Query<ReportGroupQuery>,
-) -> Result<Json<ReportGroupList>, ApiError> {
+) -> Result<Json<ReportGroupList>, Operator> {
     let limit = list_limit(q.limit)?;
     let client_id = q.client_id.map(ClientId::from);
-    let rows =
-        m.0.store
-            .report_groups(client_id.as_ref(), limit)
-            .await
-            .map_err(ApiError::internal)?;
+    let rows = m.0.store.report_groups(client_id.as_ref(), limit).await?;
     let zone = &m.0.zone;
     Ok(Json(ReportGroupList {
         report_groups: rows

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{Caller, json_body, request_field};
+use crate::error::Shape;
 use crate::ids::{MessageUid, ReportGroupId};
 use crate::model::{Channel, MessageType, Status};
 use crate::search::{Page, service_type_filter, status_filter};
@@ -224,37 +225,30 @@ pub(crate) async fn detail(
     headers: HeaderMap,
     Path(uid): Path<String>,
 ) -> Response {
-    let caller = match caller {
-        Ok(caller) => caller,
-        Err(MessagingError::Internal(e)) => return MessagingError::Internal(e).into_response(),
-        Err(MessagingError::TooManyRequests(refusal)) => {
-            let mut res = detail_answer(StatusCode::TOO_MANY_REQUESTS, &refusal.to_string());
-            refusal.set_retry_after(res.headers_mut());
-            return res;
-        }
-        Err(e) => {
-            let mut res = detail_answer(StatusCode::UNAUTHORIZED, &e.to_string());
-            res.headers_mut().insert(
-                axum::http::header::WWW_AUTHENTICATE,
-                axum::http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
-            );
-            return res;
-        }
-    };
-    if let Err(e) = super::auth::check_accept(&headers) {
-        return detail_answer(StatusCode::BAD_REQUEST, &e.to_string());
+    match detail_of(&m, caller, &headers, uid).await {
+        Ok(result) => (
+            StatusCode::OK,
+            Json(json!({"code": "200", "code_detail": Detail::ok("ok"), "result": result})),
+        )
+            .into_response(),
+        Err(e) => e.answer(Shape::RcsDetail),
     }
+}
+
+async fn detail_of(
+    m: &MessagingService,
+    caller: Result<Caller, MessagingError>,
+    headers: &HeaderMap,
+    uid: String,
+) -> Result<Value, MessagingError> {
+    let caller = caller?;
+    super::auth::check_accept(headers)?;
     let uid = MessageUid::from(uid);
-    let r = match m
-        .0
-        .store
-        .message(&caller.client_id, Channel::Rcs, &uid)
-        .await
-    {
-        Ok(Some(r)) => r,
-        Ok(None) => return detail_answer(StatusCode::NOT_FOUND, "no such message"),
-        Err(e) => return MessagingError::from(e).into_response(),
-    };
+    let r =
+        m.0.store
+            .message(&caller.client_id, Channel::Rcs, &uid)
+            .await?
+            .ok_or(MessagingError::NotFound("no such message"))?;
     let zone = &m.0.zone;
     let request: Value = serde_json::from_str(&r.request).unwrap_or(Value::Null);
     let date = |ms: Option<i64>| ms.map(|t| zone.format(t));
@@ -286,11 +280,7 @@ pub(crate) async fn detail(
     if let Some(obj) = result.as_object_mut() {
         obj.retain(|_, v| !v.is_null());
     }
-    (
-        StatusCode::OK,
-        Json(json!({"code": "200", "code_detail": Detail::ok("ok"), "result": result})),
-    )
-        .into_response()
+    Ok(result)
 }
 
 /// The detail's `body`: the bodies as sent, or for RCSTMPL its template text (the free text,
@@ -301,14 +291,6 @@ fn shown_body(message_type: MessageType, request: &Value) -> Option<String> {
             .or_else(|| request.get("tmpl_variable").map(Value::to_string));
     }
     request.get("body").map(Value::to_string)
-}
-
-/// A refusal of the RCS detail, whose codes are HTTP-style (the seed): 401 rather than 400
-/// for a bad token.
-pub(crate) fn detail_answer(status: StatusCode, message: &str) -> Response {
-    let code = status.as_u16().to_string();
-    let detail = json!({"detail_code": format!("API_{code}"), "detail_message": message});
-    (status, Json(json!({"code": code, "code_detail": detail}))).into_response()
 }
 
 /// The simulated carrier of a number: one of the three Korean mobile carriers.
