@@ -1,8 +1,10 @@
-//! The adapter's one error enum, mapped once onto its wire shape: the HTTP status, and the
-//! same number in `_code` with `_message`.
+//! The adapter's one error enum, mapped once onto each shape it is answered in: the agent
+//! API's (the HTTP status, and the same number in `_code` with `_message`) and the operator
+//! API's `{"error": {...}}`.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use kep_core::http::ApiError;
 use kep_core::limits::Refusal;
 
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +21,9 @@ pub enum AdapterError {
     /// A body that breaks the document's rules.
     #[error("{0}")]
     BadRequest(String),
+    /// An operator request field that breaks a rule; `field` names it.
+    #[error("{field}: {message}")]
+    InvalidField { field: String, message: String },
     /// The secret key is not the org's.
     #[error("invalid secret key")]
     Unauthorized,
@@ -44,11 +49,19 @@ impl From<sqlx::Error> for AdapterError {
 }
 
 impl AdapterError {
+    pub fn invalid_field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        AdapterError::InvalidField {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             AdapterError::MissingHeader(_)
             | AdapterError::MalformedHeader(..)
-            | AdapterError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            | AdapterError::BadRequest(_)
+            | AdapterError::InvalidField { .. } => StatusCode::BAD_REQUEST,
             AdapterError::Rejected(status, _) => *status,
             AdapterError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdapterError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -97,5 +110,55 @@ impl IntoResponse for AdapterError {
             refusal.set_retry_after(res.headers_mut());
         }
         res
+    }
+}
+
+impl From<AdapterError> for ApiError {
+    fn from(e: AdapterError) -> Self {
+        match e {
+            AdapterError::InvalidField { field, message } => {
+                ApiError::invalid_field(field, message)
+            }
+            AdapterError::NotFound(m) => ApiError::not_found(m),
+            AdapterError::Conflict(m) => ApiError::conflict(m),
+            AdapterError::TooManyRequests(refusal) => refusal.into(),
+            AdapterError::Internal(e) => ApiError::internal(format!("{e:#}")),
+            other => ApiError::new(other.status(), "invalid", other.to_string()),
+        }
+    }
+}
+
+/// An adapter error answered in the operator API's shape: what operator handlers return,
+/// so that `?` takes the service's errors and the operator extractors' alike.
+#[derive(Debug)]
+pub struct Operator(ApiError);
+
+impl IntoResponse for Operator {
+    fn into_response(self) -> Response {
+        self.0.into_response()
+    }
+}
+
+impl From<ApiError> for Operator {
+    fn from(e: ApiError) -> Self {
+        Operator(e)
+    }
+}
+
+impl From<AdapterError> for Operator {
+    fn from(e: AdapterError) -> Self {
+        Operator(e.into())
+    }
+}
+
+impl From<sqlx::Error> for Operator {
+    fn from(e: sqlx::Error) -> Self {
+        AdapterError::from(e).into()
+    }
+}
+
+impl From<std::io::Error> for Operator {
+    fn from(e: std::io::Error) -> Self {
+        AdapterError::Internal(e.into()).into()
     }
 }

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use kep_core::activity::ServiceActivity;
 use kep_core::clock::Clock;
-use kep_core::http::ApiError;
 use kep_core::secret::{constant_time_eq, new_secret, sha256_hex};
 use serde_json::{Value, json};
 
+use crate::AdapterError;
 use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::store::{NewOrg, OrgRow, Store};
 use kep_api::adapter::{
@@ -132,25 +132,25 @@ pub fn view(row: OrgRow) -> OrgLoginType {
     }
 }
 
-fn required(field: &str, value: &str) -> Result<(), ApiError> {
+fn required(field: &str, value: &str) -> Result<(), AdapterError> {
     if value.trim().is_empty() {
-        return Err(ApiError::invalid_field(field, "must not be empty"));
+        return Err(AdapterError::invalid_field(field, "must not be empty"));
     }
     Ok(())
 }
 
 /// Checks a request against the document's tables; returns it normalised (`options` and
 /// `active_options` both set, to the same array).
-pub fn validate(mut req: OrgLoginTypeRequest) -> Result<OrgLoginTypeRequest, ApiError> {
+pub fn validate(mut req: OrgLoginTypeRequest) -> Result<OrgLoginTypeRequest, AdapterError> {
     if !METHODS.contains(&req.method.as_str()) {
-        return Err(ApiError::invalid_field(
+        return Err(AdapterError::invalid_field(
             "method",
             format!("must be one of {}", METHODS.join(", ")),
         ));
     }
     let agent = req.adapter_agent.trim();
     if agent.is_empty() || agent.len() > 255 || agent.contains(char::is_whitespace) {
-        return Err(ApiError::invalid_field(
+        return Err(AdapterError::invalid_field(
             "adapter_agent",
             "a host name (host[:port]) or an http(s):// URL",
         ));
@@ -161,11 +161,11 @@ pub fn validate(mut req: OrgLoginTypeRequest) -> Result<OrgLoginTypeRequest, Api
     Ok(req)
 }
 
-fn normalise(dm: &mut DataModel) -> Result<(), ApiError> {
+fn normalise(dm: &mut DataModel) -> Result<(), AdapterError> {
     if let Some(sync) = dm.user.as_mut().and_then(|u| u.synchronization.as_mut()) {
         let list = match (&sync.options, &sync.active_options) {
             (Some(a), Some(b)) if a != b => {
-                return Err(ApiError::invalid_field(
+                return Err(AdapterError::invalid_field(
                     "data_model.user.synchronization",
                     "options and active_options name the same list; they differ",
                 ));
@@ -190,7 +190,7 @@ fn normalise(dm: &mut DataModel) -> Result<(), ApiError> {
         required(&format!("{p}.client_id"), &o.client_id)?;
         required(&format!("{p}.client_secret"), &o.client_secret)?;
         if o.scopes.is_empty() || o.scopes.iter().any(|s| s.trim().is_empty()) {
-            return Err(ApiError::invalid_field(
+            return Err(AdapterError::invalid_field(
                 format!("{p}.scopes"),
                 "a non-empty list of non-empty scopes",
             ));
@@ -205,7 +205,7 @@ fn normalise(dm: &mut DataModel) -> Result<(), ApiError> {
                 .as_deref()
                 .is_none_or(|l| l.trim().is_empty())
         {
-            return Err(ApiError::invalid_field(
+            return Err(AdapterError::invalid_field(
                 format!("{p}.metadata_location"),
                 "required when saml_metadata_fetching_type is FROM_METADATA_LOCATION",
             ));
@@ -265,13 +265,19 @@ mod tests {
         let mut r = req(None);
         r.method = "LDAP".into();
         assert_eq!(
-            validate(r).unwrap_err().detail.field.as_deref(),
+            kep_core::http::ApiError::from(validate(r).unwrap_err())
+                .detail
+                .field
+                .as_deref(),
             Some("method")
         );
         let mut r = req(None);
         r.adapter_agent = "has space".into();
         assert_eq!(
-            validate(r).unwrap_err().detail.field.as_deref(),
+            kep_core::http::ApiError::from(validate(r).unwrap_err())
+                .detail
+                .field
+                .as_deref(),
             Some("adapter_agent")
         );
     }

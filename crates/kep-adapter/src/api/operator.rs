@@ -7,10 +7,11 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kep_core::http::{AdminJson, ApiError, ErrorBody, Path, Query, from_json};
+use kep_core::http::{AdminJson, ErrorBody, Path, Query, from_json};
 use serde_json::Value;
 use utoipa::OpenApi;
 
+use crate::error::Operator;
 use crate::ids::{OrgLoginTypeId, SessionId};
 use crate::store::SessionFilter;
 use crate::{AdapterError, AdapterService, orgs};
@@ -64,20 +65,6 @@ pub(crate) fn router(adapter: AdapterService) -> Router {
 )]
 pub struct AdapterAdminDoc;
 
-impl From<AdapterError> for ApiError {
-    fn from(e: AdapterError) -> Self {
-        match e {
-            AdapterError::NotFound(m) => ApiError::not_found(m),
-            AdapterError::Internal(e) => ApiError::internal(e),
-            other => ApiError::new(other.status(), "invalid", other.to_string()),
-        }
-    }
-}
-
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(e)
-}
-
 /// `POST /admin/v1/adapter/org-login-types`: registers an org login type; its secret key
 /// is shown once.
 #[utoipa::path(post, path = paths::ORG_LOGIN_TYPES, request_body = OrgLoginTypeRequest,
@@ -85,9 +72,9 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 pub(crate) async fn create_org(
     State(adapter): State<AdapterService>,
     AdminJson(body): AdminJson<Value>,
-) -> Result<(StatusCode, Json<OrgLoginTypeSecret>), ApiError> {
+) -> Result<(StatusCode, Json<OrgLoginTypeSecret>), Operator> {
     let req = orgs::validate(from_json(body)?)?;
-    let created = adapter.0.orgs.create(&req).await.map_err(internal)?;
+    let created = adapter.0.orgs.create(&req).await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -96,12 +83,12 @@ pub(crate) async fn create_org(
     security(("operator" = [])))]
 pub(crate) async fn list_orgs(
     State(adapter): State<AdapterService>,
-) -> Result<Json<Vec<OrgLoginType>>, ApiError> {
-    Ok(Json(adapter.0.orgs.list().await.map_err(internal)?))
+) -> Result<Json<Vec<OrgLoginType>>, Operator> {
+    Ok(Json(adapter.0.orgs.list().await?))
 }
 
-fn no_such_org() -> ApiError {
-    ApiError::not_found("no such org login type")
+fn no_such_org() -> AdapterError {
+    AdapterError::NotFound("no such org login type".into())
 }
 
 /// `GET /admin/v1/adapter/org-login-types/{id}`
@@ -110,8 +97,8 @@ fn no_such_org() -> ApiError {
 pub(crate) async fn show_org(
     State(adapter): State<AdapterService>,
     Path(id): Path<OrgLoginTypeId>,
-) -> Result<Json<OrgLoginType>, ApiError> {
-    let org = adapter.0.orgs.show(id).await.map_err(internal)?;
+) -> Result<Json<OrgLoginType>, Operator> {
+    let org = adapter.0.orgs.show(id).await?;
     Ok(Json(org.ok_or_else(no_such_org)?))
 }
 
@@ -123,9 +110,9 @@ pub(crate) async fn update_org(
     State(adapter): State<AdapterService>,
     Path(id): Path<OrgLoginTypeId>,
     AdminJson(body): AdminJson<Value>,
-) -> Result<Json<OrgLoginType>, ApiError> {
+) -> Result<Json<OrgLoginType>, Operator> {
     let req = orgs::validate(from_json(body)?)?;
-    let org = adapter.0.orgs.update(id, &req).await.map_err(internal)?;
+    let org = adapter.0.orgs.update(id, &req).await?;
     Ok(Json(org.ok_or_else(no_such_org)?))
 }
 
@@ -135,8 +122,8 @@ pub(crate) async fn update_org(
 pub(crate) async fn delete_org(
     State(adapter): State<AdapterService>,
     Path(id): Path<OrgLoginTypeId>,
-) -> Result<StatusCode, ApiError> {
-    let sessions = adapter.0.orgs.delete(id).await.map_err(internal)?;
+) -> Result<StatusCode, Operator> {
+    let sessions = adapter.0.orgs.delete(id).await?;
     adapter
         .0
         .drm
@@ -152,8 +139,8 @@ pub(crate) async fn delete_org(
 pub(crate) async fn rotate_key(
     State(adapter): State<AdapterService>,
     Path(id): Path<OrgLoginTypeId>,
-) -> Result<Json<OrgLoginTypeSecret>, ApiError> {
-    let rotated = adapter.0.orgs.rotate_key(id).await.map_err(internal)?;
+) -> Result<Json<OrgLoginTypeSecret>, Operator> {
+    let rotated = adapter.0.orgs.rotate_key(id).await?;
     Ok(Json(rotated.ok_or_else(no_such_org)?))
 }
 
@@ -165,7 +152,7 @@ pub(crate) async fn rotate_key(
 pub(crate) async fn create_drm_request(
     State(adapter): State<AdapterService>,
     AdminJson(body): AdminJson<Value>,
-) -> Result<(StatusCode, Json<DrmRequestCreated>), ApiError> {
+) -> Result<(StatusCode, Json<DrmRequestCreated>), Operator> {
     let req: DrmRequest = from_json(body)?;
     // It travels to the agent and back as the `Kep-File-Id` header, which the agent's calls
     // have trimmed: visible ASCII, spaces only between.
@@ -175,17 +162,17 @@ pub(crate) async fn create_drm_request(
         || id.trim() != id
         || !id.chars().all(|c| c == ' ' || c.is_ascii_graphic())
     {
-        return Err(ApiError::invalid_field(
+        return Err(AdapterError::invalid_field(
             "file_id",
             "1 to 1024 visible ASCII characters, spaces only between them",
-        ));
+        )
+        .into());
     }
     adapter
         .0
         .orgs
         .show(OrgLoginTypeId(req.org_login_type_id))
-        .await
-        .map_err(internal)?
+        .await?
         .ok_or_else(no_such_org)?;
     let notice = adapter.0.drm.request(req).await?;
     Ok((
@@ -204,13 +191,13 @@ pub(crate) async fn create_drm_request(
 pub(crate) async fn list_drm_requests(
     State(adapter): State<AdapterService>,
     Query(q): Query<DrmSessionQuery>,
-) -> Result<Json<DrmSessionList>, ApiError> {
+) -> Result<Json<DrmSessionList>, Operator> {
     let status = q
         .status
         .as_deref()
         .map(|s| {
             SessionStatus::parse(s).ok_or_else(|| {
-                ApiError::invalid_field(
+                AdapterError::invalid_field(
                     "status",
                     "one of PENDING, GRANTED, DENIED, RELEASED, EXPIRED",
                 )
@@ -219,7 +206,7 @@ pub(crate) async fn list_drm_requests(
         .transpose()?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
-        return Err(ApiError::invalid_field("limit", "1 to 500"));
+        return Err(AdapterError::invalid_field("limit", "1 to 500").into());
     }
     let before = q.before.map(SessionId::from);
     let filter = SessionFilter {
@@ -239,13 +226,13 @@ pub(crate) async fn list_drm_requests(
 pub(crate) async fn show_drm_request(
     State(adapter): State<AdapterService>,
     Path(session): Path<SessionId>,
-) -> Result<Json<DrmSession>, ApiError> {
+) -> Result<Json<DrmSession>, Operator> {
     let s = adapter
         .0
         .drm
         .show(&session)
         .await?
-        .ok_or_else(|| ApiError::not_found("no such DRM session"))?;
+        .ok_or_else(|| AdapterError::NotFound("no such DRM session".into()))?;
     Ok(Json(s))
 }
 
@@ -257,18 +244,19 @@ pub(crate) async fn show_drm_request(
 pub(crate) async fn released_file(
     State(adapter): State<AdapterService>,
     Path(session): Path<SessionId>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, Operator> {
     let drm = &adapter.0.drm;
     let Some((path, file)) = drm.released_file(&session).await? else {
         return match drm.show(&session).await? {
-            None => Err(ApiError::not_found("no such DRM session")),
-            Some(s) => Err(ApiError::conflict(format!(
+            None => Err(AdapterError::NotFound("no such DRM session".into()).into()),
+            Some(s) => Err(AdapterError::Conflict(format!(
                 "no released file: the session is {}",
                 s.status.as_str()
-            ))),
+            ))
+            .into()),
         };
     };
-    let handle = tokio::fs::File::open(&path).await.map_err(internal)?;
+    let handle = tokio::fs::File::open(&path).await?;
     let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
         handle,
         64 * 1024,
