@@ -288,20 +288,29 @@ impl<C: Carrier> Dispatcher<C> {
             }
         };
         let mut d = Delivery::new(m);
-        match receipts::progress(&parts) {
-            None => self.deliver(d, None).await,
-            Some(progress) => {
-                self.forget(&d.m.uid);
-                d.handovers = progress.handovers;
-                match progress.last {
-                    Some((route, outcome)) => self.go_on(d, route, outcome).await,
-                    None => {
-                        d.m.error_message = Some(
-                            "no delivery receipt in time (messaging.receipt_timeout_s)".into(),
-                        );
-                        self.finish(d, CarrierOutcome::Resendable);
-                    }
-                }
+        let Some(progress) = receipts::progress(&parts) else {
+            return self.deliver(d, None).await;
+        };
+        let deadline = progress
+            .submitted_at
+            .saturating_add(ms(self.policy.receipt_timeout));
+        if progress.last.is_none() && self.clock.unix_ms() < deadline {
+            // Claimed before its receipts were due: its hand-over's record came after its
+            // claim ran out, or its receipt's outcome is still being written. It waits on
+            // for them, still awaited here, until its deadline.
+            if let Err(e) = self.store.retry_at(&d.m.uid, deadline).await {
+                tracing::warn!(error = %e, "putting a message back to await its receipts");
+            }
+            return;
+        }
+        self.forget(&d.m.uid);
+        d.handovers = progress.handovers;
+        match progress.last {
+            Some((route, outcome)) => self.go_on(d, route, outcome).await,
+            None => {
+                d.m.error_message =
+                    Some("no delivery receipt in time (messaging.receipt_timeout_s)".into());
+                self.finish(d, CarrierOutcome::Resendable);
             }
         }
     }

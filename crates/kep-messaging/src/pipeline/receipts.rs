@@ -198,6 +198,8 @@ pub(crate) struct Progress {
     pub handovers: Vec<Handover>,
     /// The latest one's route and outcome; `None` while its receipts are missing.
     pub last: Option<(Route, CarrierOutcome)>,
+    /// When the latest one was handed over.
+    pub submitted_at: i64,
 }
 
 /// `None` when the message was never handed to a carrier that sends receipts.
@@ -230,6 +232,7 @@ pub(crate) fn progress(parts: &[ReceiptRow]) -> Option<Progress> {
     Some(Progress {
         handovers,
         last: last.map(|o| (latest.route, o)),
+        submitted_at: latest.submitted_at,
     })
 }
 
@@ -400,6 +403,7 @@ impl<C: Carrier> Dispatcher<C> {
         let Some(Progress {
             handovers,
             last: Some((route, outcome)),
+            ..
         }) = progress(&all)
         else {
             return;

@@ -49,6 +49,9 @@ struct Run {
     in_memory: bool,
     /// The sender goes before its answer, once the message is queued for the commit.
     hang_up: bool,
+    /// Once handed over, the message is made due in the queue, as when its claim ran out
+    /// before its hand-over was recorded; then its part's receipt comes (`Delivered`).
+    due_before_its_receipt: bool,
 }
 
 impl Default for Run {
@@ -58,6 +61,7 @@ impl Default for Run {
             receipt_timeout: Duration::from_secs(600),
             in_memory: true,
             hang_up: false,
+            due_before_its_receipt: false,
         }
     }
 }
@@ -75,7 +79,7 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
     let writer = Writer::start(store.clone(), Claim(30_000), accepted);
     let calls = carrier.calls.clone();
     let (tx, rx) = mpsc::unbounded_channel();
-    carrier.tx = Some(tx);
+    carrier.tx = Some(tx.clone());
     let policy = DispatchPolicy {
         concurrency: 4,
         lease: Duration::from_secs(30),
@@ -127,6 +131,22 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
     } else {
         writer.insert(row).await.unwrap();
     }
+    if run.due_before_its_receipt {
+        while store.receipts_of(&uid).await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        store.retry_at(&uid, 0).await.unwrap();
+        // Claimed again within a claim round or two (every 100 ms): it still waits.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let m = store.message_by_uid(&uid).await.unwrap().unwrap();
+        assert_eq!(m.status, Status::Accepted, "{:?}", m.error_message);
+        let _ = tx.send(CarrierReceipt {
+            carrier: Arc::from("scripted"),
+            account: Arc::from("scripted"),
+            message_id: "821012345678-0".into(),
+            state: MessageState::Delivered,
+        });
+    }
     for _ in 0..500 {
         // (None while a write its caller left is still to commit.)
         let m = store
@@ -142,6 +162,26 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
         "never finished: {:?}",
         store.receipts_of(&uid).await.unwrap()
     );
+}
+
+/// A message claimed from the queue before its receipt deadline (its claim ran out before
+/// its hand-over's record, as under load) waits on for its receipts, not failed 520 then;
+/// its receipt decides it.
+#[tokio::test]
+async fn a_message_due_before_its_receipt_deadline_waits_on_for_its_receipt() {
+    for in_memory in [true, false] {
+        let awaiting = Scripted {
+            parts: 1,
+            ..Scripted::default()
+        };
+        let run = Run {
+            in_memory,
+            due_before_its_receipt: true,
+            ..Run::default()
+        };
+        let (m, calls) = deliver_with(awaiting, run).await;
+        assert_eq!((m.status.as_str(), calls, in_memory), ("200", 1, in_memory));
+    }
 }
 
 #[tokio::test]
