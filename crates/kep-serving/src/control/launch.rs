@@ -8,12 +8,13 @@ use kep_model_server::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::Control;
+use crate::ServingError;
 use crate::ids::{ImageId, ImageName, ModelId, ModelName};
 use crate::runtime::container::ContainerLaunch;
 use crate::runtime::probe::ProbeSpec;
 use crate::runtime::{Launch, Workload};
+use crate::settings::ServingSettings;
 use crate::store::EndpointRow;
-use crate::{ServingError, ServingSettings};
 use kep_api::serving::{DeploymentType, Probe, Resources};
 
 /// A deployment as stored: the request resolved against the images and models it names.

@@ -176,7 +176,7 @@ impl Backends {
 const ASK_WITHIN: Duration = Duration::from_secs(2);
 
 /// How long the leader may take to stop a deployment's instances: drain, then grace.
-fn stop_within(settings: &crate::ServingSettings) -> Duration {
+fn stop_within(settings: &crate::settings::ServingSettings) -> Duration {
     Duration::from_millis(settings.termination_drain_ms)
         + Duration::from_secs(settings.termination_grace_s)
         + ASK_WITHIN

@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 use crate::kinds::Protocol;
-use crate::{ServingError, ServingSettings, spec};
+use crate::settings::ServingSettings;
+use crate::{ServingError, spec};
 use kep_api::serving::{Command, DeploymentRequest, DeploymentType, EndpointRequest, ImageRequest};
 
 pub(super) const FRAMEWORKS: &[&str] = &["tensorflow", "pytorch", "onnx"];
