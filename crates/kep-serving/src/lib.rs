@@ -13,7 +13,6 @@ mod metrics;
 mod monitor;
 mod runtime;
 mod settings;
-mod spec;
 mod store;
 
 use std::sync::Arc;
@@ -26,12 +25,12 @@ use kep_core::retry::Backoff;
 use kep_core::service::{Context, ListenerSettings, Service};
 use utoipa::OpenApi as _;
 
+pub use control::validate::{percentages, traffic_weights};
 pub use error::ServingError;
 pub use kep_api::serving::Resources;
 pub use kep_gateway::GatewaySettings;
 pub use kep_gateway::meter::prometheus_buckets as latency_buckets_s;
 pub use settings::{QuotaSettings, ServingSettings};
-pub use spec::{percentages, traffic_weights};
 
 /// The running serving service; cheap to clone.
 #[derive(Clone)]

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::artifacts::{check_model, forget_workdir};
 use super::launch::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef, check_model_instances};
 use super::{Control, nodes, rfc3339, validate};
+use crate::ServingError;
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::store::{DeploymentRow, LiveSources};
-use crate::{ServingError, spec};
 use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};
 
 /// A custom image's port when the request gives none.
@@ -338,12 +338,12 @@ fn check_models(others: &[DeploymentRow], spec: &DeploymentSpec) -> Result<(), S
         .filter_map(|d| d.spec.model.as_ref().map(|m| &m.id))
         .collect();
     ids.insert(&model.id);
-    if ids.len() > spec::MODELS_PER_ENDPOINT {
+    if ids.len() > validate::MODELS_PER_ENDPOINT {
         return Err(ServingError::field(
             "model",
             format!(
                 "an endpoint serves at most {} models",
-                spec::MODELS_PER_ENDPOINT
+                validate::MODELS_PER_ENDPOINT
             ),
         ));
     }
