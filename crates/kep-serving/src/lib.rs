@@ -5,6 +5,7 @@
 
 pub mod api;
 mod control;
+mod deployment;
 mod engine;
 mod error;
 pub mod ids;

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::artifacts::{check_model, forget_workdir};
-use super::launch::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef, check_model_instances};
+use super::launch::check_model_instances;
 use super::{Control, nodes, rfc3339, validate};
 use crate::ServingError;
+use crate::deployment::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::store::{DeploymentRow, LiveSources};
 use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};

@@ -30,7 +30,6 @@ use crate::runtime::RuntimeHandle;
 use crate::settings::ServingSettings;
 use crate::store::Store;
 use kep_gateway::RouteUpdate;
-pub(crate) use launch::DeploymentSpec;
 use launch::ModelServer;
 pub use nodes::Placement;
 

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Control, DeploymentSpec};
+use super::Control;
 use crate::ServingError;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{DeploymentKey, EndpointName};
 use crate::kinds::DeploymentState;
 use crate::store::EndpointRow;

@@ -9,7 +9,7 @@ use kep_api::serving::AlertSettings;
 use kep_core::service::Context;
 use kep_model_server::model::TensorSpec;
 
-use crate::control::DeploymentSpec;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{
     AlertId, DeploymentName, EndpointName, ImageId, ImageName, InstanceId, ModelId, ModelName,
 };

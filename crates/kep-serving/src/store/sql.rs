@@ -11,7 +11,7 @@ use super::{
     AlertRow, DeploymentRow, EndpointRow, EventRow, ImageRow, LiveSources, ModelRow, NewAlert,
     NewEvent, Store,
 };
-use crate::control::DeploymentSpec;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{AlertId, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::kinds::AlertStatus;
 

@@ -8,7 +8,7 @@ use kep_model_server::model::{DataType, TensorSpec};
 use sqlx::SqlitePool;
 
 use super::{SQLITE, SqliteStore};
-use crate::control::DeploymentSpec;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{DeploymentName, EndpointName, InstanceId};
 use crate::kinds::{AlertStatus, Condition, DeploymentState, ImageSource, InstanceState, Protocol};
 use crate::store::{
