@@ -1,13 +1,15 @@
 //! A deployment as stored (`deployments.spec`): the request resolved against the images and
 //! models it names, with what its instances run pinned. The store keeps it as JSON; the
-//! control plane makes it and turns it into a launch.
+//! control plane makes it and turns it into a launch. Its types are its own, in the JSON
+//! form the API's had when they were stored, so that a change of the API is not a migration;
+//! the control plane converts at its edge.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ImageId, ImageName, ModelId, ModelName};
-use kep_api::serving::{DeploymentType, Probe};
+use kep_api::serving as api;
 
 /// A deployment as stored: the request resolved against the images and models it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,4 +73,139 @@ pub(crate) struct ModelRef {
     pub(crate) name: ModelName,
     pub(crate) framework: String,
     pub(crate) path: String,
+}
+
+/// `custom-image`, `tensorflow-serving`, `triton` or `cosmos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum DeploymentType {
+    CustomImage,
+    TensorflowServing,
+    Triton,
+    Cosmos,
+}
+
+impl DeploymentType {
+    pub(crate) fn as_str(self) -> &'static str {
+        api::DeploymentType::from(self).as_str()
+    }
+}
+
+/// A readiness or liveness probe: exactly one of `http` and `tcp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Probe {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) http: Option<HttpProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tcp: Option<TcpProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) interval_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) failure_threshold: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) initial_delay_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpProbe {
+    pub(crate) path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TcpProbe {}
+
+impl From<api::DeploymentType> for DeploymentType {
+    fn from(t: api::DeploymentType) -> Self {
+        match t {
+            api::DeploymentType::CustomImage => DeploymentType::CustomImage,
+            api::DeploymentType::TensorflowServing => DeploymentType::TensorflowServing,
+            api::DeploymentType::Triton => DeploymentType::Triton,
+            api::DeploymentType::Cosmos => DeploymentType::Cosmos,
+        }
+    }
+}
+
+impl From<DeploymentType> for api::DeploymentType {
+    fn from(t: DeploymentType) -> Self {
+        match t {
+            DeploymentType::CustomImage => api::DeploymentType::CustomImage,
+            DeploymentType::TensorflowServing => api::DeploymentType::TensorflowServing,
+            DeploymentType::Triton => api::DeploymentType::Triton,
+            DeploymentType::Cosmos => api::DeploymentType::Cosmos,
+        }
+    }
+}
+
+impl From<api::Probe> for Probe {
+    fn from(p: api::Probe) -> Self {
+        let api::Probe {
+            http,
+            tcp,
+            interval_s,
+            timeout_s,
+            failure_threshold,
+            initial_delay_s,
+        } = p;
+        Probe {
+            http: http.map(|h| HttpProbe { path: h.path }),
+            tcp: tcp.map(|api::TcpProbe {}| TcpProbe {}),
+            interval_s,
+            timeout_s,
+            failure_threshold,
+            initial_delay_s,
+        }
+    }
+}
+
+impl From<Probe> for api::Probe {
+    fn from(p: Probe) -> Self {
+        let Probe {
+            http,
+            tcp,
+            interval_s,
+            timeout_s,
+            failure_threshold,
+            initial_delay_s,
+        } = p;
+        api::Probe {
+            http: http.map(|h| api::HttpProbe { path: h.path }),
+            tcp: tcp.map(|TcpProbe {}| api::TcpProbe {}),
+            interval_s,
+            timeout_s,
+            failure_threshold,
+            initial_delay_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored deployments read back: the stored types write what the API's types wrote.
+    #[test]
+    fn stored_in_the_api_s_json_form() {
+        let probe = r#"{"http":{"path":"/ready"},"interval_s":0.5,"timeout_s":2.0,"failure_threshold":3,"initial_delay_s":1.0}"#;
+        let stored: Probe = serde_json::from_str(probe).unwrap();
+        let wire: api::Probe = serde_json::from_str(probe).unwrap();
+        assert_eq!(serde_json::to_string(&stored).unwrap(), probe);
+        assert_eq!(api::Probe::from(stored.clone()), wire);
+        assert_eq!(Probe::from(wire), stored);
+        let tcp = r#"{"tcp":{}}"#;
+        let stored: Probe = serde_json::from_str(tcp).unwrap();
+        assert_eq!(serde_json::to_string(&stored).unwrap(), tcp);
+        for kind in ["custom-image", "tensorflow-serving", "triton", "cosmos"] {
+            let json = format!("\"{kind}\"");
+            let stored: DeploymentType = serde_json::from_str(&json).unwrap();
+            let wire: api::DeploymentType = serde_json::from_str(&json).unwrap();
+            assert_eq!(api::DeploymentType::from(stored), wire);
+            assert_eq!(DeploymentType::from(wire), stored);
+            assert_eq!(stored.as_str(), kind);
+        }
+    }
 }

@@ -8,13 +8,13 @@ use kep_model_server::Engine;
 
 use super::Control;
 use crate::ServingError;
-use crate::deployment::{DeploymentSpec, ModelRef};
+use crate::deployment::{DeploymentSpec, DeploymentType, ModelRef};
 use crate::runtime::container::ContainerLaunch;
 use crate::runtime::probe::ProbeSpec;
 use crate::runtime::{Launch, Workload};
 use crate::settings::ServingSettings;
 use crate::store::EndpointRow;
-use kep_api::serving::{DeploymentType, Resources};
+use kep_api::serving::Resources;
 
 impl DeploymentSpec {
     /// What its instances run; the description does not matter to them. Model types run
