@@ -10,6 +10,8 @@ mod engine;
 mod error;
 pub mod ids;
 mod kinds;
+#[cfg(test)]
+mod layers;
 mod metrics;
 mod monitor;
 mod runtime;
