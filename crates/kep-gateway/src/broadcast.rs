@@ -9,8 +9,9 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
 
+use crate::forwarding::{Upstreamed, bad_gateway, upstream_request};
 use crate::route::Route;
-use crate::{Gateway, GatewayError, Upstreamed, bad_gateway, upstream_request};
+use crate::{Gateway, GatewayError};
 
 /// Whether `method` `path` (on the instance) registers or unregisters shared memory or
 /// changes the settings (gRPC's settings calls, which read them too when they name none,

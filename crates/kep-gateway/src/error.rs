@@ -158,6 +158,42 @@ impl GatewayError {
 /// `grpc-message` is percent-encoded: everything but printable ASCII other than `%`.
 const GRPC_MESSAGE: &AsciiSet = &CONTROLS.add(b'%');
 
+/// Why a call did not get an answer.
+#[derive(Debug)]
+pub struct SendError {
+    /// No connection could be made: the call never reached the instance.
+    pub connect: bool,
+    pub cause: String,
+}
+
+impl SendError {
+    pub(crate) fn connect(e: std::io::Error) -> Self {
+        SendError {
+            connect: true,
+            cause: format!("connecting: {e}"),
+        }
+    }
+
+    pub fn closed() -> Self {
+        SendError {
+            connect: false,
+            cause: "the instance closed the connection".into(),
+        }
+    }
+
+    /// The innermost cause of `e`, which says what went wrong in the fewest words.
+    pub fn http(e: &(dyn std::error::Error + 'static)) -> Self {
+        let mut cause = e;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        SendError {
+            connect: false,
+            cause: cause.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use http_body_util::BodyExt as _;

@@ -22,7 +22,7 @@ use hyper::{Request, Response};
 use tokio::net::TcpStream;
 
 use super::body::ProxyBody;
-use super::pool::SendError;
+use crate::error::SendError;
 
 /// The instance's flow-control windows and frames, as the model server sets its own: a
 /// batch of 32 images is 19 MB, which 64 KiB windows would send a window at a time.

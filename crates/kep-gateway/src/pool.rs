@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 
 use super::body::ProxyBody;
 use super::http2::{Http2Body, Http2Conn};
+use crate::error::SendError;
 
 type Driver = Pin<Box<http1::Connection<TokioIo<TcpStream>, ProxyBody>>>;
 
@@ -75,42 +76,6 @@ impl<T> Idle<T> {
         let mut idle = self.0.lock().expect("the pool lock is never poisoned");
         if idle.len() < settings.max_idle {
             idle.push((conn, Instant::now()));
-        }
-    }
-}
-
-/// Why a call did not get an answer.
-#[derive(Debug)]
-pub struct SendError {
-    /// No connection could be made: the call never reached the instance.
-    pub connect: bool,
-    pub cause: String,
-}
-
-impl SendError {
-    fn connect(e: std::io::Error) -> Self {
-        SendError {
-            connect: true,
-            cause: format!("connecting: {e}"),
-        }
-    }
-
-    pub fn closed() -> Self {
-        SendError {
-            connect: false,
-            cause: "the instance closed the connection".into(),
-        }
-    }
-
-    /// The innermost cause of `e`, which says what went wrong in the fewest words.
-    pub fn http(e: &(dyn std::error::Error + 'static)) -> Self {
-        let mut cause = e;
-        while let Some(next) = cause.source() {
-            cause = next;
-        }
-        SendError {
-            connect: false,
-            cause: cause.to_string(),
         }
     }
 }

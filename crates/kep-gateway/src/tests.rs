@@ -1,4 +1,10 @@
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::HeaderValue;
+use axum::response::Response;
+
 use super::*;
+use crate::forwarding::split_path;
 
 /// A `protocol: grpc` endpoint reaches its instances over HTTP/2, trailers included.
 #[tokio::test]

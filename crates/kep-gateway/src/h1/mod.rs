@@ -42,11 +42,11 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::pool::{InstancePool, SendError};
-use super::{
-    Gateway, authorized, bad_gateway, is_forwarding, is_hop_by_hop, split_path, underscored,
-};
-use crate::{GatewayError, Shape};
+use super::pool::InstancePool;
+use crate::error::SendError;
+use crate::forwarding::{bad_gateway, split_path};
+use crate::headers::{authorized, is_forwarding, is_hop_by_hop, underscored};
+use crate::{Gateway, GatewayError, Shape};
 
 /// As many headers as hyper reads; a head with more is handed over.
 const MAX_HEADERS: usize = 100;

@@ -71,7 +71,7 @@ impl<'h> Call<'h> {
 
     /// The request as the instance gets it: origin form, its own `Host`, the caller's
     /// headers less the hop-by-hop ones, the forwarding ones, `Host` and the API key, and
-    /// `X-Forwarded-For` the caller's address, `peer` (as [`super::upstream_headers`]
+    /// `X-Forwarded-For` the caller's address, `peer` (as [`crate::headers::upstream_headers`]
     /// leaves them), and the body.
     pub(super) fn write_upstream(
         &self,

@@ -8,8 +8,9 @@ use kep_model_server::Engine;
 use kep_model_server::model::Signature;
 
 use super::Control;
-use super::launch::{DeploymentSpec, KEP_ENGINE, NATIVE, Native};
+use super::launch::{KEP_ENGINE, NATIVE};
 use crate::ServingError;
+use crate::deployment::{DeploymentSpec, Native};
 use crate::store::ModelRow;
 use kep_api::serving::DeploymentType;
 

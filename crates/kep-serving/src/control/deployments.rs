@@ -4,12 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::artifacts::{check_model, forget_workdir};
-use super::launch::{DeploymentSpec, EngineImageRef, ImageRef, ModelRef, check_model_instances};
+use super::launch::check_model_instances;
 use super::{Control, nodes, rfc3339, validate};
+use crate::ServingError;
+use crate::deployment::{DeploymentSpec, DeploymentType, EngineImageRef, ImageRef, ModelRef};
 use crate::ids::{DeploymentKey, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::store::{DeploymentRow, LiveSources};
-use crate::{ServingError, spec};
-use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest, DeploymentType};
+use kep_api::serving::{Deployment, DeploymentPatch, DeploymentRequest};
 
 /// A custom image's port when the request gives none.
 const DEFAULT_PORT: u16 = 8080;
@@ -83,7 +84,7 @@ impl Control {
         };
         Ok(DeploymentSpec {
             description: req.description,
-            kind: req.kind,
+            kind: req.kind.into(),
             image,
             model,
             script: req.script,
@@ -91,8 +92,8 @@ impl Control {
             native,
             env: req.env,
             port: req.port.unwrap_or(DEFAULT_PORT),
-            readiness: req.readiness,
-            liveness: req.liveness,
+            readiness: req.readiness.map(Into::into),
+            liveness: req.liveness.map(Into::into),
         })
     }
 
@@ -183,14 +184,14 @@ impl Control {
             endpoint: row.endpoint.into_string(),
             name: row.name.into_string(),
             description: spec.description,
-            kind: spec.kind,
+            kind: spec.kind.into(),
             image: spec.image.map(|i| i.name.into_string()),
             model: spec.model.map(|m| m.name.into_string()),
             script: spec.script,
             env: spec.env,
             port: (spec.kind == DeploymentType::CustomImage).then_some(spec.port),
-            readiness: spec.readiness,
-            liveness: spec.liveness,
+            readiness: spec.readiness.map(Into::into),
+            liveness: spec.liveness.map(Into::into),
             weight: row.weight as u32,
             source_deleted,
             state: placed
@@ -311,7 +312,7 @@ fn edited(
     DeploymentRequest {
         name: name.to_string(),
         description: patch.description.unwrap_or(old.description.clone()),
-        kind: old.kind,
+        kind: old.kind.into(),
         image: patch
             .image
             .or(old.image.as_ref().map(|i| i.name.to_string())),
@@ -323,8 +324,12 @@ fn edited(
         port: patch
             .port
             .or((old.kind == DeploymentType::CustomImage).then_some(old.port)),
-        readiness: patch.readiness.unwrap_or(old.readiness.clone()),
-        liveness: patch.liveness.unwrap_or(old.liveness.clone()),
+        readiness: patch
+            .readiness
+            .unwrap_or(old.readiness.clone().map(Into::into)),
+        liveness: patch
+            .liveness
+            .unwrap_or(old.liveness.clone().map(Into::into)),
     }
 }
 
@@ -338,12 +343,12 @@ fn check_models(others: &[DeploymentRow], spec: &DeploymentSpec) -> Result<(), S
         .filter_map(|d| d.spec.model.as_ref().map(|m| &m.id))
         .collect();
     ids.insert(&model.id);
-    if ids.len() > spec::MODELS_PER_ENDPOINT {
+    if ids.len() > validate::MODELS_PER_ENDPOINT {
         return Err(ServingError::field(
             "model",
             format!(
                 "an endpoint serves at most {} models",
-                spec::MODELS_PER_ENDPOINT
+                validate::MODELS_PER_ENDPOINT
             ),
         ));
     }

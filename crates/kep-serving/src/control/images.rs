@@ -16,7 +16,6 @@ use crate::ServingError;
 use crate::engine::EngineImage;
 use crate::ids::{ImageId, ImageName};
 use crate::kinds::ImageSource;
-use crate::spec;
 use crate::store::ImageRow;
 use kep_api::serving::{Image, ImageRequest};
 
@@ -69,7 +68,7 @@ impl Control {
         S: Stream<Item = Result<Bytes, E>> + Send + 'static,
         E: Into<BodyError> + 'static,
     {
-        spec::check_name("name", &name)?;
+        validate::check_name("name", &name)?;
         let max = self.settings.max_model_bytes;
         if length.is_some_and(|n| n > max) {
             return Err(ServingError::PayloadTooLarge(max));

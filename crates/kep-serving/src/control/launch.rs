@@ -1,84 +1,20 @@
-//! A deployment as stored, and what its instances run: the command, the variables and the
-//! probes the runtime is handed.
+//! What a stored deployment's instances run: the command, the variables and the probes the
+//! runtime is handed.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use kep_model_server::Engine;
-use serde::{Deserialize, Serialize};
 
 use super::Control;
-use crate::ids::{ImageId, ImageName, ModelId, ModelName};
+use crate::ServingError;
+use crate::deployment::{DeploymentSpec, DeploymentType, ModelRef};
 use crate::runtime::container::ContainerLaunch;
 use crate::runtime::probe::ProbeSpec;
 use crate::runtime::{Launch, Workload};
+use crate::settings::ServingSettings;
 use crate::store::EndpointRow;
-use crate::{ServingError, ServingSettings};
-use kep_api::serving::{DeploymentType, Probe, Resources};
-
-/// A deployment as stored: the request resolved against the images and models it names.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct DeploymentSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) description: Option<String>,
-    #[serde(rename = "type")]
-    pub(super) kind: DeploymentType,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) image: Option<ImageRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) model: Option<ModelRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) script: Option<String>,
-    /// The script file instances run: the inline text written out, or `serve.rhai` of the
-    /// repository cloned at deploy time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) script_path: Option<String>,
-    /// The command of a real model server from the PATH (`KEP_ENGINE=native`), with the
-    /// model laid out for it under its own folder.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) native: Option<Native>,
-    pub(super) env: BTreeMap<String, String>,
-    pub(super) port: u16,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) readiness: Option<Probe>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) liveness: Option<Probe>,
-}
-
-/// A real model server's command and the folder the model is laid out in for it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct Native {
-    pub(super) dir: String,
-    pub(super) argv: Vec<String>,
-}
-
-/// The image a deployment was made from, with its command as it was then (as a container
-/// runtime pins an image digest).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct ImageRef {
-    pub(super) id: ImageId,
-    pub(super) name: ImageName,
-    /// Empty for an engine image.
-    #[serde(default)]
-    pub(super) command: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) engine: Option<EngineImageRef>,
-}
-
-/// An engine image as a deployment pins it: the engine's id it had when deployed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct EngineImageRef {
-    pub(super) reference: String,
-    pub(super) id: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(super) struct ModelRef {
-    pub(super) id: ModelId,
-    pub(super) name: ModelName,
-    pub(super) framework: String,
-    pub(super) path: String,
-}
+use kep_api::serving::Resources;
 
 impl DeploymentSpec {
     /// What its instances run; the description does not matter to them. Model types run

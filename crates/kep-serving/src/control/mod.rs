@@ -25,11 +25,11 @@ use kep_core::clock::Clock;
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::task::TaskTracker;
 
+use crate::ServingError;
 use crate::runtime::RuntimeHandle;
+use crate::settings::ServingSettings;
 use crate::store::Store;
-use crate::{ServingError, ServingSettings};
 use kep_gateway::RouteUpdate;
-pub(crate) use launch::DeploymentSpec;
 use launch::ModelServer;
 pub use nodes::Placement;
 

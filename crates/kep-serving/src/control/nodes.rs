@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Control, DeploymentSpec};
+use super::Control;
 use crate::ServingError;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{DeploymentKey, EndpointName};
 use crate::kinds::DeploymentState;
 use crate::store::EndpointRow;
@@ -176,7 +177,7 @@ impl Backends {
 const ASK_WITHIN: Duration = Duration::from_secs(2);
 
 /// How long the leader may take to stop a deployment's instances: drain, then grace.
-fn stop_within(settings: &crate::ServingSettings) -> Duration {
+fn stop_within(settings: &crate::settings::ServingSettings) -> Duration {
     Duration::from_millis(settings.termination_drain_ms)
         + Duration::from_secs(settings.termination_grace_s)
         + ASK_WITHIN

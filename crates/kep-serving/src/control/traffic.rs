@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 
 use super::Control;
+use super::validate;
+use crate::ServingError;
 use crate::ids::{DeploymentName, EndpointName};
 use crate::kinds::Protocol;
 use crate::store::DeploymentRow;
-use crate::{ServingError, spec};
 use kep_api::serving::{Mirroring, Traffic, TrafficRequest};
 use kep_gateway::{EndpointRoute, RouteUpdate};
 
@@ -26,7 +27,7 @@ impl Control {
                 "endpoint {endpoint} has no deployment to send traffic to"
             )));
         }
-        let weights: BTreeMap<DeploymentName, u32> = spec::traffic_weights(&req, &names)?
+        let weights: BTreeMap<DeploymentName, u32> = validate::traffic_weights(&req, &names)?
             .into_iter()
             .map(|(name, w)| (DeploymentName::from(name), w))
             .collect();
@@ -133,6 +134,6 @@ pub(super) fn traffic_view(rows: &[DeploymentRow]) -> Traffic {
         .collect();
     Traffic {
         weights,
-        percent: spec::percentages(&effective),
+        percent: validate::percentages(&effective),
     }
 }

@@ -131,11 +131,17 @@ impl Monitor {
         endpoint: &EndpointName,
     ) -> Result<AlertSettings, ServingError> {
         self.known(endpoint).await?;
-        let stored = self.store.alert_settings().await?;
+        let stored = self.stored_alert_settings().await?;
         let settings = stored.into_iter().find(|(e, _)| e == endpoint);
         Ok(alerts::complete(
             settings.map(|(_, s)| s).unwrap_or_default(),
         ))
+    }
+
+    /// Every endpoint's alert settings, as the API states them: what alerts are judged by.
+    async fn stored_alert_settings(&self) -> sqlx::Result<Vec<(EndpointName, AlertSettings)>> {
+        let stored = self.store.alert_settings().await?;
+        Ok(stored.into_iter().map(|(e, s)| (e, s.into())).collect())
     }
 
     pub async fn set_alert_settings(
@@ -145,7 +151,9 @@ impl Monitor {
     ) -> Result<AlertSettings, ServingError> {
         self.known(endpoint).await?;
         alerts::validate(&settings)?;
-        self.store.set_alert_settings(endpoint, &settings).await?;
+        self.store
+            .set_alert_settings(endpoint, &settings.clone().into())
+            .await?;
         let _ = self.resets.send(endpoint.clone());
         Ok(alerts::complete(settings))
     }
@@ -194,7 +202,7 @@ impl Monitor {
     }
 
     async fn on_event(&self, e: &NewEvent) {
-        let Ok(all) = self.store.alert_settings().await else {
+        let Ok(all) = self.stored_alert_settings().await else {
             return;
         };
         let Some(settings) = active(&all, &e.endpoint) else {
@@ -346,7 +354,7 @@ impl Monitor {
         // Read after the meters: a call counted here came after any settings change it
         // followed, so the alerts it raises are judged by them. Should the read fail, the
         // last settings read judge this sample's calls, which are not lost.
-        match self.store.alert_settings().await {
+        match self.stored_alert_settings().await {
             Ok(read) => s.alerting = read,
             Err(e) => tracing::warn!(error = %e, "reading the alert settings; using the last read"),
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
-use kep_api::serving::Probe;
+use crate::deployment::{Probe, TcpProbe};
 
 /// When a deployment sets no readiness probe, an instance is ready once its port accepts.
 pub const DEFAULT_INTERVAL_S: f64 = 1.0;
@@ -44,7 +44,7 @@ impl ProbeSpec {
     pub fn tcp() -> Self {
         ProbeSpec::from(&Probe {
             http: None,
-            tcp: Some(kep_api::serving::TcpProbe {}),
+            tcp: Some(TcpProbe {}),
             interval_s: None,
             timeout_s: None,
             failure_threshold: None,

@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kep_api::serving::AlertSettings;
+use kep_api::serving as api;
 use kep_core::service::Context;
 use kep_model_server::model::TensorSpec;
+use serde::{Deserialize, Serialize};
 
-use crate::control::DeploymentSpec;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{
     AlertId, DeploymentName, EndpointName, ImageId, ImageName, InstanceId, ModelId, ModelName,
 };
@@ -100,6 +101,66 @@ pub struct AlertRow {
     pub error: Option<String>,
     pub at_ms: i64,
     pub sent_at_ms: Option<i64>,
+}
+
+/// An endpoint's alert settings as stored (`alert_settings.settings`): the store's own type, in
+/// the JSON form of the API's, so that a change of the API is not a migration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertSettings {
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<String>,
+    #[serde(default)]
+    pub conditions: BTreeMap<String, AlertCondition>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertCondition {
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
+impl From<api::AlertSettings> for AlertSettings {
+    fn from(s: api::AlertSettings) -> Self {
+        let api::AlertSettings {
+            enabled,
+            webhook_url,
+            conditions,
+        } = s;
+        let condition =
+            |api::AlertCondition { enabled, threshold }| AlertCondition { enabled, threshold };
+        AlertSettings {
+            enabled,
+            webhook_url,
+            conditions: conditions
+                .into_iter()
+                .map(|(name, c)| (name, condition(c)))
+                .collect(),
+        }
+    }
+}
+
+impl From<AlertSettings> for api::AlertSettings {
+    fn from(s: AlertSettings) -> Self {
+        let AlertSettings {
+            enabled,
+            webhook_url,
+            conditions,
+        } = s;
+        let condition =
+            |AlertCondition { enabled, threshold }| api::AlertCondition { enabled, threshold };
+        api::AlertSettings {
+            enabled,
+            webhook_url,
+            conditions: conditions
+                .into_iter()
+                .map(|(name, c)| (name, condition(c)))
+                .collect(),
+        }
+    }
 }
 
 /// An alert raised, before it is queued.

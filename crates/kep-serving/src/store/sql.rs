@@ -3,15 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use kep_api::serving::AlertSettings;
 use sqlx::migrate::Migrator;
 use sqlx::types::Json;
 
 use super::{
-    AlertRow, DeploymentRow, EndpointRow, EventRow, ImageRow, LiveSources, ModelRow, NewAlert,
-    NewEvent, Store,
+    AlertRow, AlertSettings, DeploymentRow, EndpointRow, EventRow, ImageRow, LiveSources, ModelRow,
+    NewAlert, NewEvent, Store,
 };
-use crate::control::DeploymentSpec;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{AlertId, DeploymentName, EndpointName, ImageName, ModelName};
 use crate::kinds::AlertStatus;
 

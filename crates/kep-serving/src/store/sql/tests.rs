@@ -3,16 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use kep_api::serving::{AlertCondition, AlertSettings};
 use kep_model_server::model::{DataType, TensorSpec};
 use sqlx::SqlitePool;
 
 use super::{SQLITE, SqliteStore};
-use crate::control::DeploymentSpec;
+use crate::deployment::DeploymentSpec;
 use crate::ids::{DeploymentName, EndpointName, InstanceId};
 use crate::kinds::{AlertStatus, Condition, DeploymentState, ImageSource, InstanceState, Protocol};
 use crate::store::{
-    Change, DeploymentRow, EndpointRow, ImageRow, Lifecycle, ModelRow, NewAlert, NewEvent, Store,
+    AlertCondition, AlertSettings, Change, DeploymentRow, EndpointRow, ImageRow, Lifecycle,
+    ModelRow, NewAlert, NewEvent, Store,
 };
 
 async fn open() -> (SqliteStore, SqlitePool, tempfile::TempDir) {
@@ -294,6 +294,11 @@ async fn alerts_and_their_settings_are_stored_as_before() {
     assert_eq!(
         text(&pool, "SELECT settings FROM alert_settings").await,
         [Some(serde_json::to_string(&settings).unwrap())]
+    );
+    // The API's type wrote the same text before the store had its own.
+    assert_eq!(
+        serde_json::to_string(&settings).unwrap(),
+        serde_json::to_string(&kep_api::serving::AlertSettings::from(settings.clone())).unwrap()
     );
     assert_eq!(
         store.alert_settings().await.unwrap(),

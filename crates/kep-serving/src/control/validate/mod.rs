@@ -1,13 +1,21 @@
 //! The rules a request meets on its own, without the store or the file system: names,
 //! counts, ports, probes, variables, instance types, frameworks and which sources each
 //! deployment type takes. The control plane checks these first, then looks up what the
-//! request names.
+//! request names. [`fields`] holds the rules of single fields, [`weights`] the traffic
+//! forms.
 
 use serde_json::Value;
 
+use crate::ServingError;
 use crate::kinds::Protocol;
-use crate::{ServingError, ServingSettings, spec};
+use crate::settings::ServingSettings;
 use kep_api::serving::{Command, DeploymentRequest, DeploymentType, EndpointRequest, ImageRequest};
+
+mod fields;
+mod weights;
+
+pub(super) use fields::{MODELS_PER_ENDPOINT, check_name};
+pub use weights::{percentages, traffic_weights};
 
 pub(super) const FRAMEWORKS: &[&str] = &["tensorflow", "pytorch", "onnx"];
 
@@ -21,7 +29,7 @@ pub(super) enum ImageSpec {
 
 /// An image's name, and exactly one of its command and its engine reference.
 pub(super) fn image(req: &ImageRequest) -> Result<ImageSpec, ServingError> {
-    spec::check_name("name", &req.name)?;
+    fields::check_name("name", &req.name)?;
     let command = match (&req.command, &req.reference) {
         (Some(command), None) => command,
         (None, Some(reference)) => return image_reference(reference).map(ImageSpec::Reference),
@@ -68,7 +76,7 @@ fn image_reference(reference: &str) -> Result<String, ServingError> {
 
 /// An uploaded model's name and framework.
 pub(super) fn model(name: &str, framework: &str) -> Result<(), ServingError> {
-    spec::check_name("name", name)?;
+    fields::check_name("name", name)?;
     if !FRAMEWORKS.contains(&framework) {
         return Err(ServingError::field(
             "framework",
@@ -92,9 +100,9 @@ pub(super) fn endpoint(
     req: &EndpointRequest,
     settings: &ServingSettings,
 ) -> Result<EndpointShape, ServingError> {
-    spec::check_name("name", &req.name)?;
+    fields::check_name("name", &req.name)?;
     if let Some(d) = &req.description {
-        spec::check_description("description", d)?;
+        fields::check_description("description", d)?;
     }
     let instance_type = req
         .instance_type
@@ -144,11 +152,11 @@ pub(super) fn deployment(
     req: &DeploymentRequest,
     settings: &ServingSettings,
 ) -> Result<(), ServingError> {
-    spec::check_name("name", &req.name)?;
+    fields::check_name("name", &req.name)?;
     if let Some(d) = &req.description {
-        spec::check_description("description", d)?;
+        fields::check_description("description", d)?;
     }
-    spec::check_env(&req.env)?;
+    fields::check_env(&req.env)?;
     probes_and_port(req)?;
     sources(req)?;
     script(req, settings.max_script_bytes)
@@ -165,7 +173,7 @@ fn probes_and_port(req: &DeploymentRequest) -> Result<(), ServingError> {
                     "health checks are set for custom-image deployments only; the platform manages the others",
                 ));
             }
-            spec::check_probe(field, p)?;
+            fields::check_probe(field, p)?;
         }
     }
     if !custom && req.port.is_some() {
