@@ -1,7 +1,7 @@
 //! The messaging service's series on `/metrics` that are there from the start: each counter
 //! whose labels are known then at 0, every series described.
 
-use crate::model::{Channel, Status};
+use crate::kinds::{Channel, Status};
 
 pub(crate) const ACCEPTED: &str = "kep_messaging_accepted_total";
 pub(crate) const FINISHED: &str = "kep_messaging_finished_total";

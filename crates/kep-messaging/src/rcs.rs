@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::MessagingError;
 use crate::ids::{ClientId, FileId};
-use crate::model::{Channel, MessageType};
+use crate::kinds::{Channel, MessageType};
 use crate::send::{Head, Sendable};
 use crate::text::{
     check_chars, check_digits, check_head, check_text, empty_as_none, require_text, strip_empty,

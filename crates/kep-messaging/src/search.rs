@@ -2,7 +2,7 @@
 //! bounds (uids sort in issue order), its filters a [`SearchFilter`] list.
 
 use crate::ids::{ClientId, MessageUid};
-use crate::model::{Channel, MessageType, RcsStatus, Status};
+use crate::kinds::{Channel, MessageType, RcsStatus, Status};
 use crate::store::{MessageRow, SearchFilter, SearchQuery};
 use crate::text::one_of;
 use crate::uids::{UIDS_PER_MS, uid_at};

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::ids::{ClientId, MessageUid};
-use crate::model::{Channel, MessageType, RcsStatus, Status};
+use crate::kinds::{Channel, MessageType, RcsStatus, Status};
 use crate::store::{Inserted, MessageRow};
 use crate::uploads::Uploads;
 use crate::{Messaging, MessagingError};

@@ -3,7 +3,7 @@
 use encoding_rs::EUC_KR;
 
 use crate::MessagingError;
-use crate::model::MessageType;
+use crate::kinds::MessageType;
 
 /// CP949 length of `text`: one byte for ASCII, two for Hangul and other double-byte
 /// characters; `Err(c)` names the first character CP949 cannot carry (an emoji).

@@ -9,7 +9,7 @@ use kep_core::secret::random_token;
 
 use crate::MessagingError;
 use crate::ids::{ClientId, ContentGroupId, FileId};
-use crate::model::UploadKind;
+use crate::kinds::UploadKind;
 use crate::store::{Store, UploadRow};
 use kep_core::clock::Clock;
 

@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use crate::MessagingError;
 use crate::ids::{ClientId, ContentGroupId};
-use crate::model::{Channel, MessageType};
+use crate::kinds::{Channel, MessageType};
 use crate::send::{Head, Sendable};
 use crate::text::{
     check_chars, check_digits, check_head, check_text, empty_as_none, require_text, strip_empty,

@@ -22,7 +22,7 @@ use utoipa::OpenApi;
 
 use crate::error::Shape;
 use crate::ids::{ClientId, MessageUid};
-use crate::model::Channel;
+use crate::kinds::Channel;
 use crate::search::{Page, status_filter};
 use crate::send::Sendable;
 use crate::store::SearchFilter;

@@ -11,7 +11,7 @@ use utoipa::OpenApi;
 
 use crate::error::Operator;
 use crate::ids::{ClientId, MessageUid};
-use crate::model::{Channel, Status};
+use crate::kinds::{Channel, Status};
 use crate::store::{MessageFilter, MessageSummaryRow};
 use crate::uids::ServiceZone;
 use crate::{MessagingError, MessagingService};

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Caller, json_body, request_field};
 use crate::error::Shape;
 use crate::ids::{MessageUid, ReportGroupId};
-use crate::model::{Channel, MessageType, Status};
+use crate::kinds::{Channel, MessageType, Status};
 use crate::search::{Page, service_type_filter, status_filter};
 use crate::store::GroupCompletion;
 use crate::{MessagingError, MessagingService, rcs};

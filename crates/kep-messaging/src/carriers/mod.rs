@@ -16,7 +16,7 @@ use kep_api::messaging::CarrierStatus;
 pub use kep_smpp::MessageState;
 use tokio::sync::mpsc;
 
-use crate::model::{CarrierCode, MessageType, Route};
+use crate::kinds::{CarrierCode, MessageType, Route};
 pub use settings::{CarrierKind, CarrierSettings};
 
 /// What the carrier made of one hand-over.

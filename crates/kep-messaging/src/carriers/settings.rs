@@ -3,7 +3,7 @@
 use kep_smpp::{BindMode, DataCoding, LongText};
 use serde::{Deserialize, Serialize};
 
-use crate::model::MessageType;
+use crate::kinds::MessageType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::carriers::CarrierOutcome;
 use crate::carriers::{Outgoing, Submitted};
-use crate::model::Route;
+use crate::kinds::Route;
 
 pub struct Simulator {
     pub delay: Duration,

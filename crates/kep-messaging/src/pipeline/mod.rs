@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::carriers::{CarrierOutcome, Carriers, Outgoing, Submitted};
 use crate::ids::MessageUid;
-use crate::model::{Channel, FallbackStatus, MessageType, RcsStatus, Route, Status};
+use crate::kinds::{Channel, FallbackStatus, MessageType, RcsStatus, Route, Status};
 use crate::store::{Handed, Handover, MessageRow, Store};
 use receipts::{Awaiting, Parts};
 use writer::Writer;

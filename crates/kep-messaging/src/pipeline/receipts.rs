@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use crate::carriers::CarrierOutcome;
 use crate::carriers::{CarrierReceipt, MessageState, receipt_outcome};
 use crate::ids::MessageUid;
-use crate::model::{Route, Status};
+use crate::kinds::{Route, Status};
 use crate::pipeline::{Carrier, Delivery, Dispatcher};
 use crate::store::{Handover, ReceiptRow};
 

@@ -104,7 +104,7 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
         client_id: "c".into(),
         cid: "x".into(),
         channel: Channel::Xms,
-        message_type: crate::model::MessageType::Sm,
+        message_type: crate::kinds::MessageType::Sm,
         phone_number: "821012345678".into(),
         request: r#"{"message":"안녕하세요","sender_no":"0212345678"}"#.into(),
         request_hash: "h".into(),

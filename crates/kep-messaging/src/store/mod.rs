@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kep_core::service::Context;
 
 use crate::ids::{ClientId, ContentGroupId, FileId, MessageUid, ReportGroupId};
-use crate::model::{
+use crate::kinds::{
     CarrierCode, Channel, FallbackStatus, MessageType, RcsStatus, Route, Status, UploadKind,
 };
 

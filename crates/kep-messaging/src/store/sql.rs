@@ -13,7 +13,7 @@ use super::{
     MessageRow, MessageSummaryRow, OutboxRow, ReceiptRow, ReportGroupRow, SearchFilter,
     SearchQuery, Store, UploadRow,
 };
-use crate::model::{Channel, Route, Status, UploadKind};
+use crate::kinds::{Channel, Route, Status, UploadKind};
 use batch::Batches;
 use dialect::Dialect;
 

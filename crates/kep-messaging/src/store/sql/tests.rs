@@ -6,7 +6,7 @@ use sqlx::{Sqlite, SqlitePool};
 
 use super::sqlite::{HANDOVERS, push_operator_messages, push_report_groups};
 use super::*;
-use crate::model::Status;
+use crate::kinds::Status;
 
 /// The steps of `b`'s query plan (`b` starts with `EXPLAIN QUERY PLAN`).
 async fn plan(pool: &SqlitePool, mut b: QueryBuilder<Sqlite>) -> String {
