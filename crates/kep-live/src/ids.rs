@@ -3,6 +3,14 @@
 use crate::LiveError;
 
 kep_core::string_id!(ServiceId, "A live service's id (`serviceId` in seed 000).");
+kep_core::string_id!(
+    RoomId,
+    "A room's id (`roomId`), chosen by the client that joins it."
+);
+kep_core::string_id!(
+    ParticipantId,
+    "A participant's id in its room (`participantId`), chosen by its client."
+);
 
 /// Checks an identifier chosen by a client: not blank, at most 128 characters, no control
 /// characters.
