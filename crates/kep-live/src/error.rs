@@ -2,6 +2,7 @@
 //! JSON-RPC error object, the participants' `{"type":"error"}` frame, a WHIP/WHEP refusal
 //! and the operator API's `{"error": {...}}`.
 
+use crate::ids::RoomId;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kep_api::live::ServerMessage;
@@ -37,7 +38,7 @@ pub enum LiveError {
     InvalidToken(String),
     /// No such room in the caller's service.
     #[error("Not found")]
-    RoomNotFound { room_id: String },
+    RoomNotFound { room_id: RoomId },
     /// Some targets of a Kick or Inactivate call do not exist; nothing was done.
     #[error("Not found")]
     TargetsNotFound { missing: Vec<Value> },

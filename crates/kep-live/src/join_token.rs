@@ -7,14 +7,14 @@ use kep_api::live::JoinClaims;
 
 use crate::LiveError;
 use crate::access::Access;
-use crate::ids::check_id;
+use crate::ids::{ParticipantId, RoomId, check_id};
 
 /// Who a valid join token lets in, and what it may do.
 #[derive(Debug, Clone)]
 pub struct JoinGrant {
     pub service_id: String,
-    pub room_id: String,
-    pub participant_id: String,
+    pub room_id: RoomId,
+    pub participant_id: ParticipantId,
     pub publish: bool,
     pub subscribe: bool,
 }
@@ -39,8 +39,8 @@ impl Access {
         check_id("sub", &claims.sub)?;
         Ok(JoinGrant {
             service_id: claims.iss,
-            room_id: claims.room,
-            participant_id: claims.sub,
+            room_id: claims.room.into(),
+            participant_id: claims.sub.into(),
             publish: claims.publish.unwrap_or(true),
             subscribe: claims.subscribe.unwrap_or(true),
         })

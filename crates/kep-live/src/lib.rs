@@ -208,9 +208,9 @@ impl Service for LiveService {
             media::WHERE,
             Arc::new(move |ask| {
                 let ask: serde_json::Value = serde_json::from_str(&ask).unwrap_or_default();
-                let room = (
+                let room: media::RoomKey = (
                     Arc::from(ask["service"].as_str().unwrap_or_default()),
-                    ask["room"].as_str().unwrap_or_default().to_owned(),
+                    ask["room"].as_str().unwrap_or_default().into(),
                 );
                 let answer = match here.upgrade() {
                     Some(media) if media.has_room(&room) => Ok(url.clone()),

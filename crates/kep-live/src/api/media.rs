@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kep_core::limits::{Admission, Key, Peer};
 
+use crate::ids::RoomId;
 use crate::join_token::JoinGrant;
 use crate::media::{Role, SessionUrl};
 use crate::{LiveError, LiveService};
@@ -34,13 +35,13 @@ use kep_api::live::paths;
     security(("bearer" = [])))]
 pub(crate) async fn publish(
     State(live): State<LiveService>,
-    Path(room_id): Path<String>,
+    Path(room_id): Path<RoomId>,
     Peer(peer): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if let Some(there) = elsewhere(&live, &headers, &room_id).await {
-        return redirect(&there, &kep_api::path(paths::WHIP, &[&room_id]));
+        return redirect(&there, &kep_api::path(paths::WHIP, &[room_id.as_str()]));
     }
     let published = async {
         let (grant, _in_flight, mut negotiated) =
@@ -67,7 +68,7 @@ pub(crate) async fn publish(
                 negotiated,
             )
             .await?;
-        let location = kep_api::path(paths::WHIP_SESSION, &[&room_id, &session]);
+        let location = kep_api::path(paths::WHIP_SESSION, &[room_id.as_str(), &session]);
         Ok((answer, location, stream_id))
     };
     match published.await {
@@ -97,13 +98,16 @@ pub(crate) async fn publish(
     security(("bearer" = [])))]
 pub(crate) async fn subscribe(
     State(live): State<LiveService>,
-    Path((room_id, stream_id)): Path<(String, String)>,
+    Path((room_id, stream_id)): Path<(RoomId, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if let Some(there) = elsewhere(&live, &headers, &room_id).await {
-        return redirect(&there, &kep_api::path(paths::WHEP, &[&room_id, &stream_id]));
+        return redirect(
+            &there,
+            &kep_api::path(paths::WHEP, &[room_id.as_str(), &stream_id]),
+        );
     }
     let subscribed = async {
         let stream: i64 = stream_id
@@ -127,7 +131,10 @@ pub(crate) async fn subscribe(
             )
             .await
             .inspect_err(|_| rooms.media_ended(&key.0, &room_id, &grant.participant_id, None))?;
-        let location = kep_api::path(paths::WHEP_SESSION, &[&room_id, &stream_id, &session]);
+        let location = kep_api::path(
+            paths::WHEP_SESSION,
+            &[room_id.as_str(), &stream_id, &session],
+        );
         Ok((answer, location))
     };
     match subscribed.await {
@@ -147,7 +154,7 @@ pub(crate) async fn subscribe(
     security(("bearer" = [])))]
 pub(crate) async fn end_publish(
     State(live): State<LiveService>,
-    Path((room_id, session)): Path<(String, String)>,
+    Path((room_id, session)): Path<(RoomId, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
@@ -172,7 +179,7 @@ pub(crate) async fn end_publish(
     security(("bearer" = [])))]
 pub(crate) async fn end_subscribe(
     State(live): State<LiveService>,
-    Path((room_id, stream_id, session)): Path<(String, String, String)>,
+    Path((room_id, stream_id, session)): Path<(RoomId, String, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
 ) -> Response {
@@ -194,7 +201,7 @@ fn whep_url(stream_id: &str) -> Option<SessionUrl> {
 
 fn end(
     live: &LiveService,
-    room_id: &str,
+    room_id: &RoomId,
     url: Option<SessionUrl>,
     session: &str,
     peer: std::net::IpAddr,
@@ -202,7 +209,7 @@ fn end(
 ) -> Response {
     let ended = || {
         let (grant, _in_flight) = admit(live, headers, peer, room_id)?;
-        let key = (grant.service_id.into(), room_id.to_owned());
+        let key = (grant.service_id.into(), room_id.clone());
         let media = &live.0.media;
         let ended =
             url.is_some_and(|url| media.end_session(&key, &grant.participant_id, url, session));
@@ -232,7 +239,7 @@ fn end(
     security(("bearer" = [])))]
 pub(crate) async fn trickle_publish(
     State(live): State<LiveService>,
-    Path((room_id, session)): Path<(String, String)>,
+    Path((room_id, session)): Path<(RoomId, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -256,7 +263,7 @@ pub(crate) async fn trickle_publish(
     security(("bearer" = [])))]
 pub(crate) async fn trickle_subscribe(
     State(live): State<LiveService>,
-    Path((room_id, stream_id, session)): Path<(String, String, String)>,
+    Path((room_id, stream_id, session)): Path<(RoomId, String, String)>,
     Peer(peer): Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -271,7 +278,7 @@ pub(crate) async fn trickle_subscribe(
 /// takes only trickles.
 fn trickle(
     live: &LiveService,
-    room_id: &str,
+    room_id: &RoomId,
     url: Option<SessionUrl>,
     session: &str,
     peer: std::net::IpAddr,
@@ -280,7 +287,7 @@ fn trickle(
 ) -> Response {
     let trickled = || {
         let (grant, _in_flight) = admit(live, headers, peer, room_id)?;
-        let key = (grant.service_id.into(), room_id.to_owned());
+        let key = (grant.service_id.into(), room_id.clone());
         let frag = text_body(
             headers,
             body,
@@ -329,7 +336,7 @@ fn answer_offer(
     live: &LiveService,
     headers: &HeaderMap,
     peer: std::net::IpAddr,
-    room_id: &str,
+    room_id: &RoomId,
     body: Result<Bytes, BytesRejection>,
     role: &Role,
 ) -> Result<(JoinGrant, Admission, crate::media::Negotiated), LiveError> {
@@ -359,7 +366,7 @@ fn admit(
     live: &LiveService,
     headers: &HeaderMap,
     peer: std::net::IpAddr,
-    room_id: &str,
+    room_id: &RoomId,
 ) -> Result<(JoinGrant, Admission), LiveError> {
     let token = headers
         .get(header::AUTHORIZATION)
@@ -377,7 +384,7 @@ fn admit(
     };
     let admission = live.0.limiter.admit(key)?;
     let grant = grant?;
-    if grant.room_id != room_id {
+    if grant.room_id != *room_id {
         return Err(LiveError::Forbidden(
             "the join token is for another room".into(),
         ));
@@ -405,16 +412,16 @@ fn text_body(
 /// The live URL of the node where the room's media runs, when that is another node (CONTRACT
 /// §5): asked only for a valid join token of the room, so the room's whereabouts are told
 /// to nobody else; anything else is this node's to answer.
-async fn elsewhere(live: &LiveService, headers: &HeaderMap, room_id: &str) -> Option<String> {
+async fn elsewhere(live: &LiveService, headers: &HeaderMap, room_id: &RoomId) -> Option<String> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| kep_core::http::credentials(v, "Bearer"))?;
     let grant = live.0.access.join_grant(token).ok()?;
-    if grant.room_id != room_id {
+    if grant.room_id != *room_id {
         return None;
     }
-    let key: crate::media::RoomKey = (grant.service_id.into(), room_id.to_owned());
+    let key: crate::media::RoomKey = (grant.service_id.into(), room_id.clone());
     if live.0.media.has_room(&key) || live.0.cluster.node_id().is_none() {
         return None;
     }

@@ -13,7 +13,7 @@ use utoipa::OpenApi;
 use super::rpc::check_targets;
 use crate::access::CreateOutcome;
 use crate::error::Operator;
-use crate::ids::ServiceId;
+use crate::ids::{RoomId, ServiceId};
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 use kep_api::live::{
@@ -227,7 +227,7 @@ pub(crate) async fn list_rooms(
             continue;
         };
         list.push(RoomInfo {
-            room_id,
+            room_id: room_id.into_string(),
             participants,
         });
     }
@@ -241,7 +241,7 @@ pub(crate) async fn list_rooms(
     security(("operator" = [])))]
 pub(crate) async fn destroy_room(
     State(live): State<LiveService>,
-    Path((id, room)): Path<(String, String)>,
+    Path((id, room)): Path<(String, RoomId)>,
 ) -> Result<StatusCode, Operator> {
     let service = known_service(&live, &id)?;
     live.0.room_methods.destroy(&service, &room).await?;
@@ -257,7 +257,7 @@ pub(crate) async fn destroy_room(
     security(("operator" = [])))]
 pub(crate) async fn kick(
     State(live): State<LiveService>,
-    Path((id, room)): Path<(String, String)>,
+    Path((id, room)): Path<(String, RoomId)>,
     AdminJson(mut req): AdminJson<KickRequest>,
 ) -> Result<StatusCode, Operator> {
     check_targets(&mut req.targets, live.0.settings.max_targets)?;
@@ -278,7 +278,7 @@ pub(crate) async fn kick(
     security(("operator" = [])))]
 pub(crate) async fn inactivate(
     State(live): State<LiveService>,
-    Path((id, room)): Path<(String, String)>,
+    Path((id, room)): Path<(String, RoomId)>,
     AdminJson(mut req): AdminJson<InactivateRequest>,
 ) -> Result<StatusCode, Operator> {
     check_targets(&mut req.targets, live.0.settings.max_targets)?;

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use serde_json::value::RawValue;
 
 use super::parse_params;
-use crate::ids::check_id;
+use crate::ids::{RoomId, check_id};
 use crate::{LiveError, LiveService};
 use kep_api::live::paths;
 use kep_api::live::{
@@ -448,18 +448,24 @@ async fn execute(
             serde_json::to_string(&rooms.list_rooms(&service).await?).expect("serialises")
         }
         RoomOperation::ListParticipants(p) => {
-            return rooms.list_participants(&service, &p.room_id).await;
+            return rooms.list_participants(&service, &p.room_id.into()).await;
         }
         RoomOperation::DestroyRoom(p) => {
-            rooms.destroy(&service, &p.room_id).await?;
-            serde_json::to_string(&DestroyRoomResult { room_id: p.room_id }).expect("serialises")
+            let room_id = RoomId::from(p.room_id);
+            rooms.destroy(&service, &room_id).await?;
+            let result = DestroyRoomResult {
+                room_id: room_id.into_string(),
+            };
+            serde_json::to_string(&result).expect("serialises")
         }
         RoomOperation::KickParticipant(p) => {
-            rooms.kick(&service, &p.room_id, &p.targets).await?;
+            rooms.kick(&service, &p.room_id.into(), &p.targets).await?;
             "{}".to_owned()
         }
         RoomOperation::InactiveStream(p) => {
-            rooms.inactivate(&service, &p.room_id, &p.targets).await?;
+            rooms
+                .inactivate(&service, &p.room_id.into(), &p.targets)
+                .await?;
             "{}".to_owned()
         }
     };

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::parse_params;
-use crate::ids::check_id;
+use crate::ids::{ParticipantId, RoomId, check_id};
 use crate::rooms::{ConnId, Outbound, close, next_conn_id};
 use crate::{Live, LiveError, LiveService};
 use kep_api::live::{ClientMessage, Join, ServerMessage, Unpublish};
@@ -45,8 +45,8 @@ pub(crate) async fn participant_socket(
 
 struct Member {
     service_id: Arc<str>,
-    room_id: String,
-    participant_id: String,
+    room_id: RoomId,
+    participant_id: ParticipantId,
     /// Whether it may publish (a join token's `publish`).
     publish: bool,
     conn: ConnId,
@@ -132,8 +132,8 @@ async fn session(live: Arc<Live>, mut socket: WebSocket, peer: IpAddr) {
             .unwrap_or(joined.participants),
     };
     let hello = ServerMessage::Joined {
-        room_id: member.room_id.clone(),
-        participant_id: member.participant_id.clone(),
+        room_id: member.room_id.to_string(),
+        participant_id: member.participant_id.to_string(),
         participants,
     };
     let end = if send(&mut socket, &hello).await.is_err() {
@@ -320,11 +320,15 @@ fn admit(live: &Live, join: Join, nonce: &str) -> Result<Member, LiveError> {
         // The token names all three; a join that also names them must agree with it.
         let grant = live.access.join_grant(&token)?;
         for (field, given, granted) in [
-            ("serviceId", &service_id, &grant.service_id),
-            ("roomId", &room_id, &grant.room_id),
-            ("participantId", &participant_id, &grant.participant_id),
+            ("serviceId", &service_id, grant.service_id.as_str()),
+            ("roomId", &room_id, grant.room_id.as_str()),
+            (
+                "participantId",
+                &participant_id,
+                grant.participant_id.as_str(),
+            ),
         ] {
-            if given.as_ref().is_some_and(|g| g != granted) {
+            if given.as_deref().is_some_and(|g| g != granted) {
                 return Err(LiveError::InvalidToken(format!(
                     "the token is not for this {field}"
                 )));
@@ -361,8 +365,8 @@ fn admit(live: &Live, join: Join, nonce: &str) -> Result<Member, LiveError> {
     }
     Ok(Member {
         service_id: service_id.into(),
-        room_id,
-        participant_id: participant_id.unwrap_or_else(new_uuid),
+        room_id: room_id.into(),
+        participant_id: participant_id.unwrap_or_else(new_uuid).into(),
         publish: true,
         conn: next_conn_id(),
     })

@@ -27,18 +27,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::LiveError;
+use crate::ids::{ParticipantId, RoomId};
 use room::{Command, Session};
 use udp::Route;
 
 /// A room of a service.
-pub type RoomKey = (Arc<str>, String);
+pub type RoomKey = (Arc<str>, RoomId);
 
 /// A session that ended, for whoever keeps the rooms: a publisher's stream is then gone.
 pub struct Gone {
     pub room: RoomKey,
     pub session_id: String,
     ufrag: Arc<str>,
-    pub participant_id: String,
+    pub participant_id: ParticipantId,
     /// The stream it published or subscribed to.
     pub stream_id: i64,
     pub publisher: bool,
@@ -172,7 +173,7 @@ pub enum SessionUrl {
 /// Whose a live session is, and at which URL.
 struct Owner {
     room: RoomKey,
-    participant_id: String,
+    participant_id: ParticipantId,
     url: SessionUrl,
 }
 
@@ -308,7 +309,7 @@ impl Media {
     pub async fn start(
         &self,
         room: &RoomKey,
-        participant_id: &str,
+        participant_id: &ParticipantId,
         stream_id: i64,
         role: Role,
         n: Negotiated,
@@ -316,7 +317,7 @@ impl Media {
         let session = Session {
             id: random_token(16),
             ufrag: n.ufrag.clone(),
-            participant_id: participant_id.to_owned(),
+            participant_id: participant_id.clone(),
             stream_id,
             publisher: matches!(role, Role::Publish),
             rtc: n.rtc,
@@ -337,7 +338,7 @@ impl Media {
         };
         let owner = Owner {
             room: room.clone(),
-            participant_id: participant_id.to_owned(),
+            participant_id: participant_id.clone(),
             url,
         };
         self.sessions.insert(id.clone(), owner);
@@ -390,13 +391,13 @@ impl Media {
     fn is_theirs(
         &self,
         room: &RoomKey,
-        participant_id: &str,
+        participant_id: &ParticipantId,
         url: SessionUrl,
         session_id: &str,
     ) -> bool {
         self.sessions
             .get(session_id)
-            .is_some_and(|s| s.room == *room && s.participant_id == participant_id && s.url == url)
+            .is_some_and(|s| s.room == *room && s.participant_id == *participant_id && s.url == url)
     }
 
     /// Ends the participant's session in the room; false when it has no such session at
@@ -404,7 +405,7 @@ impl Media {
     pub fn end_session(
         &self,
         room: &RoomKey,
-        participant_id: &str,
+        participant_id: &ParticipantId,
         url: SessionUrl,
         session_id: &str,
     ) -> bool {
@@ -420,7 +421,7 @@ impl Media {
     pub fn trickle(
         &self,
         room: &RoomKey,
-        participant_id: &str,
+        participant_id: &ParticipantId,
         url: SessionUrl,
         session_id: &str,
         candidates: Vec<Candidate>,
@@ -436,8 +437,8 @@ impl Media {
         self.tell(room, Command::EndStream(stream_id));
     }
 
-    pub fn end_participant(&self, room: &RoomKey, participant_id: &str) {
-        self.tell(room, Command::EndParticipant(participant_id.to_owned()));
+    pub fn end_participant(&self, room: &RoomKey, participant_id: &ParticipantId) {
+        self.tell(room, Command::EndParticipant(participant_id.clone()));
     }
 
     /// The room is gone: its task ends, and every session in it.

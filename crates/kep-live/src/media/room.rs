@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::simulcast::{Layers, Selection};
 use super::{Gone, RoomKey};
+use crate::ids::ParticipantId;
 
 /// What a room's task is asked to do.
 pub(super) enum Command {
@@ -36,7 +37,7 @@ pub(super) enum Command {
     /// The stream's publisher and subscribers.
     EndStream(i64),
     /// Every session of the participant.
-    EndParticipant(String),
+    EndParticipant(ParticipantId),
     /// The room ended: every session, and the task.
     EndRoom,
 }
@@ -44,7 +45,7 @@ pub(super) enum Command {
 pub(super) struct Session {
     pub(super) id: String,
     pub(super) ufrag: Arc<str>,
-    pub(super) participant_id: String,
+    pub(super) participant_id: ParticipantId,
     pub(super) stream_id: i64,
     pub(super) publisher: bool,
     pub(super) rtc: Rtc,

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{Rooms, missing_participant, missing_stream};
 use crate::LiveError;
+use crate::ids::RoomId;
 
 /// The cluster's topic: a Room method for another node's rooms.
 const TOPIC: &str = "live.room";
@@ -26,20 +27,20 @@ enum Ask {
     },
     Participants {
         service: String,
-        room: String,
+        room: RoomId,
     },
     Destroy {
         service: String,
-        room: String,
+        room: RoomId,
     },
     Kick {
         service: String,
-        room: String,
+        room: RoomId,
         targets: Vec<ParticipantTarget>,
     },
     Inactivate {
         service: String,
-        room: String,
+        room: RoomId,
         targets: Vec<StreamTarget>,
     },
 }
@@ -86,7 +87,7 @@ impl RoomMethods {
     }
 
     /// `Room.ListRooms`: every node's rooms of the service.
-    pub async fn list_rooms(&self, service: &Arc<str>) -> Result<Vec<String>, LiveError> {
+    pub async fn list_rooms(&self, service: &Arc<str>) -> Result<Vec<RoomId>, LiveError> {
         let mut ids = self.rooms.list_rooms(service);
         if self.alone() {
             return Ok(ids);
@@ -95,7 +96,7 @@ impl RoomMethods {
             service: service.to_string(),
         };
         for (_, reply) in self.ask_all(&ask).await? {
-            ids.extend(serde_json::from_str::<Vec<String>>(&reply).map_err(internal)?);
+            ids.extend(serde_json::from_str::<Vec<RoomId>>(&reply).map_err(internal)?);
         }
         ids.sort();
         ids.dedup();
@@ -103,21 +104,25 @@ impl RoomMethods {
     }
 
     /// The nodes that have the room, with its participants on each.
-    async fn whereabouts(&self, service: &Arc<str>, room: &str) -> Result<Whereabouts, LiveError> {
+    async fn whereabouts(
+        &self,
+        service: &Arc<str>,
+        room: &RoomId,
+    ) -> Result<Whereabouts, LiveError> {
         let mut found = Vec::new();
         if let Ok(here) = self.rooms.participants(service, room) {
             found.push((None, here));
         }
         let ask = Ask::Participants {
             service: service.to_string(),
-            room: room.to_owned(),
+            room: room.clone(),
         };
         for (node, reply) in self.ask_all(&ask).await? {
             found.push((Some(node), serde_json::from_str(&reply).map_err(internal)?));
         }
         if found.is_empty() {
             return Err(LiveError::RoomNotFound {
-                room_id: room.to_owned(),
+                room_id: room.clone(),
             });
         }
         Ok(found)
@@ -127,7 +132,7 @@ impl RoomMethods {
     pub async fn participants(
         &self,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
     ) -> Result<Vec<ParticipantInfo>, LiveError> {
         if self.alone() {
             return self.rooms.participants(service, room);
@@ -140,7 +145,7 @@ impl RoomMethods {
     pub async fn list_participants(
         &self,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
     ) -> Result<Bytes, LiveError> {
         if self.alone() {
             return self.rooms.list_participants(service, room);
@@ -154,14 +159,14 @@ impl RoomMethods {
     }
 
     /// `Room.DestroyRoom`, on every node that has the room.
-    pub async fn destroy(&self, service: &Arc<str>, room: &str) -> Result<(), LiveError> {
+    pub async fn destroy(&self, service: &Arc<str>, room: &RoomId) -> Result<(), LiveError> {
         let here = self.rooms.destroy(service, room);
         if self.alone() {
             return here;
         }
         let ask = Ask::Destroy {
             service: service.to_string(),
-            room: room.to_owned(),
+            room: room.clone(),
         };
         let elsewhere = self.ask_all(&ask).await?;
         if here.is_err() && elsewhere.is_empty() {
@@ -174,7 +179,7 @@ impl RoomMethods {
     pub async fn kick(
         &self,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
         targets: &[ParticipantTarget],
     ) -> Result<(), LiveError> {
         self.on_targets(service, room, targets).await
@@ -184,7 +189,7 @@ impl RoomMethods {
     pub async fn inactivate(
         &self,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
         targets: &[StreamTarget],
     ) -> Result<(), LiveError> {
         self.on_targets(service, room, targets).await
@@ -194,7 +199,7 @@ impl RoomMethods {
     async fn on_targets<T: RoomTarget>(
         &self,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
         targets: &[T],
     ) -> Result<(), LiveError> {
         if self.alone() {
@@ -226,7 +231,7 @@ impl RoomMethods {
                 None => T::act(&self.rooms, service, room, &mine)?,
                 Some(node) => {
                     let missing = mine.iter().map(T::missing).collect();
-                    let ask = T::ask(service.to_string(), room.to_owned(), mine);
+                    let ask = T::ask(service.to_string(), room.clone(), mine);
                     self.ask(node, &ask, missing).await?;
                 }
             }
@@ -256,11 +261,11 @@ trait RoomTarget: Clone {
     fn act(
         rooms: &Arc<Rooms>,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
         targets: &[Self],
     ) -> Result<(), LiveError>;
     /// What asks another node to act on `targets`.
-    fn ask(service: String, room: String, targets: Vec<Self>) -> Ask;
+    fn ask(service: String, room: RoomId, targets: Vec<Self>) -> Ask;
 }
 
 impl RoomTarget for ParticipantTarget {
@@ -275,13 +280,13 @@ impl RoomTarget for ParticipantTarget {
     fn act(
         rooms: &Arc<Rooms>,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
         targets: &[Self],
     ) -> Result<(), LiveError> {
         rooms.kick(service, room, targets)
     }
 
-    fn ask(service: String, room: String, targets: Vec<Self>) -> Ask {
+    fn ask(service: String, room: RoomId, targets: Vec<Self>) -> Ask {
         Ask::Kick {
             service,
             room,
@@ -303,13 +308,13 @@ impl RoomTarget for StreamTarget {
     fn act(
         rooms: &Arc<Rooms>,
         service: &Arc<str>,
-        room: &str,
+        room: &RoomId,
         targets: &[Self],
     ) -> Result<(), LiveError> {
         rooms.inactivate(service, room, targets)
     }
 
-    fn ask(service: String, room: String, targets: Vec<Self>) -> Ask {
+    fn ask(service: String, room: RoomId, targets: Vec<Self>) -> Ask {
         Ask::Inactivate {
             service,
             room,

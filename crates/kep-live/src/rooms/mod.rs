@@ -29,6 +29,7 @@ use crate::media::Media;
 use kep_api::live::{EventKind, ParticipantInfo, ParticipantTarget, StreamTarget, TrackInfo};
 use kep_core::activity::ServiceActivity;
 
+use crate::ids::{ParticipantId, RoomId};
 use crate::webhooks::Webhooks;
 use room::{Room, RoomActivity, RoomState, event};
 use serde_json::{Value, json};
@@ -59,11 +60,11 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 /// A room's state, unless the room closed since it was looked up.
 fn open<'a>(
     st: std::sync::MutexGuard<'a, RoomState>,
-    room_id: &str,
+    room_id: &RoomId,
 ) -> Result<std::sync::MutexGuard<'a, RoomState>, LiveError> {
     if st.closed {
         return Err(LiveError::RoomNotFound {
-            room_id: room_id.to_owned(),
+            room_id: room_id.clone(),
         });
     }
     Ok(st)
@@ -83,10 +84,10 @@ pub fn next_conn_id() -> ConnId {
     NEXT_CONN.fetch_add(1, Ordering::Relaxed)
 }
 
-type RoomKey = (Arc<str>, String);
+use crate::media::RoomKey;
 
 /// One service's rooms by roomId.
-type ServiceRooms = DashMap<String, Arc<Room>>;
+type ServiceRooms = DashMap<RoomId, Arc<Room>>;
 
 pub struct Rooms {
     /// Rooms by service, so lookups by `&str` allocate nothing and a service lists only
@@ -172,8 +173,8 @@ impl Rooms {
     pub fn media_started(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         published: Option<Vec<TrackInfo>>,
     ) -> Option<i64> {
         self.in_room(service_id, room_id, |room| {
@@ -185,14 +186,14 @@ impl Rooms {
     pub fn media_ended(
         self: &Arc<Self>,
         service_id: &Arc<str>,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         stream_id: Option<i64>,
     ) {
         if let Some(room) = self.get(service_id, room_id)
             && room.media_ended(participant_id, stream_id)
         {
-            self.release_if_empty(service_id.clone(), room_id.to_owned());
+            self.release_if_empty(service_id.clone(), room_id.clone());
         }
     }
 
@@ -205,20 +206,20 @@ impl Rooms {
     fn in_room<T>(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
+        room_id: &RoomId,
         change: impl Fn(&Room) -> Option<T>,
     ) -> T {
         let rooms = self.services.entry(service_id.clone()).or_default().clone();
         loop {
             let room = rooms
-                .entry(room_id.to_owned())
+                .entry(room_id.clone())
                 .or_insert_with(|| {
                     let activity = RoomActivity {
                         activity: self.activity.clone(),
                         webhooks: self.webhooks.clone(),
                         relay: self.relay.clone(),
                         service_id: service_id.clone(),
-                        room_id: room_id.to_owned(),
+                        room_id: room_id.clone(),
                     };
                     let state = RoomState {
                         activity: Some(activity),
@@ -227,7 +228,7 @@ impl Rooms {
                     };
                     state.record("room.opened", None, Value::Null);
                     Arc::new(Room {
-                        room_id: room_id.to_owned(),
+                        room_id: room_id.clone(),
                         state: Mutex::new(state),
                     })
                 })
@@ -238,7 +239,7 @@ impl Rooms {
         }
     }
 
-    fn get(&self, service_id: &str, room_id: &str) -> Option<Arc<Room>> {
+    fn get(&self, service_id: &str, room_id: &RoomId) -> Option<Arc<Room>> {
         self.service(service_id)?.get(room_id).map(|r| r.clone())
     }
 
@@ -246,8 +247,8 @@ impl Rooms {
     pub fn join(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         conn: ConnId,
         outbox: Outbox,
     ) -> Joined {
@@ -260,22 +261,22 @@ impl Rooms {
     pub fn leave(
         self: &Arc<Self>,
         service_id: &Arc<str>,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         conn: ConnId,
     ) {
         if let Some(room) = self.get(service_id, room_id)
             && room.leave(participant_id, conn)
         {
-            self.release_if_empty(service_id.clone(), room_id.to_owned());
+            self.release_if_empty(service_id.clone(), room_id.clone());
         }
     }
 
     pub fn publish(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         conn: ConnId,
     ) -> Option<i64> {
         self.get(service_id, room_id)?.publish(participant_id, conn)
@@ -284,8 +285,8 @@ impl Rooms {
     pub fn unpublish(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         conn: ConnId,
         stream_id: i64,
     ) -> bool {
@@ -294,7 +295,7 @@ impl Rooms {
     }
 
     /// Drops an empty room, now or after the grace (if it is still empty then).
-    fn release_if_empty(self: &Arc<Self>, service_id: Arc<str>, room_id: String) {
+    fn release_if_empty(self: &Arc<Self>, service_id: Arc<str>, room_id: RoomId) {
         let key = (service_id, room_id);
         if self.empty_room_grace.is_zero() {
             self.remove_if_empty(&key);
@@ -348,8 +349,8 @@ impl Rooms {
     }
 
     /// `Room.ListRooms`
-    pub fn list_rooms(&self, service_id: &str) -> Vec<String> {
-        let mut ids: Vec<String> = self
+    pub fn list_rooms(&self, service_id: &str) -> Vec<RoomId> {
+        let mut ids: Vec<RoomId> = self
             .service(service_id)
             .map(|rooms| rooms.iter().map(|e| e.key().clone()).collect())
             .unwrap_or_default();
@@ -357,10 +358,10 @@ impl Rooms {
         ids
     }
 
-    fn room(&self, service_id: &Arc<str>, room_id: &str) -> Result<Arc<Room>, LiveError> {
+    fn room(&self, service_id: &Arc<str>, room_id: &RoomId) -> Result<Arc<Room>, LiveError> {
         self.get(service_id, room_id)
             .ok_or_else(|| LiveError::RoomNotFound {
-                room_id: room_id.to_owned(),
+                room_id: room_id.clone(),
             })
     }
 
@@ -368,7 +369,7 @@ impl Rooms {
     pub fn participants(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
+        room_id: &RoomId,
     ) -> Result<Vec<ParticipantInfo>, LiveError> {
         let room = self.room(service_id, room_id)?;
         let st = open(room.lock(), room_id)?;
@@ -379,7 +380,7 @@ impl Rooms {
     pub fn list_participants(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
+        room_id: &RoomId,
     ) -> Result<Bytes, LiveError> {
         let room = self.room(service_id, room_id)?;
         let mut st = open(room.lock(), room_id)?;
@@ -395,12 +396,12 @@ impl Rooms {
     }
 
     /// `Room.DestroyRoom`: everyone gets `RoomDestroyed`, then their sockets close.
-    pub fn destroy(&self, service_id: &Arc<str>, room_id: &str) -> Result<(), LiveError> {
+    pub fn destroy(&self, service_id: &Arc<str>, room_id: &RoomId) -> Result<(), LiveError> {
         let (_, room) = self
             .service(service_id)
             .and_then(|rooms| rooms.remove(room_id))
             .ok_or_else(|| LiveError::RoomNotFound {
-                room_id: room_id.to_owned(),
+                room_id: room_id.clone(),
             })?;
         let mut st = room.lock();
         st.closed = true;
@@ -414,7 +415,7 @@ impl Rooms {
         }
         st.record("room.closed", None, json!({ "reason": "destroyed" }));
         if let Some(media) = self.media() {
-            media.end_room(&(service_id.clone(), room_id.to_owned()));
+            media.end_room(&(service_id.clone(), room_id.clone()));
         }
         let ev = event(EventKind::RoomDestroyed, room_id, None, None);
         for (_, p) in st.participants.drain(..) {
@@ -431,7 +432,7 @@ impl Rooms {
     pub fn kick(
         self: &Arc<Self>,
         service_id: &Arc<str>,
-        room_id: &str,
+        room_id: &RoomId,
         targets: &[ParticipantTarget],
     ) -> Result<(), LiveError> {
         let room = self.room(service_id, room_id)?;
@@ -439,23 +440,23 @@ impl Rooms {
             let mut st = room.lock();
             let missing: Vec<_> = targets
                 .iter()
-                .filter(|t| !st.participants.contains_key(&t.participant_id))
+                .filter(|t| !st.participants.contains_key(t.participant_id.as_str()))
                 .map(missing_participant)
                 .collect();
             if !missing.is_empty() {
                 return Err(LiveError::TargetsNotFound { missing });
             }
             for t in targets {
-                let Some(p) = st.participants.shift_remove(&t.participant_id) else {
+                let Some((pid, p)) = st
+                    .participants
+                    .shift_remove_entry(t.participant_id.as_str())
+                else {
                     continue;
                 };
                 if let Some(media) = self.media() {
-                    media.end_participant(
-                        &(service_id.clone(), room_id.to_owned()),
-                        &t.participant_id,
-                    );
+                    media.end_participant(&(service_id.clone(), room_id.clone()), &pid);
                 }
-                let ev = event(EventKind::Kicked, room_id, Some(&t.participant_id), None);
+                let ev = event(EventKind::Kicked, room_id, Some(&pid), None);
                 p.send(Outbound::Text(ev));
                 p.send(Outbound::Close {
                     code: close::POLICY,
@@ -465,7 +466,7 @@ impl Rooms {
                     EventKind::ParticipantLeft,
                     EventKind::Kicked,
                     room_id,
-                    &t.participant_id,
+                    &pid,
                     None,
                     None,
                 );
@@ -474,7 +475,7 @@ impl Rooms {
             st.participants.is_empty()
         };
         if empty {
-            self.release_if_empty(service_id.clone(), room_id.to_owned());
+            self.release_if_empty(service_id.clone(), room_id.clone());
         }
         Ok(())
     }
@@ -483,7 +484,7 @@ impl Rooms {
     pub fn inactivate(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
+        room_id: &RoomId,
         targets: &[StreamTarget],
     ) -> Result<(), LiveError> {
         let room = self.room(service_id, room_id)?;
@@ -492,7 +493,7 @@ impl Rooms {
             .iter()
             .filter(|t| {
                 !st.participants
-                    .get(&t.participant_id)
+                    .get(t.participant_id.as_str())
                     .is_some_and(|p| p.streams.contains(&t.stream_id))
             })
             .map(missing_stream)
@@ -501,7 +502,8 @@ impl Rooms {
             return Err(LiveError::TargetsNotFound { missing });
         }
         for t in targets {
-            let Some(p) = st.participants.get_mut(&t.participant_id) else {
+            let pid = ParticipantId::from(t.participant_id.as_str());
+            let Some(p) = st.participants.get_mut(&pid) else {
                 continue;
             };
             if !p.streams.remove(&t.stream_id) {
@@ -510,18 +512,18 @@ impl Rooms {
             if p.media.remove(&t.stream_id).is_some()
                 && let Some(media) = self.media()
             {
-                media.end_stream(&(service_id.clone(), room_id.to_owned()), t.stream_id);
+                media.end_stream(&(service_id.clone(), room_id.clone()), t.stream_id);
             }
             let owner = event(
                 EventKind::InactivatedStream,
                 room_id,
-                Some(&t.participant_id),
+                Some(&pid),
                 Some(t.stream_id),
             );
             p.send(Outbound::Text(owner));
-            let (pid, sid) = (t.participant_id.as_str(), Some(t.stream_id));
+            let sid = Some(t.stream_id);
             let (gone, why) = (EventKind::StreamUnpublished, EventKind::InactivatedStream);
-            st.announce_as(gone, why, room_id, pid, sid, Some(pid));
+            st.announce_as(gone, why, room_id, &pid, sid, Some(&pid));
         }
         st.changed();
         Ok(())

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::Rooms;
+use crate::ids::{ParticipantId, RoomId};
 
 /// The cluster's topic: a room event for the other nodes' parts of the room.
 const TOPIC: &str = "live.room.event";
@@ -19,10 +20,10 @@ const TOPIC: &str = "live.room.event";
 #[derive(Serialize, Deserialize)]
 pub struct Relayed {
     pub service: Arc<str>,
-    pub room: String,
+    pub room: RoomId,
     /// The event as participants receive it (JSON).
     pub text: String,
-    pub except: Option<String>,
+    pub except: Option<ParticipantId>,
 }
 
 /// Where a room puts the events it relays; taken in order by [`relay`].
@@ -70,7 +71,7 @@ impl Rooms {
         if let Some(room) = self.get(&e.service, &e.room) {
             let st = room.lock();
             if !st.closed {
-                st.broadcast(&Bytes::from(e.text.clone()), e.except.as_deref());
+                st.broadcast(&Bytes::from(e.text.clone()), e.except.as_ref());
             }
         }
     }

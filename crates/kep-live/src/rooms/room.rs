@@ -8,6 +8,7 @@ use bytes::Bytes;
 use indexmap::IndexMap;
 use kep_core::activity::ServiceActivity;
 
+use crate::ids::{ParticipantId, RoomId};
 use crate::webhooks::Webhooks;
 use serde_json::{Value, json};
 
@@ -49,7 +50,7 @@ impl Participant {
 pub(super) struct RoomState {
     /// Set once the room left the registry; whoever holds a stale handle must look again.
     pub(super) closed: bool,
-    pub(super) participants: IndexMap<String, Participant>,
+    pub(super) participants: IndexMap<ParticipantId, Participant>,
     pub(super) next_stream_id: i64,
     pub(super) stream_ids: StreamIds,
     /// `Room.ListParticipants`' result, kept until the next change.
@@ -78,7 +79,7 @@ pub(super) struct RoomActivity {
     pub(super) webhooks: Option<Arc<Webhooks>>,
     pub(super) relay: Option<super::relay::Relay>,
     pub(super) service_id: Arc<str>,
-    pub(super) room_id: String,
+    pub(super) room_id: RoomId,
 }
 
 /// The activity event of a room event told to its participants.
@@ -95,14 +96,14 @@ fn activity_event(kind: EventKind) -> Option<&'static str> {
 }
 
 pub(super) struct Room {
-    pub(super) room_id: String,
+    pub(super) room_id: RoomId,
     pub(super) state: Mutex<RoomState>,
 }
 
 pub(super) fn event(
     kind: EventKind,
-    room_id: &str,
-    participant_id: Option<&str>,
+    room_id: &RoomId,
+    participant_id: Option<&ParticipantId>,
     stream_id: Option<i64>,
 ) -> Bytes {
     let at = jiff::Timestamp::now()
@@ -110,8 +111,8 @@ pub(super) fn event(
         .unwrap_or_else(|_| jiff::Timestamp::now());
     let msg = ServerMessage::Event(Event {
         event: kind,
-        room_id: room_id.to_owned(),
-        participant_id: participant_id.map(str::to_owned),
+        room_id: room_id.to_string(),
+        participant_id: participant_id.map(ToString::to_string),
         stream_id,
         at: format!("{at:.3}"),
     });
@@ -124,7 +125,7 @@ impl RoomState {
     }
 
     /// A new stream of the participant: the others are told. Its id.
-    pub(super) fn add_stream(&mut self, room_id: &str, participant_id: &str) -> i64 {
+    pub(super) fn add_stream(&mut self, room_id: &RoomId, participant_id: &ParticipantId) -> i64 {
         self.next_stream_id += 1;
         let sid = (self.next_stream_id - 1) * self.stream_ids.step + self.stream_ids.offset + 1;
         if let Some(p) = self.participants.get_mut(participant_id) {
@@ -145,8 +146,8 @@ impl RoomState {
     /// outbox): the others are told.
     pub(super) fn enter(
         &mut self,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         conn: ConnId,
         outbox: Option<Outbox>,
     ) {
@@ -157,7 +158,7 @@ impl RoomState {
             media: BTreeMap::new(),
             watching: 0,
         };
-        self.participants.insert(participant_id.to_owned(), fresh);
+        self.participants.insert(participant_id.clone(), fresh);
         self.changed();
         let pid = Some(participant_id);
         self.announce(
@@ -170,7 +171,7 @@ impl RoomState {
     }
 
     /// The participant leaves: the others are told.
-    pub(super) fn remove(&mut self, room_id: &str, participant_id: &str) {
+    pub(super) fn remove(&mut self, room_id: &RoomId, participant_id: &ParticipantId) {
         self.participants.shift_remove(participant_id);
         self.announce(
             EventKind::ParticipantLeft,
@@ -186,10 +187,10 @@ impl RoomState {
     pub(super) fn announce(
         &self,
         kind: EventKind,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         stream_id: Option<i64>,
-        except: Option<&str>,
+        except: Option<&ParticipantId>,
     ) {
         self.announce_as(kind, kind, room_id, participant_id, stream_id, except);
     }
@@ -200,10 +201,10 @@ impl RoomState {
         &self,
         kind: EventKind,
         happened: EventKind,
-        room_id: &str,
-        participant_id: &str,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
         stream_id: Option<i64>,
-        except: Option<&str>,
+        except: Option<&ParticipantId>,
     ) {
         let ev = event(kind, room_id, Some(participant_id), stream_id);
         self.broadcast(&ev, except);
@@ -212,9 +213,9 @@ impl RoomState {
         {
             let _ = relay.send(super::relay::Relayed {
                 service: a.service_id.clone(),
-                room: room_id.to_owned(),
+                room: room_id.clone(),
                 text: String::from_utf8_lossy(&ev).into_owned(),
-                except: except.map(str::to_owned),
+                except: except.cloned(),
             });
         }
         if let Some(name) = activity_event(happened) {
@@ -225,7 +226,12 @@ impl RoomState {
 
     /// Records what happened in the room (to the participant, if given): in the activity,
     /// and as an event of the service's webhook.
-    pub(super) fn record(&self, event: &str, participant_id: Option<&str>, detail: Value) {
+    pub(super) fn record(
+        &self,
+        event: &str,
+        participant_id: Option<&ParticipantId>,
+        detail: Value,
+    ) {
         let Some(a) = &self.activity else {
             return;
         };
@@ -241,16 +247,21 @@ impl RoomState {
     }
 
     /// Queues `text` to everyone in this node's part of the room but `except`.
-    pub(super) fn broadcast(&self, text: &Bytes, except: Option<&str>) {
+    pub(super) fn broadcast(&self, text: &Bytes, except: Option<&ParticipantId>) {
         for (pid, p) in &self.participants {
-            if Some(pid.as_str()) != except {
+            if Some(pid) != except {
                 p.send(Outbound::Text(text.clone()));
             }
         }
     }
 
     /// Tells the others that these streams of `participant_id` ended.
-    pub(super) fn unpublished(&self, room_id: &str, participant_id: &str, streams: &BTreeSet<i64>) {
+    pub(super) fn unpublished(
+        &self,
+        room_id: &RoomId,
+        participant_id: &ParticipantId,
+        streams: &BTreeSet<i64>,
+    ) {
         for &sid in streams {
             self.announce(
                 EventKind::StreamUnpublished,
@@ -266,7 +277,7 @@ impl RoomState {
         self.participants
             .iter()
             .map(|(pid, p)| ParticipantInfo {
-                participant_id: pid.clone(),
+                participant_id: pid.to_string(),
                 streams: p
                     .streams
                     .iter()
@@ -288,7 +299,7 @@ impl Room {
     /// Adds (or replaces) a participant; `None` if the room closed meanwhile.
     pub(super) fn join(
         &self,
-        participant_id: &str,
+        participant_id: &ParticipantId,
         conn: ConnId,
         outbox: Outbox,
     ) -> Option<Joined> {
@@ -323,7 +334,7 @@ impl Room {
 
     /// The participant's socket `conn` ended: it leaves, unless its media keep it in the
     /// room (then only the socket's streams end). True when the room is empty afterwards.
-    pub(super) fn leave(&self, participant_id: &str, conn: ConnId) -> bool {
+    pub(super) fn leave(&self, participant_id: &ParticipantId, conn: ConnId) -> bool {
         let mut st = self.lock();
         let Some(p) = st
             .participants
@@ -343,7 +354,7 @@ impl Room {
         st.participants.is_empty() && !st.closed
     }
 
-    pub(super) fn publish(&self, participant_id: &str, conn: ConnId) -> Option<i64> {
+    pub(super) fn publish(&self, participant_id: &ParticipantId, conn: ConnId) -> Option<i64> {
         let mut st = self.lock();
         st.participants
             .get(participant_id)
@@ -351,7 +362,12 @@ impl Room {
         Some(st.add_stream(&self.room_id, participant_id))
     }
 
-    pub(super) fn unpublish(&self, participant_id: &str, conn: ConnId, stream_id: i64) -> bool {
+    pub(super) fn unpublish(
+        &self,
+        participant_id: &ParticipantId,
+        conn: ConnId,
+        stream_id: i64,
+    ) -> bool {
         let mut st = self.lock();
         // A socket unpublishes its own streams; a WHIP stream ends with its session.
         let Some(p) = st
@@ -380,7 +396,7 @@ impl Room {
     /// the room closed meanwhile.
     pub(super) fn media_started(
         &self,
-        participant_id: &str,
+        participant_id: &ParticipantId,
         published: Option<Vec<TrackInfo>>,
     ) -> Option<Option<i64>> {
         let mut st = self.lock();
@@ -408,7 +424,11 @@ impl Room {
 
     /// A media session ended: a publisher's stream with it. A participant in the room by
     /// its media alone leaves with its last session. True when the room is empty afterwards.
-    pub(super) fn media_ended(&self, participant_id: &str, stream_id: Option<i64>) -> bool {
+    pub(super) fn media_ended(
+        &self,
+        participant_id: &ParticipantId,
+        stream_id: Option<i64>,
+    ) -> bool {
         let mut st = self.lock();
         let Some(p) = st.participants.get_mut(participant_id) else {
             return st.participants.is_empty() && !st.closed;

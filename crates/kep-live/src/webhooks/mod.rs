@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::ids::ServiceId;
+use crate::ids::{ParticipantId, RoomId, ServiceId};
 use crate::store::{NewWebhookEvent, Store, WebhookEventRow, WebhookRow};
 
 mod delivery;
@@ -168,9 +168,9 @@ impl Webhooks {
     pub fn room_changed(
         &self,
         service_id: &Arc<str>,
-        room_id: &str,
+        room_id: &RoomId,
         change: &str,
-        participant_id: Option<&str>,
+        participant_id: Option<&ParticipantId>,
         detail: &Value,
     ) {
         if !self.hooks.get(&**service_id).is_some_and(|h| h.enabled) {
@@ -200,7 +200,7 @@ impl Webhooks {
             seq: 0,
             id,
             service_id: Arc::clone(service_id),
-            room_id: room_id.to_owned(),
+            room_id: room_id.to_string(),
             event,
             body: Value::Object(body).to_string(),
             at,
