@@ -38,6 +38,15 @@ pub struct DetailErrorAnswer {
     pub code_detail: Detail,
 }
 
+/// A refusal of the searches (`/v2/info/message/search`, `/v2/info/rcs/search`), in their
+/// answers' shape: `status` (which the seed requires of them) beside `code`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SearchErrorAnswer {
+    pub status: String,
+    pub code: String,
+    pub code_detail: Detail,
+}
+
 /// A refusal of the token endpoint (RFC 6749 §5.2).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct OAuthErrorAnswer {

@@ -89,6 +89,9 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     if path.starts_with(paths::XMS_DETAIL.trim_end_matches("{uid}")) {
         return e.answer(Shape::CodeDetail);
     }
+    if path == paths::XMS_SEARCH || path == paths::RCS_SEARCH {
+        return e.answer(Shape::Search);
+    }
     e.into_response()
 }
 
@@ -118,6 +121,7 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     components(schemas(
         wire::ErrorAnswer,
         wire::DetailErrorAnswer,
+        wire::SearchErrorAnswer,
         wire::OAuthErrorAnswer,
         TokenAnswer,
         SendAnswer,
@@ -149,6 +153,7 @@ impl utoipa::Modify for ErrorAnswers {
                 paths::RCS_DETAIL => ("DetailErrorAnswer", false),
                 // The table's codes, with `code_detail` as its answer has it.
                 paths::XMS_DETAIL => ("DetailErrorAnswer", true),
+                paths::XMS_SEARCH | paths::RCS_SEARCH => ("SearchErrorAnswer", true),
                 _ => ("ErrorAnswer", true),
             };
             let answers = &mut op.responses.responses;

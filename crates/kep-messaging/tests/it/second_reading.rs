@@ -180,6 +180,15 @@ async fn a_refused_search_answers_in_the_searches_shape() {
             shaped(path, srv.post(&token, path, &body).await, "410");
         }
         shaped(path, srv.post("forged", path, &json!({})).await, "400");
+        let res = srv
+            .http
+            .delete(format!("{}{path}", srv.url))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        let status = res.status();
+        shaped(path, (status, res.json().await.unwrap()), "410");
     }
     shaped(
         "GET",
