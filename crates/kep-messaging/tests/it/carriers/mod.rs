@@ -43,12 +43,21 @@ async fn smsc(behaviour: SmscBehaviour) -> Smsc {
 }
 
 /// A loopback port nothing listens on (yet).
+/// A port nothing listens on, that no other test's listener can be given meanwhile: below
+/// the kernel's ephemeral range (32768 up, by default), where listeners bound to port 0 go.
+/// (One picked by binding port 0 was once handed to another test's SMSC while its test
+/// still counted on it being down.)
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Each test process starts elsewhere in 20000..32000, so two at once rarely meet.
+    let base = 20_000 + u16::try_from(std::process::id() % 6_000).unwrap();
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::Relaxed) % 6_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 fn smpp(name: &str, port: u16) -> CarrierSettings {
