@@ -20,6 +20,7 @@ use dialect::Dialect;
 mod batch;
 mod dialect;
 mod receipts;
+mod uploads;
 
 pub static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -446,10 +447,7 @@ kep_core::sql_store! {
         async fn insert_uploads(&self, rows: &[UploadRow]) -> sqlx::Result<()> {
             let mut tx = self.pool.begin().await?;
             for r in rows {
-                sqlx::query(
-                    "INSERT INTO uploads (file_id, client_id, kind, content_group_id, description, size, created_at, expires_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
+                sqlx::query(uploads::INSERT)
                 .bind(&r.file_id)
                 .bind(&r.client_id)
                 .bind(r.kind)
@@ -470,9 +468,7 @@ kep_core::sql_store! {
             file_id: &FileId,
             now_ms: i64,
         ) -> sqlx::Result<bool> {
-            let found: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM uploads WHERE file_id = $1 AND client_id = $2 AND kind = $3 AND expires_at > $4",
-            )
+            let found: i64 = sqlx::query_scalar(uploads::RCS_FILE_USABLE)
             .bind(file_id)
             .bind(client_id)
             .bind(UploadKind::Rcs)
@@ -488,10 +484,7 @@ kep_core::sql_store! {
             group: &ContentGroupId,
             now_ms: i64,
         ) -> sqlx::Result<bool> {
-            let (total, live): (i64, i64) = sqlx::query_as(
-                "SELECT COUNT(*), COUNT(*) FILTER (WHERE expires_at > $1) FROM uploads
-                 WHERE content_group_id = $2 AND client_id = $3 AND kind = $4",
-            )
+            let (total, live): (i64, i64) = sqlx::query_as(uploads::MMS_GROUP)
             .bind(now_ms)
             .bind(group)
             .bind(client_id)
@@ -502,11 +495,10 @@ kep_core::sql_store! {
         }
 
         async fn take_expired_uploads(&self, now_ms: i64) -> sqlx::Result<Vec<FileId>> {
-            let rows: Vec<(FileId,)> =
-                sqlx::query_as("DELETE FROM uploads WHERE expires_at <= $1 RETURNING file_id")
-                    .bind(now_ms)
-                    .fetch_all(&self.pool)
-                    .await?;
+            let rows: Vec<(FileId,)> = sqlx::query_as(uploads::TAKE_EXPIRED)
+                .bind(now_ms)
+                .fetch_all(&self.pool)
+                .await?;
             Ok(rows.into_iter().map(|r| r.0).collect())
         }
 
