@@ -163,7 +163,6 @@ pub struct StreamTarget {
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"
     )]
     pub participant_id: String,
-    #[serde(deserialize_with = "whole_number")]
     pub stream_id: i64,
 }
 
@@ -295,41 +294,7 @@ pub struct Join {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Unpublish {
-    #[serde(deserialize_with = "whole_number")]
     pub stream_id: i64,
-}
-
-/// An integer, also when written as a whole float (`1.0`, as many JSON encoders write
-/// numbers): JSON Schema reads `1.0` as an integer too.
-pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    struct Whole;
-    impl serde::de::Visitor<'_> for Whole {
-        type Value = i64;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an integer")
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
-            Ok(v)
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
-            i64::try_from(v)
-                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
-        }
-        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
-            // 2^63 is the first float past i64; every float below it in size is exact.
-            const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-            if v.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&v) {
-                #[expect(
-                    clippy::cast_possible_truncation,
-                    reason = "checked whole and in range"
-                )]
-                Ok(v as i64)
-            } else {
-                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
-            }
-        }
-    }
-    d.deserialize_any(Whole)
 }
 
 /// What the server sends a participant.

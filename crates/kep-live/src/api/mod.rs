@@ -114,14 +114,17 @@ const LIMIT_ANSWERS: kep_core::http::LimitAnswers =
 )]
 pub struct LiveApiDoc;
 
-/// Parses JSON text into `T`; a failure names the field at fault (`targets[1].streamId`).
+/// Parses JSON text into `T` as its schema reads it (a whole float is an integer, as many
+/// encoders write integers); a failure names the field at fault (`targets[1].streamId`).
 pub(crate) fn parse_params<T: DeserializeOwned>(json: &str) -> Result<T, LiveError> {
-    // Tracking the path costs on every call: only a failed parse is parsed again with it.
+    // Reading it as a schema does, path tracked, costs on every call: only what the plain
+    // parse refuses is read again so.
     if let Ok(parsed) = serde_json::from_str(json) {
         return Ok(parsed);
     }
-    let mut de = serde_json::Deserializer::from_str(json);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| LiveError::Parse(e.to_string()))?;
+    kep_core::json::deserialize(value).map_err(|e| {
         let (field, reason) = kep_core::http::field_error(e);
         LiveError::invalid_params(field, reason)
     })
