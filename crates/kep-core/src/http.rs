@@ -102,6 +102,30 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Declares `Operator`, a service's error `$error` answered in the operator API's shape
+/// (`{"error": {...}}`, through `From<$error> for ApiError`): what its operator handlers
+/// return, so that `?` takes any error that converts into `$error`.
+#[macro_export]
+macro_rules! operator_answer {
+    ($error:ty) => {
+        /// The service's error, answered in the operator API's shape.
+        #[derive(Debug)]
+        pub struct Operator(pub $error);
+
+        impl<E: Into<$error>> From<E> for Operator {
+            fn from(e: E) -> Self {
+                Operator(e.into())
+            }
+        }
+
+        impl ::axum::response::IntoResponse for Operator {
+            fn into_response(self) -> ::axum::response::Response {
+                ::axum::response::IntoResponse::into_response($crate::http::ApiError::from(self.0))
+            }
+        }
+    };
+}
+
 /// Every operator path's answer to a method it does not take: a 405 in the operator
 /// shape, as every other operator answer.
 pub async fn wrong_method(method: axum::http::Method) -> ApiError {

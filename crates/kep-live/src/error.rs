@@ -247,22 +247,8 @@ impl LiveError {
     }
 }
 
-/// A live error answered in the operator API's shape: what operator handlers return, so
-/// that `?` takes any error of the service there.
-#[derive(Debug)]
-pub struct Operator(pub LiveError);
-
-impl<E: Into<LiveError>> From<E> for Operator {
-    fn from(e: E) -> Self {
-        Operator(e.into())
-    }
-}
-
-impl IntoResponse for Operator {
-    fn into_response(self) -> Response {
-        ApiError::from(self.0).into_response()
-    }
-}
+// Operator handlers answer the service's errors in the operator shape.
+kep_core::operator_answer!(LiveError);
 
 impl From<LiveError> for ApiError {
     fn from(e: LiveError) -> Self {

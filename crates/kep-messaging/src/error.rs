@@ -150,22 +150,7 @@ impl MessagingError {
     }
 }
 
-/// A messaging error answered in the operator API's shape: what operator handlers return,
-/// so that `?` takes any error of the service there.
-#[derive(Debug)]
-pub struct Operator(pub MessagingError);
-
-impl<E: Into<MessagingError>> From<E> for Operator {
-    fn from(e: E) -> Self {
-        Operator(e.into())
-    }
-}
-
-impl IntoResponse for Operator {
-    fn into_response(self) -> Response {
-        ApiError::from(self.0).into_response()
-    }
-}
+kep_core::operator_answer!(MessagingError);
 
 impl From<MessagingError> for ApiError {
     fn from(e: MessagingError) -> Self {
