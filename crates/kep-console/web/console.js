@@ -134,14 +134,16 @@ function panel(shown, title, load) {
   let running = null;
   const refresh = () => {
     // A button waiting for its confirming click keeps the table as it is: a refresh would
-    // put a fresh button in its place and lose the first click.
-    if (body.querySelector("button.armed")) return Promise.resolve();
+    // put a fresh button in its place and lose the first click. One already loading when
+    // the button was armed is dropped too.
+    const armed = () => body.querySelector("button.armed");
+    if (armed()) return Promise.resolve();
     running ??= (async () => {
       try {
         const content = await load();
-        if (shown.live) body.replaceChildren(...[content].flat());
+        if (shown.live && !armed()) body.replaceChildren(...[content].flat());
       } catch (e) {
-        if (shown.live && e.message !== "signed out") body.replaceChildren(h("p", { className: "error" }, e.message));
+        if (shown.live && !armed() && e.message !== "signed out") body.replaceChildren(h("p", { className: "error" }, e.message));
       } finally {
         running = null;
       }
