@@ -118,7 +118,7 @@ fn written(req: &OrgLoginTypeRequest) -> NewOrg<'_> {
     NewOrg {
         method: &req.method,
         adapter_agent: req.adapter_agent.trim(),
-        data_model: req.data_model.as_ref(),
+        data_model: req.data_model.clone().map(Into::into),
     }
 }
 
@@ -128,7 +128,7 @@ pub fn view(row: OrgRow) -> OrgLoginType {
         id: row.id.0,
         method: row.method,
         adapter_agent: row.adapter_agent,
-        data_model: row.data_model.map(|d| d.0),
+        data_model: row.data_model.map(|d| d.0.into()),
     }
 }
 

@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
-use kep_api::adapter::{DataModel, FileType, SessionStatus};
+use kep_api::adapter::{FileType, SessionStatus};
 use kep_core::service::Context;
 use sqlx::types::Json;
 
 use crate::ids::{OrgLoginTypeId, SessionId};
+use data_model::DataModel;
 
+pub(crate) mod data_model;
 mod sql;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -25,7 +27,7 @@ pub struct OrgRow {
 pub struct NewOrg<'a> {
     pub method: &'a str,
     pub adapter_agent: &'a str,
-    pub data_model: Option<&'a DataModel>,
+    pub data_model: Option<DataModel>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
