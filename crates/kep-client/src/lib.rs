@@ -85,66 +85,6 @@ pub(crate) async fn checked(res: reqwest::Response) -> Result<reqwest::Response,
     Ok(res)
 }
 
-/// A request on its way: its answer, once it comes, and the sender that lets the rest of
-/// its body go.
-pub type Held = (
-    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
-    tokio::sync::oneshot::Sender<()>,
-);
-
-/// Sends `request` with a body that gives `head` at once and `rest` only when the returned
-/// sender is used or dropped: a request the server holds in flight for as long as the
-/// caller wants (how the tests reach a limit of requests in flight).
-pub fn held(request: reqwest::RequestBuilder, head: Vec<u8>, rest: Vec<u8>) -> Held {
-    use futures_util::StreamExt as _;
-    let (release, released) = tokio::sync::oneshot::channel::<()>();
-    let body = futures_util::stream::iter([Ok::<_, std::io::Error>(head)]).chain(
-        futures_util::stream::once(async move {
-            let _ = released.await;
-            Ok(rest)
-        }),
-    );
-    let call = request.body(reqwest::Body::wrap_stream(body)).send();
-    (tokio::spawn(call), release)
-}
-
-/// Retries `check` until it is `Ok`, then returns what it gave; past `timeout`, panics with
-/// `what` and the last `Err`. Waits 10 ms between tries at first, twice as long each time
-/// up to 200 ms. For waiting until something has happened; a test that must see that
-/// nothing happens within a window sleeps through it instead.
-pub async fn eventually<T, E: std::fmt::Display>(
-    timeout: std::time::Duration,
-    what: &str,
-    mut check: impl AsyncFnMut() -> Result<T, E>,
-) -> T {
-    let (deadline, mut pause) = (
-        std::time::Instant::now() + timeout,
-        std::time::Duration::from_millis(10),
-    );
-    loop {
-        match check().await {
-            Ok(done) => return done,
-            Err(last) if std::time::Instant::now() >= deadline => {
-                panic!("{what}: not within {timeout:?}; last seen: {last}")
-            }
-            Err(_) => tokio::time::sleep(pause).await,
-        }
-        pause = (pause * 2).min(std::time::Duration::from_millis(200));
-    }
-}
-
-/// An answer read whole as a limit test reads it: its status, its `Retry-After` in
-/// seconds, and its JSON body.
-pub async fn limited_answer(
-    res: reqwest::Response,
-) -> (reqwest::StatusCode, Option<u64>, serde_json::Value) {
-    let retry_after = res
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().unwrap().parse().unwrap());
-    (res.status(), retry_after, res.json().await.unwrap())
-}
-
 /// A file on disk as a streamed request body, with its length.
 async fn file_body(path: &std::path::Path) -> Result<(reqwest::Body, u64), ClientError> {
     let file = tokio::fs::File::open(path)

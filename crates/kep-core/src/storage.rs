@@ -167,25 +167,6 @@ where
     nodes.push_unseparated("))");
 }
 
-/// For the services' tests: with `KEP_TEST_DATABASE_URL` (a PostgreSQL server, as `./test`
-/// starts one), the URL of a new, empty database there for one test; else none (SQLite
-/// under the test's data dir).
-pub async fn database_for_a_test() -> Option<String> {
-    let server = std::env::var("KEP_TEST_DATABASE_URL").ok()?;
-    let name = format!("kep_test_{}", crate::secret::new_uuid().replace('-', ""));
-    let mut conn = PgConnectOptions::from_str(&server)
-        .expect("KEP_TEST_DATABASE_URL")
-        .connect()
-        .await
-        .expect("the test database server");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .expect("a database of the test's own");
-    let (base, _) = server.rsplit_once('/').expect("a database in the URL");
-    Some(format!("{base}/{name}"))
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

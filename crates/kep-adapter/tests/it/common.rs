@@ -13,12 +13,12 @@ use kep_api::adapter::{
 };
 use kep_client::{AdminClient, ClientError};
 use kep_core::clock::Clock;
-use kep_core::limits::Limits;
-use kep_core::platform::{Platform, Running};
+use kep_core::platform::Running;
+use kep_testkit::Setup;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-pub const OPERATOR_TOKEN: &str = "test-operator-token";
+pub use kep_testkit::{OPERATOR_TOKEN, eventually};
 
 pub struct Server {
     pub adapter_url: String,
@@ -32,43 +32,24 @@ pub struct Server {
 }
 
 pub async fn spawn(configure: impl FnOnce(&mut AdapterSettings)) -> Server {
-    // On a whole second, so a test knows where second-granular expiries fall.
-    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
-    start_in(
-        tempfile::tempdir().unwrap(),
-        kep_core::storage::database_for_a_test().await,
-        Clock::manual(start),
-        configure,
-    )
-    .await
+    start_in(Setup::fresh().await, configure).await
 }
 
-async fn start_in(
-    dir: tempfile::TempDir,
-    database_url: Option<String>,
-    clock: Clock,
-    configure: impl FnOnce(&mut AdapterSettings),
-) -> Server {
+async fn start_in(setup: Setup, configure: impl FnOnce(&mut AdapterSettings)) -> Server {
     let mut settings = AdapterSettings {
         addr: "127.0.0.1:0".parse().unwrap(),
         notify_backoff_ms: 50,
         ..AdapterSettings::default()
     };
     configure(&mut settings);
-    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
-        .with_clock(clock.clone())
-        .with_database_url(database_url.clone());
-    platform.start::<AdapterService>(settings).await.unwrap();
-    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    let spawned = kep_testkit::spawn_platform::<AdapterService>(setup, settings).await;
     Server {
-        adapter_url: running.url("adapter"),
-        admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
-        clock,
-        running,
-        dir,
-        database_url,
+        adapter_url: spawned.url("adapter"),
+        admin: AdminClient::new(spawned.url("admin"), OPERATOR_TOKEN),
+        clock: spawned.clock,
+        running: spawned.running,
+        dir: spawned.dir,
+        database_url: spawned.database_url,
     }
 }
 
@@ -93,7 +74,12 @@ impl Server {
     /// Stops the platform and starts it again on the same data dir and clock.
     pub async fn restart(self, configure: impl FnOnce(&mut AdapterSettings)) -> Server {
         self.running.stop(Duration::from_secs(5)).await;
-        start_in(self.dir, self.database_url, self.clock, configure).await
+        let setup = Setup {
+            dir: self.dir,
+            clock: self.clock,
+            database_url: self.database_url,
+        };
+        start_in(setup, configure).await
     }
 }
 
@@ -213,5 +199,3 @@ pub async fn raw(
     let headers = res.headers().clone();
     (status, res.json().await.unwrap_or(Value::Null), headers)
 }
-
-pub use kep_client::eventually;

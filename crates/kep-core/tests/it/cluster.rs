@@ -58,7 +58,7 @@ impl Node {
 
 #[tokio::test]
 async fn nodes_tell_each_other_and_ask_each_other() {
-    let Some(url) = kep_core::storage::database_for_a_test().await else {
+    let Some(url) = kep_testkit::database_for_a_test().await else {
         eprintln!("no KEP_TEST_DATABASE_URL: nothing to test against");
         return;
     };
@@ -138,7 +138,7 @@ async fn nodes_tell_each_other_and_ask_each_other() {
 /// names whoever leads.
 #[tokio::test]
 async fn one_node_leads_and_another_takes_over_when_it_leaves() {
-    let Some(url) = kep_core::storage::database_for_a_test().await else {
+    let Some(url) = kep_testkit::database_for_a_test().await else {
         return;
     };
     let nodes = [Node::join(&url).await, Node::join(&url).await];
@@ -180,7 +180,7 @@ async fn one_node_leads_and_another_takes_over_when_it_leaves() {
 /// nowhere, and a copy a node already has is left alone.
 #[tokio::test]
 async fn files_kept_through_one_node_are_read_on_another() {
-    let Some(url) = kep_core::storage::database_for_a_test().await else {
+    let Some(url) = kep_testkit::database_for_a_test().await else {
         return;
     };
     let (a, b) = (Node::join(&url).await, Node::join(&url).await);
@@ -220,7 +220,7 @@ async fn files_kept_through_one_node_are_read_on_another() {
 /// go, by a drop or by the holder's death (its connection closes either way).
 #[tokio::test]
 async fn a_lock_is_held_by_one_node_at_a_time() {
-    let Some(url) = kep_core::storage::database_for_a_test().await else {
+    let Some(url) = kep_testkit::database_for_a_test().await else {
         return;
     };
     let (a, b) = (Node::join(&url).await, Node::join(&url).await);

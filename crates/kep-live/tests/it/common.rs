@@ -6,12 +6,11 @@ use kep_api::live::{CreateServiceRequest, EventKind, ServerMessage, ServiceSecre
 use kep_client::live::{Closed, LiveClient, Participant};
 use kep_client::{AdminClient, ClientError};
 use kep_core::clock::Clock;
-use kep_core::limits::Limits;
-use kep_core::platform::Platform;
 use kep_live::{LiveService, LiveSettings};
+use kep_testkit::Setup;
 use tokio_util::sync::CancellationToken;
 
-pub const OPERATOR_TOKEN: &str = "test-operator-token";
+pub use kep_testkit::{OPERATOR_TOKEN, eventually};
 
 pub struct TestServer {
     pub live_url: String,
@@ -30,25 +29,14 @@ pub async fn spawn(configure: impl FnOnce(&mut LiveSettings)) -> TestServer {
         ..LiveSettings::default()
     };
     configure(&mut settings);
-    let dir = tempfile::tempdir().unwrap();
-    // On a whole second, so a test knows where second-granular expiries fall.
-    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
-    let clock = Clock::manual(start);
-    let platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
-        .with_clock(clock.clone());
-    let mut platform = platform.with_database_url(kep_core::storage::database_for_a_test().await);
-    let shutdown = platform.shutdown_token();
-    let service = platform.start::<LiveService>(settings).await.unwrap();
-    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    let spawned = kep_testkit::spawn_platform::<LiveService>(Setup::fresh().await, settings).await;
     TestServer {
-        live_url: running.url("live"),
-        admin: AdminClient::new(running.url("admin"), OPERATOR_TOKEN),
-        service,
-        shutdown,
-        clock,
-        _dir: dir,
+        live_url: spawned.url("live"),
+        admin: AdminClient::new(spawned.url("admin"), OPERATOR_TOKEN),
+        service: spawned.service,
+        shutdown: spawned.shutdown,
+        clock: spawned.clock,
+        _dir: spawned.dir,
     }
 }
 
@@ -165,5 +153,3 @@ pub fn rpc_data(e: &ClientError) -> serde_json::Value {
         other => panic!("expected a JSON-RPC error, got {other}"),
     }
 }
-
-pub use kep_client::eventually;

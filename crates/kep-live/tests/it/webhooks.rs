@@ -185,7 +185,7 @@ async fn every_room_change_arrives_signed_and_in_order_per_room() {
 
     // The deliveries list: each delivered at its first attempt, newest first. The receiver
     // can hold the last event before kep has recorded its answer (CI saw it pending).
-    let deliveries = eventually(
+    let deliveries = delivery(
         |d| (d.len() == 12 && d.iter().all(|d| d.status == "delivered")).then(|| d.to_vec()),
         &srv,
     )
@@ -269,7 +269,7 @@ async fn slow_redirecting_and_gone_receivers_are_met_as_they_should_be() {
         started.elapsed() < Duration::from_secs(1),
         "a join does not wait for the receiver"
     );
-    let failed = eventually(
+    let failed = delivery(
         |deliveries: &[kep_api::live::WebhookDelivery]| {
             deliveries
                 .iter()
@@ -289,7 +289,7 @@ async fn slow_redirecting_and_gone_receivers_are_met_as_they_should_be() {
     // Redirecting: not followed.
     receiver.set(Answer::Redirect);
     let moved = srv.join(&s, "moved", "a").await;
-    let failed = eventually(
+    let failed = delivery(
         |deliveries: &[kep_api::live::WebhookDelivery]| {
             deliveries
                 .iter()
@@ -341,22 +341,19 @@ async fn slow_redirecting_and_gone_receivers_are_met_as_they_should_be() {
 }
 
 /// The first delivery `pick` finds, within 10 s.
-async fn eventually<T>(
+async fn delivery<T>(
     pick: impl Fn(&[kep_api::live::WebhookDelivery]) -> Option<T>,
     srv: &TestServer,
 ) -> T {
-    for _ in 0..200 {
+    eventually(Duration::from_secs(10), "a delivery", async || {
         let list = srv
             .admin
             .live_webhook_deliveries("demo", None)
             .await
             .unwrap();
-        if let Some(found) = pick(&list.deliveries) {
-            return found;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("not found within 10 s");
+        pick(&list.deliveries).ok_or(format!("{} deliveries", list.deliveries.len()))
+    })
+    .await
 }
 
 fn refused(e: ClientError) -> (u16, String) {

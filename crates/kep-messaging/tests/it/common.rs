@@ -4,13 +4,12 @@
 use std::time::Duration;
 
 use kep_core::clock::Clock;
-use kep_core::limits::Limits;
-use kep_core::platform::Platform;
 use kep_messaging::{MessagingService, MessagingSettings};
+use kep_testkit::Setup;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-pub const OPERATOR_TOKEN: &str = "test-operator-token";
+pub use kep_testkit::{OPERATOR_TOKEN, eventually};
 
 pub struct Server {
     pub url: String,
@@ -26,38 +25,25 @@ pub async fn spawn() -> Server {
 }
 
 pub async fn spawn_with(configure: impl FnOnce(&mut MessagingSettings)) -> Server {
-    spawn_on(kep_core::storage::database_for_a_test().await, configure).await
+    spawn_on(Setup::fresh().await, configure).await
 }
 
-/// A node on `database_url` (PostgreSQL: one of several, when others share it; `None`: a
-/// SQLite database of its own).
-pub async fn spawn_on(
-    database_url: Option<String>,
-    configure: impl FnOnce(&mut MessagingSettings),
-) -> Server {
+/// A node where `setup` says (on PostgreSQL: one of several, when others share its
+/// database; on SQLite: a database of its own).
+pub async fn spawn_on(setup: Setup, configure: impl FnOnce(&mut MessagingSettings)) -> Server {
     let mut settings = MessagingSettings {
         addr: "127.0.0.1:0".parse().unwrap(),
         simulator_delay_ms: 20,
         ..MessagingSettings::default()
     };
     configure(&mut settings);
-    let dir = tempfile::tempdir().unwrap();
-    // On a whole second, so a test knows where second-granular expiries fall.
-    let start = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
-    let clock = Clock::manual(start);
-    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
-        .with_clock(clock.clone())
-        .with_database_url(database_url);
-    platform.start::<MessagingService>(settings).await.unwrap();
-    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    let spawned = kep_testkit::spawn_platform::<MessagingService>(setup, settings).await;
     Server {
-        url: running.url("messaging"),
-        admin: running.url("admin"),
+        url: spawned.url("messaging"),
+        admin: spawned.url("admin"),
         http: reqwest::Client::new(),
-        clock,
-        _dir: dir,
+        clock: spawned.clock,
+        _dir: spawned.dir,
     }
 }
 
@@ -176,5 +162,3 @@ pub fn rcs(cid: &str, phone: &str) -> Value {
         "body": [{"title": "제목", "description": "본문", "button": [{"action": "open"}]}]
     })
 }
-
-pub use kep_client::eventually;

@@ -3,14 +3,13 @@
 use std::time::Duration;
 
 use kep_core::clock::Clock;
-use kep_core::limits::Limits;
-use kep_core::platform::Platform;
 pub use kep_core::service::Service as _;
 use kep_serving::{GatewaySettings, ServingService, ServingSettings};
+use kep_testkit::Setup;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-pub const OPERATOR_TOKEN: &str = "test-operator-token";
+pub use kep_testkit::{OPERATOR_TOKEN, eventually};
 
 pub struct Server {
     pub admin: String,
@@ -45,23 +44,18 @@ pub async fn spawn_on(
     let mut gateway_settings = GatewaySettings::default();
     configure(&mut settings, &mut gateway_settings);
     gateway_settings.addr = "127.0.0.1:0".parse().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
-        .with_clock(clock)
-        .with_database_url(kep_core::storage::database_for_a_test().await);
-    let service = platform
-        .start::<ServingService>((settings, gateway_settings))
-        .await
-        .unwrap();
-    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    let setup = Setup {
+        clock,
+        ..Setup::fresh().await
+    };
+    let spawned =
+        kep_testkit::spawn_platform::<ServingService>(setup, (settings, gateway_settings)).await;
     Server {
-        admin: running.url("admin"),
-        gateway: running.url("gateway"),
+        admin: spawned.url("admin"),
+        gateway: spawned.url("gateway"),
         http: reqwest::Client::new(),
-        service,
-        _dir: dir,
+        service: spawned.service,
+        _dir: spawned.dir,
     }
 }
 
@@ -234,5 +228,3 @@ pub fn made_models() -> tempfile::TempDir {
     );
     dir
 }
-
-pub use kep_client::eventually;

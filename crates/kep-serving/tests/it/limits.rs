@@ -1,23 +1,53 @@
 //! Rate and concurrency limits of endpoint calls through the gateway.
 
-use std::time::Duration;
-
+use kep_testkit::Held;
+use kep_testkit::limits::{self, Answer, Budgets, Limited};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::common::*;
 
-/// `GET /endpoints/{endpoint}/` with `key`: (status, `Retry-After`, body).
-async fn limited(s: &Server, endpoint: &str, key: &str) -> (StatusCode, Option<u64>, Value) {
-    kep_client::limited_answer(s.gateway_get(endpoint, Some(key), "/").await).await
+/// Calls of an endpoint through the gateway, with its key or a wrong one: `GET /`, and
+/// uploads held in flight. A call the limits let through is answered `passes`: a 503 while
+/// the endpoint has no deployment, the instance's 200 once it has.
+struct EndpointCalls<'a> {
+    s: &'a Server,
+    passes: StatusCode,
 }
 
-/// A 429 in the gateway's shape: `too_many_requests`, and `Retry-After`.
-fn assert_limited((status, retry_after, body): &(StatusCode, Option<u64>, Value)) {
-    assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "{body}");
-    assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
-    assert!(body["error"]["message"].is_string(), "{body}");
-    assert!(retry_after.is_some_and(|s| s >= 1), "{retry_after:?}");
+/// An endpoint and a key.
+type Key = (&'static str, String);
+
+impl Limited for EndpointCalls<'_> {
+    type Credential = Key;
+
+    async fn call(&self, (endpoint, key): &Key) -> Answer {
+        Answer::read(self.s.gateway_get(endpoint, Some(key), "/").await).await
+    }
+
+    fn hold(&self, (endpoint, key): &Key) -> Held {
+        let call = self
+            .s
+            .http
+            .post(format!("{}/endpoints/{endpoint}/upload", self.s.gateway))
+            .bearer_auth(key);
+        kep_testkit::held(call, vec![1u8; 1000], vec![2u8; 1000])
+    }
+
+    /// A 429 in the gateway's shape: `too_many_requests`.
+    fn limit_reason(answer: &Answer) -> String {
+        let body = &answer.body;
+        assert_eq!(body["error"]["code"], "too_many_requests", "{body}");
+        body["error"]["message"].as_str().unwrap().to_owned()
+    }
+
+    fn assert_wrong_credential(answer: &Answer) {
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{}", answer.body);
+    }
+
+    fn passed(&self, answer: &Answer) -> bool {
+        answer.status == self.passes
+    }
 }
 
 #[tokio::test]
@@ -29,75 +59,48 @@ async fn endpoint_calls_are_limited_per_endpoint_and_a_wrong_key_spends_only_its
     })
     .await;
     // No deployments: a call the limits let through is a 503.
-    let a = s.endpoint("ea", 1).await;
-    let b = s.endpoint("eb", 1).await;
-    // A wrong key counts against the caller's address: 3 refusals, then 429.
-    for _ in 0..3 {
-        assert_eq!(limited(&s, "ea", "wrong").await.0, StatusCode::UNAUTHORIZED);
-    }
-    assert_limited(&limited(&s, "ea", "wrong").await);
-    assert_limited(&limited(&s, "nope", "wrong").await);
-    // Endpoint ea's budget is whole: 3 calls pass, the fourth is refused; eb is untouched.
-    for _ in 0..3 {
-        let (status, _, body) = limited(&s, "ea", &a).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    }
-    assert_limited(&limited(&s, "ea", &a).await);
-    assert_eq!(
-        limited(&s, "eb", &b).await.0,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+    let a = ("ea", s.endpoint("ea", 1).await);
+    let b = ("eb", s.endpoint("eb", 1).await);
+    let calls = EndpointCalls {
+        s: &s,
+        passes: StatusCode::SERVICE_UNAVAILABLE,
+    };
+    limits::each_tenant_spends_its_own_budget(
+        &calls,
+        Budgets {
+            wrong: &("ea", "wrong".to_owned()),
+            wrong_left: 3,
+            a: &a,
+            a_left: 3,
+            b: &b,
+        },
+    )
+    .await;
+    // A wrong key for an endpoint that does not exist spends the same peer's budget.
+    limits::assert_limited::<EndpointCalls>(&calls.call(&("nope", "wrong".to_owned())).await);
     s.service.stop().await;
-}
-
-/// A call of endpoint `held` whose body has not finished arriving, so it stays in flight
-/// until released.
-fn held_call(s: &Server, key: &str) -> kep_client::Held {
-    let call = s
-        .http
-        .post(format!("{}/endpoints/held/upload", s.gateway))
-        .bearer_auth(key);
-    kep_client::held(call, vec![1u8; 1000], vec![2u8; 1000])
 }
 
 #[tokio::test]
 async fn an_endpoint_may_have_only_so_many_calls_in_flight() {
     let s = spawn(|_, gateway| gateway.limits.concurrency_limit = 1).await;
     s.image("echo").await;
-    let key = s.endpoint("held", 1).await;
+    let key = ("held", s.endpoint("held", 1).await);
     s.deploy("held", custom("app", json!({}))).await;
     s.available("held", "app").await;
-    let (mut held, mut release) = held_call(&s, &key);
-    // Once the gateway has it, another call of the endpoint is refused.
-    let refused = eventually(
-        Duration::from_secs(30),
-        "a second call in flight is refused",
-        async || {
-            // A call that came first took the one slot, and the held one was refused: hold
-            // another, and call once it has had the pause to reach the server.
-            if held.is_finished() {
-                (held, release) = held_call(&s, &key);
-                return Err("the held call was refused; held another".to_owned());
-            }
-            match limited(&s, "held", &key).await {
-                answer @ (StatusCode::TOO_MANY_REQUESTS, ..) => Ok(answer),
-                (status, _, body) => Err(format!("{status} {body}")),
-            }
+    let held = limits::only_so_many_calls_in_flight(
+        &EndpointCalls {
+            s: &s,
+            passes: StatusCode::OK,
         },
+        1,
+        &key,
+        None,
     )
     .await;
-    assert_limited(&refused);
-    assert!(
-        refused.2["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("in flight")
-    );
-    release.send(()).unwrap();
-    let res = held.await.unwrap().unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(res.json::<Value>().await.unwrap()["body_len"], 2000);
-    assert_eq!(limited(&s, "held", &key).await.0, StatusCode::OK);
+    for res in held {
+        assert_eq!(res.json::<Value>().await.unwrap()["body_len"], 2000);
+    }
     s.service.stop().await;
 }
 
@@ -108,27 +111,11 @@ async fn an_endpoints_spent_rate_refills() {
         gateway.limits.rate_limit_burst = 2;
     })
     .await;
-    let key = s.endpoint("ea", 1).await;
-    let mut spent = false;
-    for _ in 0..20 {
-        let answer = limited(&s, "ea", &key).await;
-        if answer.0 == StatusCode::TOO_MANY_REQUESTS {
-            assert_limited(&answer);
-            spent = true;
-            break;
-        }
-    }
-    assert!(spent, "20 calls at once spend a burst of 2");
-    // No deployment: a call the limit lets through is the gateway's 503. A refused call spends
-    // nothing, so asking often does not hold the refill back.
-    eventually(
-        Duration::from_secs(30),
-        "the bucket refills",
-        async || match limited(&s, "ea", &key).await {
-            (StatusCode::SERVICE_UNAVAILABLE, ..) => Ok(()),
-            (status, _, body) => Err(format!("{status} {body}")),
-        },
-    )
-    .await;
+    let key = ("ea", s.endpoint("ea", 1).await);
+    let calls = EndpointCalls {
+        s: &s,
+        passes: StatusCode::SERVICE_UNAVAILABLE,
+    };
+    limits::a_spent_budget_refills(&calls, &key).await;
     s.service.stop().await;
 }

@@ -306,7 +306,7 @@ pub fn cli_fails(srv: &Server, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-pub use kep_client::eventually;
+pub use kep_testkit::eventually;
 
 /// [`eventually`] for the tests that block: retries `check` until it is `Ok`, waiting as
 /// `eventually` does; past `timeout`, panics with `what` and the last `Err`.

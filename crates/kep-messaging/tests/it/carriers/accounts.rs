@@ -2,6 +2,7 @@
 //! SMSC use any of them): another bind of the carrier, another carrier bound to the same
 //! account, another node's bind. Each is matched by the SMSC's message id.
 
+use kep_testkit::Setup;
 use serde_json::Value;
 
 use super::{by_number, send, smpp, smsc};
@@ -96,16 +97,19 @@ async fn a_receipt_on_another_bind_or_carrier_of_the_account_decides_its_message
 
 #[tokio::test]
 async fn a_receipt_on_another_nodes_bind_decides_its_message() {
-    let Some(url) = kep_core::storage::database_for_a_test().await else {
+    let Some(url) = kep_testkit::database_for_a_test().await else {
         eprintln!("no KEP_TEST_DATABASE_URL: nothing to test against");
         return;
     };
     let smsc = smsc(by_number()).await;
     smsc.deliver_receipts_elsewhere();
     let port = smsc.port();
-    let a = spawn_on(Some(url.clone()), |s| s.carriers = by_prefix(port)).await;
+    let a = spawn_on(Setup::on(Some(url.clone())), |s| {
+        s.carriers = by_prefix(port)
+    })
+    .await;
     all_up(&a).await;
-    let b = spawn_on(Some(url), |s| s.carriers = by_prefix(port)).await;
+    let b = spawn_on(Setup::on(Some(url)), |s| s.carriers = by_prefix(port)).await;
     all_up(&b).await;
     assert_eq!(smsc.binds(), 6);
     let (id, secret) = a.client().await;

@@ -345,12 +345,12 @@ fn the_admin_listener_refuses_a_host_name_not_its_own() {
 
 /// An operator call whose body has not finished arriving, so it stays in flight until
 /// released.
-fn held_operator_call(srv: &Server) -> kep_client::Held {
+fn held_operator_call(srv: &Server) -> kep_testkit::Held {
     let call = reqwest::Client::new()
         .post(format!("{}/admin/v1/live/services", srv.admin))
         .bearer_auth("op")
         .header("content-type", "application/json");
-    kep_client::held(call, b"{".to_vec(), b"}".to_vec())
+    kep_testkit::held(call, b"{".to_vec(), b"}".to_vec())
 }
 
 #[tokio::test(flavor = "multi_thread")]
