@@ -113,7 +113,7 @@ impl Service for ServingService {
         // Resolved once: the quota and the runtime count the same GPUs.
         let gpus = runtime::gpus::discover(settings.gpus.as_deref());
         let from_setting = settings.gpus.is_some();
-        tracing::info!(?gpus, from_setting, "GPUs instances can be given");
+        tracing::info!(?gpus, from_setting, "GPUs that instances can be given");
         settings.quota.gpu.get_or_insert(gpus.len() as u32);
         settings.gpus = Some(gpus.clone());
         let runtime = runtime::start(runtime::RuntimeContext {

@@ -120,7 +120,7 @@ impl Default for ServingSettings {
 pub struct QuotaSettings {
     pub cpu: f64,
     pub memory_mb: u64,
-    /// Unset, the number of GPUs instances can be given (`serving.gpus`).
+    /// Unset, the number of GPUs that instances can be given (`serving.gpus`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u32>,
 }

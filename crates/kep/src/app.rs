@@ -60,22 +60,6 @@ impl Application {
         {
             tracing::info!(data_dir = %data_dir.display(), "made the data dir 0700");
         }
-        let (token, generated) =
-            listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
-        if generated {
-            // Printed once, at the start that generated it; a JSON line under JSON logs.
-            let path = data_dir.join("admin-token");
-            match settings.log_format {
-                crate::serve::LogFormat::Text => {
-                    println!("operator token (also in {}): {token}", path.display());
-                }
-                crate::serve::LogFormat::Json => println!(
-                    "{}",
-                    serde_json::json!({ "operator_token": token, "path": path })
-                ),
-            }
-        }
-
         if let Some(url) = &settings.database_url
             && !kep_core::storage::is_postgres(url)
         {
@@ -126,9 +110,34 @@ impl Application {
                 )
             }),
         );
+        // Only once every listener is bound: a start that fails on a busy port leaves no
+        // token of its own behind.
+        let (token, generated) =
+            listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
+        if generated {
+            // Printed once, at the start that generated it; a JSON line under JSON logs.
+            let path = data_dir.join("admin-token");
+            match settings.log_format {
+                crate::serve::LogFormat::Text => {
+                    println!("operator token (also in {}): {token}", path.display());
+                }
+                crate::serve::LogFormat::Json => println!(
+                    "{}",
+                    serde_json::json!({ "operator_token": token, "path": path })
+                ),
+            }
+        }
+
         let running = platform.serve(&token, settings.admin.limits);
         let addresses: BTreeMap<&str, _> = running.addresses().clone();
         listener::write_addresses(&data_dir, &addresses)?;
+        let console = format!("{}/console", running.url("admin"));
+        match settings.log_format {
+            crate::serve::LogFormat::Text => println!("console: {console}"),
+            crate::serve::LogFormat::Json => {
+                println!("{}", serde_json::json!({ "console": console }))
+            }
+        }
         Ok(Application { running })
     }
 

@@ -5,9 +5,11 @@ mod cli;
 mod model_server;
 mod serve;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use cli::WithCommon as _;
 
 /// Small per-request allocations (headers, bodies, futures) are a measurable share of a
 /// proxied call; mimalloc serves them faster than glibc's allocator (BENCHMARKS.md).
@@ -17,6 +19,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "kep", version, about = "The kep platform: one server, its CLI")]
 struct Cli {
+    /// Where `kep serve` keeps its databases and files, and where the CLI reads the
+    /// server's addresses and operator token; before or after the subcommand
+    /// [default: ./kep-data].
+    #[arg(long, global = true, env = "KEP_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,11 +58,20 @@ enum Command {
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        // What reads the output went away (`kep … | head`): it has what it wanted.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kep: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -66,14 +82,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     }
     let runtime = tokio::runtime::Runtime::new()?;
+    // `kep serve` takes it among its settings (flag over variable over file); the CLI, as
+    // given or its default.
+    let data_dir = || {
+        cli.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("./kep-data"))
+    };
     match cli.command {
-        Command::Serve(args) => runtime.block_on(serve::run(args)),
-        Command::Live(args) => runtime.block_on(cli::live::run(args)),
-        Command::Adapter(args) => runtime.block_on(cli::adapter::run(args)),
-        Command::Msg(args) => runtime.block_on(cli::msg::run(args)),
-        Command::Serving(args) => runtime.block_on(cli::serving::run(args)),
-        Command::Events(args) => runtime.block_on(cli::events::run(args)),
-        Command::Status(args) => runtime.block_on(cli::status::run(args)),
+        Command::Serve(args) => runtime.block_on(serve::run(args, cli.data_dir)),
+        Command::Live(args) => runtime.block_on(cli::live::run(args.at(data_dir()))),
+        Command::Adapter(args) => runtime.block_on(cli::adapter::run(args.at(data_dir()))),
+        Command::Msg(args) => runtime.block_on(cli::msg::run(args.at(data_dir()))),
+        Command::Serving(args) => runtime.block_on(cli::serving::run(args.at(data_dir()))),
+        Command::Events(args) => runtime.block_on(cli::events::run(args.at(data_dir()))),
+        Command::Status(args) => runtime.block_on(cli::status::run(args.at(data_dir()))),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             // Written whole, so that a closed pipe is an error, not a panic.

@@ -36,12 +36,11 @@ pub struct ServeArgs {
     /// A TOML settings file (flags and KEP_* variables override it).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Where the databases and files live [KEP_DATA_DIR; default ./kep-data].
-    #[arg(long)]
+    /// `kep`'s global `--data-dir`.
+    #[arg(skip)]
     data_dir: Option<PathBuf>,
-    /// A PostgreSQL database (postgres://…) for the state of the services that keep it
-    /// there (live and adapter, for now) instead of SQLite under the data dir
-    /// [KEP_DATABASE_URL].
+    /// A PostgreSQL database (postgres://…) for every service's state instead of SQLite
+    /// files under the data dir; several nodes share one [KEP_DATABASE_URL].
     #[arg(long)]
     database_url: Option<String>,
     /// The key the secret-equivalent stored values are sealed with, made there (0600) if
@@ -49,6 +48,11 @@ pub struct ServeArgs {
     /// <data-dir>/seal.key].
     #[arg(long)]
     seal_key_file: Option<PathBuf>,
+    /// Every listener still on its default address moves to this port plus its offset:
+    /// admin +0, live +1, adapter +2, messaging +3, gateway +4, media +5; 0: every one on
+    /// a free port (addresses.json says which) [KEP_PORT_BASE; default 8800].
+    #[arg(long)]
+    port_base: Option<u16>,
     /// Operator API, /healthz, docs [KEP_ADMIN_ADDR; default 127.0.0.1:8800].
     #[arg(long)]
     admin_addr: Option<SocketAddr>,
@@ -97,6 +101,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub only: Option<NameList>,
+    /// Moves the listeners still on their default addresses (`--port-base`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_base: Option<u16>,
     pub admin: AdminSettings,
     pub live: LiveSettings,
     pub adapter: AdapterSettings,
@@ -113,6 +120,7 @@ impl Default for Settings {
             seal_key_file: None,
             log_format: LogFormat::Text,
             only: None,
+            port_base: None,
             admin: AdminSettings::default(),
             live: LiveSettings::default(),
             adapter: AdapterSettings::default(),
@@ -188,6 +196,9 @@ impl ServeArgs {
         if let Some(f) = &self.seal_key_file {
             o.push(("seal_key_file".into(), path(f)));
         }
+        if let Some(b) = self.port_base {
+            o.push(("port_base".into(), Value::from(b)));
+        }
         if let Some(a) = self.admin_addr {
             o.push(("admin.addr".into(), Value::from(a.to_string())));
         }
@@ -216,6 +227,35 @@ impl ServeArgs {
     }
 }
 
+impl Settings {
+    /// `port_base`: each listener still on its default address moves to the base plus its
+    /// offset (the defaults' own order, 8800 to 8805); base 0, to a free port each. An
+    /// address set to anything else stays where it was set.
+    fn apply_port_base(&mut self) -> anyhow::Result<()> {
+        let Some(base) = self.port_base else {
+            return Ok(());
+        };
+        if base > u16::MAX - 5 {
+            anyhow::bail!("port_base: at most {} (six ports from it)", u16::MAX - 5);
+        }
+        let defaults = Settings::default();
+        let listeners = [
+            (&mut self.admin.addr, defaults.admin.addr, 0),
+            (&mut self.live.addr, defaults.live.addr, 1),
+            (&mut self.adapter.addr, defaults.adapter.addr, 2),
+            (&mut self.messaging.addr, defaults.messaging.addr, 3),
+            (&mut self.gateway.addr, defaults.gateway.addr, 4),
+            (&mut self.live.media_addr, defaults.live.media_addr, 5),
+        ];
+        for (addr, default, offset) in listeners {
+            if *addr == default {
+                addr.set_port(if base == 0 { 0 } else { base + offset });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Logs to stderr, filtered by `KEP_LOG` (default `info`), coloured only on a terminal.
 pub(crate) fn init_tracing(format: LogFormat) {
     use std::io::IsTerminal as _;
@@ -231,10 +271,12 @@ pub(crate) fn init_tracing(format: LogFormat) {
     }
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let settings: Settings =
+pub async fn run(mut args: ServeArgs, data_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    args.data_dir = data_dir;
+    let mut settings: Settings =
         kep_core::settings::load(args.config.as_deref(), ENV, args.overrides()?)
             .map_err(|e| anyhow::anyhow!("settings: {e}"))?;
+    settings.apply_port_base()?;
     init_tracing(settings.log_format);
     let grace = Duration::from_secs(settings.admin.shutdown_grace_s);
     let app = Application::build(settings).await?;

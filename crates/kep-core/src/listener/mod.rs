@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -41,10 +40,21 @@ pub struct Bound {
     pub addr: SocketAddr,
 }
 
+/// Why `what` could not bind `addr`; an address in use, most often another kep on the
+/// default ports, says how to move them all.
+pub fn not_bound(what: &str, addr: SocketAddr, e: std::io::Error) -> anyhow::Error {
+    let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        ": another kep? --port-base or KEP_PORT_BASE moves every listener (0: free ports)"
+    } else {
+        ""
+    };
+    anyhow::anyhow!("binding {what} to {addr}: {e}{hint}")
+}
+
 pub async fn bind(name: &str, addr: SocketAddr) -> anyhow::Result<Bound> {
     let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding the {name} listener to {addr}"))?;
+        .map_err(|e| not_bound(&format!("the {name} listener"), addr, e))?;
     let addr = listener.local_addr()?;
     Ok(Bound { listener, addr })
 }

@@ -228,7 +228,7 @@ impl Media {
     ) -> anyhow::Result<(Media, mpsc::UnboundedReceiver<Gone>)> {
         let socket = UdpSocket::bind(addr)
             .await
-            .map_err(|e| anyhow::anyhow!("binding the media address {addr}: {e}"))?;
+            .map_err(|e| kep_core::listener::not_bound("the media address", addr, e))?;
         let local = socket.local_addr()?;
         let socket = Arc::new(socket);
         let (routes, routed) = mpsc::unbounded_channel();

@@ -71,7 +71,7 @@ impl Control {
         }
     }
 
-    /// The GPUs instances can be given (`serving.gpus`, resolved at start).
+    /// The GPUs that instances can be given (`serving.gpus`, resolved at start).
     fn gpu_devices(&self) -> u32 {
         self.settings.gpus.as_ref().map_or(0, |g| g.len() as u32)
     }

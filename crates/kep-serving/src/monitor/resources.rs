@@ -165,8 +165,9 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(500));
         let second = sampler.sample(&[pid, u32::MAX]).usage;
         let cores = second[&pid].cpu_cores.unwrap();
-        // `yes` alone keeps a core busy (less on a loaded machine); the shell takes none.
-        assert!(cores > 0.2, "{cores} cores");
+        // `yes` alone keeps a core busy, the waiting shell none: any share of a core is the
+        // child's. Small, as a machine busy with other work gives `yes` little (CI saw 0.14).
+        assert!(cores > 0.03, "{cores} cores");
         assert!(!second.contains_key(&u32::MAX));
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// The GPUs instances can be given (host indices), and which of them are held.
+/// The GPUs that instances can be given (host indices), and which of them are held.
 pub struct GpuPool {
     devices: Vec<u32>,
     held: Mutex<BTreeSet<u32>>,

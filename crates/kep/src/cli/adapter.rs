@@ -16,7 +16,7 @@ use super::{Common, listener_url, print_json};
 #[derive(Args)]
 pub struct AdapterArgs {
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     /// The adapter listener, e.g. http://127.0.0.1:8802 [default: from addresses.json].
     #[arg(long, global = true, env = "KEP_ADAPTER_URL")]
     adapter_url: Option<String>,
@@ -216,6 +216,10 @@ pub async fn run(args: AdapterArgs) -> anyhow::Result<()> {
 
 /// The reference agent: prints every step as one JSON line.
 async fn run_agent(args: &AgentArgs, adapter_url: String) -> anyhow::Result<()> {
+    // Found now, not at the first release, when the session would be left GRANTED.
+    if let Some(file) = &args.file {
+        std::fs::File::open(file).with_context(|| format!("--file {}", file.display()))?;
+    }
     let client = AgentClient::new(&adapter_url, args.org, &args.scheme, &args.secret_key);
     let login = client
         .get_org_login_type()

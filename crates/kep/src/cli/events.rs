@@ -7,7 +7,7 @@ use super::Common;
 #[derive(clap::Args)]
 pub struct EventsArgs {
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     /// Only this service's: live, adapter, messaging, serving.
     #[arg(long)]
     service: Option<String>,
@@ -33,7 +33,7 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<()> {
     let mut events = args.common.admin()?.events(&watch).await?;
     while let Some(watched) = events.next().await {
         match watched? {
-            Watched::Event(e) => println!("{}", serde_json::to_string(&e)?),
+            Watched::Event(e) => super::say(serde_json::to_string(&e)?)?,
             Watched::Lagged(n) => eprintln!("kep: fell behind: {n} events missed"),
         }
     }

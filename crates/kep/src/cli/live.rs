@@ -13,7 +13,7 @@ use super::{Common, listener_url, print_json};
 #[derive(Args)]
 pub struct LiveArgs {
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     /// The live listener, e.g. http://127.0.0.1:8801 [default: the provisioned `api`, else
     /// from addresses.json].
     #[arg(long, global = true, env = "KEP_LIVE_URL")]
@@ -284,12 +284,17 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
             print_json(&args.room_client()?.list_participants(room).await?)
         }
         LiveCommand::Kick { room, participants } => {
+            // Room.KickParticipant answers `{}`: what was done is said instead.
             args.room_client()?.kick(room, participants).await?;
-            print_json(&serde_json::json!({}))
+            print_json(&serde_json::json!({ "roomId": room, "kicked": participants }))
         }
         LiveCommand::Inactivate { room, targets } => {
             args.room_client()?.inactivate(room, targets).await?;
-            print_json(&serde_json::json!({}))
+            let inactivated: Vec<_> = targets
+                .iter()
+                .map(|(p, s)| serde_json::json!({ "participantId": p, "streamId": s }))
+                .collect();
+            print_json(&serde_json::json!({ "roomId": room, "inactivated": inactivated }))
         }
         LiveCommand::Destroy { room } => print_json(&args.room_client()?.destroy_room(room).await?),
         LiveCommand::Join {
@@ -336,16 +341,16 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
 /// A participant in the terminal: prints what arrives until the server closes the socket;
 /// Ctrl-C leaves the room.
 async fn join(mut p: Participant, publish: bool) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(&p.joined)?);
+    super::say(serde_json::to_string(&p.joined)?)?;
     if publish {
         p.send(&ClientMessage::Publish).await?;
     }
     loop {
         tokio::select! {
             msg = p.next() => match msg? {
-                Ok(m) => println!("{}", serde_json::to_string(&m)?),
+                Ok(m) => super::say(serde_json::to_string(&m)?)?,
                 Err(closed) => {
-                    println!("{}", serde_json::json!({ "closed": closed.code, "reason": closed.reason }));
+                    super::say(serde_json::json!({ "closed": closed.code, "reason": closed.reason }))?;
                     return Ok(());
                 }
             },

@@ -36,8 +36,22 @@ pub fn operator_token(data_dir: &Path) -> anyhow::Result<String> {
 }
 
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    say(serde_json::to_string_pretty(value)?)
+}
+
+/// Writes `text` to stdout, as `print!` does but returning the error: a reader that went
+/// away (`kep … | head`) ends the command quietly (main), where `print!` would panic.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
     Ok(())
+}
+
+/// [`emit`] of `line` and a newline.
+pub fn say(line: impl std::fmt::Display) -> anyhow::Result<()> {
+    emit(&format!("{line}\n"))
 }
 
 /// The CLI's one table look, for any command that prints one: no borders, every column two
@@ -66,18 +80,44 @@ pub fn table<const N: usize>(
 /// Options every CLI command group shares.
 #[derive(clap::Args, Clone)]
 pub struct Common {
-    /// The server's data dir, where its addresses and operator token are read.
-    #[arg(
-        long,
-        global = true,
-        env = "KEP_DATA_DIR",
-        default_value = "./kep-data"
-    )]
+    /// The server's data dir, where its addresses and operator token are read: `kep`'s
+    /// global `--data-dir`, set by [`WithCommon::at`].
+    #[arg(skip)]
     pub data_dir: PathBuf,
     /// The admin listener, e.g. http://127.0.0.1:8800 [default: from addresses.json].
     #[arg(long, global = true, env = "KEP_ADMIN_URL")]
     pub admin_url: Option<String>,
 }
+
+/// A command group's arguments, which hold its [`Common`] options.
+pub trait WithCommon: Sized {
+    fn common(&mut self) -> &mut Common;
+
+    /// These arguments, reading the server's files in `data_dir`.
+    fn at(mut self, data_dir: PathBuf) -> Self {
+        self.common().data_dir = data_dir;
+        self
+    }
+}
+
+macro_rules! with_common {
+    ($($args:ty),*) => {$(
+        impl WithCommon for $args {
+            fn common(&mut self) -> &mut Common {
+                &mut self.common
+            }
+        }
+    )*};
+}
+
+with_common!(
+    adapter::AdapterArgs,
+    events::EventsArgs,
+    live::LiveArgs,
+    msg::MsgArgs,
+    serving::ServingArgs,
+    status::StatusArgs
+);
 
 impl Common {
     pub fn admin(&self) -> anyhow::Result<kep_client::AdminClient> {

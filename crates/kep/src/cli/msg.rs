@@ -14,7 +14,7 @@ use super::{Common, listener_url, print_json};
 #[derive(Args)]
 pub struct MsgArgs {
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     /// The messaging listener, e.g. http://127.0.0.1:8803 [default: from addresses.json].
     #[arg(long, global = true, env = "KEP_MESSAGING_URL")]
     messaging_url: Option<String>,
@@ -184,11 +184,11 @@ pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
             let rows = entries
                 .into_iter()
                 .map(|e| [e.at, e.uid, e.route, e.phone_number, e.outcome]);
-            print!(
-                "{}",
-                super::table(["at", "uid", "route", "to", "outcome"], 5, rows)
-            );
-            Ok(())
+            super::emit(&super::table(
+                ["at", "uid", "route", "to", "outcome"],
+                5,
+                rows,
+            ))
         }
         MsgCommand::Carriers { json } => {
             let carriers = args.common.admin()?.messaging_carriers().await?;
@@ -217,7 +217,7 @@ pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
                 "window",
                 "reconnects",
             ];
-            print!("{}", super::table(head, 4, rows));
+            super::emit(&super::table(head, 4, rows))?;
             Ok(())
         }
         MsgCommand::Token {
@@ -288,7 +288,7 @@ pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
                     return print_json(&answer);
                 }
                 // One JSON line per group while following.
-                println!("{}", serde_json::to_string(&answer)?);
+                super::say(serde_json::to_string(&answer)?)?;
                 if answer.report_group_id.is_some() {
                     continue;
                 }

@@ -10,7 +10,7 @@ use super::Common;
 #[derive(clap::Args)]
 pub struct StatusArgs {
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     /// The overview as JSON.
     #[arg(long)]
     json: bool,
@@ -135,7 +135,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     if args.json {
         return super::print_json(&overview);
     }
-    print!("{}", render(&overview));
+    super::emit(&render(&overview))?;
     Ok(())
 }
 

@@ -133,21 +133,9 @@ fn read_available(out: ChildStdout) -> String {
     text
 }
 
+/// Every listener on a free port (`addresses.json` says which).
 pub fn port0() -> Vec<&'static str> {
-    vec![
-        "--admin-addr",
-        "127.0.0.1:0",
-        "--live-addr",
-        "127.0.0.1:0",
-        "--media-addr",
-        "127.0.0.1:0",
-        "--adapter-addr",
-        "127.0.0.1:0",
-        "--messaging-addr",
-        "127.0.0.1:0",
-        "--gateway-addr",
-        "127.0.0.1:0",
-    ]
+    vec!["--port-base", "0"]
 }
 
 /// Runs a CLI command against the server; its stdout parsed as JSON.

@@ -5,6 +5,7 @@ mod browser;
 mod carriers;
 mod data_dir;
 mod every_instance;
+mod first_hour;
 mod gpus;
 mod grpc;
 mod images;

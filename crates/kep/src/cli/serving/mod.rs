@@ -19,7 +19,7 @@ pub use self::commands::run;
 #[derive(Args)]
 pub struct ServingArgs {
     #[command(flatten)]
-    common: Common,
+    pub(super) common: Common,
     #[command(subcommand)]
     command: ServingCommand,
 }
