@@ -5,3 +5,4 @@ mod crash_recovery;
 mod isolation;
 mod serve;
 mod several_nodes;
+mod walkthroughs;

@@ -1,0 +1,121 @@
+//! The README's walk-throughs, run as written: every fenced block opened with
+//! `` ```sh walkthrough=NAME ``, in the README's order, as one bash script (`set -euo
+//! pipefail`) in a fresh folder where `kep serve` runs with its data in `./kep-data` on free
+//! ports, and `kep` is on `PATH`. A walk-through that stops working fails the build
+//! (DEVELOPMENT.md: a later section adds its own the same way).
+
+use std::io::Read as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{KEP, serve};
+
+/// The blocks of walk-through `name`, in order.
+fn blocks(readme: &str, name: &str) -> Vec<String> {
+    let opening = format!("```sh walkthrough={name}");
+    let mut found = Vec::new();
+    let mut lines = readme.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == opening {
+            let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            found.push(block.join("\n"));
+        }
+    }
+    found
+}
+
+/// A free port on 127.0.0.1, for a walk-through's own server (an agent, a receiver).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs walk-through `name` against `kep serve` with `serve_args`; `env` reaches the script
+/// (where its own servers listen).
+fn walk(name: &str, serve_args: &[&str], env: &[(&str, String)]) {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let blocks = blocks(&readme, name);
+    assert!(!blocks.is_empty(), "no walk-through {name} in README.md");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--port-base", "0"];
+    args.extend_from_slice(serve_args);
+    let srv = serve(&dir.path().join("kep-data"), &args, &[]);
+    let script = dir.path().join(format!("{name}.sh"));
+    std::fs::write(&script, blocks.join("\n")).unwrap();
+    let bin = Path::new(KEP).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = dir.path().join(format!("{name}.out"));
+    let mut child = Command::new("bash")
+        .args(["-euo", "pipefail", "-x"])
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env_remove("KEP_DATA_DIR")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::piped())
+        // Its own group: what it left running in the background goes with it.
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    let mut trace = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut trace)
+        .unwrap();
+    if status.is_none_or(|s| !s.success()) {
+        let tail = |text: &str, n: usize| {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        };
+        panic!(
+            "walk-through {name}: {}\n--- output ---\n{}\n--- trace ---\n{}\n--- kep log ---\n{}",
+            status.map_or("still running after 240 s".into(), |s| s.to_string()),
+            tail(&std::fs::read_to_string(&out).unwrap_or_default(), 40),
+            tail(&trace, 40),
+            tail(&srv.logs(), 20),
+        );
+    }
+}
+
+#[test]
+fn live() {
+    walk(
+        "live",
+        &[],
+        &[("RECEIVER", format!("127.0.0.1:{}", free_port()))],
+    );
+}
+
+#[test]
+fn the_blocks_of_a_walk_through_are_taken_in_order() {
+    let readme = "a\n```sh walkthrough=x\none\n```\n```sh\nnot\n```\n```sh walkthrough=y\nother\n```\n```sh walkthrough=x\ntwo\nthree\n```\n";
+    assert_eq!(blocks(readme, "x"), ["one", "two\nthree"]);
+    assert!(blocks(readme, "z").is_empty());
+}
