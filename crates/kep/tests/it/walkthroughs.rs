@@ -114,6 +114,26 @@ fn live() {
 }
 
 #[test]
+fn adapter() {
+    walk("adapter", &[], &[("AGENT", format!("127.0.0.1:{}", free_port()))]);
+}
+
+#[test]
+fn messaging() {
+    walk("messaging", &[], &[]);
+}
+
+#[test]
+fn serving() {
+    walk("serving", &[], &[("HOOK", format!("127.0.0.1:{}", free_port()))]);
+}
+
+#[test]
+fn activity() {
+    walk("activity", &[], &[]);
+}
+
+#[test]
 fn the_blocks_of_a_walk_through_are_taken_in_order() {
     let readme = "a\n```sh walkthrough=x\none\n```\n```sh\nnot\n```\n```sh walkthrough=y\nother\n```\n```sh walkthrough=x\ntwo\nthree\n```\n";
     assert_eq!(blocks(readme, "x"), ["one", "two\nthree"]);

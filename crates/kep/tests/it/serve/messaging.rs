@@ -217,10 +217,16 @@ fn the_messaging_flow_from_the_cli() {
     );
     assert_eq!(mm["code"], "200");
 
-    // The README's example file, as it ships.
-    let rcs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/rcs.json");
+    let rcs = dir.path().join("rcs.json");
+    let body = serde_json::json!({
+        "cid": "example-rcs-1", "message_type": "RCSSMS", "phone_number": "821012345678",
+        "template_code": "T", "agency_id": "a", "ad_flag": "N", "sender_no": "0212345678",
+        "fall_back_yn": false,
+        "body": [{ "title": "Order shipped", "description": "Your order 1234 is on its way." }],
+    });
+    std::fs::write(&rcs, body.to_string()).unwrap();
     assert_eq!(
-        cli(&srv, &["msg", "send-rcs", "--json", rcs])["code"],
+        cli(&srv, &["msg", "send-rcs", "--json", rcs.to_str().unwrap()])["code"],
         "200"
     );
 
