@@ -35,17 +35,25 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Runs walk-through `name` against `kep serve` with `serve_args`; `env` reaches the script
-/// (where its own servers listen).
-fn walk(name: &str, serve_args: &[&str], env: &[(&str, String)]) {
+/// Runs walk-through `name` against `kep serve`, whose variables `in_folder` name files in
+/// the walk-through's folder (a socket it makes); `env` reaches the script (where its own
+/// servers listen).
+fn walk(name: &str, in_folder: &[(&str, &str)], env: &[(&str, String)]) {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     let blocks = blocks(&readme, name);
     assert!(!blocks.is_empty(), "no walk-through {name} in README.md");
     let dir = tempfile::tempdir().unwrap();
-    let mut args = vec!["--port-base", "0"];
-    args.extend_from_slice(serve_args);
-    let srv = serve(&dir.path().join("kep-data"), &args, &[]);
+    let serve_env: Vec<(&str, String)> = in_folder
+        .iter()
+        .map(|(k, file)| (*k, dir.path().join(file).display().to_string()))
+        .collect();
+    let serve_env: Vec<(&str, &str)> = serve_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let srv = serve(
+        &dir.path().join("kep-data"),
+        &["--port-base", "0"],
+        &serve_env,
+    );
     let script = dir.path().join(format!("{name}.sh"));
     std::fs::write(&script, blocks.join("\n")).unwrap();
     let bin = Path::new(KEP).parent().unwrap();
@@ -82,6 +90,7 @@ fn walk(name: &str, serve_args: &[&str], env: &[(&str, String)]) {
     let group = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
     let _ = child.wait();
+    remove_containers(dir.path());
     let mut trace = String::new();
     child
         .stderr
@@ -104,6 +113,19 @@ fn walk(name: &str, serve_args: &[&str], env: &[(&str, String)]) {
     }
 }
 
+/// The containers a walk-through's own Podman (`./podman`) still has, as when it stopped
+/// half-way: removed, with their mounts, before its folder is.
+fn remove_containers(dir: &Path) {
+    let podman = dir.join("podman");
+    if podman.join("containers.conf").exists() {
+        let _ = Command::new("podman")
+            .args(["rm", "--all", "--force", "--time", "0"])
+            .env("CONTAINERS_CONF", podman.join("containers.conf"))
+            .env("CONTAINERS_STORAGE_CONF", podman.join("storage.conf"))
+            .output();
+    }
+}
+
 #[test]
 fn live() {
     walk(
@@ -115,7 +137,11 @@ fn live() {
 
 #[test]
 fn adapter() {
-    walk("adapter", &[], &[("AGENT", format!("127.0.0.1:{}", free_port()))]);
+    walk(
+        "adapter",
+        &[],
+        &[("AGENT", format!("127.0.0.1:{}", free_port()))],
+    );
 }
 
 #[test]
@@ -125,12 +151,23 @@ fn messaging() {
 
 #[test]
 fn serving() {
-    walk("serving", &[], &[("HOOK", format!("127.0.0.1:{}", free_port()))]);
+    walk(
+        "serving",
+        &[],
+        &[("HOOK", format!("127.0.0.1:{}", free_port()))],
+    );
 }
 
 #[test]
 fn activity() {
     walk("activity", &[], &[]);
+}
+
+/// Podman, runc and busybox-static come from Debian (./test installs them).
+#[test]
+fn images() {
+    let socket = ("KEP_SERVING_CONTAINER_SOCKET", "podman/podman.sock");
+    walk("images", &[socket], &[]);
 }
 
 #[test]
