@@ -12,14 +12,20 @@ use std::time::{Duration, Instant};
 
 use crate::common::{KEP, serve};
 
-/// The blocks of walk-through `name`, in order.
+/// The blocks of walk-through `name`, in order; a block indented in a list item loses its
+/// indent.
 fn blocks(readme: &str, name: &str) -> Vec<String> {
     let opening = format!("```sh walkthrough={name}");
     let mut found = Vec::new();
     let mut lines = readme.lines();
     while let Some(line) = lines.next() {
-        if line.trim_end() == opening {
-            let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+        if line.trim() == opening {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            let block: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| l.trim() != "```")
+                .map(|l| l.strip_prefix(indent).unwrap_or(l))
+                .collect();
             found.push(block.join("\n"));
         }
     }
@@ -172,7 +178,7 @@ fn images() {
 
 #[test]
 fn the_blocks_of_a_walk_through_are_taken_in_order() {
-    let readme = "a\n```sh walkthrough=x\none\n```\n```sh\nnot\n```\n```sh walkthrough=y\nother\n```\n```sh walkthrough=x\ntwo\nthree\n```\n";
-    assert_eq!(blocks(readme, "x"), ["one", "two\nthree"]);
+    let readme = "a\n```sh walkthrough=x\none\n```\n```sh\nnot\n```\n```sh walkthrough=y\nother\n```\n- item:\n  ```sh walkthrough=x\n  two\n    three\n  ```\n";
+    assert_eq!(blocks(readme, "x"), ["one", "two\n  three"]);
     assert!(blocks(readme, "z").is_empty());
 }
