@@ -291,3 +291,45 @@ pub async fn run(mut args: ServeArgs, data_dir: Option<PathBuf>) -> anyhow::Resu
     tracing::info!("stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Settings;
+
+    #[test]
+    fn a_port_base_moves_the_listeners_left_on_their_defaults() {
+        let mut s = Settings {
+            port_base: Some(9800),
+            ..Settings::default()
+        };
+        s.live.addr = "127.0.0.1:7000".parse().unwrap();
+        s.apply_port_base().unwrap();
+        let ports = [
+            s.admin.addr.port(),
+            s.live.addr.port(),
+            s.adapter.addr.port(),
+            s.messaging.addr.port(),
+            s.gateway.addr.port(),
+            s.live.media_addr.port(),
+        ];
+        assert_eq!(ports, [9800, 7000, 9802, 9803, 9804, 9805]);
+
+        let mut free = Settings {
+            port_base: Some(0),
+            ..Settings::default()
+        };
+        free.apply_port_base().unwrap();
+        assert_eq!(
+            (free.admin.addr.port(), free.live.media_addr.port()),
+            (0, 0)
+        );
+
+        for (base, fits) in [(u16::MAX - 5, true), (u16::MAX - 4, false)] {
+            let mut s = Settings {
+                port_base: Some(base),
+                ..Settings::default()
+            };
+            assert_eq!(s.apply_port_base().is_ok(), fits, "{base}");
+        }
+    }
+}
