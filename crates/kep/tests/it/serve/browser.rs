@@ -57,6 +57,13 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
             "best layer again"
         ]
     );
+    // Bob's tile of alice's video names her.
+    assert_eq!(
+        events[1]["tiles"],
+        serde_json::json!(["alice"]),
+        "{}",
+        events[1]
+    );
     // The publisher's stream, with the tracks Chromium sent.
     let listed = &events[2]["participants"][0];
     assert_eq!(listed["participantId"], "alice");
