@@ -4,7 +4,6 @@
 
 const SERVICES = document.body.dataset.services.split(",").filter(Boolean);
 const TOKEN_KEY = "kep.operatorToken";
-const COLORS = ["#2f6fdf", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0b7285"];
 const KEPT_EVENTS = 1000;
 
 let token = sessionStorage.getItem(TOKEN_KEY);
@@ -35,6 +34,9 @@ const link = (href, text) => h("a", { href }, text);
 const when = (ms) => new Date(ms).toLocaleTimeString();
 const mib = (bytes) => (bytes / 1048576).toFixed(1) + " MiB";
 const num = (v, digits = 0) => (v === undefined || v === null ? "–" : Number(v).toFixed(digits));
+/** A figure to three significant digits (whole from 1000 up): `0.778`, `12.3`, `4521`. */
+const sig = (v) => (v === undefined || v === null || Number.isNaN(Number(v)) ? "–"
+  : Math.abs(v) >= 1000 ? String(Math.round(v)) : String(Number(Number(v).toPrecision(3))));
 
 function table(headers, rows, empty = "none") {
   if (!rows.length) return h("p", { className: "empty" }, empty);
@@ -356,20 +358,65 @@ VIEWS.serving = async (view, shown, [kind, name]) => {
   view.append(quota);
 };
 
-/** A live chart of one figure per series, the last two minutes of it. */
-function chart(host, key, title, unit, labels) {
+// ---- charts ----
+
+/** Colours a series named after one is drawn in; other names take one of PALETTE. */
+const NAMED = { blue: "#2f6fdf", orange: "#e67700", green: "#2b8a3e", red: "#c92a2a", purple: "#ae3ec9", violet: "#7048e8",
+  teal: "#0b7285", cyan: "#1098ad", pink: "#d6336c", yellow: "#f59f00", brown: "#8d5524", gray: "#868e96", grey: "#868e96",
+  black: "#1d2127", indigo: "#4263eb", lime: "#5c940d" };
+const PALETTE = ["#2f6fdf", "#d9480f", "#2b8a3e", "#ae3ec9", "#0b7285", "#d6336c", "#5c940d", "#4263eb", "#f59f00", "#8d5524"];
+/** The total's line: drawn last, dashed, in ink. */
+const TOTAL = "#1d2127";
+
+/** Each label's colour, the same for the same names on every page: a name with a colour's
+ * name as a word (`blue`, `green-v2`) is drawn in it, any other in one of PALETTE chosen by
+ * its name, one not taken in the chart while there is one. */
+function colorsOf(labels) {
+  const named = labels.map((l) => NAMED[String(l).toLowerCase().split(/[^a-z]+/).find((w) => NAMED[w])]);
+  const taken = new Set(named.filter(Boolean));
+  return labels.map((l, i) => {
+    if (named[i]) return named[i];
+    let hash = 0;
+    for (const c of String(l)) hash = (hash * 31 + c.codePointAt(0)) >>> 0;
+    for (let k = 0; k < PALETTE.length; k++) {
+      const c = PALETTE[(hash + k) % PALETTE.length];
+      if (!taken.has(c)) { taken.add(c); return c; }
+    }
+    return PALETTE[hash % PALETTE.length];
+  });
+}
+
+/** A y axis's width: its longest label's, measured in the axis's font, and the ticks'. */
+function axisSize(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;
+  const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+  u.ctx.font = axis.font[0];
+  return Math.ceil(axis.ticks.size + axis.gap + u.ctx.measureText(longest).width / devicePixelRatio + 4);
+}
+
+/** A live chart of one figure per series, the last two minutes of it. A `total` (the index
+ * of a series that sums the others) is drawn last, dashed, so that it shows where it lies on
+ * one of them. Values are given in `labels`' order. */
+function chart(host, key, title, unit, labels, { total } = {}) {
   const el = h("div", { className: "chart", "data-chart": key });
   host.append(el);
+  const order = labels.map((_, i) => i).filter((i) => i !== total).concat(total === undefined ? [] : [total]);
+  const colors = colorsOf(labels);
   const data = [[], ...labels.map(() => [])];
   const plot = new uPlot({
     title, width: 460, height: 200,
     scales: { x: { time: true } },
-    series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false }))],
-    axes: [{}, { size: 60, values: (_, ticks) => ticks.map((t) => t + unit) }],
+    series: [{}, ...order.map((i) => ({
+      label: labels[i], stroke: i === total ? TOTAL : colors[i], width: i === total ? 2.5 : 2, dash: i === total ? [6, 4] : undefined,
+      spanGaps: false, value: (_, v) => (v === undefined || v === null ? "–" : sig(v) + unit),
+    }))],
+    axes: [{}, { size: axisSize, values: (_, ticks) => ticks.map((t) => sig(t) + unit) }],
   }, data, el);
+  el.plot = plot; // what a test reads: its series and axes as drawn
   return (t, values) => {
     data[0].push(t);
-    values.forEach((v, i) => data[i + 1].push(v ?? null));
+    order.forEach((i, k) => data[k + 1].push(values[i] ?? null));
     if (data[0].length > 120) data.forEach((s) => s.shift());
     plot.setData(data);
     el.dataset.last = JSON.stringify(values);
@@ -383,6 +430,7 @@ async function endpoint(view, shown, name) {
   view.append(h("section", { className: "panel", "data-panel": "Monitor" }, h("h2", {}, "Monitor"), charts));
   let plots = null;
   let shape = "";
+  const mirrored = new Map(); // deployment → [time, its mirrored calls so far, their rate] at the last sample
   const sample = async () => {
     const m = await api(`${base}/metrics`);
     const names = m.deployments.map((d) => d.name);
@@ -392,7 +440,7 @@ async function endpoint(view, shown, name) {
       shape = names.join() + gpu;
       charts.replaceChildren();
       plots = {
-        qps: chart(charts, "qps", "Calls per second", "", ["endpoint", ...names]),
+        qps: chart(charts, "qps", "Calls per second", "", ["endpoint", ...names], { total: 0 }),
         latency: chart(charts, "latency", "Latency", " ms", ["p50", "p99"]),
         cpu: chart(charts, "cpu", "CPU (of the limit)", " %", names),
         memory: chart(charts, "memory", "Memory", " MiB", names),
@@ -402,7 +450,18 @@ async function endpoint(view, shown, name) {
     const t = Date.parse(m.at) / 1000;
     const avg = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
     const of = (d, f) => d.instances.map(f).filter((v) => v !== undefined && v !== null);
-    plots.qps(t, [m.calls.qps, ...m.deployments.map((d) => d.calls.qps)]);
+    // A mirror's copies of the calls are not its calls (the caller got another's answer):
+    // the gateway counts them apart (kep_serving_mirror_requests_total, `mirror` here), and
+    // they are its traffic all the same.
+    const mirrorQps = m.deployments.map((d) => {
+      const n = (d.mirror?.answered || 0) + (d.mirror?.failed || 0);
+      const before = mirrored.get(d.name);
+      if (before && t <= before[0]) return before[2]; // the same sample again
+      const rate = before ? Math.max(0, n - before[1]) / (t - before[0]) : 0;
+      mirrored.set(d.name, [t, n, rate]);
+      return rate;
+    });
+    plots.qps(t, [m.calls.qps, ...m.deployments.map((d, i) => (d.calls.qps ?? 0) + mirrorQps[i])]);
     plots.latency(t, [m.calls.latency_ms?.p50, m.calls.latency_ms?.p99]);
     plots.cpu(t, m.deployments.map((d) => avg(of(d, (i) => i.cpu_percent))));
     plots.memory(t, m.deployments.map((d) => { const b = of(d, (i) => i.memory_bytes); return b.length ? b.reduce((a, x) => a + x, 0) / 1048576 : null; }));

@@ -6,7 +6,10 @@ It starts `kep serve`, then as an operator would: a wrong token is refused; the 
 signs in; a participant joining (the live demo page, publishing Chromium's fake camera)
 appears in the room list, and is kicked from the page; a message sent with the CLI shows
 its timeline up to status 200; a deployment's chart moves under load; a DRM session and
-the activity stream show. Prints one JSON line per step; exits 1 with the failed step.
+the activity stream show. On the way it checks what the console shows: a mirror's copied
+calls on its chart; axis labels that fit,
+series in the colours they are named after, legend figures to three digits. Prints one JSON line per step; exits 1
+with the failed step.
 With KEP_CONSOLE_SHOTS set to a directory, it saves a screenshot of each page there (the
 README's).
 """
@@ -26,6 +29,26 @@ KEP = sys.argv[1]
 INSTANCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../kep-serving/tests/instance.py")
 SHOTS = os.environ.get("KEP_CONSOLE_SHOTS")
 TOKEN = "operator-token-of-the-console-test"
+
+# Every chart of the endpoint page as drawn: its series (colour, width), its legend (the
+# marker's colour, the figure shown) and its y axes (their width, their widest label's).
+CHARTS = """() => {
+  const rgb = (c) => { const i = document.createElement("i"); i.style.color = c; document.body.append(i);
+    const r = getComputedStyle(i).color; i.remove(); return r; };
+  return Object.fromEntries([...document.querySelectorAll("[data-chart]")].map((el) => {
+    const u = el.plot;
+    const series = u.series.slice(1).map((s, i) => ({ label: s.label, show: s.show, width: s.width,
+      stroke: rgb(s._stroke ?? (typeof s.stroke === "function" ? s.stroke(u, i + 1) : s.stroke)) }));
+    const legend = [...el.querySelectorAll(".u-legend .u-series")].slice(1).map((tr) => ({
+      label: tr.querySelector(".u-label").textContent,
+      marker: getComputedStyle(tr.querySelector(".u-marker")).borderColor,
+      value: tr.querySelector(".u-value").textContent }));
+    const axes = u.axes.slice(1).map((a) => { u.ctx.font = a.font[0];
+      const widest = Math.max(0, ...(a._values || []).map((v) => u.ctx.measureText(String(v)).width / devicePixelRatio));
+      return { size: a._size, room: a._size - a.ticks.size - a.gap, widest, labels: a._values }; });
+    return [el.dataset.chart, { series, legend, axes }];
+  }));
+}"""
 
 
 def shot(page, name):
@@ -144,6 +167,31 @@ def run(env, urls):
             for t in threads:
                 t.join()
         emit("chart moved", idle=idle, qps=qps)
+
+        # A mirror: green gets a copy of each call blue answers, and its chart counts them.
+        cli(env, "serving", "deployment", "create", "demo", "green", "--image", "py",
+            "--readiness-http", "/ready", "--readiness-interval-s", "0.2")
+        subprocess.run([KEP, "serving", "deployment", "wait", "demo", "green", "--timeout-s", "60"],
+                       env=env, check=True, capture_output=True)
+        cli(env, "serving", "mirror", "demo", "--responder", "blue")
+        stop.clear()
+        threads = [threading.Thread(target=load) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            last = lambda: json.loads(console.get_attribute("[data-chart=qps]", "data-last") or "[]")
+            mirrored = until("green's chart counts the mirrored calls",
+                             lambda: len(v := last()) == 3 and v[2] and v[2] > 2 and v)
+            time.sleep(2)  # a few points of it on every chart
+            box = console.locator("[data-chart=latency] .u-over").bounding_box()
+            console.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+            charts = console.evaluate(CHARTS)
+            console.mouse.move(0, 0)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        emit("mirror counted", qps=mirrored, charts=charts)
 
         # Adapter: a DRM session and its history.
         org = call(f"{admin}/admin/v1/adapter/org-login-types", "POST",
