@@ -38,6 +38,18 @@ const num = (v, digits = 0) => (v === undefined || v === null ? "–" : Number(v
 const sig = (v) => (v === undefined || v === null || Number.isNaN(Number(v)) ? "–"
   : Math.abs(v) >= 1000 ? String(Math.round(v)) : String(Number(Number(v).toPrecision(3))));
 
+// ---- secrets: never on screen whole ----
+
+/** A field that holds a secret, by its name: `client_secret`, `password`, `token`; not one
+ * that holds where to use it (`token_endpoint`). */
+const secretField = (k) => /secret|password|token/i.test(k) && !/(endpoint|url|uri)$/i.test(k);
+/** `••••` and the last 4 characters (of a secret longer than 8; of a shorter one, none). */
+const mask = (v) => "••••" + (String(v).length > 8 ? String(v).slice(-4) : "");
+/** A copy of JSON whose fields named like a secret hold it masked. */
+const masked = (v) => (Array.isArray(v) ? v.map(masked)
+  : v && typeof v === "object" ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, secretField(k) && typeof x === "string" ? mask(x) : masked(x)]))
+    : v);
+
 function table(headers, rows, empty = "none") {
   if (!rows.length) return h("p", { className: "empty" }, empty);
   return h("table", {},
@@ -293,7 +305,7 @@ async function message(view, shown, uid) {
         h("time", {}, t.at), " ", h("strong", {}, t.event.replace("_", " ")),
         t.status ? h("span", { className: "status s" + t.status }, t.status) : "",
         " ", [t.carrier && `carrier ${t.carrier}`, t.route && `route ${t.route}`, t.outcome && `outcome ${t.outcome}`].filter(Boolean).join(" · ")))),
-      h("details", {}, h("summary", {}, "Request as accepted"), h("pre", {}, JSON.stringify(m.request, null, 2))),
+      h("details", {}, h("summary", {}, "Request as accepted"), h("pre", {}, JSON.stringify(masked(m.request), null, 2))),
     ];
   });
   view.append(section);
@@ -305,8 +317,9 @@ VIEWS.adapter = async (view, shown, [kind, id]) => {
   if (kind === "session") return drmSession(view, shown, id);
   view.append(h("h1", {}, "Adapter"));
   const orgs = await api("/admin/v1/adapter/org-login-types");
-  view.append(h("section", { className: "panel" }, h("h2", {}, "Organisation login types"),
-    table(["ID", "Method", "Agent", "Data model"], orgs.map((o) => [o.id, o.method, o.adapter_agent, o.data_model ? JSON.stringify(o.data_model) : "–"]), "No organisation yet.")));
+  view.append(h("section", { className: "panel", "data-panel": "Organisation login types" }, h("h2", {}, "Organisation login types"),
+    table(["ID", "Method", "Agent", "Data model"], orgs.map((o) => [o.id, o.method, o.adapter_agent,
+      o.data_model ? h("pre", { className: "model" }, JSON.stringify(masked(o.data_model), null, 1)) : "–"]), "No organisation yet.")));
   const filter = h("form", { className: "filters" },
     h("select", { name: "org_login_type_id" }, h("option", { value: "" }, "every organisation"), orgs.map((o) => h("option", { value: o.id }, `${o.id} ${o.method}`))),
     h("select", { name: "status" }, ["", "PENDING", "GRANTED", "DENIED", "RELEASED", "EXPIRED"].map((s) => h("option", { value: s }, s || "every status"))),

@@ -8,7 +8,9 @@ appears in the room list, and is kicked from the page; a message sent with the C
 its timeline up to status 200; a deployment's chart moves under load; a DRM session and
 the activity stream show. On the way it checks what the console shows: a mirror's copied
 calls on its chart; axis labels that fit,
-series in the colours they are named after, legend figures to three digits. Prints one JSON line per step; exits 1
+series in the colours they are named after, legend figures to three digits; an identity
+provider's client secret masked on the adapter page, its data model kept in its card; the
+demo page's tiles named after their participant. Prints one JSON line per step; exits 1
 with the failed step.
 With KEP_CONSOLE_SHOTS set to a directory, it saves a screenshot of each page there (the
 README's).
@@ -29,6 +31,7 @@ KEP = sys.argv[1]
 INSTANCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../kep-serving/tests/instance.py")
 SHOTS = os.environ.get("KEP_CONSOLE_SHOTS")
 TOKEN = "operator-token-of-the-console-test"
+CLIENT_SECRET = "client-secret-of-the-console-test-9f3k"
 
 # Every chart of the endpoint page as drawn: its series (colour, width), its legend (the
 # marker's colour, the figure shown) and its y axes (their width, their widest label's).
@@ -194,18 +197,31 @@ def run(env, urls):
         emit("mirror counted", qps=mirrored, charts=charts)
 
         # Adapter: a DRM session and its history.
-        org = call(f"{admin}/admin/v1/adapter/org-login-types", "POST",
-                   {"method": "OAUTH2", "adapter_agent": "127.0.0.1:9"})
+        org = call(f"{admin}/admin/v1/adapter/org-login-types", "POST", {
+            "method": "OAUTH2", "adapter_agent": "127.0.0.1:9",
+            "data_model": {"login": {"oauth2": {
+                "authorization_endpoint": "https://idp.example/oauth2/v2.0/authorize?tenant=" + "x" * 120,
+                "token_endpoint": "https://idp.example/oauth2/v2.0/token", "response_type": "code",
+                "client_id": "kep-console", "client_secret": CLIENT_SECRET, "scopes": ["openid"]}}}})
         session = call(f"{admin}/admin/v1/adapter/drm-requests", "POST",
                        {"org_login_type_id": org["id"], "file_id": "report.pdf", "file_type": "DRM", "user": "kim"})
         console.goto(f"{admin}/console#/adapter")
         listed = console.locator(f'a[href="#/adapter/session/{session["session_id"]}"]')
         until("the DRM session is listed", lambda: listed.count() == 1)
+        page = console.content()
+        orgs = console.locator('[data-panel="Organisation login types"]')
+        adapter_page = {
+            "secret_shown": CLIENT_SECRET in page,
+            "masked": "••••" + CLIENT_SECRET[-4:] in page,
+            "endpoint_shown": "https://idp.example/oauth2/v2.0/token" in page,
+            # The data model wraps in its card: the card neither overflows nor scrolls.
+            "card": orgs.evaluate("el => ({ scroll: el.scrollWidth, client: el.clientWidth })"),
+        }
         shot(console, "adapter")
         listed.click()
         until("its history shows the agent's notification",
               lambda: console.locator("[data-panel=History] tbody tr").count() >= 1)
-        emit("drm session", facts=console.inner_text(".facts"))
+        emit("drm session", facts=console.inner_text(".facts"), adapter=adapter_page)
 
         # The activity stream: what happened above, as it happened.
         console.goto(f"{admin}/console#/activity")

@@ -112,7 +112,7 @@ fn every_api_document_renders_on_the_docs_page() {
 /// 200; a deployment's chart moves under load, and a mirror's chart with the calls copied to
 /// it; DRM sessions and the activity stream show. What it shows holds to the console's rules:
 /// charts whose labels fit, whose colours follow the series' names and whose figures have
-/// three digits.
+/// three digits, secrets masked.
 #[test]
 fn an_operator_watches_and_acts_from_the_console() {
     let steps = in_a_namespace("console_page.py");
@@ -164,6 +164,15 @@ fn an_operator_watches_and_acts_from_the_console() {
         assert!(seen.iter().any(|s| s == e), "{e} in {seen:?}");
     }
     the_charts_read_right(&steps[6]);
+    // The identity provider's client secret is masked, and its data model wraps in its card.
+    let adapter = &steps[7]["adapter"];
+    assert_eq!(adapter["secret_shown"], false, "{adapter}");
+    assert_eq!(adapter["masked"], true, "{adapter}");
+    assert_eq!(adapter["endpoint_shown"], true, "{adapter}");
+    assert!(
+        adapter["card"]["scroll"].as_u64() <= adapter["card"]["client"].as_u64(),
+        "{adapter}"
+    );
 }
 
 /// A mirror's chart counts the calls copied to it; each y axis is as wide as its widest
