@@ -4,6 +4,7 @@
 
 const SERVICES = document.body.dataset.services.split(",").filter(Boolean);
 const TOKEN_KEY = "kep.operatorToken";
+const MESSAGING_ZONE = document.body.dataset.messagingZone || "UTC";
 const KEPT_EVENTS = 1000;
 
 let token = sessionStorage.getItem(TOKEN_KEY);
@@ -31,12 +32,49 @@ function h(tag, attrs, ...children) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const enc = encodeURIComponent;
 const link = (href, text) => h("a", { href }, text);
-const when = (ms) => new Date(ms).toLocaleTimeString();
 const mib = (bytes) => (bytes / 1048576).toFixed(1) + " MiB";
 const num = (v, digits = 0) => (v === undefined || v === null ? "–" : Number(v).toFixed(digits));
 /** A figure to three significant digits (whole from 1000 up): `0.778`, `12.3`, `4521`. */
 const sig = (v) => (v === undefined || v === null || Number.isNaN(Number(v)) ? "–"
   : Math.abs(v) >= 1000 ? String(Math.round(v)) : String(Number(Number(v).toPrecision(3))));
+
+// ---- times: one rule for every time the console shows ----
+// In the browser's time zone, with the zone's name: `2026-12-07 19:27:05 KST`. The APIs give
+// unix milliseconds (activity), RFC 3339 (adapter, serving), or (messaging) a wall time of
+// the messaging service's zone with no offset, read here in that zone.
+
+const SHOWN_TIME = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "2-digit", day: "2-digit",
+  hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short" });
+const zoneClocks = new Map();
+
+/** How far `zone`'s wall clock is ahead of UTC at `ms`, in milliseconds. */
+function offsetOf(zone, ms) {
+  if (!zoneClocks.has(zone)) {
+    zoneClocks.set(zone, new Intl.DateTimeFormat("en-US", { timeZone: zone, hourCycle: "h23", year: "numeric", month: "numeric",
+      day: "numeric", hour: "numeric", minute: "numeric", second: "numeric" }));
+  }
+  const p = Object.fromEntries(zoneClocks.get(zone).formatToParts(new Date(ms)).map((x) => [x.type, Number(x.value)]));
+  return Date.UTC(p.year, p.month - 1, p.day, p.hour, p.minute, p.second) - Math.floor(ms / 1000) * 1000;
+}
+
+/** Unix milliseconds of a time as an API gives it; `zone` is that of a time without offset. */
+function instant(value, zone) {
+  if (typeof value === "number") return value;
+  const w = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(\.\d+)?$/.exec(value);
+  if (!w) return Date.parse(value);
+  const wall = Date.UTC(w[1], w[2] - 1, w[3], w[4], w[5], w[6], w[7] ? Math.round(Number(w[7]) * 1000) : 0);
+  return wall - offsetOf(zone, wall - offsetOf(zone, wall));
+}
+
+/** A time as the console shows every time: a `<time>` in the browser's zone, the zone named. */
+function at(value, zone = "UTC") {
+  if (value === undefined || value === null || value === "") return "–";
+  const ms = instant(value, zone);
+  if (Number.isNaN(ms)) return String(value);
+  const p = Object.fromEntries(SHOWN_TIME.formatToParts(new Date(ms)).map((x) => [x.type, x.value]));
+  return h("time", { dateTime: new Date(ms).toISOString(), title: String(value) },
+    `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`);
+}
 
 // ---- secrets: never on screen whole ----
 
@@ -265,7 +303,7 @@ VIEWS.messaging = async (view, shown, [kind, uid]) => {
   const render = (more) => h("div", {},
     table(["UID", "Client", "Channel", "Type", "Phone number", "Status", "Attempts", "Accepted"],
       shownMessages.map((m) => [link(`#/messaging/message/${enc(m.uid)}`, m.uid), m.client_id, m.channel, m.message_type, m.phone_number,
-        h("span", { className: "status s" + m.status }, m.status), m.attempts, m.reg_date]), "No message matches."),
+        h("span", { className: "status s" + m.status }, m.status), m.attempts, at(m.reg_date, MESSAGING_ZONE)]), "No message matches."),
     more ? h("button", { type: "button", onclick: async () => {
       const next = await query(shownMessages[shownMessages.length - 1].uid);
       shownMessages = shownMessages.concat(next.messages);
@@ -285,7 +323,8 @@ VIEWS.messaging = async (view, shown, [kind, uid]) => {
   const [groups, refreshGroups] = panel(shown, "RCS result groups", async () => {
     const { report_groups } = await api("/admin/v1/messaging/report-groups?limit=20");
     return table(["Report group", "Client", "Results", "Handed out", "Lease until", "Completed"],
-      report_groups.map((g) => [g.report_group_id, g.client_id, g.results, g.created_at, g.lease_until, g.completed_at || "–"]), "No result group yet.");
+      report_groups.map((g) => [g.report_group_id, g.client_id, g.results, at(g.created_at, MESSAGING_ZONE), at(g.lease_until, MESSAGING_ZONE),
+        at(g.completed_at, MESSAGING_ZONE)]), "No result group yet.");
   });
   view.append(groups);
   shown.on("messaging", refreshGroups);
@@ -300,9 +339,9 @@ async function message(view, shown, uid) {
       ["Status", s.status], ["Attempts", s.attempts], ["RCS status", m.rcs_status], ["Fallback status", m.fallback_status],
       ["SMS status code", m.sms_status_code], ["Error", m.error_message], ["Report group", m.report_group_id]].filter(([, v]) => v !== undefined && v !== null);
     return [
-      h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+      h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))])),
       h("ol", { className: "timeline" }, m.timeline.map((t) => h("li", { "data-event": t.event, "data-status": t.status || "" },
-        h("time", {}, t.at), " ", h("strong", {}, t.event.replace("_", " ")),
+        at(t.at, MESSAGING_ZONE), " ", h("strong", {}, t.event.replace("_", " ")),
         t.status ? h("span", { className: "status s" + t.status }, t.status) : "",
         " ", [t.carrier && `carrier ${t.carrier}`, t.route && `route ${t.route}`, t.outcome && `outcome ${t.outcome}`].filter(Boolean).join(" · ")))),
       h("details", {}, h("summary", {}, "Request as accepted"), h("pre", {}, JSON.stringify(masked(m.request), null, 2))),
@@ -330,7 +369,7 @@ VIEWS.adapter = async (view, shown, [kind, id]) => {
     const list = await api("/admin/v1/adapter/drm-requests?" + q);
     return table(["Session", "Organisation", "File", "Type", "User", "Status", "Created", "Expires", "Notified"],
       list.sessions.map((s) => [link(`#/adapter/session/${enc(s.session_id)}`, s.session_id), s.org_login_type_id, s.file_id, s.file_type, s.user || "–",
-        h("span", { className: "status " + s.status }, s.status), s.created_at, s.expires_at, s.notifications.length]), "No DRM session matches.");
+        h("span", { className: "status " + s.status }, s.status), at(s.created_at), at(s.expires_at), s.notifications.length]), "No DRM session matches.");
   });
   filter.onsubmit = (e) => { e.preventDefault(); refresh(); };
   sessions.querySelector("h2").after(filter);
@@ -343,11 +382,11 @@ async function drmSession(view, shown, id) {
   const [section, refresh] = panel(shown, "History", async () => {
     const s = await api(`/admin/v1/adapter/drm-requests/${enc(id)}`);
     const facts = [["Organisation", s.org_login_type_id], ["File", s.file_id], ["Type", s.file_type], ["User", s.user], ["Status", s.status],
-      ["Result", s.result], ["Reason", s.reason], ["Created", s.created_at], ["Expires", s.expires_at],
+      ["Result", s.result], ["Reason", s.reason], ["Created", at(s.created_at)], ["Expires", at(s.expires_at)],
       ["Released file", s.file && `${s.file.size} bytes, sha256 ${s.file.sha256}`]].filter(([, v]) => v !== undefined && v !== null);
-    return [h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+    return [h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))])),
       h("h3", {}, "Notifications of the agent"),
-      table(["Attempt", "At", "Agent's status", "Error"], s.notifications.map((n) => [n.attempt, n.at, n.status ?? "–", n.error || ""]), "None yet.")];
+      table(["Attempt", "At", "Agent's status", "Error"], s.notifications.map((n) => [n.attempt, at(n.at), n.status ?? "–", n.error || ""]), "None yet.")];
   });
   view.append(section);
   shown.on("adapter", refresh);
@@ -503,7 +542,7 @@ async function endpoint(view, shown, name) {
   const showHistory = async (deployment) => {
     const history = await api(`${base}/deployments/${enc(deployment)}/events?limit=100`);
     logs.replaceChildren(h("h3", {}, `State history of ${deployment}`), table(["At", "Instance", "Kind", "From", "To", "Reason"],
-      history.map((e) => [e.at, e.instance || "–", e.kind, e.from || "–", e.to || "–", e.reason || ""])));
+      history.map((e) => [at(e.at), e.instance || "–", e.kind, e.from || "–", e.to || "–", e.reason || ""])));
   };
   view.append(deployments);
   shown.on("serving", refresh);
@@ -511,7 +550,7 @@ async function endpoint(view, shown, name) {
   const [alerts, refreshAlerts] = panel(shown, "Alert history", async () => {
     const { alerts } = await api(`${base}/alerts/history`);
     return table(["At", "Condition", "Deployment", "Text", "Status", "Attempts"],
-      alerts.map((a) => [a.at, a.condition, a.deployment || "–", a.text, a.status + (a.error ? ` (${a.error})` : ""), a.attempts]), "No alert yet.");
+      alerts.map((a) => [at(a.at), a.condition, a.deployment || "–", a.text, a.status + (a.error ? ` (${a.error})` : ""), a.attempts]), "No alert yet.");
   });
   view.append(alerts);
   shown.on("serving", refreshAlerts);
@@ -519,7 +558,7 @@ async function endpoint(view, shown, name) {
 
 function activityTable(list) {
   return table(["At", "Service", "Event", "Object", "Detail"], list.map((e) => h("tr", { "data-event": e.event },
-    h("td", {}, when(e.at)), h("td", {}, e.service), h("td", {}, e.event), h("td", {}, e.object),
+    h("td", {}, at(e.at)), h("td", {}, e.service), h("td", {}, e.event), h("td", {}, e.object),
     h("td", { className: "detail" }, Object.keys(e.detail || {}).length ? JSON.stringify(e.detail) : ""))), "Nothing has happened yet.");
 }
 

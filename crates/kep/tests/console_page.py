@@ -6,8 +6,9 @@ It starts `kep serve`, then as an operator would: a wrong token is refused; the 
 signs in; a participant joining (the live demo page, publishing Chromium's fake camera)
 appears in the room list, and is kicked from the page; a message sent with the CLI shows
 its timeline up to status 200; a deployment's chart moves under load; a DRM session and
-the activity stream show. On the way it checks what the console shows: a mirror's copied
-calls on its chart; axis labels that fit,
+the activity stream show. On the way it checks what the console shows: every time in the
+browser's zone with the zone's name (the page runs in America/Los_Angeles, the messaging
+service's zone is Asia/Seoul); a mirror's copied calls on its chart; axis labels that fit,
 series in the colours they are named after, legend figures to three digits; an identity
 provider's client secret masked on the adapter page, its data model kept in its card; the
 demo page's tiles named after their participant. Prints one JSON line per step; exits 1
@@ -52,6 +53,8 @@ CHARTS = """() => {
     return [el.dataset.chart, { series, legend, axes }];
   }));
 }"""
+# The times a page shows, as text and as the instant they name.
+TIMES = "els => els.map(e => ({ text: e.textContent, at: e.dateTime }))"
 
 
 def shot(page, name):
@@ -87,7 +90,9 @@ def run(env, urls):
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
             "--no-sandbox", "--use-fake-device-for-media-stream",
             "--use-fake-ui-for-media-stream", "--allow-loopback-in-peer-connection"])
-        console = browser.new_page(viewport={"width": 1360, "height": 860})
+        console = browser.new_page(viewport={"width": 1360, "height": 860}, locale="en-US",
+                                   timezone_id="America/Los_Angeles")
+        times = {}
         console.goto(f"{admin}/console")
 
         # A wrong token is refused and kept nowhere.
@@ -131,6 +136,7 @@ def run(env, urls):
         console.goto(f"{admin}/console#/messaging")
         message = console.locator(f'a[href="#/messaging/message/{uid}"]')
         until("the message is listed", lambda: message.count() == 1)
+        times["messaging"] = console.locator("[data-panel=Outbox] tbody time").evaluate_all(TIMES)
         shot(console, "messaging")
         message.click()
         until("its timeline reaches 200",
@@ -208,6 +214,7 @@ def run(env, urls):
         console.goto(f"{admin}/console#/adapter")
         listed = console.locator(f'a[href="#/adapter/session/{session["session_id"]}"]')
         until("the DRM session is listed", lambda: listed.count() == 1)
+        times["adapter"] = console.locator('[data-panel="DRM sessions"] tbody time').evaluate_all(TIMES)
         page = console.content()
         orgs = console.locator('[data-panel="Organisation login types"]')
         adapter_page = {
@@ -228,11 +235,16 @@ def run(env, urls):
         rows = console.locator("tr[data-event]")
         until("the activity shows", lambda: rows.count() > 5)
         seen = set(rows.evaluate_all("els => els.map(e => e.dataset.event)"))
+        times["activity"] = console.locator("tr[data-event] time").evaluate_all(TIMES)
+        accepted = console.locator("tr[data-event='message.accepted'] time").evaluate_all(TIMES)
         emit("activity", events=sorted(seen))
         shot(console, "activity")
         console.goto(f"{admin}/console#/")
         until("the overview shows", lambda: console.locator(".card").count() >= 5)
         shot(console, "overview")
+        # One time rule: the message's acceptance, in its list and in the activity, is one
+        # instant shown alike.
+        emit("times", times=times, accepted=accepted, messaging_zone="Asia/Seoul")
         browser.close()
 
 

@@ -111,8 +111,8 @@ fn every_api_document_renders_on_the_docs_page() {
 /// participant who joins appears and is kicked from the page; a message's timeline reaches
 /// 200; a deployment's chart moves under load, and a mirror's chart with the calls copied to
 /// it; DRM sessions and the activity stream show. What it shows holds to the console's rules:
-/// charts whose labels fit, whose colours follow the series' names and whose figures have
-/// three digits, secrets masked.
+/// one time rule (the browser's zone, named), charts whose labels fit, whose colours follow
+/// the series' names and whose figures have three digits, secrets masked.
 #[test]
 fn an_operator_watches_and_acts_from_the_console() {
     let steps = in_a_namespace("console_page.py");
@@ -128,7 +128,8 @@ fn an_operator_watches_and_acts_from_the_console() {
             "chart moved",
             "mirror counted",
             "drm session",
-            "activity"
+            "activity",
+            "times"
         ],
         "{steps:?}"
     );
@@ -173,6 +174,7 @@ fn an_operator_watches_and_acts_from_the_console() {
         adapter["card"]["scroll"].as_u64() <= adapter["card"]["client"].as_u64(),
         "{adapter}"
     );
+    one_time_rule(&steps[9]);
 }
 
 /// A mirror's chart counts the calls copied to it; each y axis is as wide as its widest
@@ -254,4 +256,37 @@ fn the_charts_read_right(step: &Value) {
             "{f}: more than three digits"
         );
     }
+}
+
+/// Every time the messaging, adapter and activity pages show reads alike: the date, the
+/// time and the browser's zone by name (the page ran in America/Los_Angeles); and the
+/// message's acceptance (given by messaging in Seoul's wall time) is the activity's instant.
+fn one_time_rule(step: &Value) {
+    let shape = |text: &str| {
+        let (date, rest) = text.split_once(' ').unwrap_or_default();
+        let (clock, zone) = rest.split_once(' ').unwrap_or_default();
+        let digits = |s: &str, n: usize, sep: char| {
+            s.split(sep).all(|p| p.chars().all(|c| c.is_ascii_digit())) && s.len() == n
+        };
+        digits(date, 10, '-') && digits(clock, 8, ':') && ["PST", "PDT"].contains(&zone)
+    };
+    for page in ["messaging", "adapter", "activity"] {
+        let times = step["times"][page].as_array().unwrap();
+        assert!(!times.is_empty(), "{page}: {step}");
+        for t in times {
+            assert!(shape(t["text"].as_str().unwrap()), "{page}: {t}");
+        }
+    }
+    let instant = |t: &Value| {
+        let at = t["at"].as_str().unwrap();
+        at.parse::<jiff::Timestamp>()
+            .unwrap_or_else(|e| panic!("{at}: {e}"))
+    };
+    let listed = instant(&step["times"]["messaging"][0]);
+    let accepted = instant(&step["accepted"][0]);
+    let apart = (listed.as_millisecond() - accepted.as_millisecond()).abs();
+    assert!(
+        apart <= 2000,
+        "the list's {listed}, the activity's {accepted}"
+    );
 }
