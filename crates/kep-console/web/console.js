@@ -559,7 +559,7 @@ async function endpoint(view, shown, name) {
 function activityTable(list) {
   return table(["At", "Service", "Event", "Object", "Detail"], list.map((e) => h("tr", { "data-event": e.event },
     h("td", {}, at(e.at)), h("td", {}, e.service), h("td", {}, e.event), h("td", {}, e.object),
-    h("td", { className: "detail" }, Object.keys(e.detail || {}).length ? JSON.stringify(e.detail) : ""))), "Nothing has happened yet.");
+    h("td", { className: "detail" }, Object.keys(e.detail || {}).length ? JSON.stringify(masked(e.detail)) : ""))), "Nothing has happened yet.");
 }
 
 VIEWS.activity = async (view, shown) => {
