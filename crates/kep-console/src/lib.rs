@@ -22,10 +22,18 @@ const PAGE: &str = include_str!("../web/index.html");
 const POLICY: &str = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 /// The console's routes, for a platform running `services` (their pages are shown, the
-/// others' left out).
-pub fn routes(services: &[&str]) -> Router {
+/// others' left out). `messaging_zone` is the messaging service's time zone (IANA name),
+/// in which its operator answers give times without an offset: the console reads them in
+/// it and shows them, like every time, in the browser's zone with the zone's name.
+pub fn routes(services: &[&str], messaging_zone: &str) -> Router {
+    // An IANA name, checked by the service's start; anything else is no zone to quote.
+    let zone: String = messaging_zone
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "/_+-".contains(*c))
+        .collect();
     let page = PAGE
         .replace("{services}", &services.join(","))
+        .replace("{messaging_zone}", &zone)
         .replace("{build}", &build());
     Router::new()
         .route(

@@ -4,7 +4,7 @@
 
 const SERVICES = document.body.dataset.services.split(",").filter(Boolean);
 const TOKEN_KEY = "kep.operatorToken";
-const COLORS = ["#2f6fdf", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0b7285"];
+const MESSAGING_ZONE = document.body.dataset.messagingZone || "UTC";
 const KEPT_EVENTS = 1000;
 
 let token = sessionStorage.getItem(TOKEN_KEY);
@@ -32,9 +32,61 @@ function h(tag, attrs, ...children) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const enc = encodeURIComponent;
 const link = (href, text) => h("a", { href }, text);
-const when = (ms) => new Date(ms).toLocaleTimeString();
 const mib = (bytes) => (bytes / 1048576).toFixed(1) + " MiB";
 const num = (v, digits = 0) => (v === undefined || v === null ? "–" : Number(v).toFixed(digits));
+/** A figure to three significant digits (whole from 1000 up): `0.778`, `12.3`, `4521`. */
+const sig = (v) => (v === undefined || v === null || Number.isNaN(Number(v)) ? "–"
+  : Math.abs(v) >= 1000 ? String(Math.round(v)) : String(Number(Number(v).toPrecision(3))));
+
+// ---- times: one rule for every time the console shows ----
+// In the browser's time zone, with the zone's name: `2026-12-07 19:27:05 KST`. The APIs give
+// unix milliseconds (activity), RFC 3339 (adapter, serving), or (messaging) a wall time of
+// the messaging service's zone with no offset, read here in that zone.
+
+const SHOWN_TIME = new Intl.DateTimeFormat(undefined, { year: "numeric", month: "2-digit", day: "2-digit",
+  hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short" });
+const zoneClocks = new Map();
+
+/** How far `zone`'s wall clock is ahead of UTC at `ms`, in milliseconds. */
+function offsetOf(zone, ms) {
+  if (!zoneClocks.has(zone)) {
+    zoneClocks.set(zone, new Intl.DateTimeFormat("en-US", { timeZone: zone, hourCycle: "h23", year: "numeric", month: "numeric",
+      day: "numeric", hour: "numeric", minute: "numeric", second: "numeric" }));
+  }
+  const p = Object.fromEntries(zoneClocks.get(zone).formatToParts(new Date(ms)).map((x) => [x.type, Number(x.value)]));
+  return Date.UTC(p.year, p.month - 1, p.day, p.hour, p.minute, p.second) - Math.floor(ms / 1000) * 1000;
+}
+
+/** Unix milliseconds of a time as an API gives it; `zone` is that of a time without offset. */
+function instant(value, zone) {
+  if (typeof value === "number") return value;
+  const w = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(\.\d+)?$/.exec(value);
+  if (!w) return Date.parse(value);
+  const wall = Date.UTC(w[1], w[2] - 1, w[3], w[4], w[5], w[6], w[7] ? Math.round(Number(w[7]) * 1000) : 0);
+  return wall - offsetOf(zone, wall - offsetOf(zone, wall));
+}
+
+/** A time as the console shows every time: a `<time>` in the browser's zone, the zone named. */
+function at(value, zone = "UTC") {
+  if (value === undefined || value === null || value === "") return "–";
+  const ms = instant(value, zone);
+  if (Number.isNaN(ms)) return String(value);
+  const p = Object.fromEntries(SHOWN_TIME.formatToParts(new Date(ms)).map((x) => [x.type, x.value]));
+  return h("time", { dateTime: new Date(ms).toISOString(), title: String(value) },
+    `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second} ${p.timeZoneName}`);
+}
+
+// ---- secrets: never on screen whole ----
+
+/** A field that holds a secret, by its name: `client_secret`, `password`, `token`; not one
+ * that holds where to use it (`token_endpoint`). */
+const secretField = (k) => /secret|password|token/i.test(k) && !/(endpoint|url|uri)$/i.test(k);
+/** `••••` and the last 4 characters (of a secret longer than 8; of a shorter one, none). */
+const mask = (v) => "••••" + (String(v).length > 8 ? String(v).slice(-4) : "");
+/** A copy of JSON whose fields named like a secret hold it masked. */
+const masked = (v) => (Array.isArray(v) ? v.map(masked)
+  : v && typeof v === "object" ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, secretField(k) && typeof x === "string" ? mask(x) : masked(x)]))
+    : v);
 
 function table(headers, rows, empty = "none") {
   if (!rows.length) return h("p", { className: "empty" }, empty);
@@ -251,7 +303,7 @@ VIEWS.messaging = async (view, shown, [kind, uid]) => {
   const render = (more) => h("div", {},
     table(["UID", "Client", "Channel", "Type", "Phone number", "Status", "Attempts", "Accepted"],
       shownMessages.map((m) => [link(`#/messaging/message/${enc(m.uid)}`, m.uid), m.client_id, m.channel, m.message_type, m.phone_number,
-        h("span", { className: "status s" + m.status }, m.status), m.attempts, m.reg_date]), "No message matches."),
+        h("span", { className: "status s" + m.status }, m.status), m.attempts, at(m.reg_date, MESSAGING_ZONE)]), "No message matches."),
     more ? h("button", { type: "button", onclick: async () => {
       const next = await query(shownMessages[shownMessages.length - 1].uid);
       shownMessages = shownMessages.concat(next.messages);
@@ -271,7 +323,8 @@ VIEWS.messaging = async (view, shown, [kind, uid]) => {
   const [groups, refreshGroups] = panel(shown, "RCS result groups", async () => {
     const { report_groups } = await api("/admin/v1/messaging/report-groups?limit=20");
     return table(["Report group", "Client", "Results", "Handed out", "Lease until", "Completed"],
-      report_groups.map((g) => [g.report_group_id, g.client_id, g.results, g.created_at, g.lease_until, g.completed_at || "–"]), "No result group yet.");
+      report_groups.map((g) => [g.report_group_id, g.client_id, g.results, at(g.created_at, MESSAGING_ZONE), at(g.lease_until, MESSAGING_ZONE),
+        at(g.completed_at, MESSAGING_ZONE)]), "No result group yet.");
   });
   view.append(groups);
   shown.on("messaging", refreshGroups);
@@ -286,12 +339,12 @@ async function message(view, shown, uid) {
       ["Status", s.status], ["Attempts", s.attempts], ["RCS status", m.rcs_status], ["Fallback status", m.fallback_status],
       ["SMS status code", m.sms_status_code], ["Error", m.error_message], ["Report group", m.report_group_id]].filter(([, v]) => v !== undefined && v !== null);
     return [
-      h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+      h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))])),
       h("ol", { className: "timeline" }, m.timeline.map((t) => h("li", { "data-event": t.event, "data-status": t.status || "" },
-        h("time", {}, t.at), " ", h("strong", {}, t.event.replace("_", " ")),
+        at(t.at, MESSAGING_ZONE), " ", h("strong", {}, t.event.replace("_", " ")),
         t.status ? h("span", { className: "status s" + t.status }, t.status) : "",
         " ", [t.carrier && `carrier ${t.carrier}`, t.route && `route ${t.route}`, t.outcome && `outcome ${t.outcome}`].filter(Boolean).join(" · ")))),
-      h("details", {}, h("summary", {}, "Request as accepted"), h("pre", {}, JSON.stringify(m.request, null, 2))),
+      h("details", {}, h("summary", {}, "Request as accepted"), h("pre", {}, JSON.stringify(masked(m.request), null, 2))),
     ];
   });
   view.append(section);
@@ -303,8 +356,9 @@ VIEWS.adapter = async (view, shown, [kind, id]) => {
   if (kind === "session") return drmSession(view, shown, id);
   view.append(h("h1", {}, "Adapter"));
   const orgs = await api("/admin/v1/adapter/org-login-types");
-  view.append(h("section", { className: "panel" }, h("h2", {}, "Organisation login types"),
-    table(["ID", "Method", "Agent", "Data model"], orgs.map((o) => [o.id, o.method, o.adapter_agent, o.data_model ? JSON.stringify(o.data_model) : "–"]), "No organisation yet.")));
+  view.append(h("section", { className: "panel", "data-panel": "Organisation login types" }, h("h2", {}, "Organisation login types"),
+    table(["ID", "Method", "Agent", "Data model"], orgs.map((o) => [o.id, o.method, o.adapter_agent,
+      o.data_model ? h("pre", { className: "model" }, JSON.stringify(masked(o.data_model), null, 1)) : "–"]), "No organisation yet.")));
   const filter = h("form", { className: "filters" },
     h("select", { name: "org_login_type_id" }, h("option", { value: "" }, "every organisation"), orgs.map((o) => h("option", { value: o.id }, `${o.id} ${o.method}`))),
     h("select", { name: "status" }, ["", "PENDING", "GRANTED", "DENIED", "RELEASED", "EXPIRED"].map((s) => h("option", { value: s }, s || "every status"))),
@@ -315,7 +369,7 @@ VIEWS.adapter = async (view, shown, [kind, id]) => {
     const list = await api("/admin/v1/adapter/drm-requests?" + q);
     return table(["Session", "Organisation", "File", "Type", "User", "Status", "Created", "Expires", "Notified"],
       list.sessions.map((s) => [link(`#/adapter/session/${enc(s.session_id)}`, s.session_id), s.org_login_type_id, s.file_id, s.file_type, s.user || "–",
-        h("span", { className: "status " + s.status }, s.status), s.created_at, s.expires_at, s.notifications.length]), "No DRM session matches.");
+        h("span", { className: "status " + s.status }, s.status), at(s.created_at), at(s.expires_at), s.notifications.length]), "No DRM session matches.");
   });
   filter.onsubmit = (e) => { e.preventDefault(); refresh(); };
   sessions.querySelector("h2").after(filter);
@@ -328,11 +382,11 @@ async function drmSession(view, shown, id) {
   const [section, refresh] = panel(shown, "History", async () => {
     const s = await api(`/admin/v1/adapter/drm-requests/${enc(id)}`);
     const facts = [["Organisation", s.org_login_type_id], ["File", s.file_id], ["Type", s.file_type], ["User", s.user], ["Status", s.status],
-      ["Result", s.result], ["Reason", s.reason], ["Created", s.created_at], ["Expires", s.expires_at],
+      ["Result", s.result], ["Reason", s.reason], ["Created", at(s.created_at)], ["Expires", at(s.expires_at)],
       ["Released file", s.file && `${s.file.size} bytes, sha256 ${s.file.sha256}`]].filter(([, v]) => v !== undefined && v !== null);
-    return [h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+    return [h("dl", { className: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : String(v))])),
       h("h3", {}, "Notifications of the agent"),
-      table(["Attempt", "At", "Agent's status", "Error"], s.notifications.map((n) => [n.attempt, n.at, n.status ?? "–", n.error || ""]), "None yet.")];
+      table(["Attempt", "At", "Agent's status", "Error"], s.notifications.map((n) => [n.attempt, at(n.at), n.status ?? "–", n.error || ""]), "None yet.")];
   });
   view.append(section);
   shown.on("adapter", refresh);
@@ -356,20 +410,65 @@ VIEWS.serving = async (view, shown, [kind, name]) => {
   view.append(quota);
 };
 
-/** A live chart of one figure per series, the last two minutes of it. */
-function chart(host, key, title, unit, labels) {
+// ---- charts ----
+
+/** Colours a series named after one is drawn in; other names take one of PALETTE. */
+const NAMED = { blue: "#2f6fdf", orange: "#e67700", green: "#2b8a3e", red: "#c92a2a", purple: "#ae3ec9", violet: "#7048e8",
+  teal: "#0b7285", cyan: "#1098ad", pink: "#d6336c", yellow: "#f59f00", brown: "#8d5524", gray: "#868e96", grey: "#868e96",
+  black: "#1d2127", indigo: "#4263eb", lime: "#5c940d" };
+const PALETTE = ["#2f6fdf", "#d9480f", "#2b8a3e", "#ae3ec9", "#0b7285", "#d6336c", "#5c940d", "#4263eb", "#f59f00", "#8d5524"];
+/** The total's line: drawn last, dashed, in ink. */
+const TOTAL = "#1d2127";
+
+/** Each label's colour, the same for the same names on every page: a name with a colour's
+ * name as a word (`blue`, `green-v2`) is drawn in it, any other in one of PALETTE chosen by
+ * its name, one not taken in the chart while there is one. */
+function colorsOf(labels) {
+  const named = labels.map((l) => NAMED[String(l).toLowerCase().split(/[^a-z]+/).find((w) => NAMED[w])]);
+  const taken = new Set(named.filter(Boolean));
+  return labels.map((l, i) => {
+    if (named[i]) return named[i];
+    let hash = 0;
+    for (const c of String(l)) hash = (hash * 31 + c.codePointAt(0)) >>> 0;
+    for (let k = 0; k < PALETTE.length; k++) {
+      const c = PALETTE[(hash + k) % PALETTE.length];
+      if (!taken.has(c)) { taken.add(c); return c; }
+    }
+    return PALETTE[hash % PALETTE.length];
+  });
+}
+
+/** A y axis's width: its longest label's, measured in the axis's font, and the ticks'. */
+function axisSize(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;
+  const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+  u.ctx.font = axis.font[0];
+  return Math.ceil(axis.ticks.size + axis.gap + u.ctx.measureText(longest).width / devicePixelRatio + 4);
+}
+
+/** A live chart of one figure per series, the last two minutes of it. A `total` (the index
+ * of a series that sums the others) is drawn last, dashed, so that it shows where it lies on
+ * one of them. Values are given in `labels`' order. */
+function chart(host, key, title, unit, labels, { total } = {}) {
   const el = h("div", { className: "chart", "data-chart": key });
   host.append(el);
+  const order = labels.map((_, i) => i).filter((i) => i !== total).concat(total === undefined ? [] : [total]);
+  const colors = colorsOf(labels);
   const data = [[], ...labels.map(() => [])];
   const plot = new uPlot({
     title, width: 460, height: 200,
     scales: { x: { time: true } },
-    series: [{}, ...labels.map((label, i) => ({ label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false }))],
-    axes: [{}, { size: 60, values: (_, ticks) => ticks.map((t) => t + unit) }],
+    series: [{}, ...order.map((i) => ({
+      label: labels[i], stroke: i === total ? TOTAL : colors[i], width: i === total ? 2.5 : 2, dash: i === total ? [6, 4] : undefined,
+      spanGaps: false, value: (_, v) => (v === undefined || v === null ? "–" : sig(v) + unit),
+    }))],
+    axes: [{}, { size: axisSize, values: (_, ticks) => ticks.map((t) => sig(t) + unit) }],
   }, data, el);
+  el.plot = plot; // what a test reads: its series and axes as drawn
   return (t, values) => {
     data[0].push(t);
-    values.forEach((v, i) => data[i + 1].push(v ?? null));
+    order.forEach((i, k) => data[k + 1].push(values[i] ?? null));
     if (data[0].length > 120) data.forEach((s) => s.shift());
     plot.setData(data);
     el.dataset.last = JSON.stringify(values);
@@ -383,6 +482,7 @@ async function endpoint(view, shown, name) {
   view.append(h("section", { className: "panel", "data-panel": "Monitor" }, h("h2", {}, "Monitor"), charts));
   let plots = null;
   let shape = "";
+  const mirrored = new Map(); // deployment → [time, its mirrored calls so far, their rate] at the last sample
   const sample = async () => {
     const m = await api(`${base}/metrics`);
     const names = m.deployments.map((d) => d.name);
@@ -392,7 +492,7 @@ async function endpoint(view, shown, name) {
       shape = names.join() + gpu;
       charts.replaceChildren();
       plots = {
-        qps: chart(charts, "qps", "Calls per second", "", ["endpoint", ...names]),
+        qps: chart(charts, "qps", "Calls per second", "", ["endpoint", ...names], { total: 0 }),
         latency: chart(charts, "latency", "Latency", " ms", ["p50", "p99"]),
         cpu: chart(charts, "cpu", "CPU (of the limit)", " %", names),
         memory: chart(charts, "memory", "Memory", " MiB", names),
@@ -402,7 +502,18 @@ async function endpoint(view, shown, name) {
     const t = Date.parse(m.at) / 1000;
     const avg = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
     const of = (d, f) => d.instances.map(f).filter((v) => v !== undefined && v !== null);
-    plots.qps(t, [m.calls.qps, ...m.deployments.map((d) => d.calls.qps)]);
+    // A mirror's copies of the calls are not its calls (the caller got another's answer):
+    // the gateway counts them apart (kep_serving_mirror_requests_total, `mirror` here), and
+    // they are its traffic all the same.
+    const mirrorQps = m.deployments.map((d) => {
+      const n = (d.mirror?.answered || 0) + (d.mirror?.failed || 0);
+      const before = mirrored.get(d.name);
+      if (before && t <= before[0]) return before[2]; // the same sample again
+      const rate = before ? Math.max(0, n - before[1]) / (t - before[0]) : 0;
+      mirrored.set(d.name, [t, n, rate]);
+      return rate;
+    });
+    plots.qps(t, [m.calls.qps, ...m.deployments.map((d, i) => (d.calls.qps ?? 0) + mirrorQps[i])]);
     plots.latency(t, [m.calls.latency_ms?.p50, m.calls.latency_ms?.p99]);
     plots.cpu(t, m.deployments.map((d) => avg(of(d, (i) => i.cpu_percent))));
     plots.memory(t, m.deployments.map((d) => { const b = of(d, (i) => i.memory_bytes); return b.length ? b.reduce((a, x) => a + x, 0) / 1048576 : null; }));
@@ -431,7 +542,7 @@ async function endpoint(view, shown, name) {
   const showHistory = async (deployment) => {
     const history = await api(`${base}/deployments/${enc(deployment)}/events?limit=100`);
     logs.replaceChildren(h("h3", {}, `State history of ${deployment}`), table(["At", "Instance", "Kind", "From", "To", "Reason"],
-      history.map((e) => [e.at, e.instance || "–", e.kind, e.from || "–", e.to || "–", e.reason || ""])));
+      history.map((e) => [at(e.at), e.instance || "–", e.kind, e.from || "–", e.to || "–", e.reason || ""])));
   };
   view.append(deployments);
   shown.on("serving", refresh);
@@ -439,7 +550,7 @@ async function endpoint(view, shown, name) {
   const [alerts, refreshAlerts] = panel(shown, "Alert history", async () => {
     const { alerts } = await api(`${base}/alerts/history`);
     return table(["At", "Condition", "Deployment", "Text", "Status", "Attempts"],
-      alerts.map((a) => [a.at, a.condition, a.deployment || "–", a.text, a.status + (a.error ? ` (${a.error})` : ""), a.attempts]), "No alert yet.");
+      alerts.map((a) => [at(a.at), a.condition, a.deployment || "–", a.text, a.status + (a.error ? ` (${a.error})` : ""), a.attempts]), "No alert yet.");
   });
   view.append(alerts);
   shown.on("serving", refreshAlerts);
@@ -447,8 +558,8 @@ async function endpoint(view, shown, name) {
 
 function activityTable(list) {
   return table(["At", "Service", "Event", "Object", "Detail"], list.map((e) => h("tr", { "data-event": e.event },
-    h("td", {}, when(e.at)), h("td", {}, e.service), h("td", {}, e.event), h("td", {}, e.object),
-    h("td", { className: "detail" }, Object.keys(e.detail || {}).length ? JSON.stringify(e.detail) : ""))), "Nothing has happened yet.");
+    h("td", {}, at(e.at)), h("td", {}, e.service), h("td", {}, e.event), h("td", {}, e.object),
+    h("td", { className: "detail" }, Object.keys(e.detail || {}).length ? JSON.stringify(masked(e.detail)) : ""))), "Nothing has happened yet.");
 }
 
 VIEWS.activity = async (view, shown) => {

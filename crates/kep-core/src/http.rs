@@ -359,6 +359,35 @@ pub fn declare_path_parameters(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// Tags every operation of a document with one tag, `tag_of` its path, in place of the
+/// handlers' own, and lists the tags in the document: Swagger UI then groups the calls by
+/// it, where untagged ones all went under `default`.
+pub fn tag_operations(doc: &mut utoipa::openapi::OpenApi, tag_of: impl Fn(&str) -> String) {
+    let mut tags = std::collections::BTreeSet::new();
+    for (path, op) in operations_mut(doc) {
+        let tag = tag_of(path);
+        tags.insert(tag.clone());
+        op.tags = Some(vec![tag]);
+    }
+    doc.tags = Some(
+        tags.into_iter()
+            .map(|t| utoipa::openapi::tag::TagBuilder::new().name(t).build())
+            .collect(),
+    );
+}
+
+/// The service an operator call belongs to, by its path: `live` for
+/// `/admin/v1/live/services`; `platform` for the platform's own (`/admin/v1/events`).
+pub fn operator_service(path: &str) -> String {
+    match path
+        .strip_prefix("/admin/v1/")
+        .and_then(|rest| rest.split_once('/'))
+    {
+        Some((service, _)) if !service.is_empty() => service.to_owned(),
+        _ => "platform".to_owned(),
+    }
+}
+
 /// Adds to an operator API document the answers every call can give and the handlers'
 /// annotations leave out: 401 and 429 to every call (the operator-token guard and the admin
 /// listener's limits), 400 to every call with path or query parameters (one that does not
@@ -493,5 +522,45 @@ mod tests {
                 ("kind", true, serde_json::json!("string"))
             ]
         );
+    }
+
+    #[test]
+    fn every_operation_is_tagged_by_its_service() {
+        let mut doc = Doc::openapi();
+        let thing = doc.paths.paths[THING].clone();
+        for path in [
+            "/admin/v1/live/services",
+            "/admin/v1/serving/endpoints/{name}",
+            "/admin/v1/events",
+        ] {
+            doc.paths.paths.insert(path.to_owned(), thing.clone());
+        }
+        super::tag_operations(&mut doc, super::operator_service);
+        let mut tags: Vec<_> = doc
+            .paths
+            .paths
+            .iter()
+            .map(|(path, item)| {
+                (
+                    path.as_str(),
+                    item.get.as_ref().unwrap().tags.clone().unwrap(),
+                )
+            })
+            .collect();
+        tags.sort();
+        assert_eq!(
+            tags,
+            [
+                ("/admin/v1/events", vec!["platform".to_owned()]),
+                ("/admin/v1/live/services", vec!["live".to_owned()]),
+                (
+                    "/admin/v1/serving/endpoints/{name}",
+                    vec!["serving".to_owned()]
+                ),
+                (THING, vec!["platform".to_owned()]),
+            ]
+        );
+        let listed: Vec<_> = doc.tags.unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(listed, ["live", "platform", "serving"]);
     }
 }

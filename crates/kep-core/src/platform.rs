@@ -173,6 +173,7 @@ impl Platform {
         self.admin_doc.merge(S::admin_doc());
         if let Some(mut doc) = S::api_doc() {
             crate::http::declare_path_parameters(&mut doc);
+            crate::http::tag_operations(&mut doc, |_| S::NAME.to_owned());
             doc.servers = Some(vec![Server::new(ctx.public_url.clone())]);
             self.doc_names.push(S::NAME);
             let doc = Arc::new(doc);
@@ -228,6 +229,7 @@ impl Platform {
         );
         admin_doc.merge(<activity::ActivityDoc as utoipa::OpenApi>::openapi());
         crate::http::declare_path_parameters(&mut admin_doc);
+        crate::http::tag_operations(&mut admin_doc, crate::http::operator_service);
         crate::http::document_operator_answers(&mut admin_doc);
         admin_doc.servers = Some(vec![Server::new(format!("http://{}", admin.addr))]);
         let docs = crate::docs::routes([&["admin"], doc_names.as_slice()].concat());

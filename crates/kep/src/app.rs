@@ -73,6 +73,7 @@ impl Application {
             ))
             .with_seal_key_file(settings.seal_key_file.clone());
         let prometheus = install_prometheus(&platform.shutdown_token())?;
+        let messaging_zone = settings.messaging.time_zone.clone();
         let mut observed = Observed::default();
         if wanted(LiveService::NAME) {
             observed.live = Some(platform.start::<LiveService>(settings.live).await?);
@@ -96,7 +97,7 @@ impl Application {
         }
         let observed = std::sync::Arc::new(observed);
         let running: Vec<&str> = SERVICES.into_iter().filter(|s| wanted(s)).collect();
-        let platform = platform.open_router(kep_console::routes(&running));
+        let platform = platform.open_router(kep_console::routes(&running, &messaging_zone));
         let platform = platform.open_route(
             "/metrics",
             get(move || async move {

@@ -59,7 +59,9 @@ def run(env, urls):
         bob.goto(f"{live}/demo?token={token('bob')}&publish=0")
         frames = until("bob decodes alice's video",
                        lambda: (n := bob.evaluate("window.kep.framesDecoded()")) > 30 and n)
-        emit("decoding", frames=frames)
+        # Each tile is captioned with whose video it is.
+        tiles = bob.locator("#videos figure.tile figcaption").all_inner_texts()
+        emit("decoding", frames=frames, tiles=tiles)
         listing = cli(env, "participants", "stage")
         emit("listed", participants=listing["participants"])
 

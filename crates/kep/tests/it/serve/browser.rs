@@ -57,6 +57,13 @@ fn chromium_publishes_and_shows_a_stream_through_the_demo_page() {
             "best layer again"
         ]
     );
+    // Bob's tile of alice's video names her.
+    assert_eq!(
+        events[1]["tiles"],
+        serde_json::json!(["alice"]),
+        "{}",
+        events[1]
+    );
     // The publisher's stream, with the tracks Chromium sent.
     let listed = &events[2]["participants"][0];
     assert_eq!(listed["participantId"], "alice");
@@ -102,7 +109,10 @@ fn every_api_document_renders_on_the_docs_page() {
 /// `/console`, as an operator uses it in Chromium (tests/console_page.py): a wrong token
 /// is refused; signed in, the token is in the tab's session storage and not in the URL; a
 /// participant who joins appears and is kicked from the page; a message's timeline reaches
-/// 200; a deployment's chart moves under load; DRM sessions and the activity stream show.
+/// 200; a deployment's chart moves under load, and a mirror's chart with the calls copied to
+/// it; DRM sessions and the activity stream show. What it shows holds to the console's rules:
+/// one time rule (the browser's zone, named), charts whose labels fit, whose colours follow
+/// the series' names and whose figures have three digits, secrets masked.
 #[test]
 fn an_operator_watches_and_acts_from_the_console() {
     let steps = in_a_namespace("console_page.py");
@@ -116,8 +126,10 @@ fn an_operator_watches_and_acts_from_the_console() {
             "kicked",
             "timeline",
             "chart moved",
+            "mirror counted",
             "drm session",
-            "activity"
+            "activity",
+            "times"
         ],
         "{steps:?}"
     );
@@ -142,14 +154,139 @@ fn an_operator_watches_and_acts_from_the_console() {
         facts.contains("821012345678") && facts.contains("console-1"),
         "{facts}"
     );
-    let facts = steps[6]["facts"].as_str().unwrap();
+    let facts = steps[7]["facts"].as_str().unwrap();
     assert!(
         facts.contains("report.pdf") && facts.contains("kim"),
         "{facts}"
     );
     assert!(steps[5]["qps"].as_f64() > Some(5.0), "{}", steps[5]);
-    let seen = steps[7]["events"].as_array().unwrap();
+    let seen = steps[8]["events"].as_array().unwrap();
     for e in ["room.opened", "participant.kicked", "message.accepted"] {
         assert!(seen.iter().any(|s| s == e), "{e} in {seen:?}");
     }
+    the_charts_read_right(&steps[6]);
+    // The identity provider's client secret is masked, and its data model wraps in its card.
+    let adapter = &steps[7]["adapter"];
+    assert_eq!(adapter["secret_shown"], false, "{adapter}");
+    assert_eq!(adapter["masked"], true, "{adapter}");
+    assert_eq!(adapter["endpoint_shown"], true, "{adapter}");
+    assert!(
+        adapter["card"]["scroll"].as_u64() <= adapter["card"]["client"].as_u64(),
+        "{adapter}"
+    );
+    one_time_rule(&steps[9]);
+}
+
+/// A mirror's chart counts the calls copied to it; each y axis is as wide as its widest
+/// label; each series is drawn in the colour its name says (`blue`, `green`), its legend's
+/// marker in the same, the endpoint's total visible; legend figures have at most three
+/// significant digits, with their unit.
+fn the_charts_read_right(step: &Value) {
+    let qps = step["qps"].as_array().unwrap();
+    assert!(qps[2].as_f64() > Some(2.0), "the mirror's calls: {step}");
+    let charts = step["charts"].as_object().unwrap();
+    for (name, chart) in charts {
+        for axis in chart["axes"].as_array().unwrap() {
+            assert!(
+                axis["room"].as_f64() >= axis["widest"].as_f64(),
+                "{name}: a label wider than its axis: {axis}"
+            );
+        }
+        let series = chart["series"].as_array().unwrap();
+        let legend = chart["legend"].as_array().unwrap();
+        assert_eq!(series.len(), legend.len(), "{name}: {chart}");
+        for (s, l) in series.iter().zip(legend) {
+            assert_eq!(s["label"], l["label"], "{name}: {chart}");
+            assert_eq!(
+                s["stroke"], l["marker"],
+                "{name}: the legend's colour: {chart}"
+            );
+            assert!(
+                s["show"] == true && s["width"].as_f64() > Some(0.0),
+                "{name}: {s}"
+            );
+            assert_ne!(s["stroke"], "rgb(255, 255, 255)", "{name}: {s}");
+        }
+        let strokes: Vec<&Value> = series.iter().map(|s| &s["stroke"]).collect();
+        let distinct: std::collections::BTreeSet<String> =
+            strokes.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            distinct.len(),
+            strokes.len(),
+            "{name}: one colour each: {chart}"
+        );
+    }
+    let stroke = |chart: &str, label: &str| {
+        charts[chart]["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["label"] == label)
+            .map(|s| s["stroke"].clone())
+            .unwrap_or_else(|| panic!("{label} on {chart}: {step}"))
+    };
+    for chart in ["qps", "cpu", "memory"] {
+        assert_eq!(
+            stroke(chart, "blue"),
+            "rgb(47, 111, 223)",
+            "blue on {chart}"
+        );
+        assert_eq!(
+            stroke(chart, "green"),
+            "rgb(43, 138, 62)",
+            "green on {chart}"
+        );
+    }
+    assert!(stroke("qps", "endpoint").is_string());
+    // Under the cursor at the latest calls: p50 and p99 to three digits, in ms.
+    let figures: Vec<&str> = charts["latency"]["legend"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["value"].as_str())
+        .collect();
+    assert!(figures.iter().any(|f| *f != "–"), "{figures:?}");
+    for f in figures.iter().filter(|f| **f != "–") {
+        let number = f
+            .strip_suffix(" ms")
+            .unwrap_or_else(|| panic!("{f}: no unit"));
+        let digits = number.trim_start_matches(['0', '.']).replace('.', "");
+        assert!(
+            number.parse::<f64>().is_ok() && digits.len() <= 3,
+            "{f}: more than three digits"
+        );
+    }
+}
+
+/// Every time the messaging, adapter and activity pages show reads alike: the date, the
+/// time and the browser's zone by name (the page ran in America/Los_Angeles); and the
+/// message's acceptance (given by messaging in Seoul's wall time) is the activity's instant.
+fn one_time_rule(step: &Value) {
+    let shape = |text: &str| {
+        let (date, rest) = text.split_once(' ').unwrap_or_default();
+        let (clock, zone) = rest.split_once(' ').unwrap_or_default();
+        let digits = |s: &str, n: usize, sep: char| {
+            s.split(sep).all(|p| p.chars().all(|c| c.is_ascii_digit())) && s.len() == n
+        };
+        digits(date, 10, '-') && digits(clock, 8, ':') && ["PST", "PDT"].contains(&zone)
+    };
+    for page in ["messaging", "adapter", "activity"] {
+        let times = step["times"][page].as_array().unwrap();
+        assert!(!times.is_empty(), "{page}: {step}");
+        for t in times {
+            assert!(shape(t["text"].as_str().unwrap()), "{page}: {t}");
+        }
+    }
+    let instant = |t: &Value| {
+        let at = t["at"].as_str().unwrap();
+        at.parse::<jiff::Timestamp>()
+            .unwrap_or_else(|e| panic!("{at}: {e}"))
+    };
+    let listed = instant(&step["times"]["messaging"][0]);
+    let accepted = instant(&step["accepted"][0]);
+    let apart = (listed.as_millisecond() - accepted.as_millisecond()).abs();
+    assert!(
+        apart <= 2000,
+        "the list's {listed}, the activity's {accepted}"
+    );
 }

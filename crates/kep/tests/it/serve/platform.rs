@@ -551,7 +551,32 @@ fn the_documents_describe_every_answer_the_schema_fuzzing_met() {
         if op["parameters"].as_array().is_some_and(|p| !p.is_empty()) {
             assert!(answers["400"].is_object(), "{method} {path}: 400");
         }
+        // One tag, its service's, so that Swagger UI groups the calls by service.
+        let tags = op["tags"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let [tag] = tags else {
+            panic!("{method} {path}: one tag, not {tags:?}")
+        };
+        let tag = tag.as_str().unwrap_or_default();
+        let service = path
+            .strip_prefix("/admin/v1/")
+            .and_then(|p| Some(p.split_once('/')?.0))
+            .unwrap_or("platform");
+        assert!(
+            !tag.is_empty() && tag != "default",
+            "{method} {path}: {tag}"
+        );
+        assert_eq!(tag, service, "{method} {path}");
     }
+    let tagged: Vec<&str> = admin["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        tagged,
+        ["adapter", "live", "messaging", "platform", "serving"]
+    );
 
     let messaging = doc("messaging");
     for (path, method, op) in operations(&messaging) {
