@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Carrier benchmarks (BENCHMARKS.md, issue #22), over SMPP 3.4 on loopback. The SMSC is a sink
-# (`kep-bench smsc-sink`: kep-smpp's small SMSC, recording nothing) that acknowledges every
-# submit_sm and sends its DELIVRD receipt at once.
+# (`kep smsc --quiet`: kep-smpp's small SMSC, recording and printing nothing per submit) that
+# acknowledges every submit_sm and sends its DELIVRD receipt at once.
 #  a. kep's ESME alone (`kep-bench esme-submit`, a `kep_smpp::Esme`: one bind, window 64)
 #     submits N Korean SMS to the sink: submit_sm/s. Beside it, smpplib as its users write it
 #     (bench/smpplib_submit.py: one submit_sm, then its resp) submits JASMIN_N, when installed,
@@ -34,6 +34,8 @@ WINDOW=64
 
 . bench/lib.sh
 bench_init kep kep-bench
+# The sink is this tree's `kep smsc`, whichever kep b runs.
+cp "$KEP" "$WORK/kep-smsc"
 if [ -n "${KEP_BIN:-}" ]; then cp "$KEP_BIN" "$WORK/kep"; fi
 
 # Jasmin (c): the featured kep-bench, built after the plain one was copied.
@@ -69,7 +71,7 @@ stop() {
 
 # start_sink OUT: the sink on a free port; sets SINK (its pid) and SINK_PORT.
 start_sink() {
-  "$BENCH" smsc-sink --port 0 >"$1" &
+  "$WORK/kep-smsc" smsc --port 0 --quiet >"$1" &
   SINK=$!
   pids+=("$SINK")
   for _ in $(seq 100); do grep -q '^ready' "$1" 2>/dev/null && break; sleep 0.05; done

@@ -91,9 +91,6 @@ enum Cmd {
     Churn(webhooks::ChurnArgs),
     /// A webhook receiver that measures how late each event arrives.
     Receive(webhooks::ReceiveArgs),
-    /// An SMSC that acknowledges every submit_sm and sends its DELIVRD receipt at once
-    /// (kep-smpp's small SMSC, recording nothing), until killed.
-    SmscSink(smpp::SinkArgs),
     /// One ESME bind (kep's `kep_smpp::Esme`) submitting N Korean SMS as fast as its window
     /// lets it; prints submit_sm/s once every receipt came.
     EsmeSubmit(smpp::SubmitArgs),
@@ -126,7 +123,6 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Media(args) => media::media(args).await,
         Cmd::Churn(args) => webhooks::churn(args).await,
         Cmd::Receive(args) => webhooks::receive(args).await,
-        Cmd::SmscSink(args) => smpp::sink(args).await,
         Cmd::EsmeSubmit(args) => smpp::submit(args).await,
         #[cfg(all(feature = "jasmin", not(test)))]
         Cmd::Jasmin => jasmin::jasmin().await,

@@ -1,51 +1,11 @@
-//! For `bench/carriers.sh`: an SMSC sink (kep-smpp's small SMSC, acknowledging every
-//! submit_sm and sending its DELIVRD receipt at once) and an ESME that submits as fast as
-//! one bind's window lets it (kep's own `kep_smpp::Esme`).
+//! For `bench/carriers.sh`: an ESME that submits as fast as one bind's window lets it
+//! (kep's own `kep_smpp::Esme`), against the sink `kep smsc` runs.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures_util::StreamExt as _;
-use kep_smpp::smsc::{Smsc, SmscBehaviour};
-use kep_smpp::{Esme, EsmeConfig, MessageState};
-
-#[derive(clap::Args)]
-pub struct SinkArgs {
-    /// Where to listen on 127.0.0.1; 0: any free port.
-    #[arg(long, default_value_t = 0)]
-    port: u16,
-    #[arg(long, default_value = "kep")]
-    system_id: String,
-    #[arg(long, default_value = "secret")]
-    password: String,
-}
-
-/// Serves SMPP until SIGTERM or SIGINT: prints `ready <port>` once listening, and at the end
-/// one JSON line of what it took (`submits`, `binds`, `unbinds`).
-pub async fn sink(args: SinkArgs) -> anyhow::Result<()> {
-    let behaviour = SmscBehaviour {
-        receipt: Arc::new(|_| Some(MessageState::Delivered)),
-        throttle_first: 0,
-        system_id: args.system_id,
-        password: args.password,
-        record: false,
-    };
-    let smsc = Smsc::start(SocketAddr::from(([127, 0, 0, 1], args.port)), behaviour).await?;
-    println!("ready {}", smsc.port());
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        r = tokio::signal::ctrl_c() => r?,
-    }
-    println!(
-        "{}",
-        serde_json::json!({"submits": smsc.submits(), "binds": smsc.binds(), "unbinds": smsc.unbinds()})
-    );
-    smsc.stop().await;
-    Ok(())
-}
+use kep_smpp::{Esme, EsmeConfig};
 
 #[derive(clap::Args)]
 pub struct SubmitArgs {

@@ -104,6 +104,7 @@ impl Service for AdapterService {
     async fn start(settings: AdapterSettings, ctx: &Context) -> anyhow::Result<Self> {
         metrics::register();
         let store = store::open(ctx).await?;
+        metrics::seed(store.released_bytes().await?);
         let notify = drm::NotifyPolicy {
             path: settings.notify_path.clone(),
             outbox: Policy {

@@ -8,6 +8,16 @@ pub(crate) const RELEASED_BYTES: &str = "kep_adapter_released_bytes_total";
 /// not "no data", before the first release.
 pub(crate) fn register() {
     metrics::describe_gauge!(DRM_SESSIONS, "DRM sessions by stored status");
-    metrics::describe_counter!(RELEASED_BYTES, "Bytes of the released files stored");
+    metrics::describe_counter!(
+        RELEASED_BYTES,
+        "Bytes of the released files stored: those the store recorded at start, and those released since"
+    );
     metrics::counter!(RELEASED_BYTES).increment(0);
+}
+
+/// Starts the released bytes from what the store records, once at start: after a restart
+/// the counter goes on from the stored total instead of 0. The sessions of a deleted org
+/// login type are no longer counted after a restart.
+pub(crate) fn seed(released_bytes: i64) {
+    metrics::counter!(RELEASED_BYTES).absolute(u64::try_from(released_bytes).unwrap_or(0));
 }

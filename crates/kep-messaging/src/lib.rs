@@ -178,6 +178,7 @@ impl Service for MessagingService {
         }
         let names: Vec<String> = carriers.states().into_iter().map(|c| c.name).collect();
         metrics::register(&names);
+        metrics::seed(&store.message_counts().await?);
         let policy = pipeline::DispatchPolicy {
             concurrency: settings.dispatch_concurrency,
             lease: Duration::from_secs(settings.dispatch_lease_s),

@@ -2,6 +2,7 @@
 //! whose labels are known then at 0, every series described.
 
 use crate::kinds::{Channel, Status};
+use crate::store::MessageCount;
 
 pub(crate) const ACCEPTED: &str = "kep_messaging_accepted_total";
 pub(crate) const FINISHED: &str = "kep_messaging_finished_total";
@@ -15,8 +16,14 @@ const CARRIER_ACKNOWLEDGED: &str = "kep_messaging_carrier_acknowledged_total";
 /// "no data", before the first message.
 pub(crate) fn register(carriers: &[String]) {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(ACCEPTED, "Messages accepted, by channel");
-    describe_counter!(FINISHED, "Messages at their final status");
+    describe_counter!(
+        ACCEPTED,
+        "Messages accepted, by channel: those the store held at start, and those accepted since"
+    );
+    describe_counter!(
+        FINISHED,
+        "Messages at their final status: those the store held at start, and those finished since"
+    );
     describe_counter!(TOKENS_ISSUED, "OAuth 2.0 access tokens issued");
     describe_gauge!(
         QUEUE_DEPTH,
@@ -59,4 +66,30 @@ pub(crate) fn register(carriers: &[String]) {
         metrics::counter!(CARRIER_SUBMITTED, "carrier" => carrier.clone()).increment(0);
         metrics::counter!(CARRIER_ACKNOWLEDGED, "carrier" => carrier.clone()).increment(0);
     }
+}
+
+/// Starts the message counters from what the store holds, once at start: after a restart
+/// they go on from the stored totals instead of 0 beside a full outbox. A message no longer
+/// stored (deleted with its client) is no longer counted after a restart.
+pub(crate) fn seed(counts: &[MessageCount]) {
+    for channel in [Channel::Xms, Channel::Rcs] {
+        let accepted = counts
+            .iter()
+            .filter(|c| c.channel == channel)
+            .map(|c| c.messages)
+            .sum::<i64>();
+        metrics::counter!(ACCEPTED, "channel" => channel.as_str()).absolute(whole(accepted));
+    }
+    for status in [Status::Delivered, Status::Failed, Status::Resendable] {
+        let finished = counts
+            .iter()
+            .filter(|c| c.status == status)
+            .map(|c| c.messages)
+            .sum::<i64>();
+        metrics::counter!(FINISHED, "status" => status.as_str()).absolute(whole(finished));
+    }
+}
+
+fn whole(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }

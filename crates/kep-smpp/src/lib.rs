@@ -11,7 +11,7 @@ mod wire;
 
 pub use esme::{BindMode, Esme, EsmeConfig, EsmeStats, LongText, SessionState, SubmitError};
 pub use receipt::{DeliveryReceipt, MessageState, parse_receipt, parse_receipt_text};
-pub use smsc::{ReceivedSubmit, Smsc, SmscBehaviour};
+pub use smsc::{ReceivedSubmit, Smsc, SmscBehaviour, TakenSubmit};
 
 pub use text::DataCoding;
 pub use wire::status_name;

@@ -80,6 +80,22 @@ fn char_len(encoded: &[u8], at: usize, coding: DataCoding) -> usize {
     }
 }
 
+/// The text of octets whose `data_coding` octet is `coding`'s, lossily where they are not
+/// valid in it; None for another data coding.
+pub fn decode(octets: &[u8], data_coding: u8) -> Option<String> {
+    if data_coding == DataCoding::Ucs2.octet() {
+        let units: Vec<u16> = octets
+            .chunks(2)
+            .map(|c| u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]))
+            .collect();
+        Some(String::from_utf16_lossy(&units))
+    } else if data_coding == DataCoding::Ksc5601.octet() {
+        Some(EUC_KR.decode_without_bom_handling(octets).0.into_owned())
+    } else {
+        None
+    }
+}
+
 /// Cuts already encoded octets into chunks of at most `max` octets, never inside a
 /// character.
 pub fn split_encoded(encoded: &[u8], coding: DataCoding, max: usize) -> Vec<Vec<u8>> {
@@ -125,6 +141,15 @@ pub fn udh(reference: u8, total: u8, seq: u8) -> [u8; UDH_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_reads_what_encode_wrote() {
+        for coding in [DataCoding::Ucs2, DataCoding::Ksc5601] {
+            let octets = encode("안녕 kep", coding).unwrap();
+            assert_eq!(decode(&octets, coding.octet()).as_deref(), Some("안녕 kep"));
+        }
+        assert_eq!(decode(b"hi", 0x00), None);
+    }
 
     #[test]
     fn ucs2_is_utf16_big_endian() {

@@ -46,6 +46,9 @@ enum Command {
     /// The platform's activity as it happens (every service's state changes), one JSON
     /// line per event.
     Events(cli::events::EventsArgs),
+    /// A small SMSC on 127.0.0.1 to try SMPP carriers without a carrier's: it acknowledges
+    /// every submit_sm, prints it as a JSON line and sends its delivery receipt.
+    Smsc(cli::smsc::SmscArgs),
     /// Print the completion script of a shell: `kep completions bash > /etc/bash_completion.d/kep`.
     Completions { shell: clap_complete::Shell },
     /// Serve one model file over the TensorFlow Serving REST API or KServe v2, as a model
@@ -97,6 +100,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serving(args) => runtime.block_on(cli::serving::run(args.at(data_dir()))),
         Command::Events(args) => runtime.block_on(cli::events::run(args.at(data_dir()))),
         Command::Status(args) => runtime.block_on(cli::status::run(args.at(data_dir()))),
+        Command::Smsc(args) => runtime.block_on(cli::smsc::run(args)),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
             // Written whole, so that a closed pipe is an error, not a panic.

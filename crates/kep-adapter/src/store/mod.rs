@@ -162,6 +162,9 @@ pub trait Store: Send + Sync {
     ) -> sqlx::Result<Vec<SessionNotificationRow>>;
     /// How many sessions there are in each stored status.
     async fn sessions_by_status(&self) -> sqlx::Result<Vec<(String, i64)>>;
+    /// The bytes of every released file the sessions stored record (a scan: read once, at
+    /// start).
+    async fn released_bytes(&self) -> sqlx::Result<i64>;
 }
 
 /// Opens the adapter's store (`adapter.db` under the data dir, or schema `kep_adapter` of

@@ -220,6 +220,15 @@ kep_core::sql_store! {
             .await
     }
 
+    async fn released_bytes(&self) -> sqlx::Result<i64> {
+        // PostgreSQL's SUM of a BIGINT is a NUMERIC: cast back.
+        sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(file_size), 0) AS BIGINT) FROM drm_sessions WHERE status = 'RELEASED'",
+        )
+        .fetch_one(&self.pool)
+        .await
+    }
+
     async fn notifications(&self, session_id: &SessionId) -> sqlx::Result<Vec<NotificationRow>> {
         sqlx::query_as("SELECT attempt, at, status, error FROM drm_notifications WHERE session_id = $1 ORDER BY attempt")
             .bind(session_id)

@@ -103,6 +103,14 @@ pub struct ReceiptRow {
     pub state: Option<String>,
 }
 
+/// How many stored messages came by one channel and stand at one status.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MessageCount {
+    pub channel: Channel,
+    pub status: Status,
+    pub messages: i64,
+}
+
 /// A message as the operator's list shows it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MessageSummaryRow {
@@ -347,6 +355,9 @@ pub trait Store: Send + Sync {
     async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>>;
     /// How many messages are accepted and not yet at a final status.
     async fn queued(&self) -> sqlx::Result<i64>;
+    /// How many messages the store holds, by channel and status (a scan of every message:
+    /// read once, at start).
+    async fn message_counts(&self) -> sqlx::Result<Vec<MessageCount>>;
     /// How many group commits may run at once: one on SQLite (one writer at a time), two
     /// on PostgreSQL (one commit's flush overlaps the next batch; more split the batches
     /// too thin, BENCHMARKS.md).

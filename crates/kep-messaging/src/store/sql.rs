@@ -9,9 +9,9 @@ use sqlx::QueryBuilder;
 use sqlx::migrate::Migrator;
 
 use super::{
-    ClientRow, GroupCompletion, Handed, Handover, Inserted, MessageDetailRow, MessageFilter,
-    MessageRow, MessageSummaryRow, OutboxRow, ReceiptRow, ReportGroupRow, SearchFilter,
-    SearchQuery, Store, UploadRow,
+    ClientRow, GroupCompletion, Handed, Handover, Inserted, MessageCount, MessageDetailRow,
+    MessageFilter, MessageRow, MessageSummaryRow, OutboxRow, ReceiptRow, ReportGroupRow,
+    SearchFilter, SearchQuery, Store, UploadRow,
 };
 use crate::kinds::{Channel, Route, Status, UploadKind};
 use batch::Batches;
@@ -513,6 +513,14 @@ kep_core::sql_store! {
             sqlx::query_scalar(sql)
                 .fetch_one(&self.pool)
                 .await
+        }
+
+        async fn message_counts(&self) -> sqlx::Result<Vec<MessageCount>> {
+            sqlx::query_as(
+                "SELECT channel, status, COUNT(*) AS messages FROM messages GROUP BY channel, status",
+            )
+            .fetch_all(&self.pool)
+            .await
         }
 
         fn writers(&self) -> usize {

@@ -9,7 +9,7 @@ use std::{
     fmt,
     net::SocketAddr,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
@@ -21,6 +21,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::warn;
 
 use crate::receipt::MessageState;
+use crate::text;
 
 /// The receipt state for a submit to a destination; None: no receipt.
 pub type ReceiptFor = Arc<dyn Fn(&str) -> Option<MessageState> + Send + Sync>;
@@ -77,6 +78,26 @@ pub struct ReceivedSubmit {
     pub registered_delivery: u8,
 }
 
+impl ReceivedSubmit {
+    /// The text it carries (its `message_payload`, else its `short_message` without the
+    /// UDH of a concatenated part), when its data coding is one kep encodes.
+    pub fn text(&self) -> Option<String> {
+        let octets = match &self.message_payload {
+            Some(payload) => payload.as_slice(),
+            // esm_class 0x40: the short_message starts with a UDH, its length first.
+            None if self.esm_class & 0x40 != 0 => {
+                let udh = usize::from(self.short_message.first().copied().unwrap_or(0)) + 1;
+                self.short_message.get(udh..).unwrap_or_default()
+            }
+            None => self.short_message.as_slice(),
+        };
+        text::decode(octets, self.data_coding)
+    }
+}
+
+/// A submit_sm the SMSC acknowledged, and the message_id it answered.
+pub type TakenSubmit = (String, ReceivedSubmit);
+
 /// What every session of one SMSC shares.
 struct Shared {
     behaviour: SmscBehaviour,
@@ -87,6 +108,8 @@ struct Shared {
     message_ids: AtomicU64,
     sessions: AtomicU64,
     received: Mutex<Vec<ReceivedSubmit>>,
+    /// Where each acknowledged submit goes as it is taken, once [`Smsc::watch`] was called.
+    watcher: OnceLock<mpsc::UnboundedSender<TakenSubmit>>,
     /// The sessions that take deliver_sm (receivers and transceivers) by system_id, for the
     /// receipts of submits that came over a transmitter, or that go elsewhere.
     receivers: Mutex<Receivers>,
@@ -150,6 +173,7 @@ impl Smsc {
             message_ids: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             received: Mutex::new(Vec::new()),
+            watcher: OnceLock::new(),
             receivers: Mutex::new(HashMap::new()),
             receipts_elsewhere: AtomicBool::new(false),
             elsewhere: AtomicUsize::new(0),
@@ -186,6 +210,14 @@ impl Smsc {
     /// Every submit_sm received, in order (empty unless `record`).
     pub fn received(&self) -> Vec<ReceivedSubmit> {
         self.shared.received.lock().expect("received lock").clone()
+    }
+
+    /// Each submit_sm acknowledged from now on, with the message_id it was answered, as it
+    /// is taken (whether or not `record`); None when it is already watched.
+    pub fn watch(&self) -> Option<mpsc::UnboundedReceiver<TakenSubmit>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.shared.watcher.set(tx).ok()?;
+        Some(rx)
     }
 
     /// submit_sm received, throttled ones included.

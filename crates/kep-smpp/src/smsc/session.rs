@@ -265,13 +265,20 @@ impl Session {
         {
             return false;
         }
-        if shared.behaviour.record {
+        let watcher = shared.watcher.get();
+        if shared.behaviour.record || watcher.is_some() {
             let received = received(submit);
-            shared
-                .received
-                .lock()
-                .expect("received lock")
-                .push(received);
+            if let Some(watcher) = watcher {
+                // Nobody watching any more is no reason to stop serving.
+                let _ = watcher.send((message_id.clone(), received.clone()));
+            }
+            if shared.behaviour.record {
+                shared
+                    .received
+                    .lock()
+                    .expect("received lock")
+                    .push(received);
+            }
         }
         let Some(state) = (shared.behaviour.receipt)(submit.destination_addr.as_str()) else {
             return true;

@@ -107,6 +107,33 @@ async fn a_long_text_goes_as_udh_parts() {
 }
 
 #[tokio::test]
+async fn a_watcher_sees_each_submit_with_its_id_and_text_as_it_is_taken() {
+    let smsc = smsc(SmscBehaviour {
+        record: false,
+        ..SmscBehaviour::default()
+    })
+    .await;
+    let mut taken = smsc.watch().expect("the first watcher");
+    assert!(smsc.watch().is_none(), "one watcher at a time");
+    let (esme, _receipts) = bound(config(smsc.port())).await;
+    let text = "한".repeat(100);
+
+    let ids = esme.submit("KEP", "821012345678", &text).await.unwrap();
+    assert_eq!(ids.len(), 2);
+    let mut parts = String::new();
+    for id in &ids {
+        let (message_id, submit) = taken.recv().await.unwrap();
+        assert_eq!(&message_id, id);
+        assert_eq!(submit.destination, "821012345678");
+        parts += &submit.text().expect("UCS-2 decodes");
+    }
+    assert_eq!(parts, text);
+    assert!(smsc.received().is_empty(), "watching records nothing");
+    esme.stop().await;
+    smsc.stop().await;
+}
+
+#[tokio::test]
 async fn payload_mode_sends_one_submit_with_the_whole_text() {
     let smsc = smsc(SmscBehaviour::default()).await;
     let mut config = config(smsc.port());

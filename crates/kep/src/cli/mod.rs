@@ -1,10 +1,12 @@
-//! The CLI: subcommands that speak to a running `kep serve` through `kep-client`.
+//! The CLI: subcommands that speak to a running `kep serve` through `kep-client`, and
+//! `kep smsc`, an SMSC to try carriers with.
 
 pub mod adapter;
 pub mod events;
 pub mod live;
 pub mod msg;
 pub mod serving;
+pub mod smsc;
 pub mod status;
 
 use std::path::{Path, PathBuf};

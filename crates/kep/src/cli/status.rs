@@ -133,10 +133,31 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         "open_fds": sum(&s, "process_open_fds"),
     });
     if args.json {
-        return super::print_json(&overview);
+        return super::print_json(&whole_as_integers(overview));
     }
     super::emit(&render(&overview))?;
     Ok(())
+}
+
+/// Every whole number as an integer (a scrape's values are all floats): counts read `3`,
+/// not `3.0`.
+fn whole_as_integers(v: Value) -> Value {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            // Exact below 2^53; beyond it a float stays one.
+            Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+                Value::from(f as i64)
+            }
+            _ => Value::Number(n),
+        },
+        Value::Array(a) => Value::Array(a.into_iter().map(whole_as_integers).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, whole_as_integers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 /// The overview as lines for a person.
@@ -212,5 +233,14 @@ mod tests {
         assert_eq!(sum(&s, "nothing"), None);
         let by_status = by(&s, "kep_adapter_drm_sessions", "status");
         assert_eq!(by_status["PENDING"], 3.0);
+    }
+
+    #[test]
+    fn whole_counts_print_as_integers_and_fractions_stay() {
+        let o = whole_as_integers(json!({ "a": 3.0, "b": { "c": [1.0, 0.5] }, "d": null }));
+        assert_eq!(
+            serde_json::to_string(&o).unwrap(),
+            r#"{"a":3,"b":{"c":[1,0.5]},"d":null}"#
+        );
     }
 }

@@ -177,6 +177,12 @@ fn images() {
 }
 
 #[test]
+fn carriers() {
+    let smsc = ("SMSC_PORT", free_port().to_string());
+    walk("carriers", &[], &[smsc, ("PORT_BASE", "0".into())]);
+}
+
+#[test]
 fn the_blocks_of_a_walk_through_are_taken_in_order() {
     let readme = "a\n```sh walkthrough=x\none\n```\n```sh\nnot\n```\n```sh walkthrough=y\nother\n```\n- item:\n  ```sh walkthrough=x\n  two\n    three\n  ```\n";
     assert_eq!(blocks(readme, "x"), ["one", "two\n  three"]);

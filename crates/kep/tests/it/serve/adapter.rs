@@ -1,4 +1,5 @@
-//! A DRM round trip through `kep serve`, the CLI playing the agent.
+//! A DRM round trip through `kep serve`, the CLI playing the agent; after a restart, the
+//! released bytes on `/metrics` go on from the store.
 
 use crate::common::{Joiner, cli, http, port0, serve};
 
@@ -96,4 +97,16 @@ fn the_adapter_round_trip_from_the_cli() {
     let mut agent = agent;
     let _ = agent.child.kill();
     let _ = agent.child.wait();
+
+    drop(srv);
+    let srv = serve(dir.path(), &port0(), &[]);
+    let scrape = reqwest::blocking::get(format!("{}/metrics", srv.admin))
+        .unwrap()
+        .text()
+        .unwrap();
+    let series = format!("kep_adapter_released_bytes_total {}", content.len());
+    assert!(
+        scrape.lines().any(|l| l == series),
+        "{series} after a restart, in\n{scrape}"
+    );
 }

@@ -1,14 +1,18 @@
 //! A carrier configured in the settings file, through the real binary: `kep serve` binds to
 //! an SMSC (kep-smpp's small one) as the TOML says, a message sent with the CLI leaves over
 //! that bind and its receipt makes it 200, `kep msg carriers` and `/metrics` show it, and a
-//! SIGTERM unbinds.
+//! SIGTERM unbinds. `kep smsc`, the SMSC a user tries carriers with, takes a message the
+//! CLI sends through `kep serve` and prints it, and its receipt makes it 200.
 
+use std::io::BufRead as _;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use kep_smpp::{MessageState, Smsc, SmscBehaviour};
 
 use crate::common::{
-    StopsGracefully, cli, eventually_blocking, msg_client, msg_send, port0, serve,
+    KEP, StopsGracefully, cli, eventually_blocking, msg_client, msg_send, port0, serve,
 };
 
 #[test]
@@ -88,4 +92,94 @@ fn a_toml_carrier_takes_the_message_and_kep_unbinds_when_it_stops() {
     assert_eq!(smsc.unbinds(), 0);
     drop(running);
     assert_eq!(smsc.unbinds(), 1, "kep unbinds as it stops");
+}
+
+/// A process killed when dropped, so that a failed test leaves none behind.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The next line `kep smsc` printed, within 30 s.
+fn next_line(lines: &Receiver<String>) -> String {
+    lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a line from kep smsc within 30 s")
+}
+
+#[test]
+fn kep_smsc_prints_the_submit_of_a_cli_message_and_its_receipt_makes_it_200() {
+    let mut smsc = KilledOnDrop(
+        Command::new(KEP)
+            .args(["smsc", "--port", "0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = smsc.0.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let ready = next_line(&lines);
+    let port: u16 = ready
+        .strip_prefix("ready ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{ready:?} is no `ready <port>`"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kep.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[messaging.carriers]]\nname = \"local\"\nkind = \"smpp\"\ntypes = [\"SM\"]\n\
+             host = \"127.0.0.1\"\nport = {port}\nsystem_id = \"kep\"\npassword = \"secret\"\n"
+        ),
+    )
+    .unwrap();
+    let mut args = port0();
+    args.extend(["--config", config.to_str().unwrap()]);
+    let running = StopsGracefully(serve(&dir.path().join("data"), &args, &[]));
+    let srv = &running.0;
+
+    msg_client(srv, "c");
+    let sent = msg_send(srv, "c-1", "안녕하세요");
+    let uid = sent["uid"].as_str().unwrap().to_owned();
+    let taken: serde_json::Value = serde_json::from_str(&next_line(&lines)).unwrap();
+    assert_eq!(
+        (&taken["destination"], &taken["text"]),
+        (&"821012345678".into(), &"안녕하세요".into()),
+        "{taken}"
+    );
+    assert!(
+        taken["message_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "{taken}"
+    );
+    eventually_blocking(Duration::from_secs(20), "the receipt makes it 200", || {
+        let shown = cli(srv, &["msg", "show", &uid]);
+        match shown["result"]["status_code"].as_str() {
+            Some("API_200") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    drop(running);
+    let _ = Command::new("kill")
+        .args(["-TERM", &smsc.0.id().to_string()])
+        .status();
+    let summary: serde_json::Value = serde_json::from_str(&next_line(&lines)).unwrap();
+    assert_eq!(
+        (&summary["submits"], &summary["binds"], &summary["unbinds"]),
+        (&1.into(), &1.into(), &1.into()),
+        "{summary}"
+    );
+    assert!(smsc.0.wait().unwrap().success());
 }

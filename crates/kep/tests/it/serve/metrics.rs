@@ -170,13 +170,10 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
     // `kep status` reads the same, as JSON and for a person.
     let status = cli(&srv, &["status", "--json"]);
     assert_eq!(status["live"]["services"], 1, "{status}");
-    assert_eq!(status["live"]["participants"], 1.0, "{status}");
-    assert_eq!(
-        status["adapter"]["drm_sessions"]["PENDING"], 1.0,
-        "{status}"
-    );
-    assert_eq!(status["messaging"]["accepted"], 1.0, "{status}");
-    assert_eq!(status["messaging"]["finished"]["200"], 1.0, "{status}");
+    assert_eq!(status["live"]["participants"], 1, "{status}");
+    assert_eq!(status["adapter"]["drm_sessions"]["PENDING"], 1, "{status}");
+    assert_eq!(status["messaging"]["accepted"], 1, "{status}");
+    assert_eq!(status["messaging"]["finished"]["200"], 1, "{status}");
     let text = std::process::Command::new(crate::common::KEP)
         .arg("status")
         .env("KEP_DATA_DIR", &srv.data_dir)
@@ -189,4 +186,56 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
         "{text}"
     );
     drop(joiner);
+}
+
+#[test]
+fn after_a_restart_the_message_totals_go_on_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let srv = serve(&data, &port0(), &[("KEP_SIMULATOR_DELAY_MS", "10")]);
+    msg_client(&srv, "c");
+    let uids: Vec<String> = (0..3)
+        .map(|i| {
+            msg_send(&srv, &format!("c-{i}"), "안녕")["uid"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    for uid in &uids {
+        eventually_blocking(Duration::from_secs(20), "the message is final", || {
+            let shown = cli(&srv, &["msg", "show", uid]);
+            match shown["result"]["status_code"].as_str() {
+                Some("API_200") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        });
+    }
+    let totals = |srv: &Server| {
+        let status = cli(srv, &["status", "--json"]);
+        let m = &status["messaging"];
+        (
+            m["accepted"].clone(),
+            m["finished"].clone(),
+            m["queued"].clone(),
+        )
+    };
+    let before = eventually_blocking(Duration::from_secs(20), "the counters", || {
+        let t = totals(&srv);
+        if t.1["200"] == 3 {
+            Ok(t)
+        } else {
+            Err(format!("{t:?}"))
+        }
+    });
+    drop(srv);
+
+    let srv = serve(&data, &port0(), &[]);
+    let after = totals(&srv);
+    assert_eq!(after, before, "the same totals after a restart");
+    // Whole numbers print as integers, not `3.0`.
+    assert_eq!(after.0.as_u64(), Some(3), "{after:?}");
+    assert_eq!(after.1["200"].as_u64(), Some(3), "{after:?}");
+    assert_eq!(after.1["510"].as_u64(), Some(0), "{after:?}");
+    assert_eq!(after.2.as_u64(), Some(0), "{after:?}");
 }
