@@ -15,6 +15,23 @@ use crate::common::{
     KEP, StopsGracefully, cli, eventually_blocking, msg_client, msg_send, port0, serve,
 };
 
+/// `kep serve` in `dir` with one SMPP carrier `name` for SMS, bound as `kep`/`secret` to an
+/// SMSC on `port`, with `more` settings of the carrier.
+fn serve_with_smpp(dir: &std::path::Path, name: &str, port: u16, more: &str) -> StopsGracefully {
+    let config = dir.join("kep.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[messaging.carriers]]\nname = \"{name}\"\nkind = \"smpp\"\ntypes = [\"SM\"]\n\
+             host = \"127.0.0.1\"\nport = {port}\nsystem_id = \"kep\"\npassword = \"secret\"\n{more}"
+        ),
+    )
+    .unwrap();
+    let mut args = port0();
+    args.extend(["--config", config.to_str().unwrap()]);
+    StopsGracefully(serve(&dir.join("data"), &args, &[]))
+}
+
 #[test]
 fn a_toml_carrier_takes_the_message_and_kep_unbinds_when_it_stops() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -31,19 +48,7 @@ fn a_toml_carrier_takes_the_message_and_kep_unbinds_when_it_stops() {
         ))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kep.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[messaging.carriers]]\nname = \"smsc\"\nkind = \"smpp\"\ntypes = [\"SM\"]\n\
-             host = \"127.0.0.1\"\nport = {}\nsystem_id = \"kep\"\npassword = \"secret\"\nwindow = 8\n",
-            smsc.port()
-        ),
-    )
-    .unwrap();
-    let mut args = port0();
-    args.extend(["--config", config.to_str().unwrap()]);
-    let running = StopsGracefully(serve(&dir.path().join("data"), &args, &[]));
+    let running = serve_with_smpp(dir.path(), "smsc", smsc.port(), "window = 8\n");
     let srv = &running.0;
 
     msg_client(srv, "c");
@@ -134,18 +139,7 @@ fn kep_smsc_prints_the_submit_of_a_cli_message_and_its_receipt_makes_it_200() {
         .unwrap_or_else(|| panic!("{ready:?} is no `ready <port>`"));
 
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kep.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[messaging.carriers]]\nname = \"local\"\nkind = \"smpp\"\ntypes = [\"SM\"]\n\
-             host = \"127.0.0.1\"\nport = {port}\nsystem_id = \"kep\"\npassword = \"secret\"\n"
-        ),
-    )
-    .unwrap();
-    let mut args = port0();
-    args.extend(["--config", config.to_str().unwrap()]);
-    let running = StopsGracefully(serve(&dir.path().join("data"), &args, &[]));
+    let running = serve_with_smpp(dir.path(), "local", port, "");
     let srv = &running.0;
 
     msg_client(srv, "c");
