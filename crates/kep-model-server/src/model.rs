@@ -286,7 +286,7 @@ fn typed(model: InferenceModel) -> Result<TypedModel, ModelError> {
 }
 
 /// A frozen GraphDef (or the graph of a SavedModel without variables): its Placeholders are
-/// the inputs and its sinks the outputs; a `-1` dimension of a Placeholder's shape becomes a
+/// the inputs and its sinks that yield a tensor the outputs; a `-1` dimension of a Placeholder's shape becomes a
 /// variable one, as ONNX's named ones are.
 fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
     use prost::Message as _;
@@ -304,9 +304,31 @@ fn frozen_graph(path: &Path) -> TractResult<InferenceModel> {
             .ok_or(frozen)?,
     };
     let mut model = tract_tensorflow::tensorflow().model_for_proto_model(&graph)?;
+    // tract takes every sink for an output, and gives an op that yields no tensor (the
+    // `NoOp`s TensorFlow's own freezing leaves) a BOOL scalar: only those that yield one are.
+    let no_tensor: Vec<&str> = graph
+        .node
+        .iter()
+        .filter(|n| YIELD_NO_TENSOR.contains(&n.op.as_str()))
+        .map(|n| n.name.as_str())
+        .collect();
+    let outputs: Vec<_> = (model.outputs.iter().copied())
+        .filter(|o| !no_tensor.contains(&model.node(o.node).name.as_str()))
+        .collect();
+    model.select_output_outlets(&outputs)?;
     open_unknown_dims(&mut model)?;
     Ok(model)
 }
+
+/// TensorFlow ops that have no output (op_def's `output_arg` empty) and may be left in a
+/// frozen graph: never one of its outputs.
+const YIELD_NO_TENSOR: &[&str] = &[
+    "NoOp",
+    "Assert",
+    "ControlTrigger",
+    "SaveV2",
+    "MergeV2Checkpoints",
+];
 
 /// A dimension an input declares without a size or a name (ONNX's empty `dim`, as
 /// `onnx.helper` writes `None`; TensorFlow's `-1`) or as `-1` (some ONNX exporters) becomes

@@ -148,6 +148,10 @@ def frozen_mlp(weights):
         node("l", "MatMul", ["hr", "w2"], T=t, transpose_a=no, transpose_b=no),
         node("logits", "Add", ["l", "b2"], T=t),
         node("probs", "Softmax", ["logits"], T=t),
+        # What TensorFlow's convert_variables_to_constants_v2 leaves beside the outputs: ops
+        # that yield no tensor, one with a control input. Neither is an output.
+        node("NoOp", "NoOp", ["^probs"]),
+        node("init", "NoOp"),
     ]
     graph = b"".join(field(1, n) for n in nodes) + field(4, field(1, 1087))  # versions.producer
     with open(os.path.join(out, "mlp.pb"), "wb") as f:
