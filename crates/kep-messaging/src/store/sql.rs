@@ -19,6 +19,7 @@ use dialect::Dialect;
 
 mod batch;
 mod dialect;
+mod operator;
 mod receipts;
 mod uploads;
 
@@ -516,11 +517,7 @@ kep_core::sql_store! {
         }
 
         async fn message_counts(&self) -> sqlx::Result<Vec<MessageCount>> {
-            sqlx::query_as(
-                "SELECT channel, status, COUNT(*) AS messages FROM messages GROUP BY channel, status",
-            )
-            .fetch_all(&self.pool)
-            .await
+            sqlx::query_as(operator::COUNTS).fetch_all(&self.pool).await
         }
 
         fn writers(&self) -> usize {
@@ -555,7 +552,7 @@ kep_core::sql_store! {
             let Some(message) = message else {
                 return Ok(None);
             };
-            let handovers = sqlx::query_as(HANDOVERS)
+            let handovers = sqlx::query_as(operator::HANDOVERS)
                 .bind(uid)
                 .fetch_all(&mut *tx)
                 .await?;
@@ -574,12 +571,7 @@ kep_core::sql_store! {
         }
 
         async fn outbox(&self, limit: i64) -> sqlx::Result<Vec<OutboxRow>> {
-            // PostgreSQL keeps no copy of the payload: it is the message's request.
-            sqlx::query_as(
-                "SELECT o.id, o.uid, o.route, o.phone_number, COALESCE(o.payload, m.request, '') AS payload,
-                   o.outcome, o.at
-                 FROM outbox o LEFT JOIN messages m ON m.uid = o.uid ORDER BY o.id DESC LIMIT $1",
-            )
+            sqlx::query_as(operator::OUTBOX)
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await
@@ -692,9 +684,6 @@ kep_core::sql_store! {
         })
             .push_bind(limit);
     }
-
-    /// A message's hand-overs, oldest first.
-    pub(super) const HANDOVERS: &str = "SELECT route, outcome, at, carrier FROM outbox WHERE uid = $1 ORDER BY id";
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{Sqlite, SqlitePool};
 
-use super::sqlite::{HANDOVERS, push_operator_messages, push_report_groups};
+use super::operator::HANDOVERS;
+use super::sqlite::{push_operator_messages, push_report_groups};
 use super::*;
 use crate::kinds::Status;
 
