@@ -156,6 +156,25 @@ pub fn msg_client(srv: &Server, name: &str) -> Value {
     )
 }
 
+/// A live service made with the CLI (`kep live service create`) and provisioned
+/// (`kep live provision`, whose token the other `kep live` commands then use); its secrets.
+pub fn live_service(srv: &Server, id: &str) -> Value {
+    let svc = cli(srv, &["live", "service", "create", "--id", id]);
+    let admin_secret = svc["adminSecret"].as_str().unwrap();
+    cli(
+        srv,
+        &[
+            "live",
+            "provision",
+            "--service-id",
+            id,
+            "--admin-secret",
+            admin_secret,
+        ],
+    );
+    svc
+}
+
 /// An SMS sent with the CLI (`kep msg send-xms`, the kept token) to 821012345678 from
 /// 0212345678; its answer.
 pub fn msg_send(srv: &Server, cid: &str, text: &str) -> Value {

@@ -8,7 +8,9 @@ use std::process::Command;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::common::{Joiner, KEP, Server, cli, msg_client, port0, serve_refused, serve_with};
+use crate::common::{
+    Joiner, KEP, Server, cli, live_service, msg_client, port0, serve_refused, serve_with,
+};
 
 /// `kep serve` started from a shell with umask 022, as most shells have it.
 fn serve_under_umask_022(data_dir: &Path, extra: &[&str]) -> Server {
@@ -51,19 +53,7 @@ fn a_data_dir_is_private_whatever_the_umask() {
     bytes.resize(5000, 7);
     std::fs::write(&jpeg, &bytes).unwrap();
     cli(&srv, &["msg", "upload-mms", jpeg.to_str().unwrap()]);
-    let svc = cli(&srv, &["live", "service", "create", "--id", "modes"]);
-    let admin_secret = svc["adminSecret"].as_str().unwrap();
-    cli(
-        &srv,
-        &[
-            "live",
-            "provision",
-            "--service-id",
-            "modes",
-            "--admin-secret",
-            admin_secret,
-        ],
-    );
+    live_service(&srv, "modes");
 
     let found = everything_in(&data);
     let names: Vec<String> = found

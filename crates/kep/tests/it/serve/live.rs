@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Joiner, KEP, cli, eventually_blocking, http, port0, serve};
+use crate::common::{Joiner, KEP, cli, eventually_blocking, http, live_service, port0, serve};
 
 #[test]
 fn serve_and_the_cli_run_the_live_api_end_to_end() {
@@ -170,18 +170,7 @@ fn serve_and_the_cli_run_the_live_api_end_to_end() {
 fn sigterm_closes_participants_and_a_restart_keeps_services_and_tokens() {
     let dir = tempfile::tempdir().unwrap();
     let mut srv = serve(dir.path(), &port0(), &[("KEP_LOG_FORMAT", "json")]);
-    let svc = cli(&srv, &["live", "service", "create", "--id", "keep"]);
-    cli(
-        &srv,
-        &[
-            "live",
-            "provision",
-            "--service-id",
-            "keep",
-            "--admin-secret",
-            svc["adminSecret"].as_str().unwrap(),
-        ],
-    );
+    let svc = live_service(&srv, "keep");
     let joiner = Joiner::start(
         &srv,
         &[

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::common::{Joiner, Server, cli, eventually_blocking, msg_client, msg_send, port0, serve};
+use crate::common::{
+    Joiner, Server, cli, eventually_blocking, live_service, msg_client, msg_send, port0, serve,
+};
 
 /// The value of the series `name{labels}` (labels as Prometheus writes them, in order), if
 /// the scrape has it.
@@ -57,19 +59,7 @@ fn every_service_has_its_series_and_each_moves_when_its_thing_happens() {
     );
 
     // Live: a room with a participant and its stream, a Room call.
-    let svc = cli(&srv, &["live", "service", "create", "--id", "demo"]);
-    let admin_secret = svc["adminSecret"].as_str().unwrap();
-    cli(
-        &srv,
-        &[
-            "live",
-            "provision",
-            "--service-id",
-            "demo",
-            "--admin-secret",
-            admin_secret,
-        ],
-    );
+    let svc = live_service(&srv, "demo");
     let secret = svc["serviceSecret"].as_str().unwrap();
     let joiner = Joiner::start(
         &srv,
