@@ -3,6 +3,7 @@
 //! built-in engine before the port opens, behind the wire protocol its users already call:
 //! the TensorFlow Serving REST and gRPC APIs or the KServe v2 (Open Inference) protocol.
 
+pub mod artifact;
 mod compression;
 pub mod cosmos;
 pub mod kserve;
