@@ -68,7 +68,26 @@ pub struct Model {
     pub size: u64,
     pub sha256: String,
     pub created_at: String,
-    /// What the model takes and gives, read from the artifact.
+    /// What the model takes and gives, read from the artifact (a SavedModel's
+    /// `serving_default` signature's; a TorchScript module's inputs as declared).
+    pub inputs: Vec<ModelTensor>,
+    pub outputs: Vec<ModelTensor>,
+    /// `onnx`, `graphdef`, `savedmodel` or `torchscript`, read from the file's bytes.
+    pub format: String,
+    /// Every version the artifact has, ascending: a file or a bare SavedModel is version 1.
+    pub versions: Vec<i64>,
+    /// A SavedModel's signatures (its latest version's), `serving_default` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signatures: Option<Vec<ModelSignature>>,
+}
+
+/// One signature of a SavedModel: what `signature_name` names in TF Serving's calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ModelSignature {
+    pub name: String,
+    /// TF Serving's `method_name`: `tensorflow/serving/predict`, `…/classify`, `…/regress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
     pub inputs: Vec<ModelTensor>,
     pub outputs: Vec<ModelTensor>,
 }
@@ -183,6 +202,41 @@ pub struct HttpProbe {
 #[serde(deny_unknown_fields)]
 pub struct TcpProbe {}
 
+/// Which of a model's versions a deployment loads, as TF Serving's and Triton's
+/// `version_policy`: `{"latest": n}` (the default, `{"latest": 1}`), `{"all": true}` or
+/// `{"specific": [v…]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VersionPolicy {
+    Latest(u32),
+    All(bool),
+    Specific(Vec<i64>),
+}
+
+impl Default for VersionPolicy {
+    fn default() -> VersionPolicy {
+        VersionPolicy::Latest(1)
+    }
+}
+
+impl VersionPolicy {
+    /// Whether the policy can name anything: `latest` of at least one, `all` true, a
+    /// non-empty `specific` of versions 0 or more.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            VersionPolicy::Latest(0) => Err("latest must be at least 1".into()),
+            VersionPolicy::All(false) => Err("all must be true".into()),
+            VersionPolicy::Specific(v) if v.is_empty() => {
+                Err("specific must name at least one version".into())
+            }
+            VersionPolicy::Specific(v) if v.iter().any(|n| *n < 0) => {
+                Err("versions are numbers of 0 or more".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `POST …/deployments`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -203,6 +257,9 @@ pub struct DeploymentRequest {
     /// Serving script (`cosmos`): the text, or a git repository URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// Which of the model's versions its instances load (`tensorflow-serving`, `triton`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_policy: Option<VersionPolicy>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// The container port (`custom-image`); 8080 when none is given.
@@ -237,6 +294,8 @@ pub struct DeploymentPatch {
     )]
     #[schema(value_type = Option<String>)]
     pub script: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_policy: Option<VersionPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -286,6 +345,9 @@ pub struct Deployment {
     pub model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// Which of the model's versions its instances load; `{"latest": 1}` when none was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_policy: Option<VersionPolicy>,
     pub env: BTreeMap<String, String>,
     /// The port its instances listen on: a Custom Image's own (8080 unless set); a model
     /// server's is kep's business and not shown.

@@ -8,8 +8,8 @@ pub use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Command, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
     EndpointCreated, EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, ImageSource,
-    InstanceMetrics, Latency, MirrorMetrics, Mirroring, Model, Probe, Quota, Traffic,
-    TrafficRequest,
+    InstanceMetrics, Latency, MirrorMetrics, Mirroring, Model, ModelSignature, ModelTensor, Probe, Quota, Traffic,
+    TrafficRequest, VersionPolicy,
 };
 use reqwest::multipart::{Form, Part};
 
@@ -61,6 +61,18 @@ impl AdminClient {
         framework: &str,
         path: &Path,
     ) -> Result<Model, ClientError> {
+        self.upload_model_declared(name, framework, path, None)
+            .await
+    }
+
+    /// `POST /admin/v1/serving/models` with the `inputs` a TorchScript file needs declared.
+    pub async fn upload_model_declared(
+        &self,
+        name: &str,
+        framework: &str,
+        path: &Path,
+        inputs: Option<&[ModelTensor]>,
+    ) -> Result<Model, ClientError> {
         let (body, len) = crate::file_body(path).await?;
         let file_name = path
             .file_name()
@@ -73,6 +85,13 @@ impl AdminClient {
                 "file",
                 Part::stream_with_length(body, len).file_name(file_name),
             );
+        let form = match inputs {
+            Some(inputs) => form.text(
+                "inputs",
+                serde_json::to_string(inputs).expect("tensors are JSON"),
+            ),
+            None => form,
+        };
         self.send(self.http.post(self.url(paths::MODELS)).multipart(form))
             .await
     }

@@ -101,9 +101,7 @@ async fn predict(
     };
     let mut tensors = Vec::with_capacity(inputs.len());
     for (name, value) in &inputs {
-        let spec = served
-            .model
-            .inputs
+        let spec = (served.model().inputs)
             .iter()
             .find(|s| &s.name == name)
             .ok_or_else(|| Failure::bad_request(format!("preprocess gave unknown input {name}")))?;
@@ -113,9 +111,11 @@ async fn predict(
             .map_err(|e| Failure::bad_request(format!("input {name}: {e}")))?;
         tensors.push((name.clone(), t));
     }
-    let results = served.run(&mut Clock::start(), tensors).await?;
+    let results = served
+        .run(served.model(), &mut Clock::start(), tensors)
+        .await?;
     let mut outputs = Map::new();
-    for (spec, t) in served.model.outputs.iter().zip(&results) {
+    for (spec, t) in served.model().outputs.iter().zip(&results) {
         let datatype = DataType::of(t.datum_type()).unwrap_or(spec.datatype);
         let data = tensor::to_data(t, datatype).map_err(Failure::bad_request)?;
         outputs.insert(spec.name.clone(), data.nest(t.shape(), false));

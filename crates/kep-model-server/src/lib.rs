@@ -6,6 +6,7 @@
 pub mod artifact;
 mod compression;
 pub mod cosmos;
+pub mod framework;
 pub mod kserve;
 pub mod model;
 pub mod native;
@@ -15,6 +16,7 @@ pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod tfserving;
+pub mod versions;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,11 +40,12 @@ pub enum Protocol {
     Cosmos,
 }
 
-/// The one model a server serves, under its registered name, at version 1, with its
-/// inference statistics.
+/// The model a server serves, under its registered name: the versions it loaded, each
+/// with its signatures, and its inference statistics.
 pub struct Served {
     pub name: String,
-    pub model: Model,
+    /// Ascending, never empty: the last is served when a call names none.
+    pub versions: Vec<Version>,
     pub stats: stats::Statistics,
     /// The GPUs this process was given (`CUDA_VISIBLE_DEVICES`), as it numbers them: 0…n-1.
     pub gpus: Vec<i32>,
@@ -57,13 +60,69 @@ pub struct Served {
     loaded: AtomicBool,
 }
 
-pub const VERSION: &str = "1";
+/// One loaded version of the model.
+pub struct Version {
+    pub number: i64,
+    /// `serving_default` (or the one signature a file has) first.
+    pub signatures: Vec<Signature>,
+    /// The SignatureDefs as the SavedModel holds them, for TF Serving's metadata; `None`
+    /// for a file, whose one signature is described from its inputs and outputs.
+    pub signature_defs: Option<tfserving::grpc::SignatureDefs>,
+}
+
+/// One signature of a version: what a call names with `signature_name`.
+pub struct Signature {
+    pub name: String,
+    /// TF Serving's `method_name` (`tensorflow/serving/predict`, …).
+    pub method: String,
+    pub model: Arc<Model>,
+}
+
+/// A file's one signature, and a call that names none.
+pub const DEFAULT_SIGNATURE: &str = "serving_default";
+
+impl Version {
+    /// A model file as version 1: its one signature, whose method its inputs and outputs
+    /// tell.
+    pub fn of_file(model: Model) -> Version {
+        let method = tfserving::Method::of(&model.inputs, &model.outputs)
+            .name()
+            .to_owned();
+        Version {
+            number: 1,
+            signatures: vec![Signature {
+                name: DEFAULT_SIGNATURE.into(),
+                method,
+                model: Arc::new(model),
+            }],
+            signature_defs: None,
+        }
+    }
+
+    /// The signature a call names; an empty name is the default one.
+    pub fn signature(&self, name: &str) -> Option<&Signature> {
+        if name.is_empty() {
+            return Some(self.default_signature());
+        }
+        self.signatures.iter().find(|s| s.name == name)
+    }
+
+    pub fn default_signature(&self) -> &Signature {
+        &self.signatures[0]
+    }
+
+    /// The model of the default signature: what a protocol without signatures runs.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.default_signature().model
+    }
+}
 
 impl Served {
-    pub fn new(name: impl Into<String>, model: Model) -> Served {
+    pub fn new(name: impl Into<String>, versions: Vec<Version>) -> Served {
+        assert!(!versions.is_empty(), "a served model has a version");
         Served {
             name: name.into(),
-            model,
+            versions,
             stats: stats::Statistics::default(),
             gpus: Vec::new(),
             model_instances: 1,
@@ -81,26 +140,40 @@ impl Served {
         self.loaded.store(loaded, Ordering::Relaxed);
     }
 
-    /// Whether `name` and `version` (when given) are this model's.
-    fn is(&self, name: &str, version: Option<&str>) -> bool {
-        name == self.name && version.is_none_or(|v| v == VERSION)
+    /// The highest loaded version.
+    pub fn latest(&self) -> &Version {
+        self.versions.last().expect("a served model has a version")
     }
 
-    /// Runs the model off the async workers (inference is CPU-bound), timing it on `clock`:
+    /// The version a call names, or the latest when it names none.
+    pub fn version(&self, number: Option<i64>) -> Option<&Version> {
+        match number {
+            None => Some(self.latest()),
+            Some(n) => self.versions.iter().find(|v| v.number == n),
+        }
+    }
+
+    /// The latest version's default model: what Cosmos scripts run.
+    pub fn model(&self) -> &Arc<Model> {
+        self.latest().model()
+    }
+
+    /// Runs `model` off the async workers (inference is CPU-bound), timing it on `clock`:
     /// the inputs are read when this is called.
     async fn run<I: Into<model::Input>>(
-        self: &Arc<Self>,
+        &self,
+        model: &Arc<Model>,
         clock: &mut stats::Clock,
         inputs: Vec<(String, I)>,
     ) -> Result<Vec<tract_onnx::prelude::Tensor>, ModelError> {
         clock.inputs_read();
         let inputs: Vec<(String, model::Input)> =
             inputs.into_iter().map(|(n, i)| (n, i.into())).collect();
-        let served = Arc::clone(self);
+        let model = Arc::clone(model);
         let queued = std::time::Instant::now();
         let (queue, infer, result) = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            let result = served.model.run(inputs);
+            let result = model.run(inputs);
             (started - queued, started.elapsed(), result)
         })
         .await
@@ -231,6 +304,10 @@ pub struct ServerConfig {
     /// Copies of the model that run calls at once (Triton's model instances); the
     /// onnxruntime engine's, as tract runs any number of calls on one.
     pub model_instances: usize,
+    /// Which of the model's versions to load.
+    pub version_policy: versions::VersionPolicy,
+    /// A TorchScript module's inputs, as declared at upload.
+    pub inputs: Option<Vec<TensorSpec>>,
     pub addr: SocketAddr,
 }
 
@@ -267,19 +344,31 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         onnxruntime::use_gpus(gpus.len());
         onnxruntime::use_sessions(config.model_instances);
     }
-    let model = tokio::task::spawn_blocking(move || Model::load(&path, engine)).await??;
-    tracing::info!(
-        model = %config.name,
-        engine = engine.name(),
-        inputs = ?model.inputs,
-        outputs = ?model.outputs,
-        "model loaded"
-    );
-    let mut served = Served::new(config.name, model);
+    let (policy, inputs) = (config.version_policy.clone(), config.inputs.clone());
+    let loaded = tokio::task::spawn_blocking(move || {
+        versions::load(&path, engine, &policy, inputs.as_deref())
+    })
+    .await??;
+    for version in &loaded.versions {
+        for signature in &version.signatures {
+            tracing::info!(
+                model = %config.name,
+                version = version.number,
+                signature = %signature.name,
+                engine = signature.model.engine_name(),
+                inputs = ?signature.model.inputs,
+                outputs = ?signature.model.outputs,
+                "model loaded"
+            );
+        }
+    }
+    let mut served = Served::new(config.name, loaded.versions);
     served.gpus = gpus;
     served.shared_memory = shm::SharedMemory::new(config.allow_client_shm);
     served.model_instances = config.model_instances;
     let served = Arc::new(served);
+    // The unpacked SavedModel stays until the server stops.
+    let _unpacked = loaded.unpacked;
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     serve(listener, router(config.protocol, served, script)).await
 }

@@ -357,6 +357,19 @@ pub fn from_bytes(datatype: DataType, shape: &[usize], bytes: &[u8]) -> Result<T
 
 /// A tensor in the binary tensor format, as the protocol type `datatype`.
 pub fn to_bytes(t: &Tensor, datatype: DataType) -> Result<Vec<u8>, String> {
+    // Bytes that need not be text (serialized tf.Examples) are blobs.
+    if datatype == DataType::Bytes && t.datum_type() == DatumType::Blob {
+        let plain = t.try_as_plain_ram().map_err(|e| format!("{e:#}"))?;
+        let blobs = plain
+            .as_slice::<tract_onnx::prelude::Blob>()
+            .map_err(|e| format!("{e:#}"))?;
+        let mut out = Vec::new();
+        for b in blobs {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        return Ok(out);
+    }
     if datatype == DataType::Bytes {
         let Data::Text(items) = to_data(t, datatype)? else {
             unreachable!("BYTES data is text")

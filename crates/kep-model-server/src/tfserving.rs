@@ -22,7 +22,7 @@ pub use json::{Format, decode};
 use crate::compression;
 use crate::model::TensorSpec;
 use crate::stats::Clock;
-use crate::{Failure, Served, VERSION};
+use crate::{Failure, Served, Version};
 
 /// Every path goes to one handler, which reads it as TF Serving's regular expressions do:
 /// `{m}:predict` is one segment, the words are matched in any case, and the query is part
@@ -254,25 +254,37 @@ async fn answer(
 }
 
 /// `GetModelStatusImpl` (`model_servers/get_model_status_impl.cc`): a label is not read,
-/// so the status is every version's.
+/// so the status is the version's asked for, or every loaded version's.
 fn status(served: &Served, t: &Target) -> Result<Value, Failure> {
     if t.model.is_empty() {
         return Err(Failure::bad_request("Missing model name in request."));
     }
-    versions(served, t)?;
-    Ok(json!({"model_version_status": [{
-        "version": VERSION,
-        "state": "AVAILABLE",
-        "status": {"error_code": "OK", "error_message": ""},
-    }]}))
+    let statuses: Vec<Value> = versions(served, t)?
+        .iter()
+        .rev()
+        .map(|v| {
+            json!({
+                "version": v.number.to_string(),
+                "state": "AVAILABLE",
+                "status": {"error_code": "OK", "error_message": ""},
+            })
+        })
+        .collect();
+    Ok(json!({ "model_version_status": statuses }))
 }
 
-/// `GetModelStatusWithModelSpec`: whether the servable state monitor knows the version
-/// asked for, or any version; the one it knows is 1, available.
-fn versions(served: &Served, t: &Target) -> Result<(), Failure> {
-    let version = t.version.map(|v| v.to_string());
-    if served.is(&t.model, version.as_deref()) {
-        return Ok(());
+/// `GetModelStatusWithModelSpec`: the version asked for, or every version, that the
+/// servable state monitor knows.
+fn versions<'s>(served: &'s Served, t: &Target) -> Result<Vec<&'s Version>, Failure> {
+    let found: Vec<&Version> = if t.model == served.name {
+        (served.versions.iter())
+            .filter(|v| t.version.is_none_or(|n| n == v.number))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !found.is_empty() {
+        return Ok(found);
     }
     Err(Failure::not_found(match t.version {
         Some(v) => format!("Could not find version {v} of model {}", t.model),
@@ -281,55 +293,71 @@ fn versions(served: &Served, t: &Target) -> Result<(), Failure> {
 }
 
 /// `ServerCore::GetServableHandle`: no labels are configured (`Unrecognized servable version
-/// label`), and the one version is 1.
-fn servable(served: &Served, t: &Target) -> Result<(), Failure> {
+/// label`); the version asked for, or the latest, among those loaded.
+fn servable<'s>(served: &'s Served, t: &Target) -> Result<&'s Version, Failure> {
     if let Some(label) = &t.label {
         return Err(Failure::bad_request(format!(
             "Unrecognized servable version label: {label}"
         )));
     }
-    let version = t.version.map(|v| v.to_string());
-    if served.is(&t.model, version.as_deref()) {
-        return Ok(());
-    }
-    Err(Failure::not_found(match t.version {
-        Some(v) => format!("Servable not found for request: Specific({}, {v})", t.model),
-        None => format!("Servable not found for request: Latest({})", t.model),
-    }))
+    let version = (t.model == served.name)
+        .then(|| served.version(t.version))
+        .flatten();
+    version.ok_or_else(|| {
+        Failure::not_found(match t.version {
+            Some(v) => format!("Servable not found for request: Specific({}, {v})", t.model),
+            None => format!("Servable not found for request: Latest({})", t.model),
+        })
+    })
 }
 
+/// `GetModelMetadataImpl`: the version's SignatureDefs, as the gRPC side packs them.
 fn metadata(served: &Served, t: &Target) -> Result<Value, Failure> {
     if t.model.is_empty() {
         return Err(Failure::bad_request("Missing model name in request."));
     }
-    servable(served, t)?;
-    let model = &served.model;
-    let method = Method::of(&model.inputs, &model.outputs);
+    let version = servable(served, t)?;
+    let defs: serde_json::Map<String, Value> = grpc::signature_defs(version)
+        .into_iter()
+        .map(|(name, def)| (name, signature_def_json(&def)))
+        .collect();
     Ok(json!({
-        "model_spec": {"name": served.name, "signature_name": "", "version": VERSION},
-        "metadata": {"signature_def": {"signature_def": {"serving_default": {
-            "inputs": signature(&model.inputs),
-            "outputs": signature(&model.outputs),
-            "method_name": method.name(),
-        }}}},
+        "model_spec": {"name": served.name, "signature_name": "", "version": version.number.to_string()},
+        "metadata": {"signature_def": {"signature_def": defs}},
     }))
 }
 
-/// TensorInfo maps, as TF Serving's metadata gives them (int64 sizes as strings).
-fn signature(specs: &[TensorSpec]) -> Value {
-    let info = |s: &TensorSpec| {
-        let dim: Vec<Value> = s
-            .shape
-            .iter()
-            .map(|d| json!({"size": d.to_string(), "name": ""}))
-            .collect();
-        json!({
-            "dtype": grpc::dtype(s.datatype).as_str_name(),
-            "tensor_shape": {"dim": dim, "unknown_rank": false},
-            "name": s.name,
-        })
+/// A SignatureDef in the JSON TF Serving writes it in (protobuf's JSON mapping: int64
+/// sizes as strings).
+fn signature_def_json(def: &grpc::tensorflow::SignatureDef) -> Value {
+    use grpc::tensorflow::{DataType as Dt, tensor_info::Encoding};
+    let infos = |map: &std::collections::HashMap<String, grpc::tensorflow::TensorInfo>| {
+        let mut sorted: Vec<_> = map.iter().collect();
+        sorted.sort_by_key(|(k, _)| k.as_str());
+        let entries = sorted.into_iter().map(|(key, info)| {
+            let shape = info.tensor_shape.clone().unwrap_or_default();
+            let dim: Vec<Value> = (shape.dim.iter())
+                .map(|d| json!({"size": d.size.to_string(), "name": d.name}))
+                .collect();
+            let name = match &info.encoding {
+                Some(Encoding::Name(n)) => n.clone(),
+                _ => String::new(),
+            };
+            let dtype = Dt::try_from(info.dtype).unwrap_or(Dt::DtInvalid);
+            let info = json!({
+                "dtype": dtype.as_str_name(),
+                "tensor_shape": {"dim": dim, "unknown_rank": shape.unknown_rank},
+                "name": name,
+            });
+            (key.clone(), info)
+        });
+        Value::Object(entries.collect())
     };
-    Value::Object(specs.iter().map(|s| (s.name.clone(), info(s))).collect())
+    json!({
+        "inputs": infos(&def.inputs),
+        "outputs": infos(&def.outputs),
+        "method_name": def.method_name,
+    })
 }
 
 /// `ProcessPredictRequest`: the body is read before the model is looked up, so a malformed
@@ -337,13 +365,10 @@ fn signature(specs: &[TensorSpec]) -> Value {
 async fn predict(served: &Arc<Served>, t: &Target, body: &[u8]) -> Result<Value, Failure> {
     let doc = json::parse(body)?;
     let signature_name = json::signature_name(&doc)?.map(str::to_owned);
-    servable(served, t)?;
-    if let Some(name) = &signature_name {
-        json::check_signature(name)?;
-    }
-    let model = &served.model;
+    let version = servable(served, t)?;
+    let model = &json::signature(version, signature_name.as_deref().unwrap_or_default())?.model;
     let (format, inputs) = json::tensors(&model.inputs, doc)?;
-    let outputs = served.run(&mut Clock::start(), inputs).await?;
+    let outputs = served.run(model, &mut Clock::start(), inputs).await?;
     let written = json::written(&outputs, &model.outputs)?;
     Ok(match format {
         Format::Rows => json!({"predictions": json::predictions(written)?}),
@@ -360,8 +385,8 @@ async fn classify_or_regress(
     regress: bool,
 ) -> Result<Value, Failure> {
     let request = examples::read(body)?;
-    servable(served, t)?;
-    let results = match run_examples(served, &request, regress).await? {
+    let version = servable(served, t)?;
+    let results = match run_examples(served, version, &request, regress).await? {
         Results::Classes(classes) => classes
             .into_iter()
             .map(|row| {
@@ -388,39 +413,44 @@ enum Results {
 /// it with `--enable_signature_method_name_check`; then the examples, fed and run, and the
 /// results checked.
 async fn run_examples(
-    served: &Arc<Served>,
+    served: &Served,
+    version: &Version,
     request: &examples::Request,
     regress: bool,
 ) -> Result<Results, Failure> {
-    if let Some(name) = request
-        .signature_name
-        .as_deref()
-        .filter(|n| !n.is_empty() && *n != "serving_default")
-    {
-        return Err(Failure::bad_request(format!(
-            "No signature was found with the name: {name}"
-        )));
-    }
-    let model = &served.model;
-    let method = Method::of(&model.inputs, &model.outputs);
+    let name = request.signature_name.as_deref().unwrap_or_default();
+    let signature = version.signature(name).ok_or_else(|| {
+        Failure::bad_request(format!("No signature was found with the name: {name}"))
+    })?;
+    let model = &signature.model;
     let (wanted, what) = if regress {
         ("tensorflow/serving/regress", "regression")
     } else {
         ("tensorflow/serving/classify", "classification")
     };
-    if method.name() != wanted {
+    if signature.method != wanted {
         return Err(Failure::bad_request(format!(
             "Expected {what} signature method_name to be {wanted}. Was: {}",
-            method.name()
+            signature.method
         )));
     }
     // `InputToSerializedExampleTensor` (`servables/tensorflow/util.cc`).
     if request.examples.is_empty() {
         return Err(Failure::bad_request("Input is empty."));
     }
-    let inputs = examples::inputs(&model.inputs, request)?;
     let count = request.examples.len();
-    let outputs = served.run(&mut Clock::start(), inputs).await?;
+    let method = Method::of(&model.inputs, &model.outputs);
+    let outputs = match examples::serialized_input(model) {
+        // A SavedModel's classify or regress signature takes the examples serialized.
+        Some(input) => {
+            let tensor = examples::serialized(request, input)?;
+            served.run(model, &mut Clock::start(), vec![(input.name.clone(), tensor)]).await?
+        }
+        None => {
+            let inputs = examples::inputs(&model.inputs, request)?;
+            served.run(model, &mut Clock::start(), inputs).await?
+        }
+    };
     Ok(match method {
         Method::Classify { scores, classes } => {
             Results::Classes(examples::classifications(&outputs, scores, classes, count)?)

@@ -9,12 +9,8 @@ why.
 ADDR is the server's host:port, NAME the served model, MODEL its ONNX file, KEY an
 endpoint key when ADDR is the gateway's (then only Predict is called, through it).
 """
-import glob
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import urllib.request
 
 import grpc
@@ -25,14 +21,7 @@ addr, name, path = sys.argv[1:4]
 key = sys.argv[4] if len(sys.argv) > 4 else None
 auth = [("authorization", f"Bearer {key}")] if key else None
 
-protos = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
-out = tempfile.mkdtemp()
-files = [os.path.relpath(f, protos) for pattern in ["tensorflow/**/*.proto",
-                                                     "tensorflow_serving/**/*.proto"]
-         for f in glob.glob(os.path.join(protos, pattern), recursive=True)]
-subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", protos,
-                f"--python_out={out}", f"--grpc_python_out={out}", *files], check=True)
-sys.path.insert(0, out)
+import tf_serving_apis  # noqa: E402,F401  (generates the modules below)
 from tensorflow.core.example import example_pb2, feature_pb2  # noqa: E402
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2  # noqa: E402
 from tensorflow_serving.apis import (  # noqa: E402

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{ImageId, ImageName, ModelId, ModelName};
 use kep_api::serving as api;
+use kep_api::serving::VersionPolicy;
+use kep_model_server::model::TensorSpec;
 
 /// A deployment as stored: the request resolved against the images and models it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +34,8 @@ pub(crate) struct DeploymentSpec {
     /// model laid out for it under its own folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) native: Option<Native>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) version_policy: Option<VersionPolicy>,
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) port: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +77,9 @@ pub(crate) struct ModelRef {
     pub(crate) name: ModelName,
     pub(crate) framework: String,
     pub(crate) path: String,
+    /// A TorchScript module's inputs, as declared at upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) inputs: Option<Vec<TensorSpec>>,
 }
 
 /// `custom-image`, `tensorflow-serving`, `triton` or `cosmos`.

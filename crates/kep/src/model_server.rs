@@ -4,7 +4,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use kep_model_server::{Engine, MAX_MODEL_INSTANCES, Protocol, ServerConfig};
+use kep_model_server::versions::VersionPolicy;
+use kep_model_server::{Engine, MAX_MODEL_INSTANCES, Protocol, ServerConfig, TensorSpec};
 
 #[derive(Args)]
 pub struct ModelServerArgs {
@@ -14,7 +15,7 @@ pub struct ModelServerArgs {
     /// The model's name in the API's paths.
     #[arg(long)]
     name: String,
-    /// The model file (ONNX).
+    /// The model file: ONNX, a frozen GraphDef, a SavedModel archive or TorchScript.
     #[arg(long)]
     model: PathBuf,
     /// The serving script of `--protocol cosmos` (Rhai, with `preprocess(request)` and
@@ -39,6 +40,14 @@ pub struct ModelServerArgs {
     #[arg(long, env = "KEP_MODEL_INSTANCES", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_MODEL_INSTANCES)))]
     model_instances: u16,
+    /// Which of the model's versions to load, as TF Serving's `version_policy`:
+    /// `{"latest": n}`, `{"all": true}` or `{"specific": [v…]}`.
+    #[arg(long, env = "KEP_VERSION_POLICY", default_value = r#"{"latest":1}"#, value_parser = json_arg::<VersionPolicy>)]
+    version_policy: VersionPolicy,
+    /// A TorchScript module's inputs, as declared at upload: a JSON list of `{name,
+    /// datatype, shape}`.
+    #[arg(long, value_name = "JSON")]
+    inputs: Option<String>,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -69,7 +78,16 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
         threads: args.threads,
         allow_client_shm: args.allow_client_shm,
         model_instances: args.model_instances.into(),
+        version_policy: args.version_policy,
+        inputs: (args.inputs.as_deref())
+            .map(json_arg::<Vec<TensorSpec>>)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--inputs: {e}"))?,
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await
+}
+
+fn json_arg<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_str(s).map_err(|e| e.to_string())
 }

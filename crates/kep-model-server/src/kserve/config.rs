@@ -61,27 +61,32 @@ pub struct InstanceGroup {
 }
 
 /// The platform Triton would run the model on, its backend and its file's name.
-pub fn platform(served: &Served) -> (&'static str, &'static str, &'static str) {
-    match served.model.format {
+pub fn platform(model: &crate::Model) -> (&'static str, &'static str, &'static str) {
+    match model.format {
         Format::Onnx => ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
         Format::FrozenGraph => ("tensorflow_graphdef", "tensorflow", "model.graphdef"),
+        Format::SavedModel => ("tensorflow_savedmodel", "tensorflow", "model.savedmodel"),
+        Format::TorchScript => ("pytorch_libtorch", "pytorch", "model.pt"),
     }
 }
 
-/// The configuration of `served`.
-pub fn model_config(served: &Served) -> ModelConfig {
+/// The configuration of `served`, as `version` runs it.
+pub fn model_config(served: &Served, version: &crate::Version) -> ModelConfig {
     let gpus = &served.gpus;
-    let (platform, backend, file) = platform(served);
+    let model = version.model();
+    let (platform, backend, file) = platform(model);
     ModelConfig {
         name: served.name.clone(),
         platform,
         backend,
         version_policy: VersionPolicy {
-            latest: Latest { num_versions: 1 },
+            latest: Latest {
+                num_versions: u32::try_from(served.versions.len()).unwrap_or(u32::MAX),
+            },
         },
         max_batch_size: 0,
-        input: served.model.inputs.iter().map(input).collect(),
-        output: served.model.outputs.iter().map(output).collect(),
+        input: model.inputs.iter().map(input).collect(),
+        output: model.outputs.iter().map(output).collect(),
         instance_group: vec![InstanceGroup {
             name: served.name.clone(),
             kind: if gpus.is_empty() {

@@ -17,7 +17,7 @@ use super::settings::{
     self, Change, Logging, LoggingChange, Number, Protocol, Scope, TraceChange, TraceSetting,
 };
 use crate::stats::{InferStatistics, ModelStatistics};
-use crate::{Failure, Served, VERSION};
+use crate::{Failure, Served};
 
 type Answer = Result<Json<Value>, Failure>;
 
@@ -40,16 +40,16 @@ pub fn router() -> Router<Arc<Served>> {
 }
 
 async fn config(State(s): State<Arc<Served>>, Path(m): Path<String>) -> Answer {
-    find(&s, &m, None)?;
-    Ok(Json(json!(model_config(&s))))
+    let version = find(&s, &m, None)?;
+    Ok(Json(json!(model_config(&s, version))))
 }
 
 async fn config_version(
     State(s): State<Arc<Served>>,
     Path((m, v)): Path<(String, String)>,
 ) -> Answer {
-    find(&s, &m, Some(&v))?;
-    Ok(Json(json!(model_config(&s))))
+    let version = find(&s, &m, Some(&v))?;
+    Ok(Json(json!(model_config(&s, version))))
 }
 
 async fn all_stats(State(s): State<Arc<Served>>) -> Answer {
@@ -79,7 +79,7 @@ fn stats_of(s: &Served, m: &str, v: Option<&str>) -> Answer {
             "requested model '{m}' is not available"
         )));
     }
-    if v.is_some_and(|v| v != VERSION) {
+    if v.is_some() && find(s, m, v).is_err() {
         return Err(Failure::not_found(format!(
             "requested model version is not available for model '{m}'"
         )));
@@ -107,7 +107,7 @@ fn model_stats(s: &Served) -> Value {
     } = inference_stats;
     json!({
         "name": s.name,
-        "version": VERSION,
+        "version": s.latest().number.to_string(),
         "last_inference": last_inference,
         "inference_count": inference_count,
         "execution_count": execution_count,
@@ -145,15 +145,18 @@ async fn index(State(s): State<Arc<Served>>, body: Bytes) -> Answer {
             ));
         }
     };
-    let entry = if s.is_loaded() {
-        json!({"name": s.name, "version": VERSION, "state": "READY"})
-    } else {
-        json!({"name": s.name, "version": VERSION, "state": "UNAVAILABLE", "reason": "unloaded"})
+    let entry = |v: &crate::Version| {
+        let version = v.number.to_string();
+        if s.is_loaded() {
+            json!({"name": s.name, "version": version, "state": "READY"})
+        } else {
+            json!({"name": s.name, "version": version, "state": "UNAVAILABLE", "reason": "unloaded"})
+        }
     };
     let models = if ready_only && !s.is_loaded() {
         vec![]
     } else {
-        vec![entry]
+        s.versions.iter().map(entry).collect()
     };
     Ok(Json(Value::Array(models)))
 }

@@ -25,7 +25,7 @@ use crate::model::{DataType, Input, InputError, ModelError, Place, TensorSpec};
 use crate::shm::{SharedMemory, Slot};
 use crate::stats::Clock;
 use crate::tensor::{self, Data};
-use crate::{Failure, Served, VERSION};
+use crate::{Failure, Served, Version};
 use body::InferBody;
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -78,8 +78,13 @@ async fn server_metadata() -> Json<Value> {
     }))
 }
 
-/// Checks the path names the served model, loaded, in Triton's words.
-pub fn find(served: &Served, name: &str, version: Option<&str>) -> Result<(), Failure> {
+/// The version the path names (the latest when it names none) of the served model,
+/// loaded, or Triton's words for what is missing.
+pub fn find<'s>(
+    served: &'s Served,
+    name: &str,
+    version: Option<&str>,
+) -> Result<&'s Version, Failure> {
     let unknown = |what: String| Failure::not_found(format!("Request for unknown model: {what}"));
     if name != served.name {
         return Err(unknown(format!("'{name}' is not found")));
@@ -87,16 +92,28 @@ pub fn find(served: &Served, name: &str, version: Option<&str>) -> Result<(), Fa
     if !served.is_loaded() {
         return Err(unknown(format!("'{name}' has no available versions")));
     }
-    match version {
-        Some(v) if !served.is(name, Some(v)) => {
-            Err(unknown(format!("'{name}' version {v} is not found")))
-        }
-        _ => Ok(()),
-    }
+    let number = match version {
+        None | Some("") => None,
+        Some(v) => Some(
+            v.parse::<i64>()
+                .map_err(|_| unknown(format!("'{name}' version {v} is not found")))?,
+        ),
+    };
+    served.version(number).ok_or_else(|| {
+        unknown(format!(
+            "'{name}' version {} is not found",
+            version.unwrap_or_default()
+        ))
+    })
+}
+
+/// The loaded versions' numbers, as the protocol writes them.
+pub fn version_names(served: &Served) -> Vec<String> {
+    served.versions.iter().map(|v| v.number.to_string()).collect()
 }
 
 /// A request's failure to fit the model, as Triton words it.
-pub fn model_failure(served: &Served, e: ModelError) -> Failure {
+pub fn model_failure(served: &Served, model: &crate::Model, e: ModelError) -> Failure {
     let m = &served.name;
     let list = |names: &[String]| {
         let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
@@ -107,7 +124,7 @@ pub fn model_failure(served: &Served, e: ModelError) -> Failure {
         ModelError::BadInput(InputError::Missing { given, missing }) => {
             Failure::bad_request(format!(
                 "expected {} inputs but got {} inputs for model '{m}'. Got input(s) {}, but missing required input(s) {}. Please provide all required input(s).",
-                served.model.inputs.len(),
+                model.inputs.len(),
                 given.len(),
                 list(&given),
                 list(&missing)
@@ -167,13 +184,13 @@ async fn model_metadata_version(
 }
 
 fn metadata(s: &Served, m: &str, v: Option<&str>) -> Result<Response, Failure> {
-    find(s, m, v)?;
+    let model = find(s, m, v)?.model();
     Ok(Json(json!({
         "name": s.name,
-        "versions": [VERSION],
-        "platform": config::platform(s).0,
-        "inputs": metadata_tensors(&s.model.inputs),
-        "outputs": metadata_tensors(&s.model.outputs),
+        "versions": version_names(s),
+        "platform": config::platform(model).0,
+        "inputs": metadata_tensors(&model.inputs),
+        "outputs": metadata_tensors(&model.outputs),
     }))
     .into_response())
 }
@@ -197,7 +214,7 @@ fn ready(s: &Served, m: &str, v: Option<&str>) -> Result<StatusCode, Failure> {
     if m == s.name && !s.is_loaded() {
         return Err(Failure::bad_request("Model version not ready"));
     }
-    find(s, m, v).map(|()| StatusCode::OK)
+    find(s, m, v).map(|_| StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -244,7 +261,7 @@ pub struct Wanted {
 #[derive(Serialize)]
 struct InferResponse<'a> {
     model_name: &'a str,
-    model_version: &'static str,
+    model_version: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     id: Option<String>,
     outputs: Vec<OutputTensor>,
@@ -267,8 +284,8 @@ async fn infer(
     headers: HeaderMap,
     InferBody(body): InferBody,
 ) -> Result<Response, Failure> {
-    find(&s, &m, None)?;
-    counted(&s, &headers, &body).await
+    let version = find(&s, &m, None)?;
+    counted(&s, version, &headers, &body).await
 }
 
 async fn infer_version(
@@ -277,14 +294,19 @@ async fn infer_version(
     headers: HeaderMap,
     InferBody(body): InferBody,
 ) -> Result<Response, Failure> {
-    find(&s, &m, Some(&v))?;
-    counted(&s, &headers, &body).await
+    let version = find(&s, &m, Some(&v))?;
+    counted(&s, version, &headers, &body).await
 }
 
 /// An inference of the served model, counted in its statistics whatever its outcome.
-async fn counted(s: &Arc<Served>, headers: &HeaderMap, body: &Bytes) -> Result<Response, Failure> {
+async fn counted(
+    s: &Served,
+    version: &Version,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, Failure> {
     let mut clock = Clock::start();
-    let answer = answer(s, &mut clock, headers, body).await;
+    let answer = answer(s, version, &mut clock, headers, body).await;
     s.stats.record(&clock, answer.is_ok());
     answer
 }
@@ -505,27 +527,29 @@ fn one_content(binary: bool, data: bool, shared: bool) -> Failure {
 }
 
 async fn answer(
-    s: &Arc<Served>,
+    s: &Served,
+    version: &Version,
     clock: &mut Clock,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Response, Failure> {
+    let model = version.model();
     let Decoded { id, inputs, wanted } = decode(
         &s.name,
-        &s.model.outputs,
+        &model.outputs,
         &s.shared_memory,
         headers.get(HEADER_LENGTH),
         body,
     )?;
     let results = s
-        .run(clock, inputs)
+        .run(model, clock, inputs)
         .await
-        .map_err(|e| model_failure(s, e))?;
+        .map_err(|e| model_failure(s, model, e))?;
 
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut blobs = Vec::new();
     for w in wanted {
-        let spec = &s.model.outputs[w.output];
+        let spec = &model.outputs[w.output];
         let classified;
         let t = match w.classification {
             Some(k) => {
@@ -558,7 +582,7 @@ async fn answer(
     }
     let doc = InferResponse {
         model_name: &s.name,
-        model_version: VERSION,
+        model_version: version.number.to_string(),
         id,
         outputs,
     };

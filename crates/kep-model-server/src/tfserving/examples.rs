@@ -317,6 +317,65 @@ pub fn inputs(specs: &[TensorSpec], request: &Request) -> Result<Vec<(String, Te
         .collect()
 }
 
+/// The one input of a SavedModel's classify or regress signature, which takes the examples
+/// serialized (`InputToSerializedExampleTensor`); `None` for a model that takes features.
+pub fn serialized_input(model: &crate::Model) -> Option<&TensorSpec> {
+    match model.inputs.as_slice() {
+        [input] if model.format == crate::model::Format::SavedModel => Some(input),
+        _ => None,
+    }
+}
+
+/// The examples as a BYTES tensor of serialized `tf.Example`s, one per example.
+pub fn serialized(request: &Request, input: &TensorSpec) -> Result<Tensor, Failure> {
+    use prost::Message as _;
+
+    use super::grpc::tensorflow::{self as tf, feature::Kind as ProtoKind};
+    if input.datatype != DataType::Bytes {
+        return Err(Failure::bad_request(format!(
+            "the signature's input {} takes {}, not serialized tf.Examples",
+            input.name,
+            input.datatype.name()
+        )));
+    }
+    let proto = |feature: &Feature| -> tf::Feature {
+        let kind = feature.kind.map(|kind| match kind {
+            Kind::Bytes => ProtoKind::BytesList(tf::BytesList {
+                value: (feature.values.iter())
+                    .map(|v| v.as_str().unwrap_or_default().as_bytes().to_vec())
+                    .collect(),
+            }),
+            Kind::Float => ProtoKind::FloatList(tf::FloatList {
+                value: (feature.values.iter())
+                    .map(|v| v.as_f64().unwrap_or_default() as f32)
+                    .collect(),
+            }),
+            Kind::Int64 => ProtoKind::Int64List(tf::Int64List {
+                value: feature.values.iter().filter_map(Value::as_i64).collect(),
+            }),
+        });
+        tf::Feature { kind }
+    };
+    let blobs: Vec<tract_onnx::prelude::Blob> = (request.examples.iter())
+        .map(|example| {
+            let feature = example
+                .iter()
+                .map(|(name, f)| (name.clone(), proto(f)))
+                .collect();
+            let example = tf::Example {
+                features: Some(tf::Features { feature }),
+            };
+            tract_onnx::prelude::Blob::from_bytes(&example.encode_to_vec())
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| Failure::internal(e.to_string()))?;
+    let count = blobs.len();
+    tract_onnx::prelude::tract_ndarray::Array1::from_vec(blobs)
+        .into_shape_with_order(count)
+        .map(Tensor::from)
+        .map_err(|e| Failure::internal(e.to_string()))
+}
+
 /// `TensorShape::DebugString`: `[2,3]`.
 fn shape_of(t: &Tensor) -> String {
     json::shape_string(t.shape())

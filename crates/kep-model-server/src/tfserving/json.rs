@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 use tract_onnx::prelude::Tensor;
 
+use crate::{Signature, Version};
 use crate::model::{DataType, TensorSpec};
 use crate::{Failure, tensor};
 
@@ -326,27 +327,32 @@ pub fn shape_string(shape: &[usize]) -> String {
     format!("[{}]", dims.join(","))
 }
 
-/// A `:predict` body read against the model's `inputs`: its format and its named tensors.
+/// A `:predict` body read against the inputs of a file's one signature: its format and
+/// its named tensors.
 pub fn decode(
     specs: &[TensorSpec],
     body: &[u8],
 ) -> Result<(Format, Vec<(String, Tensor)>), Failure> {
     let doc = parse(body)?;
-    if let Some(name) = signature_name(&doc)? {
-        check_signature(name)?;
+    if let Some(name) = signature_name(&doc)?
+        && !name.is_empty()
+        && name != crate::DEFAULT_SIGNATURE
+    {
+        return Err(no_signature(name));
     }
     tensors(specs, doc)
 }
 
-/// `GetInfoMap`: the one signature is `serving_default`, which an empty name means too.
-pub fn check_signature(name: &str) -> Result<(), Failure> {
-    if name.is_empty() || name == "serving_default" {
-        Ok(())
-    } else {
-        Err(Failure::bad_request(format!(
-            "Serving signature name: \"{name}\" not found in signature def"
-        )))
-    }
+/// `GetInfoMap`: the version's signature of that name (an empty name is
+/// `serving_default`).
+pub fn signature<'v>(version: &'v Version, name: &str) -> Result<&'v Signature, Failure> {
+    version.signature(name).ok_or_else(|| no_signature(name))
+}
+
+fn no_signature(name: &str) -> Failure {
+    Failure::bad_request(format!(
+        "Serving signature name: \"{name}\" not found in signature def"
+    ))
 }
 
 /// `FillPredictRequestFromJson` past the signature: the tensors from `instances` or

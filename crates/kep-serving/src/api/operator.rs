@@ -18,7 +18,7 @@ use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
     EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, ImageSource, InstanceMetrics,
-    Latency, MirrorMetrics, Mirroring, Model, ModelTensor, Quota, Traffic, TrafficRequest,
+    Latency, MirrorMetrics, Mirroring, Model, ModelSignature, ModelTensor, VersionPolicy, Quota, Traffic, TrafficRequest,
 };
 
 type Result<T> = std::result::Result<T, ApiError>;
@@ -110,6 +110,8 @@ pub(crate) fn router(serving: ServingService) -> Router {
         ImageSource,
         Model,
         ModelTensor,
+        ModelSignature,
+        VersionPolicy,
         EndpointRequest,
         Endpoint,
         EndpointCreated,
@@ -202,7 +204,8 @@ async fn load_image_archive(
 }
 
 /// Multipart `name`, `framework` (`tensorflow`, `pytorch` or `onnx`) and `file`; the file
-/// is streamed to disk.
+/// is streamed to disk. A TorchScript file also takes `inputs`: a JSON list of `{name,
+/// datatype, shape}` (TorchScript records no datatypes or shapes).
 #[utoipa::path(post, path = paths::MODELS, request_body(content_type = "multipart/form-data", content = String),
     responses((status = 201, body = Model), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)),
     security(("operator" = [])))]
@@ -214,12 +217,13 @@ async fn upload_model(
     let mut multipart =
         multipart.map_err(|e| ApiError::new(e.status(), "invalid_body", e.body_text()))?;
     let mut upload = control(&s).model_upload();
-    let (mut name, mut framework) = (None, None);
+    let (mut name, mut framework, mut inputs) = (None, None, None);
     let read: std::result::Result<(), ServingError> = async {
         while let Some(field) = multipart.next_field().await.map_err(|e| bad(&e))? {
             match field.name() {
                 Some("name") => name = Some(field.text().await.map_err(|e| bad(&e))?),
                 Some("framework") => framework = Some(field.text().await.map_err(|e| bad(&e))?),
+                Some("inputs") => inputs = Some(field.text().await.map_err(|e| bad(&e))?),
                 Some("file") => upload.write_file(field.map_err(|e| bad(&e))).await?,
                 _ => {}
             }
@@ -228,7 +232,7 @@ async fn upload_model(
     }
     .await;
     let model = match read {
-        Ok(()) => upload.finish(name, framework).await?,
+        Ok(()) => upload.finish(name, framework, inputs).await?,
         Err(e) => {
             upload.discard().await;
             return Err(e.into());

@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use kep_model_server::Engine;
-use kep_model_server::model::Signature;
+use kep_model_server::artifact::Artifact;
+use kep_model_server::framework::SignatureDef;
+use kep_model_server::model::{Format, ModelError, TensorSpec};
+use kep_model_server::versions::{self, VersionPolicy};
 
 use super::Control;
 use super::launch::{KEP_ENGINE, NATIVE};
@@ -99,8 +102,18 @@ impl Control {
         &self,
         kind: DeploymentType,
         row: &ModelRow,
+        policy: &VersionPolicy,
     ) -> Result<Native, ServingError> {
         use kep_model_server::native;
+        if !matches!(row.format.as_str(), "onnx" | "graphdef" | "") || *policy != VersionPolicy::default() {
+            return Err(ServingError::field(
+                "env",
+                format!(
+                    "{KEP_ENGINE}={NATIVE} serves a single ONNX or GraphDef file at version 1 for now; a {} model, or a version_policy, runs on kep's model server",
+                    row.format
+                ),
+            ));
+        }
         let program = match kind {
             DeploymentType::Triton => native::TRITONSERVER,
             DeploymentType::TensorflowServing => native::TENSORFLOW_MODEL_SERVER,
@@ -181,32 +194,124 @@ pub(super) async fn forget_workdir(path: &str) {
     }
 }
 
-/// Reads an uploaded artifact's inputs and outputs; a file no engine can read as
-/// a model is refused at upload, and so is a frozen GraphDef of a framework other than
-/// TensorFlow (CONTRACT §3: other frameworks come as ONNX exports).
+/// What an upload's artifact is, as registered.
+pub(super) struct Inspected {
+    pub format: Format,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    pub versions: Vec<i64>,
+    pub signatures: Option<Vec<SignatureDef>>,
+}
+
+/// Reads an uploaded artifact: a file no engine can read as a model is refused at upload,
+/// and so is one whose format is not its framework's (CONTRACT §3): a frozen GraphDef or
+/// a SavedModel is TensorFlow's, a TorchScript file PyTorch's. A SavedModel's every version
+/// and a TorchScript module are loaded by their framework's runtime, which must be there.
 pub(super) async fn inspect_model(
     path: PathBuf,
     framework: &str,
-) -> Result<Signature, ServingError> {
-    let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
+    declared: Option<Vec<TensorSpec>>,
+) -> Result<Inspected, ServingError> {
+    let file = |e: ModelError| ServingError::field("file", e.to_string());
+    let read_path = path.clone();
+    let kind = tokio::task::spawn_blocking(move || Artifact::of(&read_path))
         .await
-        .map_err(|e| ServingError::Internal(e.into()))?;
-    let (signature, format) = read.map_err(|e| ServingError::field("file", e.to_string()))?;
-    if format == kep_model_server::model::Format::FrozenGraph && framework != "tensorflow" {
+        .map_err(|e| ServingError::Internal(e.into()))?
+        .map_err(file)?;
+    let framework_of = match kind {
+        Artifact::Protobuf => None,
+        Artifact::TorchScript => Some("pytorch"),
+        Artifact::SavedModelTar | Artifact::SavedModelZip => Some("tensorflow"),
+    };
+    if let Some(own) = framework_of
+        && own != framework
+    {
         return Err(ServingError::field(
             "file",
-            "a TensorFlow frozen GraphDef is for tensorflow models; other frameworks are uploaded as ONNX exports",
+            format!("the file is {}, which is a {own} model's: framework {own}", describe(kind)),
         ));
     }
-    Ok(signature)
+    if kind != Artifact::TorchScript && declared.is_some() {
+        return Err(ServingError::field(
+            "inputs",
+            "inputs are declared for a TorchScript file only: other formats record their own",
+        ));
+    }
+    if kind == Artifact::Protobuf {
+        let read = tokio::task::spawn_blocking(move || kep_model_server::model::inspect(&path))
+            .await
+            .map_err(|e| ServingError::Internal(e.into()))?;
+        let ((inputs, outputs), format) = read.map_err(file)?;
+        if format == Format::FrozenGraph && framework != "tensorflow" {
+            return Err(ServingError::field(
+                "file",
+                "a TensorFlow frozen GraphDef is for tensorflow models; other frameworks are uploaded as ONNX exports, or PyTorch's as TorchScript",
+            ));
+        }
+        return Ok(Inspected {
+            format,
+            inputs,
+            outputs,
+            versions: vec![1],
+            signatures: None,
+        });
+    }
+    if kind == Artifact::TorchScript && declared.is_none() {
+        return Err(ServingError::field(
+            "inputs",
+            "a TorchScript file needs the part `inputs`: a JSON list of {name, datatype, shape}, as TorchScript records none",
+        ));
+    }
+    let loaded = tokio::task::spawn_blocking(move || {
+        versions::load(
+            &path,
+            Engine::Tract,
+            &VersionPolicy::All(true),
+            declared.as_deref(),
+        )
+    })
+    .await
+    .map_err(|e| ServingError::Internal(e.into()))?
+    .map_err(file)?;
+    let latest = loaded.versions.last().expect("a loaded model has a version");
+    let signatures: Vec<SignatureDef> = (latest.signatures.iter())
+        .map(|s| SignatureDef {
+            name: s.name.clone(),
+            method: (loaded.format == Format::SavedModel).then(|| s.method.clone()),
+            inputs: s.model.inputs.clone(),
+            outputs: s.model.outputs.clone(),
+        })
+        .collect();
+    let default = &signatures[0];
+    Ok(Inspected {
+        format: loaded.format,
+        inputs: default.inputs.clone(),
+        outputs: default.outputs.clone(),
+        versions: loaded.available.clone(),
+        signatures: (loaded.format == Format::SavedModel).then_some(signatures),
+    })
+}
+
+fn describe(kind: Artifact) -> &'static str {
+    match kind {
+        Artifact::TorchScript => "a TorchScript module",
+        _ => "a SavedModel",
+    }
 }
 
 /// Prepares the model as its instances will, in their engine: what the engine cannot run
 /// (an unsupported operator, or ONNX Runtime missing) is refused when the deployment is
 /// made, not at its first call.
-pub(super) async fn check_model(path: PathBuf, engine: Engine) -> Result<(), ServingError> {
-    tokio::task::spawn_blocking(move || kep_model_server::Model::load(&path, engine).map(drop))
-        .await
-        .map_err(|e| ServingError::Internal(e.into()))?
-        .map_err(|e| ServingError::field("model", e.to_string()))
+pub(super) async fn check_model(
+    path: PathBuf,
+    engine: Engine,
+    policy: VersionPolicy,
+    inputs: Option<Vec<TensorSpec>>,
+) -> Result<(), ServingError> {
+    tokio::task::spawn_blocking(move || {
+        versions::load(&path, engine, &policy, inputs.as_deref()).map(drop)
+    })
+    .await
+    .map_err(|e| ServingError::Internal(e.into()))?
+    .map_err(|e| ServingError::field("model", e.to_string()))
 }

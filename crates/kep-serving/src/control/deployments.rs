@@ -65,15 +65,24 @@ impl Control {
                     })?;
                 validate::served_framework(req.kind, &row.framework)?;
                 check_model_instances(&req.env)?;
+                let policy = req.version_policy.clone().unwrap_or_default();
+                policy
+                    .check()
+                    .map_err(|e| ServingError::field("version_policy", e))?;
+                let inputs = (row.format == "torchscript").then(|| row.inputs.clone());
                 match self.model_server.choice(&req.env)? {
-                    Some(engine) => check_model(self.model_file(&row.id).await?, engine).await?,
-                    None => native = Some(self.native_layout(req.kind, &row).await?),
+                    Some(engine) => {
+                        let file = self.model_file(&row.id).await?;
+                        check_model(file, engine, policy, inputs.clone()).await?
+                    }
+                    None => native = Some(self.native_layout(req.kind, &row, &policy).await?),
                 }
                 Some(ModelRef {
                     id: row.id,
                     name: row.name,
                     framework: row.framework,
                     path: row.path,
+                    inputs,
                 })
             }
             None => None,
@@ -90,6 +99,7 @@ impl Control {
             script: req.script,
             script_path,
             native,
+            version_policy: req.version_policy,
             env: req.env,
             port: req.port.unwrap_or(DEFAULT_PORT),
             readiness: req.readiness.map(Into::into),
@@ -188,6 +198,7 @@ impl Control {
             image: spec.image.map(|i| i.name.into_string()),
             model: spec.model.map(|m| m.name.into_string()),
             script: spec.script,
+            version_policy: spec.version_policy,
             env: spec.env,
             port: (spec.kind == DeploymentType::CustomImage).then_some(spec.port),
             readiness: spec.readiness.map(Into::into),
@@ -239,6 +250,7 @@ impl Control {
         // So does an unchanged model served natively.
         if let (Some(o), Some(n)) = (&old.native, &new.native)
             && old.model.as_ref().map(|m| &m.id) == new.model.as_ref().map(|m| &m.id)
+            && old.version_policy == new.version_policy
         {
             forget_workdir(&n.dir).await;
             new.native = Some(o.clone());
@@ -320,6 +332,7 @@ fn edited(
             .model
             .or(old.model.as_ref().map(|m| m.name.to_string())),
         script: patch.script.unwrap_or(old.script.clone()),
+        version_policy: patch.version_policy.or(old.version_policy.clone()),
         env: patch.env.unwrap_or(old.env.clone()),
         port: patch
             .port

@@ -40,6 +40,14 @@ impl DeploymentSpec {
                 ]
                 .map(str::to_owned),
             );
+            if let Some(policy) = &self.version_policy {
+                argv.push("--version-policy".to_owned());
+                argv.push(serde_json::to_string(policy).expect("a policy is JSON"));
+            }
+            if let Some(inputs) = &model.inputs {
+                argv.push("--inputs".to_owned());
+                argv.push(serde_json::to_string(inputs).expect("specs are JSON"));
+            }
             // One inference uses the CPUs its instance type gives it, as in a container, and
             // no more threads than the machine has cores: 4 threads on 2 cores took turns and
             // ran ResNet-50 at a third of ONNX Runtime's own speed.

@@ -13,7 +13,7 @@ use super::{Control, rfc3339, validate};
 use crate::ServingError;
 use crate::ids::{ModelId, ModelName};
 use crate::store::ModelRow;
-use kep_api::serving::{Model, ModelTensor};
+use kep_api::serving::{Model, ModelSignature, ModelTensor};
 use kep_model_server::model::TensorSpec;
 
 /// Where uploaded artifacts are kept, one file per model named by its id.
@@ -111,8 +111,9 @@ impl ModelUpload<'_> {
         self,
         name: Option<String>,
         framework: Option<String>,
+        inputs: Option<String>,
     ) -> Result<Model, ServingError> {
-        let registered = self.register(name, framework).await;
+        let registered = self.register(name, framework, inputs).await;
         if registered.is_err() {
             self.discard().await;
         }
@@ -128,6 +129,7 @@ impl ModelUpload<'_> {
         &self,
         name: Option<String>,
         framework: Option<String>,
+        inputs: Option<String>,
     ) -> Result<Model, ServingError> {
         let name = name.ok_or_else(|| ServingError::field("name", "missing part `name`"))?;
         let framework = framework
@@ -140,8 +142,9 @@ impl ModelUpload<'_> {
             return Err(ServingError::field("file", "the model file is empty"));
         }
         validate::model(&name, &framework)?;
+        let declared = inputs.as_deref().map(declared_inputs).transpose()?;
         let part = self.part_path();
-        let (inputs, outputs) = inspect_model(part.clone(), &framework).await?;
+        let inspected = inspect_model(part.clone(), &framework, declared).await?;
         let path = models_dir(&self.control.root).join(self.id.as_str());
         tokio::fs::rename(&part, &path).await?;
         // Every node's before the model is registered.
@@ -162,8 +165,11 @@ impl ModelUpload<'_> {
             size: size as i64,
             sha256,
             created_at: self.control.now_unix(),
-            inputs,
-            outputs,
+            inputs: inspected.inputs,
+            outputs: inspected.outputs,
+            format: inspected.format.name().to_owned(),
+            versions: inspected.versions,
+            signatures: inspected.signatures,
         };
         if !self.control.store.insert_model(&row).await? {
             let _ = tokio::fs::remove_file(&row.path).await;
@@ -175,6 +181,28 @@ impl ModelUpload<'_> {
         }
         Ok(model_view(&row))
     }
+}
+
+/// The `inputs` part: a TorchScript module's inputs, `[{name, datatype, shape}]` with
+/// KServe v2 datatype names (TorchScript records none, as Triton's pytorch_libtorch needs
+/// them in its config).
+fn declared_inputs(text: &str) -> Result<Vec<TensorSpec>, ServingError> {
+    let specs: Vec<TensorSpec> = serde_json::from_str(text).map_err(|e| {
+        ServingError::field(
+            "inputs",
+            format!("a JSON list of {{name, datatype, shape}} with KServe v2 datatypes: {e}"),
+        )
+    })?;
+    if specs.is_empty() {
+        return Err(ServingError::field("inputs", "at least one input"));
+    }
+    if let Some(bad) = specs.iter().find(|s| s.shape.iter().any(|d| *d < -1)) {
+        return Err(ServingError::field(
+            "inputs",
+            format!("{}: a dimension is a size, or -1 for a variable one", bad.name),
+        ));
+    }
+    Ok(specs)
 }
 
 fn model_view(row: &ModelRow) -> Model {
@@ -195,5 +223,30 @@ fn model_view(row: &ModelRow) -> Model {
         created_at: rfc3339(row.created_at),
         inputs: tensors(&row.inputs),
         outputs: tensors(&row.outputs),
+        format: if row.format.is_empty() {
+            legacy_format(Path::new(&row.path)).to_owned()
+        } else {
+            row.format.clone()
+        },
+        versions: row.versions.clone(),
+        signatures: row.signatures.as_ref().map(|signatures| {
+            (signatures.iter())
+                .map(|s| ModelSignature {
+                    name: s.name.clone(),
+                    method: s.method.clone(),
+                    inputs: tensors(&s.inputs),
+                    outputs: tensors(&s.outputs),
+                })
+                .collect()
+        }),
+    }
+}
+
+/// The format of a tensorflow model stored before formats were kept: ONNX or a GraphDef.
+fn legacy_format(path: &Path) -> &'static str {
+    if kep_model_server::model::is_onnx(path) {
+        "onnx"
+    } else {
+        "graphdef"
     }
 }

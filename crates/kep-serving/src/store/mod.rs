@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use kep_api::serving as api;
 use kep_core::service::Context;
+use kep_model_server::framework::SignatureDef;
 use kep_model_server::model::TensorSpec;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,15 @@ pub struct ModelRow {
     pub inputs: Vec<TensorSpec>,
     #[sqlx(json)]
     pub outputs: Vec<TensorSpec>,
+    /// `onnx`, `graphdef`, `savedmodel` or `torchscript`; empty for a model stored before
+    /// formats were kept.
+    pub format: String,
+    /// Every version the artifact has, ascending.
+    #[sqlx(json)]
+    pub versions: Vec<i64>,
+    /// A SavedModel's signatures (its latest version's), `serving_default` first.
+    #[sqlx(json(nullable))]
+    pub signatures: Option<Vec<SignatureDef>>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -81,8 +81,9 @@ kep_core::sql_store! {
 
         async fn insert_model(&self, row: &ModelRow) -> sqlx::Result<bool> {
             let done = sqlx::query(
-                "INSERT INTO models (id, name, framework, path, size, sha256, created_at, inputs, outputs)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "INSERT INTO models (id, name, framework, path, size, sha256, created_at, inputs, outputs,
+                                     format, versions, signatures)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(&row.id)
             .bind(&row.name)
@@ -93,6 +94,9 @@ kep_core::sql_store! {
             .bind(row.created_at)
             .bind(Json(&row.inputs))
             .bind(Json(&row.outputs))
+            .bind(&row.format)
+            .bind(Json(&row.versions))
+            .bind(row.signatures.as_ref().map(Json))
             .execute(&self.pool)
             .await;
             inserted(done)
@@ -100,7 +104,8 @@ kep_core::sql_store! {
 
         async fn models(&self) -> sqlx::Result<Vec<ModelRow>> {
             sqlx::query_as(
-                "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
+                "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs, format,
+                        versions, signatures FROM models
                  WHERE deleted = 0 ORDER BY name",
             )
             .fetch_all(&self.pool)
@@ -109,7 +114,8 @@ kep_core::sql_store! {
 
         async fn model(&self, name: &ModelName) -> sqlx::Result<Option<ModelRow>> {
             sqlx::query_as(
-                "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs FROM models
+                "SELECT id, name, framework, path, size, sha256, created_at, inputs, outputs, format,
+                        versions, signatures FROM models
                  WHERE deleted = 0 AND name = $1",
             )
             .bind(name)

@@ -6,6 +6,7 @@ mod carriers;
 mod data_dir;
 mod every_instance;
 mod first_hour;
+mod frameworks;
 mod gpus;
 mod grpc;
 mod images;

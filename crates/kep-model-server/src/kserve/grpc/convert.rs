@@ -4,9 +4,10 @@ use super::inference::{self, model_input, model_instance_group, model_version_po
 use crate::kserve::config::ModelConfig;
 use crate::model::TensorSpec;
 use crate::stats::{self, StatisticDuration};
-use crate::{Served, VERSION};
+use crate::{Served, Version};
 
-pub fn metadata(s: &Served) -> inference::ModelMetadataResponse {
+pub fn metadata(s: &Served, version: &Version) -> inference::ModelMetadataResponse {
+    let model = version.model();
     use inference::model_metadata_response::TensorMetadata;
     let tensors = |specs: &[TensorSpec]| {
         specs
@@ -20,10 +21,10 @@ pub fn metadata(s: &Served) -> inference::ModelMetadataResponse {
     };
     inference::ModelMetadataResponse {
         name: s.name.clone(),
-        versions: vec![VERSION.into()],
-        platform: crate::kserve::config::platform(s).0.into(),
-        inputs: tensors(&s.model.inputs),
-        outputs: tensors(&s.model.outputs),
+        versions: crate::kserve::version_names(s),
+        platform: crate::kserve::config::platform(model).0.into(),
+        inputs: tensors(&model.inputs),
+        outputs: tensors(&model.outputs),
     }
 }
 
@@ -103,7 +104,7 @@ pub fn statistics(s: &Served) -> inference::ModelStatistics {
     } = s.stats.snapshot();
     inference::ModelStatistics {
         name: s.name.clone(),
-        version: VERSION.into(),
+        version: s.latest().number.to_string(),
         last_inference,
         inference_count,
         execution_count,

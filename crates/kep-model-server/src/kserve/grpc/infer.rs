@@ -20,7 +20,7 @@ use crate::model::{DataType, Input, Place};
 use crate::shm::SharedMemory;
 use crate::stats::Clock;
 use crate::tensor;
-use crate::{Failure, Served, VERSION};
+use crate::{Failure, Served, Version};
 
 /// An inference of the served model, counted in its statistics whatever its outcome (as
 /// REST's are), once the model is found.
@@ -28,18 +28,20 @@ pub async fn infer(
     s: &Arc<Served>,
     request: ModelInferRequest,
 ) -> Result<ModelInferResponse, Status> {
-    find(s, &request.model_name, version(&request.model_version)?)?;
+    let found = find(s, &request.model_name, version(&request.model_version)?)?;
     let mut clock = Clock::start();
-    let answer = answer(s, &mut clock, request).await;
+    let answer = answer(s, found, &mut clock, request).await;
     s.stats.record(&clock, answer.is_ok());
     answer.map_err(Status::from)
 }
 
 async fn answer(
-    s: &Arc<Served>,
+    s: &Served,
+    version: &Version,
     clock: &mut Clock,
     request: ModelInferRequest,
 ) -> Result<ModelInferResponse, Failure> {
+    let model = version.model();
     let ModelInferRequest {
         id,
         inputs,
@@ -48,16 +50,16 @@ async fn answer(
         ..
     } = request;
     let tensors = read_inputs(&s.name, &inputs, raw_input_contents, &s.shared_memory)?;
-    let wanted = wanted(s, &outputs)?;
+    let wanted = wanted(s, model, &outputs)?;
 
     let results = s
-        .run(clock, tensors)
+        .run(model, clock, tensors)
         .await
-        .map_err(|e| model_failure(s, e))?;
+        .map_err(|e| model_failure(s, model, e))?;
 
     let mut response = ModelInferResponse {
         model_name: s.name.clone(),
-        model_version: VERSION.into(),
+        model_version: version.number.to_string(),
         id,
         ..Default::default()
     };
@@ -68,7 +70,7 @@ async fn answer(
         ..
     } in wanted
     {
-        let spec = &s.model.outputs[output];
+        let spec = &model.outputs[output];
         let classified;
         let t = match classes {
             Some(k) => {
@@ -247,8 +249,12 @@ fn typed(datatype: DataType, c: &InferTensorContents) -> Result<Vec<Value>, Stri
 /// an index into the model's outputs, with the count of its top classes when asked for its
 /// classification (`class_count` in tritonclient) rather than its tensor, or the shared
 /// memory slot it is written to.
-fn wanted(s: &Served, requested: &[InferRequestedOutputTensor]) -> Result<Vec<Wanted>, Failure> {
-    let outputs = &s.model.outputs;
+fn wanted(
+    s: &Served,
+    model: &crate::Model,
+    requested: &[InferRequestedOutputTensor],
+) -> Result<Vec<Wanted>, Failure> {
+    let outputs = &model.outputs;
     // Always the raw bytes: gRPC has no JSON form.
     let wanted = |output, classification, shared| Wanted {
         output,

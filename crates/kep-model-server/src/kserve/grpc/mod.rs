@@ -20,7 +20,7 @@ use self::inference::grpc_inference_service_server::{
 use self::inference::*;
 use super::config::model_config;
 use super::{EXTENSIONS, SERVER_NAME, SERVER_VERSION, find};
-use crate::{Failure, MAX_BODY_BYTES, Served, VERSION};
+use crate::{Failure, MAX_BODY_BYTES, Served};
 
 pub use infer::read_inputs;
 
@@ -130,8 +130,8 @@ impl GrpcInferenceService for Grpc {
     ) -> Answer<ModelMetadataResponse> {
         let r = r.into_inner();
         let s = &self.served;
-        find(s, &r.name, version(&r.version)?)?;
-        Ok(Response::new(convert::metadata(s)))
+        let found = find(s, &r.name, version(&r.version)?)?;
+        Ok(Response::new(convert::metadata(s, found)))
     }
 
     async fn model_infer(&self, r: Request<ModelInferRequest>) -> Answer<ModelInferResponse> {
@@ -188,9 +188,9 @@ impl GrpcInferenceService for Grpc {
     async fn model_config(&self, r: Request<ModelConfigRequest>) -> Answer<ModelConfigResponse> {
         let r = r.into_inner();
         let s = &self.served;
-        find(s, &r.name, version(&r.version)?)?;
+        let found = find(s, &r.name, version(&r.version)?)?;
         Ok(Response::new(ModelConfigResponse {
-            config: Some(convert::config(&model_config(s))),
+            config: Some(convert::config(&model_config(s, found))),
         }))
     }
 
@@ -217,7 +217,7 @@ impl GrpcInferenceService for Grpc {
                 r.name
             )));
         }
-        if v.is_some_and(|v| v != VERSION) {
+        if v.is_some() && find(s, &r.name, v).is_err() {
             return Err(Status::not_found(format!(
                 "requested model version is not available for model '{}'",
                 r.name
@@ -239,12 +239,14 @@ impl GrpcInferenceService for Grpc {
         let models = if r.ready && !loaded {
             vec![]
         } else {
-            vec![repository_index_response::ModelIndex {
-                name: s.name.clone(),
-                version: VERSION.into(),
-                state: if loaded { "READY" } else { "UNAVAILABLE" }.into(),
-                reason: if loaded { "" } else { "unloaded" }.into(),
-            }]
+            (s.versions.iter())
+                .map(|v| repository_index_response::ModelIndex {
+                    name: s.name.clone(),
+                    version: v.number.to_string(),
+                    state: if loaded { "READY" } else { "UNAVAILABLE" }.into(),
+                    reason: if loaded { "" } else { "unloaded" }.into(),
+                })
+                .collect()
         };
         Ok(Response::new(RepositoryIndexResponse { models }))
     }

@@ -24,7 +24,7 @@ use self::tensorflow::serving::*;
 use self::tensorflow::{SignatureDef, TensorInfo, TensorShapeProto, tensor_info};
 use super::{Results, Target, examples, run_examples, servable};
 use crate::model::TensorSpec;
-use crate::{MAX_BODY_BYTES, Served, VERSION};
+use crate::{DEFAULT_SIGNATURE, MAX_BODY_BYTES, Served, Version};
 
 #[allow(
     clippy::all,
@@ -87,7 +87,7 @@ fn target(spec: &ModelSpec) -> Target {
 }
 
 /// `ServerCore::GetServableHandle`: a name, then the REST side's lookup.
-fn found(served: &Served, spec: &ModelSpec) -> Result<(), Status> {
+fn found<'s>(served: &'s Served, spec: &ModelSpec) -> Result<&'s Version, Status> {
     if spec.name.is_empty() {
         return Err(Status::invalid_argument("ModelSpec has no name specified."));
     }
@@ -95,22 +95,22 @@ fn found(served: &Served, spec: &ModelSpec) -> Result<(), Status> {
 }
 
 /// `MakeModelSpec`: the request's name, the signature that ran, the version.
-fn answered_spec(name: &str, signature_name: Option<&str>) -> Option<ModelSpec> {
+fn answered_spec(name: &str, signature_name: Option<&str>, version: &Version) -> Option<ModelSpec> {
     Some(ModelSpec {
         name: name.to_owned(),
         signature_name: signature_name.unwrap_or_default().to_owned(),
-        version_choice: Some(model_spec::VersionChoice::Version(version())),
+        version_choice: Some(model_spec::VersionChoice::Version(version.number)),
     })
 }
 
-fn version() -> i64 {
-    VERSION.parse().expect("a numeric version")
-}
+/// A version's SignatureDefs, by name: as its SavedModel holds them, or, for a file, its
+/// one signature as a SavedModel would hold it.
+pub type SignatureDefs = HashMap<String, SignatureDef>;
 
-const DEFAULT_SIGNATURE: &str = "serving_default";
-
-/// The model's one signature, as a SavedModel would hold it.
-fn signature_def(served: &Served) -> SignatureDef {
+pub fn signature_defs(version: &Version) -> SignatureDefs {
+    if let Some(defs) = &version.signature_defs {
+        return defs.clone();
+    }
     let infos = |specs: &[TensorSpec]| {
         let info = |s: &TensorSpec| TensorInfo {
             dtype: dtype(s.datatype) as i32,
@@ -129,14 +129,16 @@ fn signature_def(served: &Served) -> SignatureDef {
         };
         specs.iter().map(|s| (s.name.clone(), info(s))).collect()
     };
-    let model = &served.model;
-    SignatureDef {
-        inputs: infos(&model.inputs),
-        outputs: infos(&model.outputs),
-        method_name: examples::Method::of(&model.inputs, &model.outputs)
-            .name()
-            .to_owned(),
-    }
+    (version.signatures.iter())
+        .map(|s| {
+            let def = SignatureDef {
+                inputs: infos(&s.model.inputs),
+                outputs: infos(&s.model.outputs),
+                method_name: s.method.clone(),
+            };
+            (s.name.clone(), def)
+        })
+        .collect()
 }
 
 /// An `Input`'s examples (`InputToSerializedExampleTensor`), read as the REST side reads
@@ -159,12 +161,13 @@ fn examples_request(spec: &ModelSpec, input: Option<Input>) -> Result<examples::
 
 /// `RunClassify`: the classes of the input's examples.
 async fn classification(
-    served: &Arc<Served>,
+    served: &Served,
+    version: &Version,
     spec: &ModelSpec,
     input: Option<Input>,
 ) -> Result<ClassificationResult, Status> {
     let request = examples_request(spec, input)?;
-    let Results::Classes(rows) = run_examples(served, &request, false).await? else {
+    let Results::Classes(rows) = run_examples(served, version, &request, false).await? else {
         unreachable!("classify answers classes")
     };
     let classifications = rows
@@ -181,12 +184,13 @@ async fn classification(
 
 /// `RunRegress`: a value for each of the input's examples.
 async fn regression(
-    served: &Arc<Served>,
+    served: &Served,
+    version: &Version,
     spec: &ModelSpec,
     input: Option<Input>,
 ) -> Result<RegressionResult, Status> {
     let request = examples_request(spec, input)?;
-    let Results::Values(values) = run_examples(served, &request, true).await? else {
+    let Results::Values(values) = run_examples(served, version, &request, true).await? else {
         unreachable!("regress answers values")
     };
     Ok(RegressionResult {
@@ -202,7 +206,7 @@ const REGRESS: &str = "tensorflow/serving/regress";
 
 /// `TensorFlowMultiInferenceRunner::Infer`'s checks of the tasks, in its order and words.
 /// The model has one signature, so a request that passes them evaluates it once.
-fn check_tasks(model: &str, tasks: &[InferenceTask]) -> Result<(), Status> {
+fn check_tasks(model: &str, version: &Version, tasks: &[InferenceTask]) -> Result<(), Status> {
     let mut signatures = std::collections::HashSet::new();
     for task in tasks {
         let spec = task.model_spec.clone().unwrap_or_default();
@@ -222,7 +226,7 @@ fn check_tasks(model: &str, tasks: &[InferenceTask]) -> Result<(), Status> {
                 "Duplicate evaluation of signature: {signature}"
             )));
         }
-        if signature != DEFAULT_SIGNATURE {
+        if version.signature(&signature).is_none() {
             return Err(Status::invalid_argument(format!(
                 "Requested signature not found in model graph: {signature}"
             )));
@@ -242,10 +246,10 @@ impl PredictionService for Grpc {
     async fn classify(&self, r: Request<ClassificationRequest>) -> Answer<ClassificationResponse> {
         let r = r.into_inner();
         let spec = model_spec(r.model_spec)?;
-        found(&self.served, &spec)?;
-        let result = classification(&self.served, &spec, r.input).await?;
+        let version = found(&self.served, &spec)?;
+        let result = classification(&self.served, version, &spec, r.input).await?;
         Ok(Response::new(ClassificationResponse {
-            model_spec: answered_spec(&spec.name, Some(signature_name(&spec))),
+            model_spec: answered_spec(&spec.name, Some(signature_name(&spec)), version),
             result: Some(result),
         }))
     }
@@ -253,10 +257,10 @@ impl PredictionService for Grpc {
     async fn regress(&self, r: Request<RegressionRequest>) -> Answer<RegressionResponse> {
         let r = r.into_inner();
         let spec = model_spec(r.model_spec)?;
-        found(&self.served, &spec)?;
-        let result = regression(&self.served, &spec, r.input).await?;
+        let version = found(&self.served, &spec)?;
+        let result = regression(&self.served, version, &spec, r.input).await?;
         Ok(Response::new(RegressionResponse {
-            model_spec: answered_spec(&spec.name, Some(signature_name(&spec))),
+            model_spec: answered_spec(&spec.name, Some(signature_name(&spec)), version),
             result: Some(result),
         }))
     }
@@ -264,10 +268,10 @@ impl PredictionService for Grpc {
     async fn predict(&self, r: Request<PredictRequest>) -> Answer<PredictResponse> {
         let r = r.into_inner();
         let spec = model_spec(r.model_spec.clone())?;
-        found(&self.served, &spec)?;
-        let outputs = predict::run(&self.served, &spec, r).await?;
+        let version = found(&self.served, &spec)?;
+        let outputs = predict::run(&self.served, version, &spec, r).await?;
         Ok(Response::new(PredictResponse {
-            model_spec: answered_spec(&spec.name, Some(signature_name(&spec))),
+            model_spec: answered_spec(&spec.name, Some(signature_name(&spec)), version),
             outputs,
         }))
     }
@@ -281,23 +285,23 @@ impl PredictionService for Grpc {
         let r = r.into_inner();
         let first = r.tasks.first().and_then(|t| t.model_spec.clone());
         let spec = first.unwrap_or_default();
-        found(&self.served, &spec)?;
-        check_tasks(&spec.name, &r.tasks)?;
+        let version = found(&self.served, &spec)?;
+        check_tasks(&spec.name, version, &r.tasks)?;
         let mut results = Vec::with_capacity(r.tasks.len());
         for task in r.tasks {
             let spec = task.model_spec.unwrap_or_default();
             let result = if task.method_name == CLASSIFY {
                 inference_result::Result::ClassificationResult(
-                    classification(&self.served, &spec, r.input.clone()).await?,
+                    classification(&self.served, version, &spec, r.input.clone()).await?,
                 )
             } else {
                 inference_result::Result::RegressionResult(
-                    regression(&self.served, &spec, r.input.clone()).await?,
+                    regression(&self.served, version, &spec, r.input.clone()).await?,
                 )
             };
             results.push(InferenceResult {
                 model_spec: Some(ModelSpec {
-                    version_choice: Some(model_spec::VersionChoice::Version(version())),
+                    version_choice: Some(model_spec::VersionChoice::Version(version.number)),
                     ..spec
                 }),
                 result: Some(result),
@@ -324,19 +328,16 @@ impl PredictionService for Grpc {
                 "Metadata field {field} is not supported"
             )));
         }
-        found(&self.served, &spec)?;
+        let version = found(&self.served, &spec)?;
         let map = SignatureDefMap {
-            signature_def: HashMap::from([(
-                DEFAULT_SIGNATURE.to_owned(),
-                signature_def(&self.served),
-            )]),
+            signature_def: signature_defs(version),
         };
         let any = prost_types::Any {
             type_url: "type.googleapis.com/tensorflow.serving.SignatureDefMap".into(),
             value: map.encode_to_vec(),
         };
         Ok(Response::new(GetModelMetadataResponse {
-            model_spec: answered_spec(&self.served.name, None),
+            model_spec: answered_spec(&self.served.name, None, version),
             metadata: HashMap::from([("signature_def".to_owned(), any)]),
         }))
     }
@@ -365,13 +366,16 @@ impl ModelService for Grpc {
         r: Request<GetModelStatusRequest>,
     ) -> Answer<GetModelStatusResponse> {
         let spec = model_spec(r.into_inner().model_spec)?;
-        super::versions(&self.served, &target(&spec))?;
-        Ok(Response::new(GetModelStatusResponse {
-            model_version_status: vec![ModelVersionStatus {
-                version: version(),
+        let versions = super::versions(&self.served, &target(&spec))?;
+        let model_version_status = (versions.iter().rev())
+            .map(|v| ModelVersionStatus {
+                version: v.number,
                 state: model_version_status::State::Available as i32,
                 status: Some(StatusProto::default()),
-            }],
+            })
+            .collect();
+        Ok(Response::new(GetModelStatusResponse {
+            model_version_status,
         }))
     }
 

@@ -3,7 +3,6 @@
 //! `tf.Example`s as the REST side's examples.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 
 use serde_json::Value;
 use tonic::Status;
@@ -11,26 +10,27 @@ use tonic::Status;
 use super::tensor::{Fed, from_proto, to_proto, type_string};
 use super::tensorflow::serving::{ModelSpec, PredictRequest};
 use super::tensorflow::{self, TensorProto, feature};
-use super::{DEFAULT_SIGNATURE, dtype};
+use super::dtype;
 use crate::model::DataType;
 use crate::stats::Clock;
 use crate::tfserving::examples::{Example, Feature, Kind};
 use crate::tfserving::verify_inputs_size;
-use crate::{Failure, Served};
+use crate::{Failure, Served, Version};
 
 /// The requested outputs of the model run on the request's inputs, by alias.
 pub async fn run(
-    served: &Arc<Served>,
+    served: &Served,
+    version: &Version,
     spec: &ModelSpec,
     request: PredictRequest,
 ) -> Result<HashMap<String, TensorProto>, Status> {
     let signature_name = super::signature_name(spec);
-    if signature_name != DEFAULT_SIGNATURE {
+    let Some(signature) = version.signature(signature_name) else {
         return Err(Status::failed_precondition(format!(
             "Serving signature key \"{signature_name}\" not found."
         )));
-    }
-    let model = &served.model;
+    };
+    let model = &signature.model;
     verify_inputs_size(request.inputs.keys().map(String::as_str), &model.inputs)?;
     // The signature's inputs, in its map's (sorted) order: the session's arguments.
     let mut specs: Vec<_> = model.inputs.iter().collect();
@@ -72,7 +72,7 @@ pub async fn run(
         )));
     }
     let mut outputs = served
-        .run(&mut Clock::start(), inputs)
+        .run(model, &mut Clock::start(), inputs)
         .await
         .map_err(Failure::from)?;
     aliases

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use kep_api::serving::{HttpProbe, Probe, TcpProbe};
+use kep_api::serving::{HttpProbe, Probe, TcpProbe, VersionPolicy};
 use kep_client::serving::{AlertCondition, AlertSettings};
 
 // The fields `deployment create` and `deployment patch` share. (A doc comment here would
@@ -29,6 +29,11 @@ pub(super) struct SpecArgs {
     /// An environment variable of the instances (repeatable).
     #[arg(long, value_name = "K=V", value_parser = parse_pair, allow_hyphen_values = true)]
     env: Vec<(String, String)>,
+    /// Which of the model's versions to load, as TF Serving's version_policy:
+    /// '{"latest": 2}', '{"all": true}' or '{"specific": [1, 3]}' [server default:
+    /// '{"latest": 1}'].
+    #[arg(long, value_name = "JSON", value_parser = json_value::<VersionPolicy>)]
+    pub(super) version_policy: Option<VersionPolicy>,
     /// The container port (custom-image) [server default: 8080].
     #[arg(long)]
     pub(super) port: Option<u16>,
@@ -295,4 +300,9 @@ mod tests {
         assert!(parse_interval("0").is_err());
         assert!(parse_interval("-1").is_err());
     }
+}
+
+/// A flag's JSON value.
+pub(super) fn json_value<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_str(s).map_err(|e| e.to_string())
 }

@@ -6,7 +6,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use kep_api::serving::Mirroring;
+use kep_api::serving::{Mirroring, ModelTensor};
 use kep_client::AdminClient;
 use kep_client::serving::{
     self, DeploymentPatch, DeploymentRequest, EndpointRequest, ImageRequest, TrafficRequest,
@@ -114,7 +114,18 @@ async fn model(admin: &AdminClient, cmd: ModelCommand) -> anyhow::Result<()> {
             name,
             file,
             framework,
-        } => print_json(&admin.upload_model(&name, &framework, &file).await?),
+            inputs,
+        } => {
+            let inputs: Option<Vec<ModelTensor>> = inputs
+                .map(|text| super::args::json_value(&text))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--inputs: {e}"))?;
+            print_json(
+                &admin
+                    .upload_model_declared(&name, &framework, &file, inputs.as_deref())
+                    .await?,
+            )
+        }
         ModelCommand::List => print_json(&admin.models().await?),
         ModelCommand::Show { name } => print_json(&admin.model(&name).await?),
         ModelCommand::Delete { name } => {
@@ -169,6 +180,7 @@ async fn deployment(admin: &AdminClient, cmd: DeploymentCommand) -> anyhow::Resu
                 description: spec.description,
                 image: spec.image,
                 model: spec.model,
+                version_policy: spec.version_policy,
                 port: spec.port,
             };
             print_json(&admin.create_deployment(&endpoint, &req).await?)
@@ -201,6 +213,7 @@ async fn deployment(admin: &AdminClient, cmd: DeploymentCommand) -> anyhow::Resu
                 env,
                 image: spec.image,
                 model: spec.model,
+                version_policy: spec.version_policy,
                 port: spec.port,
             };
             print_json(

@@ -138,13 +138,18 @@ enum ImageCommand {
 
 #[derive(Subcommand)]
 enum ModelCommand {
-    /// Upload a model file (ONNX: a TensorFlow or PyTorch model exported to it), streamed.
+    /// Upload a model file, streamed: ONNX, a TensorFlow frozen GraphDef, a SavedModel
+    /// archive (.tar.gz or .zip, one SavedModel or numbered versions) or a TorchScript file.
     Upload {
         name: String,
         file: PathBuf,
         /// What it was trained with: tensorflow, pytorch or onnx.
         #[arg(long)]
         framework: String,
+        /// A TorchScript module's inputs, which TorchScript does not record: a JSON list of
+        /// {"name", "datatype", "shape"} (KServe v2 datatypes, -1 for a variable dimension).
+        #[arg(long, value_name = "JSON")]
+        inputs: Option<String>,
     },
     List,
     Show {

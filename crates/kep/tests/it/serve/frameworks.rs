@@ -1,0 +1,374 @@
+//! Models as their frameworks save them (CONTRACT §3): a TF Serving user's SavedModel
+//! archive, with two versions and several signatures, and a PyTorch user's TorchScript file,
+//! each run on its framework's own runtime and answering, through the gateway, what the
+//! framework answers in process (`make_saved_models.py`).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use super::models::{model_server_tests, upload_model};
+use crate::common::{Server, StopsGracefully, cli, cli_fails, http, port0, serve, wait_available};
+
+/// The models and each framework's own answers to the inputs `x`.
+struct Made {
+    dir: tempfile::TempDir,
+    answers: Value,
+}
+
+fn made() -> Made {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("python3")
+        .arg(model_server_tests().join("make_saved_models.py"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = serde_json::from_slice(&out.stdout).unwrap();
+    Made { dir, answers }
+}
+
+impl Made {
+    fn file(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Whether two JSON trees of numbers agree within 1e-5 (strings and shapes exactly).
+fn close(got: &Value, want: &Value) -> bool {
+    match (got, want) {
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(x, y))
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-5
+        }
+        _ => got == want,
+    }
+}
+
+fn assert_close(got: &Value, want: &Value) {
+    assert!(close(got, want), "got {got}, the framework gives {want}");
+}
+
+/// An endpoint with one deployment of `kind` serving `model`, once Available: its URL
+/// and key.
+fn deployed(srv: &Server, endpoint: &str, kind: &str, model: &str, extra: &[&str]) -> (String, String) {
+    let e = cli(srv, &["serving", "endpoint", "create", endpoint]);
+    let mut args = vec![
+        "serving", "deployment", "create", endpoint, "d1", "--type", kind, "--model", model,
+    ];
+    args.extend(extra);
+    cli(srv, &args);
+    wait_available(srv, endpoint, "d1");
+    let field = |f: &str| e[f].as_str().unwrap().to_owned();
+    (field("url"), field("api_key"))
+}
+
+fn call(method: &str, url: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+    http(method, url, Some(key), body.map(|b| b.to_string()).as_deref())
+}
+
+#[test]
+fn a_saved_model_serves_its_versions_and_signatures_as_tf_serving_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    let a = &models.answers;
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+
+    let m = upload_model(srv, "dense", models.file("dense.tar.gz"), "tensorflow");
+    assert_eq!(m["format"], "savedmodel");
+    assert_eq!(m["versions"], json!([1, 2]));
+    let names: Vec<&str> = (m["signatures"].as_array().unwrap().iter())
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["serving_default", "scores"], "{m}");
+    assert_eq!(m["signatures"][0]["method"], "tensorflow/serving/predict");
+    let x = json!([{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]);
+    assert_eq!(m["inputs"], x);
+    assert_eq!(m["signatures"][1]["inputs"], x);
+    assert_eq!(
+        m["outputs"],
+        json!([{"name": "y", "datatype": "FP32", "shape": [-1, 2]}])
+    );
+
+    let (url, key) = deployed(
+        srv,
+        "tfs",
+        "tensorflow-serving",
+        "dense",
+        &["--version-policy", r#"{"all": true}"#],
+    );
+    let model = format!("{url}/v1/models/dense");
+    let predict = |path: &str, body: Value| call("POST", &format!("{model}{path}:predict"), &key, Some(body));
+    let rows = json!({"instances": a["x"]});
+    // The highest version by default; another by its path; another signature by name.
+    let (status, got) = predict("", rows.clone());
+    assert_eq!(status, 200, "{got}");
+    assert_close(&got["predictions"], &a["v2"]["y"]);
+    let (_, got) = predict("/versions/1", rows.clone());
+    assert_close(&got["predictions"], &a["v1"]["y"]);
+    let (_, got) = predict("", json!({"signature_name": "scores", "instances": a["x"]}));
+    assert_close(&got["predictions"], &a["v2"]["probs"]);
+    let (_, got) = predict(
+        "/versions/1",
+        json!({"signature_name": "scores", "inputs": {"x": a["x"]}}),
+    );
+    assert_close(&got["outputs"], &a["v1"]["probs"]);
+    // What is not there answers as TF Serving answers it.
+    let (status, got) = predict("/versions/3", rows.clone());
+    assert_eq!(status, 404);
+    assert_eq!(
+        got["error"],
+        "Servable not found for request: Specific(dense, 3)"
+    );
+    let (status, got) = predict("", json!({"signature_name": "nope", "instances": a["x"]}));
+    assert_eq!(status, 400);
+    assert_eq!(
+        got["error"],
+        "Serving signature name: \"nope\" not found in signature def"
+    );
+    // Status lists every loaded version; metadata has the SavedModel's own SignatureDefs.
+    let (_, status) = call("GET", &model, &key, None);
+    let versions: Vec<&str> = (status["model_version_status"].as_array().unwrap().iter())
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["2", "1"]);
+    let (_, metadata) = call("GET", &format!("{model}/versions/1/metadata"), &key, None);
+    assert_eq!(metadata["model_spec"]["version"], "1");
+    let defs = &metadata["metadata"]["signature_def"]["signature_def"];
+    assert_eq!(
+        defs["scores"]["inputs"]["x"]["name"], "scores_x:0",
+        "{metadata}"
+    );
+    assert_eq!(defs["serving_default"]["method_name"], "tensorflow/serving/predict");
+
+    // The default policy loads the latest version only.
+    let (url, key) = deployed(srv, "latest", "tensorflow-serving", "dense", &[]);
+    let model = format!("{url}/v1/models/dense");
+    let (status, _) = call("POST", &format!("{model}/versions/1:predict"), &key, Some(rows.clone()));
+    assert_eq!(status, 404);
+    let (_, got) = call("POST", &format!("{model}:predict"), &key, Some(rows));
+    assert_close(&got["predictions"], &a["v2"]["y"]);
+}
+
+/// A SavedModel whose signatures take serialized tf.Examples, as TF1's builder writes
+/// classify and regress signatures: `:classify` and `:regress` feed them the examples.
+#[test]
+fn a_saved_models_classify_and_regress_signatures_take_tf_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    let a = &models.answers;
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    let m = upload_model(srv, "ex", models.file("examples.zip"), "tensorflow");
+    assert_eq!(m["versions"], json!([1]));
+    let methods: Vec<(&str, &str)> = (m["signatures"].as_array().unwrap().iter())
+        .map(|s| (s["name"].as_str().unwrap(), s["method"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            ("serving_default", "tensorflow/serving/classify"),
+            ("regress", "tensorflow/serving/regress")
+        ]
+    );
+    let (url, key) = deployed(srv, "ex", "tensorflow-serving", "ex", &[]);
+    let examples: Vec<Value> = (a["x"].as_array().unwrap().iter())
+        .map(|row| json!({"x": row}))
+        .collect();
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v1/models/ex:classify"),
+        &key,
+        Some(json!({"examples": examples})),
+    );
+    assert_eq!(status, 200, "{got}");
+    let results = got["results"].as_array().unwrap();
+    for (row, want) in results.iter().zip(a["classify"].as_array().unwrap()) {
+        assert_eq!(row[0][0], "down");
+        assert_eq!(row[1][0], "up");
+        assert_close(&json!([row[0][1], row[1][1]]), want);
+    }
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v1/models/ex:regress"),
+        &key,
+        Some(json!({"signature_name": "regress", "examples": examples})),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_close(&got["results"], &a["regress"]);
+    // The classify signature is no regression.
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v1/models/ex:regress"),
+        &key,
+        Some(json!({"examples": examples})),
+    );
+    assert_eq!(status, 400);
+    assert!(got["error"].as_str().unwrap().contains("regression signature method_name"), "{got}");
+}
+
+#[test]
+fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    let a = &models.answers;
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    let inputs = r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#;
+    let file = models.file("linear.pt");
+    let m = cli(
+        srv,
+        &[
+            "serving", "model", "upload", "linear", file.to_str().unwrap(),
+            "--framework", "pytorch", "--inputs", inputs,
+        ],
+    );
+    assert_eq!(m["format"], "torchscript");
+    assert_eq!(m["versions"], json!([1]));
+    assert_eq!(
+        m["outputs"],
+        json!([{"name": "OUTPUT__0", "datatype": "FP32", "shape": [-1, 2]}])
+    );
+    let (url, key) = deployed(srv, "tri", "triton", "linear", &[]);
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v2/models/linear/infer"),
+        &key,
+        Some(json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
+                                "data": a["x"]}]})),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["model_version"], "1");
+    assert_eq!(got["outputs"][0]["shape"], json!([4, 2]));
+    let flat: Vec<Value> = (a["linear"].as_array().unwrap().iter())
+        .flat_map(|r| r.as_array().unwrap().clone())
+        .collect();
+    assert_close(&got["outputs"][0]["data"], &Value::Array(flat));
+    let (_, config) = call("GET", &format!("{url}/v2/models/linear/config"), &key, None);
+    assert_eq!(config["platform"], "pytorch_libtorch");
+    let (status, _) = call("GET", &format!("{url}/v2/models/linear/versions/2"), &key, None);
+    assert_eq!(status, 404);
+}
+
+/// A tar.gz of `(name, bytes)` entries, names as given (`..` too), as a hostile archive.
+fn hostile_tar(path: &Path, entries: &[(&str, &[u8])]) {
+    let script = "import io, json, sys, tarfile\n\
+        with tarfile.open(sys.argv[1], 'w:gz') as t:\n\
+        \x20   for name, data in json.loads(sys.argv[2]):\n\
+        \x20       info = tarfile.TarInfo(name); b = data.encode(); info.size = len(b)\n\
+        \x20       t.addfile(info, io.BytesIO(b))\n";
+    let entries: Vec<(&str, String)> = (entries.iter())
+        .map(|(n, d)| (*n, String::from_utf8_lossy(d).into_owned()))
+        .collect();
+    let status = Command::new("python3")
+        .args(["-c", script, path.to_str().unwrap()])
+        .arg(serde_json::to_string(&entries).unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn framework_models_that_do_not_fit_are_refused_and_nothing_is_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    let upload = |name: &str, file: &Path, framework: &str, extra: &[&str]| {
+        let mut args = vec![
+            "serving", "model", "upload", name, file.to_str().unwrap(), "--framework", framework,
+        ];
+        args.extend(extra);
+        cli_fails(srv, &args)
+    };
+    let refused = |err: String, words: &str| {
+        assert!(err.contains("HTTP 400") && err.contains(words), "{words}: {err}");
+    };
+    let dense = models.file("dense.tar.gz");
+    let linear = models.file("linear.pt");
+    let x = r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#;
+    refused(upload("ma", &dense, "pytorch", &[]), "framework tensorflow");
+    refused(upload("mb", &linear, "tensorflow", &["--inputs", x]), "framework pytorch");
+    refused(upload("mc", &linear, "pytorch", &[]), "needs the part `inputs`");
+    refused(
+        upload("md", &linear, "pytorch", &["--inputs", &x.replace("\"x\"", "\"y\"")]),
+        "forward",
+    );
+    refused(upload("me", &dense, "tensorflow", &["--inputs", x]), "TorchScript file only");
+    let corrupt = models.file("corrupt.tar.gz");
+    std::fs::write(&corrupt, b"\x1f\x8b\x08\x00 this is no gzip stream").unwrap();
+    refused(upload("mf", &corrupt, "tensorflow", &[]), "archive cannot be read");
+    let escape = models.file("escape.tar.gz");
+    hostile_tar(&escape, &[("saved_model.pb", b"x"), ("../../evil", b"e")]);
+    refused(upload("mg", &escape, "tensorflow", &[]), "leaves its folder");
+    assert!(!models.dir.path().parent().unwrap().join("evil").exists());
+    let empty = models.file("empty.tar.gz");
+    hostile_tar(&empty, &[("m/notes.txt", b"no model here")]);
+    refused(upload("mh", &empty, "tensorflow", &[]), "no saved_model.pb");
+    let broken = models.file("broken.pt");
+    let mut bytes = std::fs::read(&linear).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&broken, bytes).unwrap();
+    refused(upload("mi", &broken, "pytorch", &["--inputs", x]), "file");
+    assert_eq!(cli(srv, &["serving", "model", "list"]), json!([]));
+
+    // A version the model does not have, or a policy that names none, is refused when the
+    // deployment is made.
+    upload_model(srv, "dense", &dense, "tensorflow");
+    cli(srv, &["serving", "endpoint", "create", "tfs"]);
+    for (policy, words) in [
+        (r#"{"specific": [3]}"#, "no version 3: its versions are 1, 2"),
+        (r#"{"latest": 0}"#, "latest must be at least 1"),
+    ] {
+        let err = cli_fails(
+            srv,
+            &[
+                "serving", "deployment", "create", "tfs", "d1", "--type", "tensorflow-serving",
+                "--model", "dense", "--version-policy", policy,
+            ],
+        );
+        refused(err, words);
+    }
+    assert_eq!(cli(srv, &["serving", "deployment", "list", "tfs"]), json!([]));
+}
+
+/// A kep whose Python has no framework refuses their models at upload, naming the package.
+#[test]
+fn a_format_whose_runtime_is_missing_is_refused_at_upload_with_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    // The same Python without its site-packages: no TensorFlow, no torch.
+    let bare = models.file("bare-python");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(&bare, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let srv = StopsGracefully(serve(
+        dir.path(),
+        &port0(),
+        &[("KEP_FRAMEWORK_PYTHON", bare.to_str().unwrap())],
+    ));
+    let srv = &srv.0;
+    let dense = models.file("dense.tar.gz");
+    let err = cli_fails(
+        srv,
+        &["serving", "model", "upload", "dense", dense.to_str().unwrap(), "--framework", "tensorflow"],
+    );
+    assert!(err.contains("HTTP 400") && err.contains("pip install") && err.contains("tensorflow-cpu"), "{err}");
+    let linear = models.file("linear.pt");
+    let err = cli_fails(
+        srv,
+        &[
+            "serving", "model", "upload", "linear", linear.to_str().unwrap(), "--framework",
+            "pytorch", "--inputs", r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#,
+        ],
+    );
+    assert!(err.contains("HTTP 400") && err.contains("torch"), "{err}");
+    assert_eq!(cli(srv, &["serving", "model", "list"]), json!([]));
+}
