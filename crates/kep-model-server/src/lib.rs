@@ -5,6 +5,7 @@
 
 mod compression;
 pub mod cosmos;
+pub mod framework;
 pub mod kserve;
 pub mod model;
 pub mod native;
