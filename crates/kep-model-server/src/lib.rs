@@ -270,7 +270,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let model = tokio::task::spawn_blocking(move || Model::load(&path, engine)).await??;
     tracing::info!(
         model = %config.name,
-        engine = engine.name(),
+        engine = model.engine_name(),
         inputs = ?model.inputs,
         outputs = ?model.outputs,
         "model loaded"

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::framework::{SignatureDef, Worker};
 use serde::{Deserialize, Serialize};
 use tract_onnx::prelude::*;
 use tract_tensorflow::tract_hir::infer::{GenericFactoid, InferenceFact, ShapeFactoid};
@@ -253,6 +254,21 @@ pub enum Format {
     Onnx,
     /// A TensorFlow frozen GraphDef.
     FrozenGraph,
+    /// A TensorFlow SavedModel directory, run by TensorFlow.
+    SavedModel,
+    /// A TorchScript file, run by libtorch.
+    TorchScript,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Onnx => "onnx",
+            Format::FrozenGraph => "graphdef",
+            Format::SavedModel => "savedmodel",
+            Format::TorchScript => "torchscript",
+        }
+    }
 }
 
 /// Whether the artifact is an ONNX model (else a TensorFlow frozen GraphDef, or nothing).
@@ -473,7 +489,6 @@ impl From<Tensor> for Input {
 
 /// A model ready to run, shared by concurrent calls.
 pub struct Model {
-    pub engine: Engine,
     pub format: Format,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
@@ -484,6 +499,12 @@ enum Runner {
     Tract(Arc<TypedRunnableModel>),
     #[cfg(feature = "onnxruntime")]
     OnnxRuntime(crate::onnxruntime::OrtModel),
+    /// A model loaded under `key` in a framework worker, run by its `signature`.
+    Framework {
+        worker: Arc<Worker>,
+        key: String,
+        signature: String,
+    },
 }
 
 impl Model {
@@ -514,12 +535,41 @@ impl Model {
             }
         };
         Ok(Model {
-            engine,
             format,
             inputs,
             outputs,
             runner,
         })
+    }
+
+    /// The model `signature` of the model loaded under `key` in `worker` names.
+    pub fn in_framework(
+        worker: Arc<Worker>,
+        key: &str,
+        format: Format,
+        signature: &SignatureDef,
+    ) -> Model {
+        Model {
+            format,
+            inputs: signature.inputs.clone(),
+            outputs: signature.outputs.clone(),
+            runner: Runner::Framework {
+                worker,
+                key: key.to_owned(),
+                signature: signature.name.clone(),
+            },
+        }
+    }
+
+    /// The engine that runs the model, by name.
+    pub fn engine_name(&self) -> &'static str {
+        match (&self.runner, self.format) {
+            (Runner::Tract(_), _) => Engine::Tract.name(),
+            #[cfg(feature = "onnxruntime")]
+            (Runner::OnnxRuntime(_), _) => Engine::OnnxRuntime.name(),
+            (Runner::Framework { .. }, Format::TorchScript) => "libtorch",
+            (Runner::Framework { .. }, _) => "tensorflow",
+        }
     }
 
     /// Runs the model on named inputs (every input of the model, no other); returns every
@@ -578,6 +628,19 @@ impl Model {
             Runner::OnnxRuntime(model) => {
                 let named = self.inputs.iter().map(|s| s.name.as_str()).zip(ordered);
                 model.run(named.collect(), &self.outputs)
+            }
+            Runner::Framework {
+                worker,
+                key,
+                signature,
+            } => {
+                let inputs = (self.inputs.iter().map(|s| s.name.clone()))
+                    .zip(ordered.into_iter().map(Input::into_tensor))
+                    .map(|(name, t)| t.map(|t| (name, t)))
+                    .collect::<Result<_, _>>()
+                    .map_err(ModelError::Failed)?;
+                let outputs: Vec<String> = self.outputs.iter().map(|s| s.name.clone()).collect();
+                worker.run(key, signature, inputs, &outputs)
             }
         }
     }

@@ -65,6 +65,8 @@ pub fn platform(served: &Served) -> (&'static str, &'static str, &'static str) {
     match served.model.format {
         Format::Onnx => ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
         Format::FrozenGraph => ("tensorflow_graphdef", "tensorflow", "model.graphdef"),
+        Format::SavedModel => ("tensorflow_savedmodel", "tensorflow", "model.savedmodel"),
+        Format::TorchScript => ("pytorch_libtorch", "pytorch", "model.pt"),
     }
 }
 
