@@ -1,14 +1,18 @@
-//! A model loaded into an engine (the built-in tract, or ONNX Runtime where built and
-//! installed): its signature in KServe v2 datatype names, checked inputs, and a run that
-//! returns every output.
+//! A model loaded into an engine (the built-in tract, ONNX Runtime where built and
+//! installed, or its own framework's runtime in a worker process): its signature in KServe
+//! v2 datatype names, checked inputs, and a run that returns every output.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::framework::{SignatureDef, Worker};
 use serde::{Deserialize, Serialize};
 use tract_onnx::prelude::*;
 use tract_tensorflow::tract_hir::infer::{GenericFactoid, InferenceFact, ShapeFactoid};
+
+use crate::framework::{SignatureDef, Worker};
+
+mod input;
+pub use input::{Input, Place, TensorInPlace};
 
 /// Tensor element types, by their KServe v2 names (CONTRACT §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -423,68 +427,6 @@ fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
             .map_err(|e| ModelError::Unsupported(e.to_string()))?,
     )?;
     Ok((inputs, outputs))
-}
-
-/// An input as a request gives it: decoded into a tensor, or its bytes where they lie (a
-/// client's shared memory region, the request's own body), which an engine that can borrow
-/// them (ONNX Runtime) reads in place.
-pub enum Input {
-    Tensor(Tensor),
-    InPlace(TensorInPlace),
-}
-
-/// A tensor of a fixed-size numeric type whose bytes are exactly its elements, aligned for
-/// them: see [`crate::tensor::in_place`].
-pub struct TensorInPlace {
-    pub datatype: DataType,
-    pub shape: Vec<usize>,
-    pub place: Place,
-}
-
-/// Where a [`TensorInPlace`]'s bytes lie.
-pub enum Place {
-    Slot(crate::shm::Slot),
-    /// A piece of the request's body (binary data, gRPC's raw contents).
-    Body(bytes::Bytes),
-}
-
-impl Place {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Place::Slot(slot) => slot.bytes(),
-            Place::Body(bytes) => bytes,
-        }
-    }
-}
-
-impl Input {
-    pub fn datatype(&self) -> Option<DataType> {
-        match self {
-            Input::Tensor(t) => DataType::of(t.datum_type()),
-            Input::InPlace(t) => Some(t.datatype),
-        }
-    }
-
-    pub fn shape(&self) -> &[usize] {
-        match self {
-            Input::Tensor(t) => t.shape(),
-            Input::InPlace(t) => &t.shape,
-        }
-    }
-
-    /// The input as a tensor of its own: one in place is copied.
-    pub fn into_tensor(self) -> Result<Tensor, String> {
-        match self {
-            Input::Tensor(t) => Ok(t),
-            Input::InPlace(t) => crate::tensor::from_bytes(t.datatype, &t.shape, t.place.bytes()),
-        }
-    }
-}
-
-impl From<Tensor> for Input {
-    fn from(t: Tensor) -> Input {
-        Input::Tensor(t)
-    }
 }
 
 /// A model ready to run, shared by concurrent calls.
