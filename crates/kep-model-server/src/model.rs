@@ -1,6 +1,6 @@
-//! A model loaded into an engine (the built-in tract, or ONNX Runtime where built and
-//! installed): its signature in KServe v2 datatype names, checked inputs, and a run that
-//! returns every output.
+//! A model loaded into an engine (the built-in tract, ONNX Runtime where built and
+//! installed, or its own framework's runtime in a worker process): its signature in KServe
+//! v2 datatype names, checked inputs, and a run that returns every output.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,6 +8,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tract_onnx::prelude::*;
 use tract_tensorflow::tract_hir::infer::{GenericFactoid, InferenceFact, ShapeFactoid};
+
+use crate::framework::{SignatureDef, Worker};
+
+mod input;
+pub use input::{Input, Place, TensorInPlace};
 
 /// Tensor element types, by their KServe v2 names (CONTRACT §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -253,6 +258,21 @@ pub enum Format {
     Onnx,
     /// A TensorFlow frozen GraphDef.
     FrozenGraph,
+    /// A TensorFlow SavedModel directory, run by TensorFlow.
+    SavedModel,
+    /// A TorchScript file, run by libtorch.
+    TorchScript,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Onnx => "onnx",
+            Format::FrozenGraph => "graphdef",
+            Format::SavedModel => "savedmodel",
+            Format::TorchScript => "torchscript",
+        }
+    }
 }
 
 /// Whether the artifact is an ONNX model (else a TensorFlow frozen GraphDef, or nothing).
@@ -409,71 +429,8 @@ fn signature(model: &TypedModel) -> Result<Signature, ModelError> {
     Ok((inputs, outputs))
 }
 
-/// An input as a request gives it: decoded into a tensor, or its bytes where they lie (a
-/// client's shared memory region, the request's own body), which an engine that can borrow
-/// them (ONNX Runtime) reads in place.
-pub enum Input {
-    Tensor(Tensor),
-    InPlace(TensorInPlace),
-}
-
-/// A tensor of a fixed-size numeric type whose bytes are exactly its elements, aligned for
-/// them: see [`crate::tensor::in_place`].
-pub struct TensorInPlace {
-    pub datatype: DataType,
-    pub shape: Vec<usize>,
-    pub place: Place,
-}
-
-/// Where a [`TensorInPlace`]'s bytes lie.
-pub enum Place {
-    Slot(crate::shm::Slot),
-    /// A piece of the request's body (binary data, gRPC's raw contents).
-    Body(bytes::Bytes),
-}
-
-impl Place {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Place::Slot(slot) => slot.bytes(),
-            Place::Body(bytes) => bytes,
-        }
-    }
-}
-
-impl Input {
-    pub fn datatype(&self) -> Option<DataType> {
-        match self {
-            Input::Tensor(t) => DataType::of(t.datum_type()),
-            Input::InPlace(t) => Some(t.datatype),
-        }
-    }
-
-    pub fn shape(&self) -> &[usize] {
-        match self {
-            Input::Tensor(t) => t.shape(),
-            Input::InPlace(t) => &t.shape,
-        }
-    }
-
-    /// The input as a tensor of its own: one in place is copied.
-    pub fn into_tensor(self) -> Result<Tensor, String> {
-        match self {
-            Input::Tensor(t) => Ok(t),
-            Input::InPlace(t) => crate::tensor::from_bytes(t.datatype, &t.shape, t.place.bytes()),
-        }
-    }
-}
-
-impl From<Tensor> for Input {
-    fn from(t: Tensor) -> Input {
-        Input::Tensor(t)
-    }
-}
-
 /// A model ready to run, shared by concurrent calls.
 pub struct Model {
-    pub engine: Engine,
     pub format: Format,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
@@ -484,6 +441,12 @@ enum Runner {
     Tract(Arc<TypedRunnableModel>),
     #[cfg(feature = "onnxruntime")]
     OnnxRuntime(crate::onnxruntime::OrtModel),
+    /// A model loaded under `key` in a framework worker, run by its `signature`.
+    Framework {
+        worker: Arc<Worker>,
+        key: String,
+        signature: String,
+    },
 }
 
 impl Model {
@@ -514,12 +477,41 @@ impl Model {
             }
         };
         Ok(Model {
-            engine,
             format,
             inputs,
             outputs,
             runner,
         })
+    }
+
+    /// The model `signature` of the model loaded under `key` in `worker` names.
+    pub fn in_framework(
+        worker: Arc<Worker>,
+        key: &str,
+        format: Format,
+        signature: &SignatureDef,
+    ) -> Model {
+        Model {
+            format,
+            inputs: signature.inputs.clone(),
+            outputs: signature.outputs.clone(),
+            runner: Runner::Framework {
+                worker,
+                key: key.to_owned(),
+                signature: signature.name.clone(),
+            },
+        }
+    }
+
+    /// The engine that runs the model, by name.
+    pub fn engine_name(&self) -> &'static str {
+        match (&self.runner, self.format) {
+            (Runner::Tract(_), _) => Engine::Tract.name(),
+            #[cfg(feature = "onnxruntime")]
+            (Runner::OnnxRuntime(_), _) => Engine::OnnxRuntime.name(),
+            (Runner::Framework { .. }, Format::TorchScript) => "libtorch",
+            (Runner::Framework { .. }, _) => "tensorflow",
+        }
     }
 
     /// Runs the model on named inputs (every input of the model, no other); returns every
@@ -578,6 +570,19 @@ impl Model {
             Runner::OnnxRuntime(model) => {
                 let named = self.inputs.iter().map(|s| s.name.as_str()).zip(ordered);
                 model.run(named.collect(), &self.outputs)
+            }
+            Runner::Framework {
+                worker,
+                key,
+                signature,
+            } => {
+                let inputs = (self.inputs.iter().map(|s| s.name.clone()))
+                    .zip(ordered.into_iter().map(Input::into_tensor))
+                    .map(|(name, t)| t.map(|t| (name, t)))
+                    .collect::<Result<_, _>>()
+                    .map_err(ModelError::Failed)?;
+                let outputs: Vec<String> = self.outputs.iter().map(|s| s.name.clone()).collect();
+                worker.run(key, signature, inputs, &outputs)
             }
         }
     }
