@@ -8,8 +8,8 @@ pub use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Command, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, DeploymentType, Endpoint,
     EndpointCreated, EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, ImageSource,
-    InstanceMetrics, Latency, MirrorMetrics, Mirroring, Model, ModelSignature, ModelTensor, Probe, Quota, Traffic,
-    TrafficRequest, VersionPolicy,
+    InstanceMetrics, Latency, MirrorMetrics, Mirroring, Model, ModelSignature, ModelTensor, Probe,
+    Quota, Traffic, TrafficRequest, VersionPolicy,
 };
 use reqwest::multipart::{Form, Part};
 

@@ -132,6 +132,11 @@ impl Served {
         }
     }
 
+    /// A model file served as its one version.
+    pub fn of_file(name: impl Into<String>, model: Model) -> Served {
+        Served::new(name, vec![Version::of_file(model)])
+    }
+
     pub fn is_loaded(&self) -> bool {
         self.loaded.load(Ordering::Relaxed)
     }

@@ -273,6 +273,23 @@ impl Format {
             Format::TorchScript => "torchscript",
         }
     }
+
+    /// The format a stored name says; a model stored before formats were kept (no name)
+    /// is one file, told by its bytes.
+    pub fn stored(name: &str, path: &Path) -> Option<Format> {
+        match name {
+            "" if is_onnx(path) => Some(Format::Onnx),
+            "" => Some(Format::FrozenGraph),
+            _ => [
+                Format::Onnx,
+                Format::FrozenGraph,
+                Format::SavedModel,
+                Format::TorchScript,
+            ]
+            .into_iter()
+            .find(|f| f.name() == name),
+        }
+    }
 }
 
 /// Whether the artifact is an ONNX model (else a TensorFlow frozen GraphDef, or nothing).

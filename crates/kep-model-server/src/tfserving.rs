@@ -444,7 +444,13 @@ async fn run_examples(
         // A SavedModel's classify or regress signature takes the examples serialized.
         Some(input) => {
             let tensor = examples::serialized(request, input)?;
-            served.run(model, &mut Clock::start(), vec![(input.name.clone(), tensor)]).await?
+            served
+                .run(
+                    model,
+                    &mut Clock::start(),
+                    vec![(input.name.clone(), tensor)],
+                )
+                .await?
         }
         None => {
             let inputs = examples::inputs(&model.inputs, request)?;
@@ -636,18 +642,40 @@ mod tests {
     }
 
     #[test]
-    fn signatures_read_as_tensor_infos() {
-        let sig = signature(&[spec("x", DataType::Fp32, &[-1, 3])]);
+    fn signature_defs_read_as_tf_servings_json() {
+        use grpc::tensorflow::{SignatureDef, TensorInfo, TensorShapeProto, tensor_info};
+        let info = TensorInfo {
+            dtype: grpc::dtype(DataType::Fp32) as i32,
+            tensor_shape: Some(TensorShapeProto {
+                dim: [-1, 3]
+                    .map(|size| grpc::tensorflow::tensor_shape_proto::Dim {
+                        size,
+                        name: String::new(),
+                    })
+                    .to_vec(),
+                unknown_rank: false,
+            }),
+            encoding: Some(tensor_info::Encoding::Name("serving_default_x:0".into())),
+        };
+        let def = SignatureDef {
+            inputs: [("x".to_owned(), info)].into(),
+            outputs: Default::default(),
+            method_name: "tensorflow/serving/predict".into(),
+        };
         assert_eq!(
-            sig,
-            json!({"x": {
-                "dtype": "DT_FLOAT",
-                "tensor_shape": {
-                    "dim": [{"size": "-1", "name": ""}, {"size": "3", "name": ""}],
-                    "unknown_rank": false,
-                },
-                "name": "x",
-            }})
+            signature_def_json(&def),
+            json!({
+                "inputs": {"x": {
+                    "dtype": "DT_FLOAT",
+                    "tensor_shape": {
+                        "dim": [{"size": "-1", "name": ""}, {"size": "3", "name": ""}],
+                        "unknown_rank": false,
+                    },
+                    "name": "serving_default_x:0",
+                }},
+                "outputs": {},
+                "method_name": "tensorflow/serving/predict",
+            })
         );
     }
 }

@@ -96,7 +96,13 @@ pub fn load(
             Ok(Loaded {
                 format: Format::TorchScript,
                 available: vec![1],
-                versions: vec![in_framework(&worker, 1, Format::TorchScript, vec![signature], None)],
+                versions: vec![in_framework(
+                    &worker,
+                    1,
+                    Format::TorchScript,
+                    vec![signature],
+                    None,
+                )],
                 unpacked: None,
             })
         }
@@ -110,7 +116,10 @@ pub fn load(
             let wanted = chosen(&available)?;
             let worker = Worker::start()?;
             let mut versions = Vec::with_capacity(wanted.len());
-            for v in found.iter().filter(|v| wanted.contains(&(v.version as i64))) {
+            for v in found
+                .iter()
+                .filter(|v| wanted.contains(&(v.version as i64)))
+            {
                 let number = v.version as i64;
                 let signatures = worker.load_saved_model(&number.to_string(), &v.dir)?;
                 let defs = signature_defs(&v.dir)?;
@@ -182,9 +191,7 @@ fn signature_defs(dir: &Path) -> Result<crate::tfserving::grpc::SignatureDefs, M
     let saved = SavedModel::decode(bytes.as_slice())
         .map_err(|e| ModelError::Unreadable(format!("saved_model.pb: {e}")))?;
     let serve = (saved.meta_graphs.iter())
-        .find(|m| {
-            (m.meta_info_def.as_ref()).is_some_and(|i| i.tags.iter().any(|t| t == "serve"))
-        })
+        .find(|m| (m.meta_info_def.as_ref()).is_some_and(|i| i.tags.iter().any(|t| t == "serve")))
         .or(saved.meta_graphs.first())
         .ok_or_else(|| ModelError::Unreadable("saved_model.pb holds no MetaGraph".into()))?;
     Ok(serve.signature_def.clone())
@@ -199,19 +206,35 @@ mod tests {
         let read = |s: &str| serde_json::from_str::<VersionPolicy>(s).unwrap();
         assert_eq!(read(r#"{"latest": 2}"#), VersionPolicy::Latest(2));
         assert_eq!(read(r#"{"all": true}"#), VersionPolicy::All(true));
-        assert_eq!(read(r#"{"specific": [1, 3]}"#), VersionPolicy::Specific(vec![1, 3]));
+        assert_eq!(
+            read(r#"{"specific": [1, 3]}"#),
+            VersionPolicy::Specific(vec![1, 3])
+        );
         assert!(serde_json::from_str::<VersionPolicy>(r#"{"newest": 1}"#).is_err());
         let available = [1, 2, 5];
         assert_eq!(VersionPolicy::default().select(&available).unwrap(), [5]);
         assert_eq!(VersionPolicy::Latest(2).select(&available).unwrap(), [2, 5]);
-        assert_eq!(VersionPolicy::Latest(9).select(&available).unwrap(), [1, 2, 5]);
-        assert_eq!(VersionPolicy::All(true).select(&available).unwrap(), [1, 2, 5]);
         assert_eq!(
-            VersionPolicy::Specific(vec![5, 1]).select(&available).unwrap(),
+            VersionPolicy::Latest(9).select(&available).unwrap(),
+            [1, 2, 5]
+        );
+        assert_eq!(
+            VersionPolicy::All(true).select(&available).unwrap(),
+            [1, 2, 5]
+        );
+        assert_eq!(
+            VersionPolicy::Specific(vec![5, 1])
+                .select(&available)
+                .unwrap(),
             [1, 5]
         );
-        let missing = VersionPolicy::Specific(vec![3]).select(&available).unwrap_err();
-        assert_eq!(missing, "the model has no version 3: its versions are 1, 2, 5");
+        let missing = VersionPolicy::Specific(vec![3])
+            .select(&available)
+            .unwrap_err();
+        assert_eq!(
+            missing,
+            "the model has no version 3: its versions are 1, 2, 5"
+        );
         for bad in [
             VersionPolicy::Latest(0),
             VersionPolicy::All(false),

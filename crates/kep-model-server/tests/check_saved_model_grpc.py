@@ -62,7 +62,7 @@ for version, signature, code, said in [
     except grpc.RpcError as e:
         assert (e.code(), e.details()) == (code, said), (e.code(), e.details())
 
-metadata = models and prediction.GetModelMetadata(
+metadata = prediction.GetModelMetadata(
     get_model_metadata_pb2.GetModelMetadataRequest(model_spec=spec(1),
                                                    metadata_field=["signature_def"]),
     metadata=auth)

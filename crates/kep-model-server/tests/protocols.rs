@@ -69,7 +69,7 @@ async fn kserve_answers_tritonclient_as_onnx_runtime_does() {
 async fn a_stream_with_several_instances_answers_in_order() {
     let made = made_models();
     let path = made.path().join("mlp.onnx");
-    let mut served = Served::new("mlp", Model::load(&path, Engine::Tract).unwrap());
+    let mut served = Served::of_file("mlp", Model::load(&path, Engine::Tract).unwrap());
     served.model_instances = 4;
     let url = listen(Protocol::Kserve, served).await;
     check("kserve-grpc", &url, "mlp", &path).await;
@@ -106,7 +106,7 @@ async fn system_shared_memory_carries_tensors_as_triton_s_does() {
     let made = made_models();
     let path = made.path().join("mlp.onnx");
     for &engine in ENGINES {
-        let mut served = Served::new("mlp", Model::load(&path, engine).unwrap());
+        let mut served = Served::of_file("mlp", Model::load(&path, engine).unwrap());
         served.shared_memory = SharedMemory::new(true);
         let url = listen(Protocol::Kserve, served).await;
         for client in ["http", "grpc"] {
@@ -397,7 +397,7 @@ async fn a_cosmos_script_runs_around_the_model() {
     use kep_model_server::cosmos::Script;
     let made = made_models();
     let source = std::fs::read_to_string(tests_dir().join("serve.rhai")).unwrap();
-    let served = Arc::new(Served::new(
+    let served = Arc::new(Served::of_file(
         "mlp",
         Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
     ));
@@ -449,7 +449,7 @@ async fn a_cosmos_script_runs_around_the_model() {
     assert!(Script::compile("fn (").is_err());
     // A runaway script is stopped by the operations limit, not left spinning.
     let spin = Script::compile("fn preprocess(r) { loop {} } fn postprocess(o, r) { o }").unwrap();
-    let served = Arc::new(Served::new(
+    let served = Arc::new(Served::of_file(
         "mlp",
         Model::load(&made.path().join("mlp.onnx"), Engine::Tract).unwrap(),
     ));

@@ -24,8 +24,8 @@ fn tar_gz(files: &[(&str, &[u8])]) -> tempfile::NamedTempFile {
 fn zip_of(files: &[(&str, &[u8])]) -> tempfile::NamedTempFile {
     let out = tempfile::NamedTempFile::new().unwrap();
     let mut zip = zip::ZipWriter::new(out.reopen().unwrap());
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored);
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, data) in files {
         zip.start_file(*name, options).unwrap();
         zip.write_all(data).unwrap();
@@ -34,7 +34,12 @@ fn zip_of(files: &[(&str, &[u8])]) -> tempfile::NamedTempFile {
     out
 }
 
-fn unpack(archive: &Path) -> (tempfile::TempDir, Result<Vec<SavedModelVersion>, ModelError>) {
+fn unpack(
+    archive: &Path,
+) -> (
+    tempfile::TempDir,
+    Result<Vec<SavedModelVersion>, ModelError>,
+) {
     let into = tempfile::tempdir().unwrap();
     let kind = Artifact::of(archive).unwrap();
     let found = unpack_saved_model(archive, kind, into.path());
@@ -79,8 +84,14 @@ fn a_file_is_told_by_its_bytes() {
 #[test]
 fn one_saved_model_is_version_one_at_the_root_or_under_one_folder() {
     for archive in [
-        tar_gz(&[("m/saved_model.pb", b"g"), ("m/variables/variables.index", b"i")]),
-        zip_of(&[("saved_model.pb", b"g"), ("variables/variables.index", b"i")]),
+        tar_gz(&[
+            ("m/saved_model.pb", b"g"),
+            ("m/variables/variables.index", b"i"),
+        ]),
+        zip_of(&[
+            ("saved_model.pb", b"g"),
+            ("variables/variables.index", b"i"),
+        ]),
     ] {
         let (into, found) = unpack(archive.path());
         let found = found.unwrap();
@@ -119,7 +130,10 @@ fn an_archive_without_a_saved_model_is_refused() {
 #[test]
 fn entries_that_leave_the_folder_and_links_are_refused_and_nothing_lands_outside() {
     let outside = tempfile::tempdir().unwrap();
-    let escape = format!("../{}/evil", outside.path().file_name().unwrap().to_str().unwrap());
+    let escape = format!(
+        "../{}/evil",
+        outside.path().file_name().unwrap().to_str().unwrap()
+    );
     for archive in [
         tar_gz(&[("saved_model.pb", b"g"), (escape.as_str(), b"e")]),
         zip_of(&[("saved_model.pb", b"g"), ("../evil", b"e")]),
@@ -143,8 +157,12 @@ fn entries_that_leave_the_folder_and_links_are_refused_and_nothing_lands_outside
 
     let zip_link = tempfile::NamedTempFile::new().unwrap();
     let mut zip = zip::ZipWriter::new(zip_link.reopen().unwrap());
-    zip.add_symlink("saved_model.pb", "/etc/passwd", zip::write::SimpleFileOptions::default())
-        .unwrap();
+    zip.add_symlink(
+        "saved_model.pb",
+        "/etc/passwd",
+        zip::write::SimpleFileOptions::default(),
+    )
+    .unwrap();
     zip.finish().unwrap();
     assert!(refused(unpack(zip_link.path()).1).contains("links are refused"));
 }

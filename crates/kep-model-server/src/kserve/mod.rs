@@ -109,7 +109,11 @@ pub fn find<'s>(
 
 /// The loaded versions' numbers, as the protocol writes them.
 pub fn version_names(served: &Served) -> Vec<String> {
-    served.versions.iter().map(|v| v.number.to_string()).collect()
+    served
+        .versions
+        .iter()
+        .map(|v| v.number.to_string())
+        .collect()
 }
 
 /// A request's failure to fit the model, as Triton words it.

@@ -5,9 +5,9 @@
 use serde_json::{Map, Value};
 use tract_onnx::prelude::Tensor;
 
-use crate::{Signature, Version};
 use crate::model::{DataType, TensorSpec};
 use crate::{Failure, tensor};
+use crate::{Signature, Version};
 
 /// A request body as `ParseJson` reads it: one JSON object, anything after it ignored
 /// (`kParseStopWhenDoneFlag`). `NaN` and `Infinity` are refused, where rapidjson's

@@ -40,7 +40,7 @@ pub const ENGINES: &[Engine] = &[
 pub async fn serve(protocol: Protocol, engine: Engine, name: &str, path: &Path) -> String {
     listen(
         protocol,
-        Served::new(name, Model::load(path, engine).unwrap()),
+        Served::of_file(name, Model::load(path, engine).unwrap()),
     )
     .await
 }

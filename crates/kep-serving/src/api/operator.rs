@@ -18,7 +18,8 @@ use kep_api::serving::{
     Alert, AlertCondition, AlertHistory, AlertSettings, ApiKey, CallMetrics, Deployment,
     DeploymentMetrics, DeploymentPatch, DeploymentRequest, Endpoint, EndpointCreated,
     EndpointMetrics, EndpointRequest, Event, Image, ImageRequest, ImageSource, InstanceMetrics,
-    Latency, MirrorMetrics, Mirroring, Model, ModelSignature, ModelTensor, VersionPolicy, Quota, Traffic, TrafficRequest,
+    Latency, MirrorMetrics, Mirroring, Model, ModelSignature, ModelTensor, Quota, Traffic,
+    TrafficRequest, VersionPolicy,
 };
 
 type Result<T> = std::result::Result<T, ApiError>;

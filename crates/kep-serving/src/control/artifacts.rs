@@ -105,15 +105,7 @@ impl Control {
         policy: &VersionPolicy,
     ) -> Result<Native, ServingError> {
         use kep_model_server::native;
-        if !matches!(row.format.as_str(), "onnx" | "graphdef" | "") || *policy != VersionPolicy::default() {
-            return Err(ServingError::field(
-                "env",
-                format!(
-                    "{KEP_ENGINE}={NATIVE} serves a single ONNX or GraphDef file at version 1 for now; a {} model, or a version_policy, runs on kep's model server",
-                    row.format
-                ),
-            ));
-        }
+        use kep_model_server::versions::Select as _;
         let program = match kind {
             DeploymentType::Triton => native::TRITONSERVER,
             DeploymentType::TensorflowServing => native::TENSORFLOW_MODEL_SERVER,
@@ -132,6 +124,13 @@ impl Control {
                 format!("{KEP_ENGINE}={NATIVE}: there is no {program} on kep's PATH"),
             ));
         }
+        policy
+            .select(&row.versions)
+            .map_err(|e| ServingError::field("version_policy", e))?;
+        let path = PathBuf::from(&row.path);
+        let format = Format::stored(&row.format, &path).ok_or_else(|| {
+            ServingError::Internal(anyhow::anyhow!("model {} has no format", row.name))
+        })?;
         let signature = (row.inputs.clone(), row.outputs.clone());
         // The folder's parent is the deployment's own, as a cloned script's is.
         let dir = self
@@ -139,13 +138,20 @@ impl Control {
             .join("native")
             .join(kep_core::secret::new_uuid())
             .join("model");
-        let (name, model) = (row.name.to_string(), PathBuf::from(&row.path));
-        let at = dir.clone();
-        let made = tokio::task::spawn_blocking(move || match kind {
-            DeploymentType::Triton => native::triton(&at, &name, &model, &signature)
-                .map_err(|e| ServingError::Internal(e.into())),
-            _ => native::tf_serving(&at, &name, &model, &signature)
-                .map_err(|e| ServingError::field("model", e)),
+        let (name, at, policy) = (row.name.to_string(), dir.clone(), policy.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            let registered = native::Registered {
+                name: &name,
+                file: &path,
+                format,
+                signature: &signature,
+                policy: &policy,
+            };
+            match kind {
+                DeploymentType::Triton => native::triton(&at, &registered),
+                _ => native::tf_serving(&at, &registered),
+            }
+            .map_err(|e| ServingError::field("model", e))
         })
         .await
         .map_err(|e| ServingError::Internal(e.into()))?;
@@ -228,7 +234,10 @@ pub(super) async fn inspect_model(
     {
         return Err(ServingError::field(
             "file",
-            format!("the file is {}, which is a {own} model's: framework {own}", describe(kind)),
+            format!(
+                "the file is {}, which is a {own} model's: framework {own}",
+                describe(kind)
+            ),
         ));
     }
     if kind != Artifact::TorchScript && declared.is_some() {
@@ -273,7 +282,10 @@ pub(super) async fn inspect_model(
     .await
     .map_err(|e| ServingError::Internal(e.into()))?
     .map_err(file)?;
-    let latest = loaded.versions.last().expect("a loaded model has a version");
+    let latest = loaded
+        .versions
+        .last()
+        .expect("a loaded model has a version");
     let signatures: Vec<SignatureDef> = (latest.signatures.iter())
         .map(|s| SignatureDef {
             name: s.name.clone(),

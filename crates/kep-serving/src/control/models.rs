@@ -199,7 +199,10 @@ fn declared_inputs(text: &str) -> Result<Vec<TensorSpec>, ServingError> {
     if let Some(bad) = specs.iter().find(|s| s.shape.iter().any(|d| *d < -1)) {
         return Err(ServingError::field(
             "inputs",
-            format!("{}: a dimension is a size, or -1 for a variable one", bad.name),
+            format!(
+                "{}: a dimension is a size, or -1 for a variable one",
+                bad.name
+            ),
         ));
     }
     Ok(specs)

@@ -7,10 +7,10 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value;
 use tonic::Status;
 
+use super::dtype;
 use super::tensor::{Fed, from_proto, to_proto, type_string};
 use super::tensorflow::serving::{ModelSpec, PredictRequest};
 use super::tensorflow::{self, TensorProto, feature};
-use super::dtype;
 use crate::model::DataType;
 use crate::stats::Clock;
 use crate::tfserving::examples::{Example, Feature, Kind};

@@ -83,8 +83,25 @@ async fn images_models_endpoints_and_deployments_are_stored_as_before() {
         created_at: 1,
         inputs: vec![tensor("x")],
         outputs: vec![tensor("y")],
+        format: "savedmodel".into(),
+        versions: vec![1, 2],
+        signatures: Some(vec![kep_model_server::framework::SignatureDef {
+            name: "serving_default".into(),
+            method: Some("tensorflow/serving/predict".into()),
+            inputs: vec![tensor("x")],
+            outputs: vec![tensor("y")],
+        }]),
     };
     assert!(store.insert_model(&model).await.unwrap());
+    let read = store.model(&model.name).await.unwrap().unwrap();
+    assert_eq!(
+        (read.format, read.versions, read.signatures),
+        (
+            model.format.clone(),
+            model.versions.clone(),
+            model.signatures.clone()
+        )
+    );
     assert!(store.insert_endpoint(&endpoint()).await.unwrap());
     assert!(!store.insert_endpoint(&endpoint()).await.unwrap());
     let spec = r#"{"type":"custom-image","image":{"id":"i1","name":"echo","command":["python3","serve.py"]},"env":{"A":"1"},"port":8080}"#;

@@ -237,6 +237,11 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// A flag's JSON value.
+pub(super) fn json_value<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_str(s).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -300,9 +305,4 @@ mod tests {
         assert!(parse_interval("0").is_err());
         assert!(parse_interval("-1").is_err());
     }
-}
-
-/// A flag's JSON value.
-pub(super) fn json_value<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
-    serde_json::from_str(s).map_err(|e| e.to_string())
 }

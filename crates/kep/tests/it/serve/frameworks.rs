@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::models::{model_server_tests, upload_model};
+use super::models::{model_server_tests, native_servers, upload_model};
 use crate::common::{Server, StopsGracefully, cli, cli_fails, http, port0, serve, wait_available};
 
 /// The models and each framework's own answers to the inputs `x`.
@@ -58,10 +58,24 @@ fn assert_close(got: &Value, want: &Value) {
 
 /// An endpoint with one deployment of `kind` serving `model`, once Available: its URL
 /// and key.
-fn deployed(srv: &Server, endpoint: &str, kind: &str, model: &str, extra: &[&str]) -> (String, String) {
+fn deployed(
+    srv: &Server,
+    endpoint: &str,
+    kind: &str,
+    model: &str,
+    extra: &[&str],
+) -> (String, String) {
     let e = cli(srv, &["serving", "endpoint", "create", endpoint]);
     let mut args = vec![
-        "serving", "deployment", "create", endpoint, "d1", "--type", kind, "--model", model,
+        "serving",
+        "deployment",
+        "create",
+        endpoint,
+        "d1",
+        "--type",
+        kind,
+        "--model",
+        model,
     ];
     args.extend(extra);
     cli(srv, &args);
@@ -71,7 +85,12 @@ fn deployed(srv: &Server, endpoint: &str, kind: &str, model: &str, extra: &[&str
 }
 
 fn call(method: &str, url: &str, key: &str, body: Option<Value>) -> (u16, Value) {
-    http(method, url, Some(key), body.map(|b| b.to_string()).as_deref())
+    http(
+        method,
+        url,
+        Some(key),
+        body.map(|b| b.to_string()).as_deref(),
+    )
 }
 
 #[test]
@@ -106,7 +125,8 @@ fn a_saved_model_serves_its_versions_and_signatures_as_tf_serving_does() {
         &["--version-policy", r#"{"all": true}"#],
     );
     let model = format!("{url}/v1/models/dense");
-    let predict = |path: &str, body: Value| call("POST", &format!("{model}{path}:predict"), &key, Some(body));
+    let predict =
+        |path: &str, body: Value| call("POST", &format!("{model}{path}:predict"), &key, Some(body));
     let rows = json!({"instances": a["x"]});
     // The highest version by default; another by its path; another signature by name.
     let (status, got) = predict("", rows.clone());
@@ -147,15 +167,74 @@ fn a_saved_model_serves_its_versions_and_signatures_as_tf_serving_does() {
         defs["scores"]["inputs"]["x"]["name"], "scores_x:0",
         "{metadata}"
     );
-    assert_eq!(defs["serving_default"]["method_name"], "tensorflow/serving/predict");
+    assert_eq!(
+        defs["serving_default"]["method_name"],
+        "tensorflow/serving/predict"
+    );
 
     // The default policy loads the latest version only.
     let (url, key) = deployed(srv, "latest", "tensorflow-serving", "dense", &[]);
     let model = format!("{url}/v1/models/dense");
-    let (status, _) = call("POST", &format!("{model}/versions/1:predict"), &key, Some(rows.clone()));
+    let (status, _) = call(
+        "POST",
+        &format!("{model}/versions/1:predict"),
+        &key,
+        Some(rows.clone()),
+    );
     assert_eq!(status, 404);
     let (_, got) = call("POST", &format!("{model}:predict"), &key, Some(rows));
     assert_close(&got["predictions"], &a["v2"]["y"]);
+}
+
+/// The same over TF Serving's gRPC API, through the gateway to a `grpc` endpoint, by a
+/// client generated from TF Serving's protos (`check_saved_model_grpc.py`).
+#[test]
+fn a_saved_model_answers_tf_servings_grpc_calls_through_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
+    let srv = &srv.0;
+    upload_model(srv, "dense", models.file("dense.tar.gz"), "tensorflow");
+    let e = cli(
+        srv,
+        &["serving", "endpoint", "create", "tfs", "--protocol", "grpc"],
+    );
+    cli(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "tfs",
+            "d1",
+            "--type",
+            "tensorflow-serving",
+            "--model",
+            "dense",
+            "--version-policy",
+            r#"{"all": true}"#,
+        ],
+    );
+    wait_available(srv, "tfs", "d1");
+    let url = e["url"].as_str().unwrap();
+    let gateway = url.trim_start_matches("http://").split('/').next().unwrap();
+    let answers = models.file("answers.json");
+    std::fs::write(&answers, models.answers.to_string()).unwrap();
+    let out = Command::new("python3")
+        .arg(model_server_tests().join("check_saved_model_grpc.py"))
+        .args([
+            gateway,
+            e["api_key"].as_str().unwrap(),
+            answers.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A SavedModel whose signatures take serialized tf.Examples, as TF1's builder writes
@@ -212,7 +291,13 @@ fn a_saved_models_classify_and_regress_signatures_take_tf_examples() {
         Some(json!({"examples": examples})),
     );
     assert_eq!(status, 400);
-    assert!(got["error"].as_str().unwrap().contains("regression signature method_name"), "{got}");
+    assert!(
+        got["error"]
+            .as_str()
+            .unwrap()
+            .contains("regression signature method_name"),
+        "{got}"
+    );
 }
 
 #[test]
@@ -227,8 +312,15 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
     let m = cli(
         srv,
         &[
-            "serving", "model", "upload", "linear", file.to_str().unwrap(),
-            "--framework", "pytorch", "--inputs", inputs,
+            "serving",
+            "model",
+            "upload",
+            "linear",
+            file.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+            "--inputs",
+            inputs,
         ],
     );
     assert_eq!(m["format"], "torchscript");
@@ -242,8 +334,10 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
         "POST",
         &format!("{url}/v2/models/linear/infer"),
         &key,
-        Some(json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
-                                "data": a["x"]}]})),
+        Some(
+            json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
+                                "data": a["x"]}]}),
+        ),
     );
     assert_eq!(status, 200, "{got}");
     assert_eq!(got["model_version"], "1");
@@ -254,7 +348,12 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
     assert_close(&got["outputs"][0]["data"], &Value::Array(flat));
     let (_, config) = call("GET", &format!("{url}/v2/models/linear/config"), &key, None);
     assert_eq!(config["platform"], "pytorch_libtorch");
-    let (status, _) = call("GET", &format!("{url}/v2/models/linear/versions/2"), &key, None);
+    let (status, _) = call(
+        "GET",
+        &format!("{url}/v2/models/linear/versions/2"),
+        &key,
+        None,
+    );
     assert_eq!(status, 404);
 }
 
@@ -284,31 +383,60 @@ fn framework_models_that_do_not_fit_are_refused_and_nothing_is_registered() {
     let srv = &srv.0;
     let upload = |name: &str, file: &Path, framework: &str, extra: &[&str]| {
         let mut args = vec![
-            "serving", "model", "upload", name, file.to_str().unwrap(), "--framework", framework,
+            "serving",
+            "model",
+            "upload",
+            name,
+            file.to_str().unwrap(),
+            "--framework",
+            framework,
         ];
         args.extend(extra);
         cli_fails(srv, &args)
     };
     let refused = |err: String, words: &str| {
-        assert!(err.contains("HTTP 400") && err.contains(words), "{words}: {err}");
+        assert!(
+            err.contains("HTTP 400") && err.contains(words),
+            "{words}: {err}"
+        );
     };
     let dense = models.file("dense.tar.gz");
     let linear = models.file("linear.pt");
     let x = r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#;
     refused(upload("ma", &dense, "pytorch", &[]), "framework tensorflow");
-    refused(upload("mb", &linear, "tensorflow", &["--inputs", x]), "framework pytorch");
-    refused(upload("mc", &linear, "pytorch", &[]), "needs the part `inputs`");
     refused(
-        upload("md", &linear, "pytorch", &["--inputs", &x.replace("\"x\"", "\"y\"")]),
+        upload("mb", &linear, "tensorflow", &["--inputs", x]),
+        "framework pytorch",
+    );
+    refused(
+        upload("mc", &linear, "pytorch", &[]),
+        "needs the part `inputs`",
+    );
+    refused(
+        upload(
+            "md",
+            &linear,
+            "pytorch",
+            &["--inputs", &x.replace("\"x\"", "\"y\"")],
+        ),
         "forward",
     );
-    refused(upload("me", &dense, "tensorflow", &["--inputs", x]), "TorchScript file only");
+    refused(
+        upload("me", &dense, "tensorflow", &["--inputs", x]),
+        "TorchScript file only",
+    );
     let corrupt = models.file("corrupt.tar.gz");
     std::fs::write(&corrupt, b"\x1f\x8b\x08\x00 this is no gzip stream").unwrap();
-    refused(upload("mf", &corrupt, "tensorflow", &[]), "archive cannot be read");
+    refused(
+        upload("mf", &corrupt, "tensorflow", &[]),
+        "archive cannot be read",
+    );
     let escape = models.file("escape.tar.gz");
     hostile_tar(&escape, &[("saved_model.pb", b"x"), ("../../evil", b"e")]);
-    refused(upload("mg", &escape, "tensorflow", &[]), "leaves its folder");
+    refused(
+        upload("mg", &escape, "tensorflow", &[]),
+        "leaves its folder",
+    );
     assert!(!models.dir.path().parent().unwrap().join("evil").exists());
     let empty = models.file("empty.tar.gz");
     hostile_tar(&empty, &[("m/notes.txt", b"no model here")]);
@@ -325,19 +453,34 @@ fn framework_models_that_do_not_fit_are_refused_and_nothing_is_registered() {
     upload_model(srv, "dense", &dense, "tensorflow");
     cli(srv, &["serving", "endpoint", "create", "tfs"]);
     for (policy, words) in [
-        (r#"{"specific": [3]}"#, "no version 3: its versions are 1, 2"),
+        (
+            r#"{"specific": [3]}"#,
+            "no version 3: its versions are 1, 2",
+        ),
         (r#"{"latest": 0}"#, "latest must be at least 1"),
     ] {
         let err = cli_fails(
             srv,
             &[
-                "serving", "deployment", "create", "tfs", "d1", "--type", "tensorflow-serving",
-                "--model", "dense", "--version-policy", policy,
+                "serving",
+                "deployment",
+                "create",
+                "tfs",
+                "d1",
+                "--type",
+                "tensorflow-serving",
+                "--model",
+                "dense",
+                "--version-policy",
+                policy,
             ],
         );
         refused(err, words);
     }
-    assert_eq!(cli(srv, &["serving", "deployment", "list", "tfs"]), json!([]));
+    assert_eq!(
+        cli(srv, &["serving", "deployment", "list", "tfs"]),
+        json!([])
+    );
 }
 
 /// A kep whose Python has no framework refuses their models at upload, naming the package.
@@ -358,17 +501,135 @@ fn a_format_whose_runtime_is_missing_is_refused_at_upload_with_what_to_install()
     let dense = models.file("dense.tar.gz");
     let err = cli_fails(
         srv,
-        &["serving", "model", "upload", "dense", dense.to_str().unwrap(), "--framework", "tensorflow"],
+        &[
+            "serving",
+            "model",
+            "upload",
+            "dense",
+            dense.to_str().unwrap(),
+            "--framework",
+            "tensorflow",
+        ],
     );
-    assert!(err.contains("HTTP 400") && err.contains("pip install") && err.contains("tensorflow-cpu"), "{err}");
+    assert!(
+        err.contains("HTTP 400") && err.contains("pip install") && err.contains("tensorflow-cpu"),
+        "{err}"
+    );
     let linear = models.file("linear.pt");
     let err = cli_fails(
         srv,
         &[
-            "serving", "model", "upload", "linear", linear.to_str().unwrap(), "--framework",
-            "pytorch", "--inputs", r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#,
+            "serving",
+            "model",
+            "upload",
+            "linear",
+            linear.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+            "--inputs",
+            r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#,
         ],
     );
     assert!(err.contains("HTTP 400") && err.contains("torch"), "{err}");
     assert_eq!(cli(srv, &["serving", "model", "list"]), json!([]));
+}
+
+/// `KEP_ENGINE=native`: the real servers get a SavedModel's versions and a TorchScript
+/// file in their own layouts, with the version policy in their own configuration
+/// (`native_server.py` stands in for them, reading the layouts as they do).
+#[test]
+fn the_real_servers_get_framework_models_in_their_own_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made();
+    let a = &models.answers;
+    let path = native_servers(models.dir.path());
+    let srv = StopsGracefully(serve(dir.path(), &port0(), &[("PATH", &path)]));
+    let srv = &srv.0;
+    upload_model(srv, "dense", models.file("dense.tar.gz"), "tensorflow");
+    let file = models.file("linear.pt");
+    cli(
+        srv,
+        &[
+            "serving",
+            "model",
+            "upload",
+            "linear",
+            file.to_str().unwrap(),
+            "--framework",
+            "pytorch",
+            "--inputs",
+            r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#,
+        ],
+    );
+    let native = ["--env", "KEP_ENGINE=native"];
+    let all = ["--version-policy", r#"{"specific": [1, 2]}"#];
+    let rows = json!({"instances": a["x"]});
+    let (url, key) = deployed(
+        srv,
+        "tfs",
+        "tensorflow-serving",
+        "dense",
+        &[&native[..], &all[..]].concat(),
+    );
+    let (_, got) = call(
+        "POST",
+        &format!("{url}/v1/models/dense/versions/1:predict"),
+        &key,
+        Some(rows.clone()),
+    );
+    assert_close(&got["predictions"], &a["v1"]["y"]);
+    let (url, key) = deployed(
+        srv,
+        "tri",
+        "triton",
+        "dense",
+        &[&native[..], &all[..]].concat(),
+    );
+    let infer =
+        json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3], "data": a["x"]}]});
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v2/models/dense/versions/1/infer"),
+        &key,
+        Some(infer.clone()),
+    );
+    assert_eq!(status, 200, "{got}");
+    let flat = |v: &Value| -> Value {
+        Value::Array(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r.as_array().unwrap().clone())
+                .collect(),
+        )
+    };
+    assert_close(&got["outputs"][0]["data"], &flat(&a["v1"]["y"]));
+    let (url, key) = deployed(srv, "pt", "triton", "linear", &native);
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v2/models/linear/infer"),
+        &key,
+        Some(infer),
+    );
+    assert_eq!(status, 200, "{got}");
+    assert_close(&got["outputs"][0]["data"], &flat(&a["linear"]));
+    // TF Serving serves TensorFlow's models only, natively as on kep's server.
+    cli(srv, &["serving", "endpoint", "create", "odd"]);
+    let err = cli_fails(
+        srv,
+        &[
+            "serving",
+            "deployment",
+            "create",
+            "odd",
+            "d1",
+            "--type",
+            "tensorflow-serving",
+            "--model",
+            "linear",
+            "--env",
+            "KEP_ENGINE=native",
+        ],
+    );
+    assert!(err.contains("HTTP 400"), "{err}");
 }

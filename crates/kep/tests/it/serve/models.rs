@@ -343,16 +343,10 @@ fn a_deployment_may_run_its_model_in_onnx_runtime() {
     wait_available(srv, "det", "d1");
 }
 
-/// `KEP_ENGINE=native` runs the type's real server from the PATH on the model laid out for
-/// it: a Triton repository (ONNX or GraphDef, with its config.pbtxt) and a TF Serving
-/// SavedModel made from a frozen GraphDef. Neither server can be installed here, so
-/// `native_server.py` stands in for both: it takes their command lines, checks the layout
-/// as they read it, and serves with `kep model-server`.
-#[test]
-fn a_real_model_server_on_the_path_may_serve_the_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let models = made_models();
-    let bin = models.path().join("bin");
+/// A PATH whose `tritonserver` and `tensorflow_model_server`, in `dir/bin`, are
+/// `native_server.py`'s stand-ins for the real servers.
+pub(super) fn native_servers(dir: &Path) -> String {
+    let bin = dir.join("bin");
     std::fs::create_dir(&bin).unwrap();
     let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/native_server.py");
     for program in ["tritonserver", "tensorflow_model_server"] {
@@ -368,7 +362,19 @@ fn a_real_model_server_on_the_path_may_serve_the_model() {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap())
+}
+
+/// `KEP_ENGINE=native` runs the type's real server from the PATH on the model laid out for
+/// it: a Triton repository (ONNX or GraphDef, with its config.pbtxt) and a TF Serving
+/// SavedModel made from a frozen GraphDef. Neither server can be installed here, so
+/// `native_server.py` stands in for both: it takes their command lines, checks the layout
+/// as they read it, and serves with `kep model-server`.
+#[test]
+fn a_real_model_server_on_the_path_may_serve_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = made_models();
+    let path = native_servers(models.path());
     let srv = StopsGracefully(serve(dir.path(), &port0(), &[("PATH", &path)]));
     let srv = &srv.0;
     let upload = |name: &str, file: &str, framework: &str| {
@@ -486,7 +492,7 @@ fn a_real_model_server_on_the_path_may_serve_the_model() {
     let (_, out) = deploy("tfs-onnx", "tensorflow-serving", "mlp-onnx-tf");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("HTTP 400") && err.contains("this model is ONNX"),
+        err.contains("HTTP 400") && err.contains("this model is onnx"),
         "{err}"
     );
 }
