@@ -349,9 +349,13 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         onnxruntime::use_gpus(gpus.len());
         onnxruntime::use_sessions(config.model_instances);
     }
-    let (policy, inputs) = (config.version_policy.clone(), config.inputs.clone());
+    let (policy, inputs, threads) = (
+        config.version_policy.clone(),
+        config.inputs.clone(),
+        config.threads,
+    );
     let loaded = tokio::task::spawn_blocking(move || {
-        versions::load(&path, engine, &policy, inputs.as_deref())
+        versions::load(&path, engine, &policy, inputs.as_deref(), threads)
     })
     .await??;
     for version in &loaded.versions {
@@ -374,6 +378,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let served = Arc::new(served);
     // The unpacked SavedModel stays until the server stops.
     let _unpacked = loaded.unpacked;
+    if let Some(worker) = loaded.worker {
+        tokio::spawn(exit_with(worker));
+    }
     let listener = tokio::net::TcpListener::bind(config.addr).await?;
     serve(listener, router(config.protocol, served, script)).await
 }
@@ -426,6 +433,19 @@ async fn serve(listener: tokio::net::TcpListener, app: axum::Router) -> anyhow::
     }
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Ends the server when its framework worker ends: its models cannot run any more, and the
+/// runtime restarts an instance that exits.
+async fn exit_with(worker: Arc<framework::Worker>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_millis(500));
+    loop {
+        every.tick().await;
+        if !worker.is_alive() {
+            tracing::error!("the framework worker exited: the model server stops");
+            std::process::exit(1);
+        }
+    }
 }
 
 async fn stop_signal() {

@@ -62,6 +62,8 @@ pub struct Loaded {
     pub versions: Vec<Version>,
     /// Where a SavedModel archive was unpacked: removed when dropped.
     pub unpacked: Option<tempfile::TempDir>,
+    /// The framework worker the versions run in, if they run in one.
+    pub worker: Option<Arc<Worker>>,
 }
 
 /// Loads the versions of `path` that `policy` names. `inputs` are a TorchScript
@@ -71,6 +73,7 @@ pub fn load(
     engine: Engine,
     policy: &VersionPolicy,
     inputs: Option<&[TensorSpec]>,
+    threads: Option<usize>,
 ) -> Result<Loaded, ModelError> {
     let chosen = |available: &[i64]| policy.select(available).map_err(ModelError::Unreadable);
     match Artifact::of(path)? {
@@ -82,6 +85,7 @@ pub fn load(
                 available: vec![1],
                 versions: vec![Version::of_file(model)],
                 unpacked: None,
+                worker: None,
             })
         }
         Artifact::TorchScript => {
@@ -91,7 +95,7 @@ pub fn load(
                     "a TorchScript module needs its inputs declared: TorchScript records no datatypes or shapes".into(),
                 )
             })?;
-            let worker = Worker::start()?;
+            let worker = Worker::start_threads(threads)?;
             let signature = worker.load_torchscript("1", path, inputs)?;
             Ok(Loaded {
                 format: Format::TorchScript,
@@ -104,6 +108,7 @@ pub fn load(
                     None,
                 )],
                 unpacked: None,
+                worker: Some(worker),
             })
         }
         kind => {
@@ -114,7 +119,7 @@ pub fn load(
             let found = unpack_saved_model(path, kind, dir.path())?;
             let available: Vec<i64> = found.iter().map(|v| v.version as i64).collect();
             let wanted = chosen(&available)?;
-            let worker = Worker::start()?;
+            let worker = Worker::start_threads(threads)?;
             let mut versions = Vec::with_capacity(wanted.len());
             for v in found
                 .iter()
@@ -136,6 +141,7 @@ pub fn load(
                 available,
                 versions,
                 unpacked: Some(dir),
+                worker: Some(worker),
             })
         }
     }

@@ -1,6 +1,6 @@
 //! SavedModels and TorchScript run by TensorFlow and libtorch in the framework worker, with
 //! `python3` from PATH (tensorflow-cpu and torch installed): the answers are those the
-//! frameworks give in process (`make_framework_models.py`).
+//! frameworks give in process (`make_saved_models.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,7 +22,7 @@ fn made() -> &'static Made {
     static MADE: OnceLock<Made> = OnceLock::new();
     MADE.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_framework_models.py");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_saved_models.py");
         let out = Command::new("python3")
             .arg(script)
             .arg(dir.path())
@@ -48,7 +48,7 @@ fn worker() -> &'static Arc<Worker> {
     static WORKER: OnceLock<Arc<Worker>> = OnceLock::new();
     WORKER.get_or_init(|| {
         let worker = Worker::start().unwrap();
-        worker.load_saved_model("dense", &path("dense")).unwrap();
+        worker.load_saved_model("dense", &path("dense/1")).unwrap();
         worker
             .load_torchscript("linear", &path("linear.pt"), &[x_spec()])
             .unwrap();
@@ -75,9 +75,13 @@ fn x_spec() -> TensorSpec {
     spec("x", DataType::Fp32, &[-1, 3])
 }
 
-/// The answers' nested lists `key` (at `index` where a model gave several) as floats.
+/// The answers' nested lists at `key` (a path: `v1/y`; at `index` where a model gave
+/// several) as floats.
 fn expected(key: &str, index: Option<usize>) -> Vec<f64> {
-    let mut v = &made().answers[key];
+    let mut v = &made().answers;
+    for part in key.split('/') {
+        v = &v[part];
+    }
     if let Some(i) = index {
         v = &v[i];
     }
@@ -118,7 +122,7 @@ fn assert_close(got: &Tensor, want: &[f64]) {
 #[test]
 fn a_saved_model_runs_each_of_its_signatures_in_tensorflow() {
     let worker = Worker::start().unwrap();
-    let signatures = worker.load_saved_model("dense", &path("dense")).unwrap();
+    let signatures = worker.load_saved_model("dense", &path("dense/1")).unwrap();
     let predict = Some("tensorflow/serving/predict".to_owned());
     assert_eq!(
         signatures,
@@ -146,13 +150,13 @@ fn a_saved_model_runs_each_of_its_signatures_in_tensorflow() {
                 &[output.into()],
             )
             .unwrap();
-        assert_close(&got[0], &expected(output, None));
+        assert_close(&got[0], &expected(&format!("v1/{output}"), None));
     }
     // As the server runs it: a Model, whose inputs are checked before the worker sees them.
     let model = Model::in_framework(worker, "dense", Format::SavedModel, &signatures[1]);
     assert_eq!(model.engine_name(), "tensorflow");
     let got = model.run(vec![("x".into(), Input::from(x()))]).unwrap();
-    assert_close(&got[0], &expected("probs", None));
+    assert_close(&got[0], &expected("v1/probs", None));
     let wrong = Tensor::zero::<f32>(&[2, 4]).unwrap();
     assert!(matches!(
         model.run(vec![("x".into(), Input::from(wrong))]),
@@ -218,7 +222,7 @@ fn torchscript_runs_in_libtorch_with_its_outputs_learnt() {
     let model = Model::in_framework(worker.clone(), "linear", Format::TorchScript, &linear);
     assert_eq!(model.engine_name(), "libtorch");
     let got = model.run(vec![("x".into(), Input::from(x()))]).unwrap();
-    assert_close(&got[0], &expected("linear", Some(0)));
+    assert_close(&got[0], &expected("linear", None));
 
     let inputs = [x_spec(), spec("idx", DataType::Int64, &[-1])];
     let two = worker
@@ -287,7 +291,7 @@ fn a_missing_framework_or_python_names_what_to_install() {
         "{message}"
     );
     let err = worker
-        .load_saved_model("dense", &path("dense"))
+        .load_saved_model("dense", &path("dense/1"))
         .unwrap_err();
     assert!(
         err.to_string().contains("pip install tensorflow-cpu"),
@@ -317,7 +321,7 @@ fn calls_from_four_threads_get_their_own_answers() {
                                 &["y".into()],
                             )
                             .unwrap();
-                        assert_close(&got[0], &expected("y", None));
+                        assert_close(&got[0], &expected("v1/y", None));
                     } else {
                         let outputs = ["OUTPUT__1".into()];
                         let given = vec![("x".into(), x()), ("idx".into(), idx())];
@@ -358,4 +362,60 @@ fn a_worker_that_dies_fails_its_calls() {
         "{message}"
     );
     assert!(!worker.is_alive());
+}
+
+/// A SavedModel archive loaded as a model server loads it, every version, and called
+/// directly over TF Serving's REST API: the framework's answers, by version and signature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_saved_model_answers_by_version_and_signature_directly() {
+    use kep_model_server::versions::{self, VersionPolicy};
+    use kep_model_server::{Engine, Protocol, Served};
+    let archive = path("dense.tar.gz");
+    let all = VersionPolicy::All(true);
+    let loaded = tokio::task::spawn_blocking(move || {
+        versions::load(&archive, Engine::Tract, &all, None, None)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(loaded.available, [1, 2]);
+    let (versions, _worker, _dir) = (loaded.versions, loaded.worker, loaded.unpacked);
+    let served = Arc::new(Served::new("dense", versions));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tf = format!("http://{}", listener.local_addr().unwrap());
+    let app = kep_model_server::router(Protocol::TfServing, served, None);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let x = made().answers["x"].clone();
+    let post = |url: String, body: Value| {
+        let client = client.clone();
+        async move {
+            let answer = client.post(url).json(&body).send().await.unwrap();
+            assert_eq!(answer.status(), 200);
+            answer.json::<Value>().await.unwrap()
+        }
+    };
+    let flat = |v: &Value| -> Vec<f64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+            .collect()
+    };
+    let check = |got: Vec<f64>, key: &str| {
+        let want = expected(key, None);
+        assert!(
+            got.iter().zip(&want).all(|(g, w)| (g - w).abs() < 1e-5) && got.len() == want.len(),
+            "{got:?} {want:?}"
+        );
+    };
+    let got = post(
+        format!("{tf}/v1/models/dense:predict"),
+        serde_json::json!({"instances": x}),
+    )
+    .await;
+    check(flat(&got["predictions"]), "v2/y");
+    let body = serde_json::json!({"signature_name": "scores", "instances": x});
+    let got = post(format!("{tf}/v1/models/dense/versions/1:predict"), body).await;
+    check(flat(&got["predictions"]), "v1/probs");
 }

@@ -12,6 +12,11 @@ DIR/examples.zip   one SavedModel at the archive's root whose signatures take se
                    tf.Examples: `serving_default` (classify: classes, scores) and `regress`
                    (outputs), as TF1's SavedModelBuilder writes them
 DIR/linear.pt      a TorchScript module (Linear(3, 2), then relu), as `torch.jit.save` writes it
+DIR/two.pt         a TorchScript module of two inputs (x FP32, idx INT64) and two outputs
+DIR/strings        a SavedModel folder whose signature takes and gives strings (tf.string)
+
+The folders the archives were made of stay (`dense/1`, `dense/2`, `examples`), for the
+framework worker's own tests (tests/framework.rs).
 """
 
 import json
@@ -28,7 +33,8 @@ out = sys.argv[1]
 W = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], dtype=np.float32)
 B = np.array([0.1, -0.2], dtype=np.float32)
 X = np.array([[1, 2, 3], [-1, 0.5, 2], [0, 0, 0], [4, -2, 1]], dtype=np.float32)
-answers = {"x": X.tolist()}
+IDX = np.array([3, -1, 0, 7], dtype=np.int64)
+answers = {"x": X.tolist(), "idx": IDX.tolist()}
 
 
 class Dense(tf.Module):
@@ -92,6 +98,16 @@ with tf.compat.v1.Graph().as_default() as graph, tf.compat.v1.Session(graph=grap
 shutil.make_archive(os.path.join(out, "examples"), "zip", examples)
 
 
+class Strings(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def serve(self, s):
+        return {"length": tf.strings.length(s), "upper": tf.strings.upper(s)}
+
+
+strings = Strings()
+tf.saved_model.save(strings, os.path.join(out, "strings"), signatures=strings.serve)
+
+
 class Linear(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -104,8 +120,23 @@ class Linear(torch.nn.Module):
         return torch.relu(self.fc(x))
 
 
-scripted = torch.jit.script(Linear().eval())
-torch.jit.save(scripted, os.path.join(out, "linear.pt"))
-with torch.inference_mode():
-    answers["linear"] = scripted(torch.from_numpy(X)).tolist()
+class Two(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = Linear()
+
+    def forward(self, x, idx):
+        return self.linear(x) * idx.unsqueeze(1).to(torch.float32), idx * 2
+
+
+for name, module, args in [
+    ("linear", Linear(), (torch.from_numpy(X),)),
+    ("two", Two(), (torch.from_numpy(X), torch.from_numpy(IDX))),
+]:
+    scripted = torch.jit.script(module.eval())
+    torch.jit.save(scripted, os.path.join(out, f"{name}.pt"))
+    with torch.inference_mode():
+        result = scripted(*args)
+    answers[name] = ([t.tolist() for t in result] if isinstance(result, tuple)
+                     else result.tolist())
 print(json.dumps(answers))

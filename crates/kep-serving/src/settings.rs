@@ -50,6 +50,10 @@ pub struct ServingSettings {
     /// `onnxruntime` Python package.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub onnxruntime: Option<std::path::PathBuf>,
+    /// The Python that runs SavedModels (with tensorflow-cpu) and TorchScript (with torch);
+    /// unset, `KEP_FRAMEWORK_PYTHON`, else `python3` on the PATH.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub framework_python: Option<std::path::PathBuf>,
     /// Whether `triton` instances let their callers register system shared memory regions
     /// (Triton's `--allow-client-shm`): a caller holding the endpoint's key could then make
     /// an instance map any shared memory object kep's user can open.
@@ -101,6 +105,7 @@ impl Default for ServingSettings {
             model_server: None,
             engine: kep_model_server::Engine::Tract,
             onnxruntime: None,
+            framework_python: None,
             allow_client_shm: false,
             monitor_interval_ms: 1000,
             alert_attempts: 6,

@@ -20,11 +20,25 @@ use tract_onnx::prelude::Tensor;
 use crate::model::{ModelError, TensorSpec};
 use protocol::{Reply, WireError};
 
-/// The Python kep runs framework models with: `KEP_FRAMEWORK_PYTHON`, else `python3` on PATH.
+/// The variable that names the Python of `kep model-server`'s workers.
 pub const PYTHON_ENV: &str = "KEP_FRAMEWORK_PYTHON";
+/// The worker's framework threads, which it sets as it imports the framework.
+const THREADS_ENV: &str = "KEP_FRAMEWORK_THREADS";
 
+static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Sets the Python this process's workers run in (`serving.framework_python`), before
+/// any starts.
+pub fn use_python(python: PathBuf) {
+    let _ = PYTHON.set(python);
+}
+
+/// The Python kep runs framework models with: the one [`use_python`] set, else
+/// `KEP_FRAMEWORK_PYTHON`, else `python3` on the PATH.
 pub fn python() -> PathBuf {
-    std::env::var_os(PYTHON_ENV).map_or_else(|| PathBuf::from("python3"), PathBuf::from)
+    PYTHON.get().cloned().unwrap_or_else(|| {
+        std::env::var_os(PYTHON_ENV).map_or_else(|| PathBuf::from("python3"), PathBuf::from)
+    })
 }
 
 const SCRIPT: &str = include_str!("worker.py");
@@ -71,11 +85,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Worker {
     /// Starts the worker in [`python()`].
     pub fn start() -> Result<Arc<Worker>, ModelError> {
-        Worker::start_with(&python())
+        Worker::spawn(&python(), None)
+    }
+
+    /// Starts the worker in [`python()`], its framework's compute on at most `threads`
+    /// threads (an instance's CPUs, as a container would give it).
+    pub fn start_threads(threads: Option<usize>) -> Result<Arc<Worker>, ModelError> {
+        Worker::spawn(&python(), threads)
     }
 
     /// Starts the worker in `python`; it imports no framework until a model needs one.
     pub fn start_with(python: &Path) -> Result<Arc<Worker>, ModelError> {
+        Worker::spawn(python, None)
+    }
+
+    fn spawn(python: &Path, threads: Option<usize>) -> Result<Arc<Worker>, ModelError> {
         let unavailable = |why: String| {
             ModelError::EngineUnavailable(format!(
                 "{} cannot run kep's framework worker ({why}): SavedModels need a Python 3 \
@@ -83,7 +107,11 @@ impl Worker {
                 python.display()
             ))
         };
-        let mut child = Command::new(python)
+        let mut command = Command::new(python);
+        if let Some(threads) = threads {
+            command.env(THREADS_ENV, threads.to_string());
+        }
+        let mut child = command
             .args(["-u", "-c", SCRIPT])
             // TensorFlow's C++ INFO logs, on every import and load, are noise in the log.
             .env("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -74,7 +74,15 @@ def import_framework(framework, package, module):
         except ImportError:
             traceback.print_exc()
             raise Unavailable(framework, pip) from None
-    return sys.modules[module]
+    imported = sys.modules[module]
+    # The instance's CPUs, as a container would bound them (`--threads`).
+    threads = int(os.environ.get("KEP_FRAMEWORK_THREADS", "0"))
+    if threads and module == "tensorflow":
+        imported.config.threading.set_intra_op_parallelism_threads(threads)
+        imported.config.threading.set_inter_op_parallelism_threads(threads)
+    elif threads and module == "torch":
+        imported.set_num_threads(threads)
+    return imported
 
 
 def decode(spec, data):

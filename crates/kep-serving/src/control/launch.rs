@@ -65,6 +65,12 @@ impl DeploymentSpec {
             env.entry(ORT_DYLIB_PATH.to_owned())
                 .or_insert_with(|| lib.to_string_lossy().into_owned());
         }
+        if self.model.is_some()
+            && let Some(python) = &server.framework_python
+        {
+            env.entry(kep_model_server::framework::PYTHON_ENV.to_owned())
+                .or_insert_with(|| python.to_string_lossy().into_owned());
+        }
         let (command, readiness) = match (&self.kind, &self.image, &self.model) {
             (DeploymentType::CustomImage, Some(image), _) => (
                 Ok(match &image.engine {
@@ -168,6 +174,8 @@ pub(super) struct ModelServer {
     engine: Engine,
     /// `serving.onnxruntime`.
     onnxruntime: Option<PathBuf>,
+    /// `serving.framework_python`.
+    framework_python: Option<PathBuf>,
     /// `serving.allow_client_shm`.
     allow_client_shm: bool,
 }
@@ -179,6 +187,10 @@ impl ModelServer {
         if let Some(lib) = &settings.onnxruntime {
             kep_model_server::onnxruntime::use_library(lib.clone());
         }
+        // So are SavedModels and TorchScript, in the Python their instances run.
+        if let Some(python) = &settings.framework_python {
+            kep_model_server::framework::use_python(python.clone());
+        }
         Ok(ModelServer {
             argv: match &settings.model_server {
                 Some(argv) if !argv.is_empty() => argv.clone(),
@@ -189,6 +201,7 @@ impl ModelServer {
             },
             engine: settings.engine,
             onnxruntime: settings.onnxruntime.clone(),
+            framework_python: settings.framework_python.clone(),
             allow_client_shm: settings.allow_client_shm,
         })
     }

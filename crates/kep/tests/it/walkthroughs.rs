@@ -164,6 +164,12 @@ fn serving() {
     );
 }
 
+/// TensorFlow and PyTorch come from PyPI (./test installs them).
+#[test]
+fn frameworks() {
+    walk("frameworks", &[], &[]);
+}
+
 #[test]
 fn activity() {
     walk("activity", &[], &[]);

@@ -5,11 +5,15 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::models::{model_server_tests, native_servers, upload_model};
-use crate::common::{Server, StopsGracefully, cli, cli_fails, http, port0, serve, wait_available};
+use crate::common::{
+    Server, StopsGracefully, cli, cli_fails, eventually_blocking, http, port0, serve,
+    wait_available,
+};
 
 /// The models and each framework's own answers to the inputs `x`.
 struct Made {
@@ -355,6 +359,40 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
         None,
     );
     assert_eq!(status, 404);
+
+    // A worker that dies takes its instance down, which the runtime restarts.
+    let shown = cli(srv, &["serving", "deployment", "show", "tri", "d1"]);
+    let pid = shown["instances"][0]["pid"].as_u64().unwrap();
+    // The worker is the child of the thread that started it, which may be any of them.
+    let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).unwrap_or_default())
+        .collect();
+    let worker: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually_blocking(Duration::from_secs(60), "the instance restarts", || {
+        let shown = cli(srv, &["serving", "deployment", "show", "tri", "d1"]);
+        let instance = &shown["instances"][0];
+        if instance["restarts"].as_u64() >= Some(1) && instance["ready"] == true {
+            Ok(())
+        } else {
+            Err(instance.to_string())
+        }
+    });
+    let (status, got) = call(
+        "POST",
+        &format!("{url}/v2/models/linear/infer"),
+        &key,
+        Some(
+            json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
+                                "data": a["x"]}]}),
+        ),
+    );
+    assert_eq!(status, 200, "{got}");
 }
 
 /// A tar.gz of `(name, bytes)` entries, names as given (`..` too), as a hostile archive.
@@ -495,7 +533,7 @@ fn a_format_whose_runtime_is_missing_is_refused_at_upload_with_what_to_install()
     let srv = StopsGracefully(serve(
         dir.path(),
         &port0(),
-        &[("KEP_FRAMEWORK_PYTHON", bare.to_str().unwrap())],
+        &[("KEP_SERVING_FRAMEWORK_PYTHON", bare.to_str().unwrap())],
     ));
     let srv = &srv.0;
     let dense = models.file("dense.tar.gz");
