@@ -22,10 +22,10 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
+
+from timing import seconds, timed
 
 SIZES = [256, 1024, 1024, 256]
 
@@ -129,43 +129,6 @@ def check(framework, dir, batch, response, headers):
         sys.exit("kep's answer is not the framework's")
 
 
-def bench(call, duration, callers):
-    for _ in range(20):  # warm-up: first calls trace and allocate
-        call()
-    lats = [[] for _ in range(callers)]
-    start = threading.Barrier(callers + 1)
-    deadline = [0.0]
-
-    def loop(mine):
-        start.wait()
-        clock, end = time.perf_counter_ns, deadline[0]
-        while True:
-            t0 = clock()
-            call()
-            t1 = clock()
-            mine.append(t1 - t0)
-            if t1 >= end:
-                break
-
-    threads = [threading.Thread(target=loop, args=(lat,)) for lat in lats]
-    for t in threads:
-        t.start()
-    t0 = time.perf_counter_ns()
-    deadline[0] = t0 + int(duration * 1e9)
-    start.wait()
-    for t in threads:
-        t.join()
-    elapsed = (time.perf_counter_ns() - t0) / 1e9
-    all_ = np.concatenate([np.array(lat, dtype=np.float64) for lat in lats]) / 1000
-    p50, p99 = np.percentile(all_, [50, 99])
-    return all_.size / elapsed, p50, p99, all_.size
-
-
-def seconds(d):
-    m = re.fullmatch(r"([\d.]+)(ms|s|m|h)?", d)
-    return float(m[1]) * {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600}[m[2]]
-
-
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "make":
@@ -178,7 +141,7 @@ if __name__ == "__main__":
         framework, dir, batch, duration = args
         call = runner(framework, dir, int(batch))
         for callers in (1, 4):
-            ips, p50, p99, n = bench(call, seconds(duration), callers)
+            ips, p50, p99, n = timed(call, seconds(duration), callers)
             print(f"inproc-c{callers} {ips:.1f} {p50:.1f} {p99:.1f} {n}", flush=True)
     else:
         sys.exit(__doc__)

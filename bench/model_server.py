@@ -13,11 +13,11 @@ intra_op_num_threads left at its default (0: one per physical core) and at 1.
 import json
 import re
 import sys
-import threading
-import time
 
 import numpy as np
 import onnxruntime as ort
+
+from timing import seconds, timed
 
 
 def session(path, intra=0):
@@ -62,41 +62,7 @@ def check(model, response, headers):
 def bench(model, duration, callers, intra):
     sess = session(model, intra)
     name, x, output = feed(sess)
-    for _ in range(20):  # warm-up: first runs allocate
-        sess.run([output], {name: x})
-    lats = [[] for _ in range(callers)]
-    start = threading.Barrier(callers + 1)
-    deadline = [0.0]
-
-    def loop(mine):
-        start.wait()
-        clock, run, f = time.perf_counter_ns, sess.run, {name: x}
-        end = deadline[0]
-        while True:
-            t0 = clock()
-            run([output], f)
-            t1 = clock()
-            mine.append(t1 - t0)
-            if t1 >= end:
-                break
-
-    threads = [threading.Thread(target=loop, args=(lat,)) for lat in lats]
-    for t in threads:
-        t.start()
-    t0 = time.perf_counter_ns()
-    deadline[0] = t0 + int(duration * 1e9)
-    start.wait()
-    for t in threads:
-        t.join()
-    elapsed = (time.perf_counter_ns() - t0) / 1e9
-    all_ = np.concatenate([np.array(lat, dtype=np.float64) for lat in lats]) / 1000
-    p50, p99 = np.percentile(all_, [50, 99])
-    return all_.size / elapsed, p50, p99, all_.size
-
-
-def seconds(d):
-    m = re.fullmatch(r"([\d.]+)(ms|s|m|h)?", d)
-    return float(m[1]) * {"ms": 0.001, "s": 1, None: 1, "m": 60, "h": 3600}[m[2]]
+    return timed(lambda: sess.run([output], {name: x}), duration, callers)
 
 
 if __name__ == "__main__":

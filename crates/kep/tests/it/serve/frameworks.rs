@@ -56,8 +56,44 @@ fn close(got: &Value, want: &Value) -> bool {
     }
 }
 
+/// Rows of values as one flat list, as KServe answers them.
+fn flat(rows: &Value) -> Value {
+    (rows.as_array().unwrap().iter())
+        .flat_map(|r| r.as_array().unwrap().clone())
+        .collect()
+}
+
 fn assert_close(got: &Value, want: &Value) {
     assert!(close(got, want), "got {got}, the framework gives {want}");
+}
+
+/// `linear.pt`'s inputs, as its upload declares them.
+const LINEAR_INPUTS: &str = r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#;
+
+/// `kep serving model upload NAME FILE --framework FRAMEWORK` and `extra`.
+fn upload_args<'a>(
+    name: &'a str,
+    file: &'a Path,
+    framework: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["serving", "model", "upload", name, file.to_str().unwrap()];
+    args.extend(["--framework", framework]);
+    args.extend(extra);
+    args
+}
+
+/// `kep serving deployment create ENDPOINT d1 --type KIND --model MODEL` and `extra`.
+fn create_args<'a>(
+    endpoint: &'a str,
+    kind: &'a str,
+    model: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec!["serving", "deployment", "create", endpoint, "d1"];
+    args.extend(["--type", kind, "--model", model]);
+    args.extend(extra);
+    args
 }
 
 /// An endpoint with one deployment of `kind` serving `model`, once Available: its URL
@@ -69,21 +105,23 @@ fn deployed(
     model: &str,
     extra: &[&str],
 ) -> (String, String) {
-    let e = cli(srv, &["serving", "endpoint", "create", endpoint]);
-    let mut args = vec![
-        "serving",
-        "deployment",
-        "create",
-        endpoint,
-        "d1",
-        "--type",
-        kind,
-        "--model",
-        model,
-    ];
-    args.extend(extra);
-    cli(srv, &args);
-    wait_available(srv, endpoint, "d1");
+    deployed_on(srv, &[endpoint], kind, model, extra)
+}
+
+/// The same, the endpoint made with `endpoint`'s flags after its name.
+fn deployed_on(
+    srv: &Server,
+    endpoint: &[&str],
+    kind: &str,
+    model: &str,
+    extra: &[&str],
+) -> (String, String) {
+    let e = cli(
+        srv,
+        &[&["serving", "endpoint", "create"], endpoint].concat(),
+    );
+    cli(srv, &create_args(endpoint[0], kind, model, extra));
+    wait_available(srv, endpoint[0], "d1");
     let field = |f: &str| e[f].as_str().unwrap().to_owned();
     (field("url"), field("api_key"))
 }
@@ -199,38 +237,19 @@ fn a_saved_model_answers_tf_servings_grpc_calls_through_the_gateway() {
     let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
     let srv = &srv.0;
     upload_model(srv, "dense", models.file("dense.tar.gz"), "tensorflow");
-    let e = cli(
+    let (url, key) = deployed_on(
         srv,
-        &["serving", "endpoint", "create", "tfs", "--protocol", "grpc"],
+        &["tfs", "--protocol", "grpc"],
+        "tensorflow-serving",
+        "dense",
+        &["--version-policy", r#"{"all": true}"#],
     );
-    cli(
-        srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "tfs",
-            "d1",
-            "--type",
-            "tensorflow-serving",
-            "--model",
-            "dense",
-            "--version-policy",
-            r#"{"all": true}"#,
-        ],
-    );
-    wait_available(srv, "tfs", "d1");
-    let url = e["url"].as_str().unwrap();
     let gateway = url.trim_start_matches("http://").split('/').next().unwrap();
     let answers = models.file("answers.json");
     std::fs::write(&answers, models.answers.to_string()).unwrap();
     let out = Command::new("python3")
         .arg(model_server_tests().join("check_saved_model_grpc.py"))
-        .args([
-            gateway,
-            e["api_key"].as_str().unwrap(),
-            answers.to_str().unwrap(),
-        ])
+        .args([gateway, &key, answers.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(
@@ -311,21 +330,10 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
     let a = &models.answers;
     let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
     let srv = &srv.0;
-    let inputs = r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#;
     let file = models.file("linear.pt");
     let m = cli(
         srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "linear",
-            file.to_str().unwrap(),
-            "--framework",
-            "pytorch",
-            "--inputs",
-            inputs,
-        ],
+        &upload_args("linear", &file, "pytorch", &["--inputs", LINEAR_INPUTS]),
     );
     assert_eq!(m["format"], "torchscript");
     assert_eq!(m["versions"], json!([1]));
@@ -334,22 +342,21 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
         json!([{"name": "OUTPUT__0", "datatype": "FP32", "shape": [-1, 2]}])
     );
     let (url, key) = deployed(srv, "tri", "triton", "linear", &[]);
-    let (status, got) = call(
-        "POST",
-        &format!("{url}/v2/models/linear/infer"),
-        &key,
-        Some(
-            json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
-                                "data": a["x"]}]}),
-        ),
-    );
+    let infer = || {
+        let body = json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
+                                      "data": a["x"]}]});
+        call(
+            "POST",
+            &format!("{url}/v2/models/linear/infer"),
+            &key,
+            Some(body),
+        )
+    };
+    let (status, got) = infer();
     assert_eq!(status, 200, "{got}");
     assert_eq!(got["model_version"], "1");
     assert_eq!(got["outputs"][0]["shape"], json!([4, 2]));
-    let flat: Vec<Value> = (a["linear"].as_array().unwrap().iter())
-        .flat_map(|r| r.as_array().unwrap().clone())
-        .collect();
-    assert_close(&got["outputs"][0]["data"], &Value::Array(flat));
+    assert_close(&got["outputs"][0]["data"], &flat(&a["linear"]));
     let (_, config) = call("GET", &format!("{url}/v2/models/linear/config"), &key, None);
     assert_eq!(config["platform"], "pytorch_libtorch");
     let (status, _) = call(
@@ -383,16 +390,9 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
             Err(instance.to_string())
         }
     });
-    let (status, got) = call(
-        "POST",
-        &format!("{url}/v2/models/linear/infer"),
-        &key,
-        Some(
-            json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3],
-                                "data": a["x"]}]}),
-        ),
-    );
+    let (status, got) = infer();
     assert_eq!(status, 200, "{got}");
+    assert_close(&got["outputs"][0]["data"], &flat(&a["linear"]));
 }
 
 /// A tar.gz of `(name, bytes)` entries, names as given (`..` too), as a hostile archive.
@@ -420,17 +420,7 @@ fn framework_models_that_do_not_fit_are_refused_and_nothing_is_registered() {
     let srv = StopsGracefully(serve(dir.path(), &port0(), &[]));
     let srv = &srv.0;
     let upload = |name: &str, file: &Path, framework: &str, extra: &[&str]| {
-        let mut args = vec![
-            "serving",
-            "model",
-            "upload",
-            name,
-            file.to_str().unwrap(),
-            "--framework",
-            framework,
-        ];
-        args.extend(extra);
-        cli_fails(srv, &args)
+        cli_fails(srv, &upload_args(name, file, framework, extra))
     };
     let refused = |err: String, words: &str| {
         assert!(
@@ -440,7 +430,7 @@ fn framework_models_that_do_not_fit_are_refused_and_nothing_is_registered() {
     };
     let dense = models.file("dense.tar.gz");
     let linear = models.file("linear.pt");
-    let x = r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#;
+    let x = LINEAR_INPUTS;
     refused(upload("ma", &dense, "pytorch", &[]), "framework tensorflow");
     refused(
         upload("mb", &linear, "tensorflow", &["--inputs", x]),
@@ -499,19 +489,12 @@ fn framework_models_that_do_not_fit_are_refused_and_nothing_is_registered() {
     ] {
         let err = cli_fails(
             srv,
-            &[
-                "serving",
-                "deployment",
-                "create",
+            &create_args(
                 "tfs",
-                "d1",
-                "--type",
                 "tensorflow-serving",
-                "--model",
                 "dense",
-                "--version-policy",
-                policy,
-            ],
+                &["--version-policy", policy],
+            ),
         );
         refused(err, words);
     }
@@ -537,18 +520,7 @@ fn a_format_whose_runtime_is_missing_is_refused_at_upload_with_what_to_install()
     ));
     let srv = &srv.0;
     let dense = models.file("dense.tar.gz");
-    let err = cli_fails(
-        srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "dense",
-            dense.to_str().unwrap(),
-            "--framework",
-            "tensorflow",
-        ],
-    );
+    let err = cli_fails(srv, &upload_args("dense", &dense, "tensorflow", &[]));
     assert!(
         err.contains("HTTP 400") && err.contains("pip install") && err.contains("tensorflow-cpu"),
         "{err}"
@@ -556,17 +528,7 @@ fn a_format_whose_runtime_is_missing_is_refused_at_upload_with_what_to_install()
     let linear = models.file("linear.pt");
     let err = cli_fails(
         srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "linear",
-            linear.to_str().unwrap(),
-            "--framework",
-            "pytorch",
-            "--inputs",
-            r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#,
-        ],
+        &upload_args("linear", &linear, "pytorch", &["--inputs", LINEAR_INPUTS]),
     );
     assert!(err.contains("HTTP 400") && err.contains("torch"), "{err}");
     assert_eq!(cli(srv, &["serving", "model", "list"]), json!([]));
@@ -587,17 +549,7 @@ fn the_real_servers_get_framework_models_in_their_own_layouts() {
     let file = models.file("linear.pt");
     cli(
         srv,
-        &[
-            "serving",
-            "model",
-            "upload",
-            "linear",
-            file.to_str().unwrap(),
-            "--framework",
-            "pytorch",
-            "--inputs",
-            r#"[{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]"#,
-        ],
+        &upload_args("linear", &file, "pytorch", &["--inputs", LINEAR_INPUTS]),
     );
     let native = ["--env", "KEP_ENGINE=native"];
     let all = ["--version-policy", r#"{"specific": [1, 2]}"#];
@@ -632,15 +584,6 @@ fn the_real_servers_get_framework_models_in_their_own_layouts() {
         Some(infer.clone()),
     );
     assert_eq!(status, 200, "{got}");
-    let flat = |v: &Value| -> Value {
-        Value::Array(
-            v.as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|r| r.as_array().unwrap().clone())
-                .collect(),
-        )
-    };
     assert_close(&got["outputs"][0]["data"], &flat(&a["v1"]["y"]));
     let (url, key) = deployed(srv, "pt", "triton", "linear", &native);
     let (status, got) = call(
@@ -655,19 +598,7 @@ fn the_real_servers_get_framework_models_in_their_own_layouts() {
     cli(srv, &["serving", "endpoint", "create", "odd"]);
     let err = cli_fails(
         srv,
-        &[
-            "serving",
-            "deployment",
-            "create",
-            "odd",
-            "d1",
-            "--type",
-            "tensorflow-serving",
-            "--model",
-            "linear",
-            "--env",
-            "KEP_ENGINE=native",
-        ],
+        &create_args("odd", "tensorflow-serving", "linear", &native),
     );
     assert!(err.contains("HTTP 400"), "{err}");
 }
