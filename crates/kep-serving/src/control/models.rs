@@ -226,11 +226,9 @@ fn model_view(row: &ModelRow) -> Model {
         created_at: rfc3339(row.created_at),
         inputs: tensors(&row.inputs),
         outputs: tensors(&row.outputs),
-        format: if row.format.is_empty() {
-            legacy_format(Path::new(&row.path)).to_owned()
-        } else {
-            row.format.clone()
-        },
+        // A model stored before formats were kept is told by its file's bytes.
+        format: kep_model_server::model::Format::stored(&row.format, Path::new(&row.path))
+            .map_or_else(|| row.format.clone(), |f| f.name().to_owned()),
         versions: row.versions.clone(),
         signatures: row.signatures.as_ref().map(|signatures| {
             (signatures.iter())
@@ -242,14 +240,5 @@ fn model_view(row: &ModelRow) -> Model {
                 })
                 .collect()
         }),
-    }
-}
-
-/// The format of a tensorflow model stored before formats were kept: ONNX or a GraphDef.
-fn legacy_format(path: &Path) -> &'static str {
-    if kep_model_server::model::is_onnx(path) {
-        "onnx"
-    } else {
-        "graphdef"
     }
 }

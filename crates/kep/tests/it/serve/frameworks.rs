@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::models::{model_server_tests, native_servers, upload_model};
+use super::models::{model_server_tests, native_servers, run, upload_model};
 use crate::common::{
     Server, StopsGracefully, cli, cli_fails, eventually_blocking, http, port0, serve,
     wait_available,
@@ -23,17 +23,10 @@ struct Made {
 
 fn made() -> Made {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new("python3")
+    let out = run(Command::new("python3")
         .arg(model_server_tests().join("make_saved_models.py"))
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answers = serde_json::from_slice(&out.stdout).unwrap();
+        .arg(dir.path()));
+    let answers = serde_json::from_slice(&out).unwrap();
     Made { dir, answers }
 }
 
@@ -247,17 +240,9 @@ fn a_saved_model_answers_tf_servings_grpc_calls_through_the_gateway() {
     let gateway = url.trim_start_matches("http://").split('/').next().unwrap();
     let answers = models.file("answers.json");
     std::fs::write(&answers, models.answers.to_string()).unwrap();
-    let out = Command::new("python3")
+    run(Command::new("python3")
         .arg(model_server_tests().join("check_saved_model_grpc.py"))
-        .args([gateway, &key, answers.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args([gateway, &key, answers.to_str().unwrap()]));
 }
 
 /// A SavedModel whose signatures take serialized tf.Examples, as TF1's builder writes

@@ -15,14 +15,16 @@ pub(super) fn model_server_tests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../kep-model-server/tests")
 }
 
-/// Runs a command that must succeed.
-pub(super) fn run(cmd: &mut Command) {
+/// Runs a command that must succeed; its standard output.
+pub(super) fn run(cmd: &mut Command) -> Vec<u8> {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "{cmd:?}: {}",
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
 }
 
 /// The test models (`make_models.py`, with the `onnx` package) in a folder of their own.
