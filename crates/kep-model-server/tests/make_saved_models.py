@@ -12,6 +12,7 @@ DIR/examples.zip   one SavedModel at the archive's root whose signatures take se
                    tf.Examples: `serving_default` (classify: classes, scores) and `regress`
                    (outputs), as TF1's SavedModelBuilder writes them
 DIR/linear.pt      a TorchScript module (Linear(3, 2), then relu), as `torch.jit.save` writes it
+DIR/traced.pt      the same module traced (`torch.jit.trace`) rather than scripted
 DIR/two.pt         a TorchScript module of two inputs (x FP32, idx INT64) and two outputs
 DIR/strings        a SavedModel folder whose signature takes and gives strings (tf.string)
 
@@ -139,4 +140,6 @@ for name, module, args in [
         result = scripted(*args)
     answers[name] = ([t.tolist() for t in result] if isinstance(result, tuple)
                      else result.tolist())
+# What most PyTorch users save: a module traced on an example input rather than scripted.
+torch.jit.save(torch.jit.trace(Linear().eval(), torch.from_numpy(X)), os.path.join(out, "traced.pt"))
 print(json.dumps(answers))

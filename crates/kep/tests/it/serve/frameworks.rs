@@ -352,6 +352,18 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
     );
     assert_eq!(status, 404);
 
+    // A traced module, as most PyTorch users save one, serves alike.
+    let traced = models.file("traced.pt");
+    let args = upload_args("traced", &traced, "pytorch", &["--inputs", LINEAR_INPUTS]);
+    assert_eq!(cli(srv, &args)["outputs"], m["outputs"]);
+    let (traced_url, traced_key) = deployed(srv, "traced", "triton", "traced", &[]);
+    let body =
+        json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 3], "data": a["x"]}]});
+    let url_of = format!("{traced_url}/v2/models/traced/infer");
+    let (status, got) = call("POST", &url_of, &traced_key, Some(body));
+    assert_eq!(status, 200, "{got}");
+    assert_close(&got["outputs"][0]["data"], &flat(&a["linear"]));
+
     // A worker that dies takes its instance down, which the runtime restarts.
     let shown = cli(srv, &["serving", "deployment", "show", "tri", "d1"]);
     let pid = shown["instances"][0]["pid"].as_u64().unwrap();
