@@ -15,7 +15,8 @@
 # wrk -t1 at 1 and 4 connections, DURATION each after a 2 s warm-up. In-process: 1 and 4
 # caller threads, the framework's default threads (both use the 2 cores). Nothing is pinned.
 # "kep ÷ in-process" = kep's inferences/s at c1 (c4) ÷ in-process at 1 (4) callers. The
-# issue's goal: ≥ 0.8× on CPU.
+# issue's goal: ≥ 0.8× on CPU. Last, the model's call alone inside the instance (its
+# statistics' compute_infer over the c1 run) beside the in-process call's mean.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
@@ -57,8 +58,14 @@ LUA
     : >"$res"
     wrk_run() { wrk -t1 -c"$1" -d"$2" --latency -s "$WORK/$m.lua" -H "Authorization: Bearer $KEY" "$url"; }
     wrk_run 4 2s >/dev/null
+    # The instance's own statistics (Triton's compute_infer) around the c1 run: the model's
+    # call inside kep's process alone, without HTTP and the gateway.
+    compute() { curl -sf -H "Authorization: Bearer $KEY" "${url%/infer}/stats" |
+      jq -r '.model_stats[0].inference_stats.compute_infer | "\(.count) \(.ns)"'; }
+    read -r n0 ns0 < <(compute)
     for c in 1 4; do
       echo "kep-c$c $(wrk_run "$c" "$DURATION" | awk "$WRK_AWK")" >>"$res"
+      [ "$c" = 1 ] && read -r n1 ns1 < <(compute)
     done
     python3 "$PY" inproc "$framework" "$WORK" "$batch" "$DURATION" 2>/dev/null >>"$res"
     printf '   %-36s %10s %9s %9s %16s\n' "path ($DURATION each)" "inf/s" "p50 ms" "p99 ms" "kep ÷ in-process"
@@ -73,6 +80,9 @@ LUA
           printf "   %-36s %10.1f %9.3f %9.3f %16s\n", label[k], ips[k], p50[k] / 1000, p99[k] / 1000, r
         }
       }' "$res"
+    awk -v n="$((n1 - n0))" -v ns="$((ns1 - ns0))" '$1 == "inproc-c1" {
+      printf "   the call inside the instance (c1): %.3f ms mean; in-process, 1 caller: %.3f ms mean\n",
+        ns / n / 1e6, 1000 / $2 }' "$res"
   done
   api -XDELETE "$admin/admin/v1/serving/endpoints/$m" >/dev/null
 done

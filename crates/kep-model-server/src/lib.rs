@@ -176,13 +176,25 @@ impl Served {
             inputs.into_iter().map(|(n, i)| (n, i.into())).collect();
         let model = Arc::clone(model);
         let queued = std::time::Instant::now();
-        let (queue, infer, result) = tokio::task::spawn_blocking(move || {
+        let interpreter = model.interpreter();
+        let work = move || {
             let started = std::time::Instant::now();
             let result = model.run(inputs);
             (started - queued, started.elapsed(), result)
-        })
-        .await
-        .map_err(|e| ModelError::Failed(format!("inference task: {e}")))?;
+        };
+        let failed = |e: String| ModelError::Failed(format!("inference task: {e}"));
+        let (queue, infer, result) = match interpreter {
+            // Straight to the thread that runs it, not by way of the blocking pool.
+            Some(interpreter) => {
+                let (done, ran) = tokio::sync::oneshot::channel();
+                (interpreter.execute(Box::new(move || {
+                    let _ = done.send(work());
+                })))
+                .map_err(failed)?;
+                ran.await.map_err(|e| failed(e.to_string()))?
+            }
+            None => (tokio::task::spawn_blocking(work).await).map_err(|e| failed(e.to_string()))?,
+        };
         clock.ran(queue, infer);
         result
     }
@@ -349,13 +361,19 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         onnxruntime::use_gpus(gpus.len());
         onnxruntime::use_sessions(config.model_instances);
     }
-    let (policy, inputs, threads) = (
+    let (policy, inputs, threads, instances) = (
         config.version_policy.clone(),
         config.inputs.clone(),
         config.threads,
+        config.model_instances,
     );
     let loaded = tokio::task::spawn_blocking(move || {
-        versions::load(&path, engine, &policy, inputs.as_deref(), threads)
+        let runtime = versions::Runtime {
+            threads,
+            instances,
+            in_process: true,
+        };
+        versions::load(&path, engine, &policy, inputs.as_deref(), runtime)
     })
     .await??;
     for version in &loaded.versions {

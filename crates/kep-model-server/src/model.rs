@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use tract_onnx::prelude::*;
 use tract_tensorflow::tract_hir::infer::{GenericFactoid, InferenceFact, ShapeFactoid};
 
+use crate::framework::tensorflow::Endpoint;
 use crate::framework::{SignatureDef, Worker};
 
 mod input;
@@ -458,6 +459,13 @@ enum Runner {
     Tract(Arc<TypedRunnableModel>),
     #[cfg(feature = "onnxruntime")]
     OnnxRuntime(crate::onnxruntime::OrtModel),
+    /// A SavedModel's signature in this process: the graph tensors it feeds and fetches,
+    /// in the model's order of its inputs and outputs.
+    Session {
+        session: Arc<crate::framework::tensorflow::Session>,
+        feeds: Vec<Endpoint>,
+        fetches: Vec<(Endpoint, DataType)>,
+    },
     /// A model loaded under `key` in a framework worker, run by its `signature`.
     Framework {
         worker: Arc<Worker>,
@@ -520,6 +528,36 @@ impl Model {
         }
     }
 
+    /// A SavedModel signature run by `session`: each input and output with the graph
+    /// tensor it is.
+    pub fn in_session(
+        session: Arc<crate::framework::tensorflow::Session>,
+        inputs: Vec<(TensorSpec, Endpoint)>,
+        outputs: Vec<(TensorSpec, Endpoint)>,
+    ) -> Model {
+        let fetches = outputs.iter().map(|(s, e)| (*e, s.datatype)).collect();
+        let (inputs, feeds) = inputs.into_iter().unzip();
+        Model {
+            format: Format::SavedModel,
+            inputs,
+            outputs: outputs.into_iter().map(|(s, _)| s).collect(),
+            runner: Runner::Session {
+                session,
+                feeds,
+                fetches,
+            },
+        }
+    }
+
+    /// The interpreter whose threads the model's calls run on, where it runs inside this
+    /// process's Python.
+    pub fn interpreter(&self) -> Option<&'static crate::framework::Interpreter> {
+        match &self.runner {
+            Runner::Framework { worker, .. } => worker.interpreter(),
+            _ => None,
+        }
+    }
+
     /// The engine that runs the model, by name.
     pub fn engine_name(&self) -> &'static str {
         match (&self.runner, self.format) {
@@ -527,7 +565,7 @@ impl Model {
             #[cfg(feature = "onnxruntime")]
             (Runner::OnnxRuntime(_), _) => Engine::OnnxRuntime.name(),
             (Runner::Framework { .. }, Format::TorchScript) => "libtorch",
-            (Runner::Framework { .. }, _) => "tensorflow",
+            (Runner::Framework { .. } | Runner::Session { .. }, _) => "tensorflow",
         }
     }
 
@@ -587,6 +625,18 @@ impl Model {
             Runner::OnnxRuntime(model) => {
                 let named = self.inputs.iter().map(|s| s.name.as_str()).zip(ordered);
                 model.run(named.collect(), &self.outputs)
+            }
+            Runner::Session {
+                session,
+                feeds,
+                fetches,
+            } => {
+                let inputs = (feeds.iter().copied())
+                    .zip(ordered.into_iter().map(Input::into_tensor))
+                    .map(|(feed, t)| t.map(|t| (feed, t)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ModelError::Failed)?;
+                session.run(&inputs, fetches)
             }
             Runner::Framework {
                 worker,

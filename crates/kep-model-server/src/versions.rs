@@ -1,13 +1,17 @@
 //! A model file loaded as the versions a deployment serves (CONTRACT §3): an ONNX model
 //! or frozen GraphDef is version 1 on kep's engine; a SavedModel's versions and a
-//! TorchScript file run on their framework's own runtime, in one worker process.
+//! TorchScript file run on their framework's own runtime: a SavedModel in this process
+//! through TensorFlow's C API where [`Runtime::in_process`] asks, else, like TorchScript,
+//! in one worker process.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::artifact::{Artifact, unpack_saved_model};
+use crate::framework::tensorflow::Session;
 use crate::framework::{SignatureDef, Worker};
-use crate::model::{Engine, Format, Model, ModelError, TensorSpec};
+use crate::model::{DataType, Engine, Format, Model, ModelError, TensorSpec};
+use crate::tfserving::grpc::{SignatureDefs, tensorflow as tf};
 use crate::{Signature, Version};
 
 pub use kep_api::serving::VersionPolicy;
@@ -53,6 +57,22 @@ impl Select for VersionPolicy {
     }
 }
 
+/// How framework models run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Runtime {
+    /// The framework's compute threads (an instance's CPUs, as a container would give
+    /// it); unset, the framework's default.
+    pub threads: Option<usize>,
+    /// TorchScript calls run at once inside this process (Triton's model instances);
+    /// others wait their turn. 0 is 1.
+    pub instances: usize,
+    /// Framework models in this process (a model server's instance: no pipe on the way):
+    /// SavedModels through TensorFlow's C API, TorchScript in the framework Python's
+    /// interpreter. Otherwise, and where those cannot be opened, in a worker process (`kep
+    /// serve`'s upload checks, which must not keep a framework in the server).
+    pub in_process: bool,
+}
+
 /// The versions a model file serves, loaded, and what they need kept: the folder a
 /// SavedModel archive was unpacked in.
 pub struct Loaded {
@@ -73,7 +93,7 @@ pub fn load(
     engine: Engine,
     policy: &VersionPolicy,
     inputs: Option<&[TensorSpec]>,
-    threads: Option<usize>,
+    runtime: Runtime,
 ) -> Result<Loaded, ModelError> {
     let chosen = |available: &[i64]| policy.select(available).map_err(ModelError::Unreadable);
     match Artifact::of(path)? {
@@ -95,7 +115,17 @@ pub fn load(
                     "a TorchScript module needs its inputs declared: TorchScript records no datatypes or shapes".into(),
                 )
             })?;
-            let worker = Worker::start_threads(threads)?;
+            let worker = match runtime
+                .in_process
+                .then(|| Worker::embedded(runtime.threads, runtime.instances))
+            {
+                Some(Ok(worker)) => worker,
+                Some(Err(why)) => {
+                    tracing::warn!("TorchScript runs in a worker process: {why}");
+                    Worker::start_threads(runtime.threads)?
+                }
+                None => Worker::start_threads(runtime.threads)?,
+            };
             let signature = worker.load_torchscript("1", path, inputs)?;
             Ok(Loaded {
                 format: Format::TorchScript,
@@ -119,12 +149,28 @@ pub fn load(
             let found = unpack_saved_model(path, kind, dir.path())?;
             let available: Vec<i64> = found.iter().map(|v| v.version as i64).collect();
             let wanted = chosen(&available)?;
-            let worker = Worker::start_threads(threads)?;
-            let mut versions = Vec::with_capacity(wanted.len());
-            for v in found
-                .iter()
+            let found: Vec<_> = (found.into_iter())
                 .filter(|v| wanted.contains(&(v.version as i64)))
-            {
+                .collect();
+            if runtime.in_process {
+                match in_sessions(&found, runtime.threads) {
+                    Err(ModelError::EngineUnavailable(why)) => {
+                        tracing::warn!("SavedModels run in a worker process: {why}");
+                    }
+                    loaded => {
+                        return Ok(Loaded {
+                            format: Format::SavedModel,
+                            available,
+                            versions: loaded?,
+                            unpacked: Some(dir),
+                            worker: None,
+                        });
+                    }
+                }
+            }
+            let worker = Worker::start_threads(runtime.threads)?;
+            let mut versions = Vec::with_capacity(wanted.len());
+            for v in &found {
                 let number = v.version as i64;
                 let signatures = worker.load_saved_model(&number.to_string(), &v.dir)?;
                 let defs = signature_defs(&v.dir)?;
@@ -145,6 +191,89 @@ pub fn load(
             })
         }
     }
+}
+
+/// Each SavedModel version in a session of its own, its signatures read from its
+/// SignatureDefs as TF Serving reads them.
+fn in_sessions(
+    found: &[crate::artifact::SavedModelVersion],
+    threads: Option<usize>,
+) -> Result<Vec<Version>, ModelError> {
+    let mut versions = Vec::with_capacity(found.len());
+    for v in found {
+        let defs = signature_defs(&v.dir)?;
+        let session = Arc::new(Session::load(&v.dir, threads)?);
+        let mut named: Vec<_> = (defs.iter())
+            // `__saved_model_init_op` and its kind are the loader's, not callers'.
+            .filter(|(name, _)| !name.starts_with("__"))
+            .collect();
+        named.sort_by_key(|(name, _)| (name.as_str() != crate::DEFAULT_SIGNATURE, name.as_str()));
+        let mut signatures = Vec::with_capacity(named.len());
+        let endpoints = |tensors: Vec<(TensorSpec, String)>| {
+            (tensors.into_iter())
+                .map(|(spec, tensor)| Ok((spec, session.output(&tensor)?)))
+                .collect::<Result<Vec<_>, ModelError>>()
+        };
+        for (name, def) in named {
+            let inputs = endpoints(tensors(name, &def.inputs)?)?;
+            let outputs = endpoints(tensors(name, &def.outputs)?)?;
+            let model = Model::in_session(Arc::clone(&session), inputs, outputs);
+            signatures.push(Signature {
+                name: name.clone(),
+                method: def.method_name.clone(),
+                model: Arc::new(model),
+            });
+        }
+        if signatures.is_empty() {
+            return Err(ModelError::Unreadable(format!(
+                "version {} has no signature to serve",
+                v.version
+            )));
+        }
+        versions.push(Version {
+            number: v.version as i64,
+            signatures,
+            signature_defs: Some(defs),
+        });
+    }
+    Ok(versions)
+}
+
+/// A signature's inputs or outputs by key, as specs and the graph tensors they name.
+fn tensors(
+    signature: &str,
+    infos: &std::collections::HashMap<String, tf::TensorInfo>,
+) -> Result<Vec<(TensorSpec, String)>, ModelError> {
+    let mut sorted: Vec<_> = infos.iter().collect();
+    sorted.sort_by_key(|(key, _)| key.as_str());
+    sorted
+        .into_iter()
+        .map(|(key, info)| {
+            let what = |why: &str| ModelError::Unreadable(format!("{signature}: {key} {why}"));
+            let Some(tf::tensor_info::Encoding::Name(tensor)) = &info.encoding else {
+                return Err(what("is not a dense tensor"));
+            };
+            let dt = tf::DataType::try_from(info.dtype).unwrap_or(tf::DataType::DtInvalid);
+            let datatype = (DataType::ALL.into_iter())
+                .find(|d| crate::tfserving::grpc::tensor::dtype(*d) == dt)
+                .ok_or_else(|| {
+                    what(&format!(
+                        "has type {}, which kep does not serve",
+                        dt.as_str_name()
+                    ))
+                })?;
+            let shape = info.tensor_shape.clone().unwrap_or_default();
+            if shape.unknown_rank {
+                return Err(what("has no known rank"));
+            }
+            let spec = TensorSpec {
+                name: key.clone(),
+                datatype,
+                shape: shape.dim.iter().map(|d| d.size.max(-1)).collect(),
+            };
+            Ok((spec, tensor.clone()))
+        })
+        .collect()
 }
 
 /// A version whose signatures run in `worker`, loaded there under its number.
@@ -190,7 +319,7 @@ struct SavedModel {
 
 /// The SignatureDefs of the MetaGraph TF Serving loads (tagged `serve`), as they are
 /// stored: its metadata answers them verbatim.
-fn signature_defs(dir: &Path) -> Result<crate::tfserving::grpc::SignatureDefs, ModelError> {
+fn signature_defs(dir: &Path) -> Result<SignatureDefs, ModelError> {
     use prost::Message as _;
     let bytes = std::fs::read(dir.join("saved_model.pb"))
         .map_err(|e| ModelError::Unreadable(e.to_string()))?;

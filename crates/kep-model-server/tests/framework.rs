@@ -342,7 +342,7 @@ fn a_worker_that_dies_fails_its_calls() {
         .unwrap();
     assert!(worker.is_alive());
     let killed = Command::new("kill")
-        .args(["-9", &worker.pid().to_string()])
+        .args(["-9", &worker.pid().unwrap().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
@@ -373,7 +373,7 @@ async fn a_served_saved_model_answers_by_version_and_signature_directly() {
     let archive = path("dense.tar.gz");
     let all = VersionPolicy::All(true);
     let loaded = tokio::task::spawn_blocking(move || {
-        versions::load(&archive, Engine::Tract, &all, None, None)
+        versions::load(&archive, Engine::Tract, &all, None, Default::default())
     })
     .await
     .unwrap()
@@ -418,4 +418,139 @@ async fn a_served_saved_model_answers_by_version_and_signature_directly() {
     let body = serde_json::json!({"signature_name": "scores", "instances": x});
     let got = post(format!("{tf}/v1/models/dense/versions/1:predict"), body).await;
     check(flat(&got["predictions"]), "v1/probs");
+}
+
+/// A SavedModel loaded as a model server's instance loads it, in its own process through
+/// TensorFlow's C API: the same signatures as the worker reads, the framework's answers,
+/// strings of every length TensorFlow stores apart (inline up to 22 bytes, allocated past).
+#[test]
+fn a_saved_model_runs_in_process_with_the_signatures_the_worker_reads() {
+    use kep_model_server::Engine;
+    use kep_model_server::versions::{self, Runtime, VersionPolicy};
+    let all = VersionPolicy::All(true);
+    let runtime = Runtime {
+        threads: Some(2),
+        instances: 1,
+        in_process: true,
+    };
+    let in_process = versions::load(&path("dense.tar.gz"), Engine::Tract, &all, None, runtime);
+    let in_process = in_process.unwrap();
+    assert!(in_process.worker.is_none(), "no worker process runs it");
+    let in_worker = versions::load(
+        &path("dense.tar.gz"),
+        Engine::Tract,
+        &all,
+        None,
+        Runtime::default(),
+    );
+    let in_worker = in_worker.unwrap();
+    assert!(in_worker.worker.is_some());
+    assert_eq!(in_process.available, [1, 2]);
+    for (version, other) in in_process.versions.iter().zip(&in_worker.versions) {
+        let described = |v: &kep_model_server::Version| -> Vec<_> {
+            (v.signatures.iter())
+                .map(|s| {
+                    (
+                        s.name.clone(),
+                        s.method.clone(),
+                        s.model.inputs.clone(),
+                        s.model.outputs.clone(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(described(version), described(other));
+        for signature in &version.signatures {
+            assert_eq!(signature.model.engine_name(), "tensorflow");
+            let got = signature
+                .model
+                .run(vec![("x".into(), Input::from(x()))])
+                .unwrap();
+            let output = &signature.model.outputs[0].name;
+            assert_close(
+                &got[0],
+                &expected(&format!("v{}/{output}", version.number), None),
+            );
+        }
+    }
+    // The session checks what the graph would refuse: the model's inputs come first.
+    let model = in_process.versions[0].model();
+    let wrong = Tensor::zero::<f32>(&[2, 4]).unwrap();
+    assert!(matches!(
+        model.run(vec![("x".into(), Input::from(wrong))]),
+        Err(ModelError::BadInput(_))
+    ));
+
+    let strings = versions::load(&path("strings.zip"), Engine::Tract, &all, None, runtime);
+    let strings = strings.unwrap();
+    let model = strings.versions[0].model();
+    let long = "twenty-three bytes long, and then some more";
+    let given = ["kep", "", "exactly twenty-two b.", long];
+    let binary = |items: &[&str]| -> Vec<u8> {
+        (items.iter())
+            .flat_map(|i| [&(i.len() as u32).to_le_bytes()[..], i.as_bytes()].concat())
+            .collect()
+    };
+    let s = tensor::from_bytes(DataType::Bytes, &[4], &binary(&given)).unwrap();
+    let got = model.run(vec![("s".into(), Input::from(s))]).unwrap();
+    let names: Vec<&str> = model.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["length", "upper"]);
+    let lengths: Vec<i32> = given.iter().map(|g| g.len() as i32).collect();
+    assert_eq!(got[0], Tensor::from_shape(&[4], &lengths).unwrap());
+    let upper: Vec<String> = given.iter().map(|g| g.to_uppercase()).collect();
+    let upper: Vec<&str> = upper.iter().map(String::as_str).collect();
+    assert_eq!(
+        tensor::to_bytes(&got[1], DataType::Bytes).unwrap(),
+        binary(&upper)
+    );
+}
+
+/// TorchScript as a model server's instance runs it: `worker.py` in the framework Python's
+/// interpreter inside this process (no process beside it), with the worker's answers and
+/// errors, from several threads at once.
+#[test]
+fn torchscript_runs_in_the_interpreter_inside_the_process() {
+    let embedded = Worker::embedded(Some(2), 2).unwrap();
+    assert_eq!(embedded.pid(), None);
+    assert!(embedded.is_alive());
+    let inputs = [x_spec(), spec("idx", DataType::Int64, &[-1])];
+    let two = (embedded.load_torchscript("two", &path("two.pt"), &inputs)).unwrap();
+    assert_eq!(
+        two,
+        worker()
+            .load_torchscript("two", &path("two.pt"), &inputs)
+            .unwrap()
+    );
+    let model = Arc::new(Model::in_framework(
+        embedded.clone(),
+        "two",
+        Format::TorchScript,
+        &two,
+    ));
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let model = model.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let given = vec![
+                        ("x".into(), Input::from(x())),
+                        ("idx".into(), Input::from(idx())),
+                    ];
+                    let got = model.run(given).unwrap();
+                    assert_close(&got[0], &expected("two", Some(0)));
+                    assert_close(&got[1], &expected("two", Some(1)));
+                }
+            })
+        })
+        .collect();
+    callers.into_iter().for_each(|c| c.join().unwrap());
+    // What does not load says why, as from the worker process.
+    let wrong = [spec("y", DataType::Fp32, &[-1, 3])];
+    let err = embedded
+        .load_torchscript("bad", &path("linear.pt"), &wrong)
+        .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::Unreadable(m) if m.contains("not forward's arguments")),
+        "{err}"
+    );
 }

@@ -14,7 +14,8 @@ DIR/examples.zip   one SavedModel at the archive's root whose signatures take se
 DIR/linear.pt      a TorchScript module (Linear(3, 2), then relu), as `torch.jit.save` writes it
 DIR/traced.pt      the same module traced (`torch.jit.trace`) rather than scripted
 DIR/two.pt         a TorchScript module of two inputs (x FP32, idx INT64) and two outputs
-DIR/strings        a SavedModel folder whose signature takes and gives strings (tf.string)
+DIR/strings        a SavedModel folder whose signature takes and gives strings (tf.string),
+                   and DIR/strings.zip of it
 
 The folders the archives were made of stay (`dense/1`, `dense/2`, `examples`), for the
 framework worker's own tests (tests/framework.rs).
@@ -107,6 +108,7 @@ class Strings(tf.Module):
 
 strings = Strings()
 tf.saved_model.save(strings, os.path.join(out, "strings"), signatures=strings.serve)
+shutil.make_archive(os.path.join(out, "strings"), "zip", os.path.join(out, "strings"))
 
 
 class Linear(torch.nn.Module):

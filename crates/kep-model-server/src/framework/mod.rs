@@ -1,9 +1,15 @@
 //! Models as their frameworks save them, run by the framework itself: a TensorFlow
-//! SavedModel on TensorFlow's runtime, a TorchScript file on libtorch. Both are reached
-//! through a worker process in the framework's own Python (as Triton's Python backend does):
-//! libtorch has no C API, and kep builds and runs without either framework installed.
+//! SavedModel on TensorFlow's runtime, a TorchScript file on libtorch. kep builds and runs
+//! without either framework installed. A model server's instance runs a SavedModel through
+//! TensorFlow's C API ([`tensorflow`]) and TorchScript in the framework's own Python, its
+//! interpreter inside the process ([`embedded`]: libtorch has no C API); `kep serve`'s
+//! upload checks, and an instance whose Python has no shared `libpython`, use a worker
+//! process in that Python instead (as Triton's Python backend does). Both run `worker.py`.
 
+mod embedded;
 mod protocol;
+pub use embedded::{Interpreter, Job};
+pub mod tensorflow;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -53,13 +59,23 @@ pub struct SignatureDef {
     pub outputs: Vec<TensorSpec>,
 }
 
-/// One Python process running framework models; calls from many threads at once.
+/// `worker.py` running framework models, in a Python process of its own or in this one;
+/// calls from many threads at once.
 pub struct Worker {
     python: PathBuf,
-    pid: u32,
-    stdin: Mutex<ChildStdin>,
     next_id: AtomicU64,
-    shared: Arc<Shared>,
+    way: Way,
+}
+
+enum Way {
+    /// A child process, spoken to over its stdin and stdout.
+    Process {
+        pid: u32,
+        stdin: Mutex<ChildStdin>,
+        shared: Arc<Shared>,
+    },
+    /// The interpreter inside this process.
+    Embedded(&'static embedded::Interpreter),
 }
 
 /// What the worker and its reader thread share.
@@ -92,6 +108,19 @@ impl Worker {
     /// threads (an instance's CPUs, as a container would give it).
     pub fn start_threads(threads: Option<usize>) -> Result<Arc<Worker>, ModelError> {
         Worker::spawn(&python(), threads)
+    }
+
+    /// The worker inside this process, in [`python()`]'s interpreter, its framework's
+    /// compute on at most `threads` threads, `instances` calls at once (the first
+    /// worker's: one interpreter serves the process). `Err` says why it cannot run there.
+    pub fn embedded(threads: Option<usize>, instances: usize) -> Result<Arc<Worker>, String> {
+        let python = python();
+        let interpreter = embedded::interpreter(&python, threads, instances)?;
+        Ok(Arc::new(Worker {
+            python,
+            next_id: AtomicU64::new(1),
+            way: Way::Embedded(interpreter),
+        }))
     }
 
     /// Starts the worker in `python`; it imports no framework until a model needs one.
@@ -143,21 +172,40 @@ impl Worker {
             .map_err(|e| unavailable(e.to_string()))?;
         Ok(Arc::new(Worker {
             python: python.to_owned(),
-            pid,
-            stdin: Mutex::new(stdin),
             next_id: AtomicU64::new(1),
-            shared,
+            way: Way::Process {
+                pid,
+                stdin: Mutex::new(stdin),
+                shared,
+            },
         }))
     }
 
-    /// The worker process's id.
-    pub fn pid(&self) -> u32 {
-        self.pid
+    /// The interpreter inside this process the worker runs in, whose threads its calls
+    /// are best made on; `None` for a worker process.
+    pub fn interpreter(&self) -> Option<&'static Interpreter> {
+        match &self.way {
+            Way::Process { .. } => None,
+            Way::Embedded(interpreter) => Some(interpreter),
+        }
+    }
+
+    /// The worker process's id; `None` inside this process.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.way {
+            Way::Process { pid, .. } => Some(*pid),
+            Way::Embedded(_) => None,
+        }
     }
 
     pub fn is_alive(&self) -> bool {
-        lock(&self.shared.calls).exited.is_none()
-            && matches!(lock(&self.shared.child).try_wait(), Ok(None))
+        match &self.way {
+            Way::Process { shared, .. } => {
+                lock(&shared.calls).exited.is_none()
+                    && matches!(lock(&shared.child).try_wait(), Ok(None))
+            }
+            Way::Embedded(_) => true,
+        }
     }
 
     /// Loads the SavedModel directory `dir` (the one holding saved_model.pb) under `key`
@@ -220,25 +268,13 @@ impl Worker {
     fn call(&self, header: Value, tensors: &[(String, Tensor)]) -> Result<Answer, ModelError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = protocol::request(id, header, tensors).map_err(ModelError::Failed)?;
-        let (tx, rx) = channel();
-        {
-            let mut calls = lock(&self.shared.calls);
-            if let Some(exited) = &calls.exited {
-                return Err(ModelError::Failed(exited.clone()));
+        let (reply, data) = match &self.way {
+            Way::Process { stdin, shared, .. } => shared.call(id, stdin, &frame)?,
+            Way::Embedded(interpreter) => {
+                let answer = interpreter.call(frame).map_err(ModelError::Failed)?;
+                protocol::read(&mut answer.as_slice()).map_err(ModelError::Failed)?
             }
-            calls.waiting.insert(id, tx);
-        }
-        if let Err(e) = protocol::write(&mut *lock(&self.stdin), &frame) {
-            lock(&self.shared.calls).waiting.remove(&id);
-            return Err(ModelError::Failed(format!(
-                "the framework worker exited: its stdin is closed ({e})"
-            )));
-        }
-        // The reader drops every sender when the worker's answers end.
-        let (reply, data) = rx.recv().map_err(|_| {
-            let calls = lock(&self.shared.calls);
-            ModelError::Failed(calls.exited.clone().unwrap_or_default())
-        })?;
+        };
         match reply.error {
             None => Ok((reply, data)),
             Some(WireError::Unavailable { framework, package }) => {
@@ -254,6 +290,30 @@ impl Worker {
 }
 
 impl Shared {
+    /// Writes the request `id`'s frame to the worker and waits for its answer, whatever
+    /// other threads are waiting for.
+    fn call(&self, id: u64, stdin: &Mutex<ChildStdin>, frame: &[u8]) -> Result<Answer, ModelError> {
+        let (tx, rx) = channel();
+        {
+            let mut calls = lock(&self.calls);
+            if let Some(exited) = &calls.exited {
+                return Err(ModelError::Failed(exited.clone()));
+            }
+            calls.waiting.insert(id, tx);
+        }
+        if let Err(e) = protocol::write(&mut *lock(stdin), frame) {
+            lock(&self.calls).waiting.remove(&id);
+            return Err(ModelError::Failed(format!(
+                "the framework worker exited: its stdin is closed ({e})"
+            )));
+        }
+        // The reader drops every sender when the worker's answers end.
+        rx.recv().map_err(|_| {
+            let calls = lock(&self.calls);
+            ModelError::Failed(calls.exited.clone().unwrap_or_default())
+        })
+    }
+
     /// The reader thread: hands each answer to the call waiting for it until the worker's
     /// stdout ends, then fails every call still waiting and any made later.
     fn read_answers(&self, mut stdout: std::process::ChildStdout) {
@@ -294,8 +354,12 @@ impl Shared {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        lock(&self.shared.calls).exited = Some("the framework worker was stopped".into());
-        let mut child = lock(&self.shared.child);
+        // The interpreter inside this process lives as long as the process.
+        let Way::Process { shared, .. } = &self.way else {
+            return;
+        };
+        lock(&shared.calls).exited = Some("the framework worker was stopped".into());
+        let mut child = lock(&shared.child);
         let _ = child.kill();
         let _ = child.wait();
     }

@@ -1,5 +1,6 @@
 """kep's framework worker: runs SavedModels in TensorFlow and TorchScript in libtorch for
-the model server, which talks to it over stdin/stdout.
+the model server, which talks to it over stdin/stdout, or, inside the model server's own
+process, calls `call`.
 
 A frame is a u32 (little-endian) length, that many bytes of a JSON header, then the raw
 bytes of the tensors the header lists (`tensors`: datatype, shape, size), one after the
@@ -16,12 +17,6 @@ import sys
 import threading
 import traceback
 
-# The protocol owns the real stdout; whatever else prints (a model's own `print`) goes to
-# stderr, the instance's log, rather than into the frames.
-OUT = os.fdopen(os.dup(1), "wb")
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-IN = sys.stdin.buffer
 WRITING = threading.Lock()
 
 # Element types by their KServe v2 names, and as numpy reads them (little-endian).
@@ -253,6 +248,7 @@ def handle(header, payload):
 
 
 def answer(header, payload):
+    """The answer's frame, as the parts to write one after the other."""
     try:
         reply, blobs = handle(header, payload)
     except Unavailable as e:
@@ -265,16 +261,31 @@ def answer(header, payload):
     except Exception as e:
         traceback.print_exc()
         reply, blobs = {"error": {"kind": "failed", "message": one_line(e)}}, []
-    send(dict(reply, id=header["id"]), blobs)
+    return frame(dict(reply, id=header["id"]), blobs)
 
 
-def send(header, blobs):
+def frame(header, blobs):
     head = json.dumps(header).encode()
+    return [struct.pack("<I", len(head)) + head, *blobs]
+
+
+def call(request):
+    """A request's frame (a writable memoryview) in, its answer's frame out: the worker run
+    inside the model server's process."""
+    (length,) = struct.unpack_from("<I", request)
+    header = json.loads(bytes(request[4 : 4 + length]))
+    return b"".join(answer(header, request[4 + length :]))
+
+
+def send(parts):
     with WRITING:
-        OUT.write(struct.pack("<I", len(head)) + head)
-        for data in blobs:
+        for data in parts:
             OUT.write(data)
         OUT.flush()
+
+
+def reply_to(header, payload):
+    send(answer(header, payload))
 
 
 def read_exact(n):
@@ -289,17 +300,25 @@ def read_exact(n):
 
 
 def main():
-    send({"id": 0, "result": {"python": sys.version.split()[0]}}, [])
+    global OUT, IN
+    # The protocol owns the real stdout; whatever else prints (a model's own `print`) goes
+    # to stderr, the instance's log, rather than into the frames.
+    OUT = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    IN = sys.stdin.buffer
+    send(frame({"id": 0, "result": {"python": sys.version.split()[0]}}, []))
     pool = concurrent.futures.ThreadPoolExecutor(8)
     try:
         while True:
             (length,) = struct.unpack("<I", read_exact(4))
             header = json.loads(read_exact(length))
             payload = read_exact(sum(t["size"] for t in header.get("tensors", [])))
-            pool.submit(answer, header, payload)
+            pool.submit(reply_to, header, payload)
     except EOFError:
         # kep closed the pipe: nobody waits for the calls still under way.
         os._exit(0)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -277,7 +277,7 @@ pub(super) async fn inspect_model(
             Engine::Tract,
             &VersionPolicy::All(true),
             declared.as_deref(),
-            None,
+            versions::Runtime::default(),
         )
     })
     .await
@@ -322,7 +322,14 @@ pub(super) async fn check_model(
     inputs: Option<Vec<TensorSpec>>,
 ) -> Result<(), ServingError> {
     tokio::task::spawn_blocking(move || {
-        versions::load(&path, engine, &policy, inputs.as_deref(), None).map(drop)
+        versions::load(
+            &path,
+            engine,
+            &policy,
+            inputs.as_deref(),
+            Default::default(),
+        )
+        .map(drop)
     })
     .await
     .map_err(|e| ServingError::Internal(e.into()))?

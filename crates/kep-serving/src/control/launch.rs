@@ -71,6 +71,12 @@ impl DeploymentSpec {
             env.entry(kep_model_server::framework::PYTHON_ENV.to_owned())
                 .or_insert_with(|| python.to_string_lossy().into_owned());
         }
+        if self.model.is_some() {
+            // TensorFlow's C++ INFO lines, on every load, are noise in an instance's log;
+            // a deployment's `env` may still ask for them.
+            env.entry("TF_CPP_MIN_LOG_LEVEL".to_owned())
+                .or_insert_with(|| "2".to_owned());
+        }
         let (command, readiness) = match (&self.kind, &self.image, &self.model) {
             (DeploymentType::CustomImage, Some(image), _) => (
                 Ok(match &image.engine {

@@ -6,7 +6,7 @@
 //! absl status TF Serving returns (`ToGRPCStatus`: the same number).
 
 mod predict;
-mod tensor;
+pub(crate) mod tensor;
 
 use std::collections::HashMap;
 use std::sync::Arc;

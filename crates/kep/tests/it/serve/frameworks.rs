@@ -159,6 +159,10 @@ fn a_saved_model_serves_its_versions_and_signatures_as_tf_serving_does() {
         "dense",
         &["--version-policy", r#"{"all": true}"#],
     );
+    // TensorFlow runs in the instance's own process: no worker beside it.
+    let shown = cli(srv, &["serving", "deployment", "show", "tfs", "d1"]);
+    let pid = shown["instances"][0]["pid"].as_u64().unwrap();
+    assert_eq!(children(pid), Vec::<i32>::new());
     let model = format!("{url}/v1/models/dense");
     let predict =
         |path: &str, body: Value| call("POST", &format!("{model}{path}:predict"), &key, Some(body));
@@ -364,17 +368,13 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
     assert_eq!(status, 200, "{got}");
     assert_close(&got["outputs"][0]["data"], &flat(&a["linear"]));
 
-    // A worker that dies takes its instance down, which the runtime restarts.
+    // libtorch runs inside the instance's process, in the framework Python's interpreter;
+    // an instance that dies with it is restarted, and loads the module again.
     let shown = cli(srv, &["serving", "deployment", "show", "tri", "d1"]);
     let pid = shown["instances"][0]["pid"].as_u64().unwrap();
-    // The worker is the child of the thread that started it, which may be any of them.
-    let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).unwrap_or_default())
-        .collect();
-    let worker: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(children(pid), Vec::<i32>::new());
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(worker),
+        nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
@@ -390,6 +390,19 @@ fn a_torchscript_module_serves_on_triton_with_the_inputs_declared_at_upload() {
     let (status, got) = infer();
     assert_eq!(status, 200, "{got}");
     assert_close(&got["outputs"][0]["data"], &flat(&a["linear"]));
+}
+
+/// The processes `pid` started: each is the child of the thread that started it, which
+/// may be any of them.
+fn children(pid: u64) -> Vec<i32> {
+    let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).unwrap_or_default())
+        .collect();
+    children
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect()
 }
 
 /// A tar.gz of `(name, bytes)` entries, names as given (`..` too), as a hostile archive.
