@@ -4,6 +4,7 @@
 //! the TensorFlow Serving REST and gRPC APIs or the KServe v2 (Open Inference) protocol.
 
 pub mod artifact;
+pub mod batching;
 mod compression;
 pub mod cosmos;
 pub mod framework;
@@ -46,7 +47,7 @@ pub struct Served {
     pub name: String,
     /// Ascending, never empty: the last is served when a call names none.
     pub versions: Vec<Version>,
-    pub stats: stats::Statistics,
+    pub stats: Arc<stats::Statistics>,
     /// The GPUs this process was given (`CUDA_VISIBLE_DEVICES`), as it numbers them: 0…n-1.
     pub gpus: Vec<i32>,
     /// Copies of the model that run calls at once (Triton's `instance_group` `count`).
@@ -58,6 +59,10 @@ pub struct Served {
     /// Whether the model is loaded, as Triton's model repository extension loads and
     /// unloads it: unloaded, it is kept in memory but answers as a model with no version.
     loaded: AtomicBool,
+    /// How calls are batched (Triton's dynamic batcher), if they are.
+    pub batching: Option<batching::Batching>,
+    /// Each version's default model and the batcher of its calls.
+    batchers: Vec<(Arc<Model>, batching::Batcher)>,
 }
 
 /// One loaded version of the model.
@@ -123,13 +128,38 @@ impl Served {
         Served {
             name: name.into(),
             versions,
-            stats: stats::Statistics::default(),
+            stats: Arc::new(stats::Statistics::default()),
             gpus: Vec::new(),
             model_instances: 1,
             shared_memory: shm::SharedMemory::new(false),
             settings: kserve::settings::Settings::default(),
             loaded: AtomicBool::new(true),
+            batching: None,
+            batchers: Vec::new(),
         }
+    }
+
+    /// Batches the calls of each version's default model as `batching` says, on
+    /// [`Served::model_instances`] copies; a model whose inputs and outputs do not all start
+    /// with a batch dimension (-1) cannot be. Called within the server's runtime.
+    pub fn batch(&mut self, batching: batching::Batching) -> Result<(), ModelError> {
+        for version in &self.versions {
+            batching::check(version.model(), batching.max_batch_size)?;
+        }
+        self.batchers = (self.versions.iter())
+            .map(|v| {
+                let model = Arc::clone(v.model());
+                let batcher = batching::Batcher::start(
+                    Arc::clone(&model),
+                    batching.clone(),
+                    self.model_instances,
+                    Arc::clone(&self.stats),
+                );
+                (model, batcher)
+            })
+            .collect();
+        self.batching = Some(batching);
+        Ok(())
     }
 
     /// A model file served as its one version.
@@ -174,6 +204,12 @@ impl Served {
         clock.inputs_read();
         let inputs: Vec<(String, model::Input)> =
             inputs.into_iter().map(|(n, i)| (n, i.into())).collect();
+        if let Some((_, batcher)) = self.batchers.iter().find(|(m, _)| Arc::ptr_eq(m, model)) {
+            let ran = batcher.run(inputs).await?;
+            clock.ran(ran.queue, ran.infer);
+            clock.batched(ran.elements);
+            return ran.outputs;
+        }
         let model = Arc::clone(model);
         let queued = std::time::Instant::now();
         let interpreter = model.interpreter();
@@ -325,6 +361,8 @@ pub struct ServerConfig {
     pub version_policy: versions::VersionPolicy,
     /// A TorchScript module's inputs, as declared at upload.
     pub inputs: Option<Vec<TensorSpec>>,
+    /// Triton's dynamic batcher, where the deployment's `model_config` asks for it.
+    pub batching: Option<batching::Batching>,
     pub addr: SocketAddr,
 }
 
@@ -393,6 +431,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     served.gpus = gpus;
     served.shared_memory = shm::SharedMemory::new(config.allow_client_shm);
     served.model_instances = config.model_instances;
+    if let Some(batching) = config.batching {
+        served.batch(batching)?;
+    }
     let served = Arc::new(served);
     // The unpacked SavedModel stays until the server stops.
     let _unpacked = loaded.unpacked;

@@ -161,7 +161,7 @@ impl TensorSpec {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ModelError {
     /// The artifact cannot be read as a model.
     #[error("the model cannot be read: {0}")]
@@ -202,6 +202,12 @@ pub enum InputError {
         given: Vec<usize>,
         want: Vec<i64>,
     },
+    /// A batched model's call of more elements than its `max_batch_size` (Triton's words).
+    #[error("inference request batch-size must be <= {max}")]
+    BatchSize { given: usize, max: usize },
+    /// A batched model's call whose inputs do not share their first dimension.
+    #[error("the inputs' batch dimensions differ: {}", .sizes.iter().map(|(n, s)| format!("{n} {s}")).collect::<Vec<_>>().join(", "))]
+    BatchDimensions { sizes: Vec<(String, usize)> },
 }
 
 /// A model's inputs and outputs.

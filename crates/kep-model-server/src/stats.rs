@@ -40,10 +40,10 @@ pub struct InferStatistics {
 pub struct ModelStatistics {
     /// Milliseconds since the epoch of the last successful inference; 0 before any.
     pub last_inference: u64,
-    /// Inferences made: the served model declares no batch dimension (`max_batch_size` 0),
-    /// so each request is one, as Triton counts them.
+    /// Inferences made, as Triton counts them: one per request where the model is not
+    /// batched (`max_batch_size` 0), else one per batch element.
     pub inference_count: u64,
-    /// Times the model ran.
+    /// Times the model ran: a batch of several requests is one.
     pub execution_count: u64,
     pub inference_stats: InferStatistics,
 }
@@ -55,6 +55,12 @@ pub struct Statistics(Mutex<ModelStatistics>);
 impl Statistics {
     pub fn snapshot(&self) -> ModelStatistics {
         *self.0.lock().expect("statistics lock")
+    }
+
+    /// Counts a run of the model that batched requests: their inferences count as they
+    /// finish, this one execution now.
+    pub fn executed(&self) {
+        self.0.lock().expect("statistics lock").execution_count += 1;
     }
 
     /// Counts a finished request by its `clock`: a success with its phases, or a failure
@@ -75,8 +81,8 @@ impl Statistics {
         stats
             .compute_output
             .add(clock.output_from.map_or(Duration::ZERO, |t| now - t));
-        s.inference_count += 1;
-        s.execution_count += 1;
+        s.inference_count += clock.inferences;
+        s.execution_count += clock.executions;
         s.last_inference = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -93,6 +99,10 @@ pub struct Clock {
     queue: Duration,
     infer: Duration,
     output_from: Option<Instant>,
+    /// The request's inferences: 1, or its batch elements for a batched model.
+    inferences: u64,
+    /// The model's runs it made alone: 1, or 0 when it ran in a batch.
+    executions: u64,
 }
 
 impl Clock {
@@ -103,6 +113,8 @@ impl Clock {
             queue: Duration::ZERO,
             infer: Duration::ZERO,
             output_from: None,
+            inferences: 1,
+            executions: 1,
         }
     }
 
@@ -116,6 +128,12 @@ impl Clock {
         self.queue = queue;
         self.infer = infer;
         self.output_from = Some(Instant::now());
+    }
+
+    /// The request ran as `elements` of a batch, whose execution is counted once.
+    pub(crate) fn batched(&mut self, elements: usize) {
+        self.inferences = elements as u64;
+        self.executions = 0;
     }
 }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{ImageId, ImageName, ModelId, ModelName};
 use kep_api::serving as api;
-use kep_api::serving::VersionPolicy;
+use kep_api::serving::{ModelConfig, VersionPolicy};
 use kep_model_server::model::TensorSpec;
 
 /// A deployment as stored: the request resolved against the images and models it names.
@@ -36,6 +36,9 @@ pub(crate) struct DeploymentSpec {
     pub(crate) native: Option<Native>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) version_policy: Option<VersionPolicy>,
+    /// Batching and model instances (`triton`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model_config: Option<ModelConfig>,
     pub(crate) env: BTreeMap<String, String>,
     pub(crate) port: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,8 +2,10 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use kep_model_server::batching::{Batching, DynamicBatching};
 use kep_model_server::versions::VersionPolicy;
 use kep_model_server::{Engine, MAX_MODEL_INSTANCES, Protocol, ServerConfig, TensorSpec};
 
@@ -48,6 +50,20 @@ pub struct ModelServerArgs {
     /// datatype, shape}`.
     #[arg(long, value_name = "JSON")]
     inputs: Option<String>,
+    /// The most batch elements one run of the model takes (Triton's `max_batch_size`): 0,
+    /// the model's first dimension is not a batch one.
+    #[arg(long, default_value_t = 0)]
+    max_batch_size: usize,
+    /// Join calls that arrive together into one run (Triton's `dynamic_batching`); needs
+    /// --max-batch-size.
+    #[arg(long, requires = "max_batch_size")]
+    dynamic_batching: bool,
+    /// How long a call may wait for others to join its batch, in microseconds.
+    #[arg(long, default_value_t = 0, requires = "dynamic_batching")]
+    max_queue_delay_us: u64,
+    /// Batch sizes that run without waiting longer, comma-separated.
+    #[arg(long, value_delimiter = ',', requires = "dynamic_batching")]
+    preferred_batch_sizes: Vec<usize>,
     /// The port on 127.0.0.1 [PORT, as the runtime sets it].
     #[arg(long, env = "PORT")]
     port: u16,
@@ -83,6 +99,13 @@ pub async fn run(args: ModelServerArgs) -> anyhow::Result<()> {
             .map(json_arg::<Vec<TensorSpec>>)
             .transpose()
             .map_err(|e| anyhow::anyhow!("--inputs: {e}"))?,
+        batching: (args.max_batch_size > 0).then(|| Batching {
+            max_batch_size: args.max_batch_size,
+            dynamic: args.dynamic_batching.then(|| DynamicBatching {
+                max_queue_delay: Duration::from_micros(args.max_queue_delay_us),
+                preferred_batch_sizes: args.preferred_batch_sizes,
+            }),
+        }),
         addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)),
     })
     .await

@@ -151,6 +151,16 @@ pub fn model_failure(served: &Served, model: &crate::Model, e: ModelError) -> Fa
                 dims(&given.iter().map(usize::to_string).collect::<Vec<_>>())
             ))
         }
+        ModelError::BadInput(InputError::BatchSize { max, .. }) => Failure::bad_request(format!(
+            "inference request batch-size must be <= {max} for '{m}'"
+        )),
+        ModelError::BadInput(InputError::BatchDimensions { sizes }) => {
+            let first = sizes.first().map_or(0, |(_, s)| *s);
+            let name = (sizes.iter().find(|(_, s)| *s != first)).map_or("", |(n, _)| n.as_str());
+            Failure::bad_request(format!(
+                "input '{name}' batch size does not match other inputs for '{m}'"
+            ))
+        }
         other => Failure::from(other),
     }
 }

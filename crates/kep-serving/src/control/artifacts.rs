@@ -314,14 +314,16 @@ fn describe(kind: Artifact) -> &'static str {
 
 /// Prepares the model as its instances will, in their engine: what the engine cannot run
 /// (an unsupported operator, or ONNX Runtime missing) is refused when the deployment is
-/// made, not at its first call.
+/// made, not at its first call; so is a `max_batch_size` (> 0) a version cannot take (a
+/// 400 on `model_config`).
 pub(super) async fn check_model(
     path: PathBuf,
     engine: Engine,
     policy: VersionPolicy,
     inputs: Option<Vec<TensorSpec>>,
+    max_batch_size: u32,
 ) -> Result<(), ServingError> {
-    tokio::task::spawn_blocking(move || {
+    let loaded = tokio::task::spawn_blocking(move || {
         versions::load(
             &path,
             engine,
@@ -329,9 +331,15 @@ pub(super) async fn check_model(
             inputs.as_deref(),
             Default::default(),
         )
-        .map(drop)
     })
     .await
     .map_err(|e| ServingError::Internal(e.into()))?
-    .map_err(|e| ServingError::field("model", e.to_string()))
+    .map_err(|e| ServingError::field("model", e.to_string()))?;
+    if max_batch_size > 0 {
+        for version in &loaded.versions {
+            kep_model_server::batching::check(version.model(), max_batch_size as usize)
+                .map_err(|e| ServingError::field("model_config", e.to_string()))?;
+        }
+    }
+    Ok(())
 }

@@ -54,6 +54,7 @@ impl Control {
             None => None,
         };
         let mut native = None;
+        let batch = validate::model_config(req.kind, req.model_config.as_ref())?;
         let model = match &req.model {
             Some(name) => {
                 let row = self
@@ -73,7 +74,13 @@ impl Control {
                 match self.model_server.choice(&req.env)? {
                     Some(engine) => {
                         let file = self.model_file(&row.id).await?;
-                        check_model(file, engine, policy, inputs.clone()).await?
+                        check_model(file, engine, policy, inputs.clone(), batch).await?
+                    }
+                    None if batch > 0 => {
+                        return Err(ServingError::field(
+                            "model_config",
+                            "batching is kep's model server's: a native tritonserver reads its own config.pbtxt",
+                        ));
                     }
                     None => native = Some(self.native_layout(req.kind, &row, &policy).await?),
                 }
@@ -100,6 +107,7 @@ impl Control {
             script_path,
             native,
             version_policy: req.version_policy,
+            model_config: req.model_config,
             env: req.env,
             port: req.port.unwrap_or(DEFAULT_PORT),
             readiness: req.readiness.map(Into::into),
@@ -199,6 +207,7 @@ impl Control {
             model: spec.model.map(|m| m.name.into_string()),
             script: spec.script,
             version_policy: spec.version_policy,
+            model_config: spec.model_config,
             env: spec.env,
             port: (spec.kind == DeploymentType::CustomImage).then_some(spec.port),
             readiness: spec.readiness.map(Into::into),
@@ -333,6 +342,7 @@ fn edited(
             .or(old.model.as_ref().map(|m| m.name.to_string())),
         script: patch.script.unwrap_or(old.script.clone()),
         version_policy: patch.version_policy.or(old.version_policy.clone()),
+        model_config: patch.model_config.unwrap_or(old.model_config.clone()),
         env: patch.env.unwrap_or(old.env.clone()),
         port: patch
             .port

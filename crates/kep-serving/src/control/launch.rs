@@ -48,6 +48,9 @@ impl DeploymentSpec {
                 argv.push("--inputs".to_owned());
                 argv.push(serde_json::to_string(inputs).expect("specs are JSON"));
             }
+            if let Some(config) = &self.model_config {
+                argv.extend(model_config_args(config));
+            }
             // One inference uses the CPUs its instance type gives it, as in a container, and
             // no more threads than the machine has cores: 4 threads on 2 cores took turns and
             // ran ResNet-50 at a third of ONNX Runtime's own speed.
@@ -165,6 +168,30 @@ pub(super) fn check_model_instances(env: &BTreeMap<String, String>) -> Result<()
             format!("{KEP_MODEL_INSTANCES}: {v:?} is not a count from 1 to {max}"),
         )),
     }
+}
+
+/// `kep model-server`'s flags for a `model_config`.
+fn model_config_args(config: &kep_api::serving::ModelConfig) -> Vec<String> {
+    let mut argv = Vec::new();
+    if let Some(count) = config.instance_group_count {
+        argv.extend(["--model-instances".to_owned(), count.to_string()]);
+    }
+    let max = config.max_batch_size.unwrap_or(0);
+    if max == 0 {
+        return argv;
+    }
+    argv.extend(["--max-batch-size".to_owned(), max.to_string()]);
+    if let Some(dynamic) = &config.dynamic_batching {
+        argv.push("--dynamic-batching".to_owned());
+        let delay = dynamic.max_queue_delay_us.unwrap_or(0);
+        argv.extend(["--max-queue-delay-us".to_owned(), delay.to_string()]);
+        let preferred = dynamic.preferred_batch_sizes.as_deref().unwrap_or_default();
+        if !preferred.is_empty() {
+            let sizes: Vec<String> = preferred.iter().map(u32::to_string).collect();
+            argv.extend(["--preferred-batch-sizes".to_owned(), sizes.join(",")]);
+        }
+    }
+    argv
 }
 
 /// The `KEP_ENGINE` value that runs the real `tritonserver` or `tensorflow_model_server`.

@@ -1,6 +1,7 @@
 //! The real `kep` binary: `kep serve` on port 0, driven by curl-like calls and by the CLI.
 
 mod adapter;
+mod batching;
 mod browser;
 mod carriers;
 mod data_dir;

@@ -84,6 +84,16 @@ pub fn config(c: &ModelConfig) -> inference::ModelConfig {
             })
             .collect(),
         default_model_filename: c.default_model_filename.into(),
+        scheduling_choice: c.dynamic_batching.as_ref().map(|d| {
+            inference::model_config::SchedulingChoice::DynamicBatching(
+                inference::ModelDynamicBatching {
+                    preferred_batch_size: d.preferred_batch_size.clone(),
+                    max_queue_delay_microseconds: d.max_queue_delay_microseconds,
+                    preserve_ordering: d.preserve_ordering,
+                    ..Default::default()
+                },
+            )
+        }),
         ..Default::default()
     }
 }

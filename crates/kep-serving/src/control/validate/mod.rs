@@ -9,7 +9,9 @@ use serde_json::Value;
 use crate::ServingError;
 use crate::kinds::Protocol;
 use crate::settings::ServingSettings;
-use kep_api::serving::{Command, DeploymentRequest, DeploymentType, EndpointRequest, ImageRequest};
+use kep_api::serving::{
+    Command, DeploymentRequest, DeploymentType, EndpointRequest, ImageRequest, ModelConfig,
+};
 
 mod fields;
 mod weights;
@@ -237,6 +239,30 @@ fn script(req: &DeploymentRequest, max_bytes: usize) -> Result<(), ServingError>
         (Some(_), _) => Err(forbid(req, "script", "script")),
         (None, _) => Ok(()),
     }
+}
+
+/// A deployment's `model_config`: `triton`'s only, whole (`ModelConfig::check`); its
+/// `max_batch_size`, 0 without one.
+pub(super) fn model_config(
+    kind: DeploymentType,
+    config: Option<&ModelConfig>,
+) -> Result<u32, ServingError> {
+    let Some(config) = config else {
+        return Ok(0);
+    };
+    if kind != DeploymentType::Triton {
+        return Err(ServingError::field(
+            "model_config",
+            format!(
+                "a {} deployment takes no model_config: only triton batches",
+                kind.as_str()
+            ),
+        ));
+    }
+    config
+        .check()
+        .map_err(|e| ServingError::field("model_config", e))?;
+    Ok(config.max_batch_size.unwrap_or(0))
 }
 
 /// The frameworks a model type serves: TensorFlow Serving takes TensorFlow models only.

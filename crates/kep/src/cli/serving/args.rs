@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use kep_api::serving::{HttpProbe, Probe, TcpProbe, VersionPolicy};
+use kep_api::serving::{HttpProbe, ModelConfig, Probe, TcpProbe, VersionPolicy};
 use kep_client::serving::{AlertCondition, AlertSettings};
 
 // The fields `deployment create` and `deployment patch` share. (A doc comment here would
@@ -34,6 +34,11 @@ pub(super) struct SpecArgs {
     /// '{"latest": 1}'].
     #[arg(long, value_name = "JSON", value_parser = json_value::<VersionPolicy>)]
     pub(super) version_policy: Option<VersionPolicy>,
+    /// Batching and model instances (triton), as Triton's: '{"max_batch_size": 8,
+    /// "dynamic_batching": {"max_queue_delay_us": 500, "preferred_batch_sizes": [4, 8]},
+    /// "instance_group_count": 2}'.
+    #[arg(long, value_name = "JSON", value_parser = json_value::<ModelConfig>)]
+    pub(super) model_config: Option<ModelConfig>,
     /// The container port (custom-image) [server default: 8080].
     #[arg(long)]
     pub(super) port: Option<u16>,

@@ -181,6 +181,7 @@ async fn deployment(admin: &AdminClient, cmd: DeploymentCommand) -> anyhow::Resu
                 image: spec.image,
                 model: spec.model,
                 version_policy: spec.version_policy,
+                model_config: spec.model_config,
                 port: spec.port,
             };
             print_json(&admin.create_deployment(&endpoint, &req).await?)
@@ -199,6 +200,7 @@ async fn deployment(admin: &AdminClient, cmd: DeploymentCommand) -> anyhow::Resu
             clear_env,
             clear_readiness,
             clear_liveness,
+            clear_model_config,
         } => {
             let env = if clear_env {
                 Some(BTreeMap::new())
@@ -214,6 +216,7 @@ async fn deployment(admin: &AdminClient, cmd: DeploymentCommand) -> anyhow::Resu
                 image: spec.image,
                 model: spec.model,
                 version_policy: spec.version_policy,
+                model_config: nullable(clear_model_config, spec.model_config),
                 port: spec.port,
             };
             print_json(

@@ -231,6 +231,8 @@ enum DeploymentCommand {
         clear_readiness: bool,
         #[arg(long, conflicts_with_all = ["liveness_http", "liveness_tcp"])]
         clear_liveness: bool,
+        #[arg(long, conflicts_with = "model_config")]
+        clear_model_config: bool,
     },
     /// Stop its instances and forget it.
     Delete {
