@@ -73,6 +73,10 @@ async fn calls_that_arrive_together_run_as_one_batch_each_answered_as_alone() {
             )
         }
     };
+    let get = async |url: &str| -> Value {
+        let answer = client.get(url).send().await.unwrap();
+        answer.json().await.unwrap()
+    };
     let calls: Vec<Vec<f32>> = (0..64).map(|i| rows(i, i % 4 + 1)).collect();
     let answers = futures_util::future::join_all(calls.iter().cloned().map(infer)).await;
     for (values, (status, got)) in calls.iter().zip(&answers) {
@@ -96,14 +100,7 @@ async fn calls_that_arrive_together_run_as_one_batch_each_answered_as_alone() {
             assert!((g - w).abs() <= 1e-6, "{data:?} against {want:?}");
         }
     }
-    let stats: Value = (client
-        .get(format!("{url}/v2/models/mlp/stats"))
-        .send()
-        .await)
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = get(&format!("{url}/v2/models/mlp/stats")).await;
     let stats = &stats["model_stats"][0];
     let elements: usize = calls.iter().map(|c| c.len() / 4).sum();
     assert_eq!(stats["inference_count"], elements, "{stats}");
@@ -111,14 +108,7 @@ async fn calls_that_arrive_together_run_as_one_batch_each_answered_as_alone() {
     assert!((1..64).contains(&runs), "calls were batched: {stats}");
 
     // The configuration in Triton's names; a call past max_batch_size in Triton's words.
-    let config: Value = (client
-        .get(format!("{url}/v2/models/mlp/config"))
-        .send()
-        .await)
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config = get(&format!("{url}/v2/models/mlp/config")).await;
     assert_eq!(config["max_batch_size"], 16);
     assert_eq!(config["input"][0]["dims"], json!([4]));
     assert_eq!(config["output"][0]["dims"], json!([3]));
