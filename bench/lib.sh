@@ -150,14 +150,15 @@ serving_start() {
 api() { curl -sS --fail-with-body -H "Authorization: Bearer bench-operator" "$@"; }
 json() { api -H 'content-type: application/json' "$@"; }
 
-# triton_deployment ENDPOINT_JSON MODEL ENGINE → "URL KEY" of a new endpoint (its creation
-# body) with one `triton` deployment d1 of MODEL in ENGINE, once it is Available.
+# triton_deployment ENDPOINT_JSON MODEL ENGINE [FIELDS] → "URL KEY" of a new endpoint (its
+# creation body) with one `triton` deployment d1 of MODEL in ENGINE (and the deployment's
+# JSON FIELDS, e.g. `"model_config":{…}`), once it is Available.
 triton_deployment() {
   local ep name
   ep=$(json -XPOST "$admin/admin/v1/serving/endpoints" -d "$1")
   name=$(jq -r .name <<<"$ep")
   json -XPOST "$admin/admin/v1/serving/endpoints/$name/deployments" \
-    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}}" >/dev/null
+    -d "{\"name\":\"d1\",\"type\":\"triton\",\"model\":\"$2\",\"env\":{\"KEP_ENGINE\":\"$3\"}${4:+,$4}}" >/dev/null
   deployment_when "$admin" "$name" d1 '.state == "Available"' >/dev/null
   echo "$(jq -r .url <<<"$ep") $(jq -r .api_key <<<"$ep")"
 }

@@ -187,3 +187,38 @@ async fn only_a_model_with_a_batch_dimension_is_batched() {
         .to_string();
     assert!(err.contains("needs a batch dimension"), "{err}");
 }
+
+/// The same as tritonclient's users call it, over REST, gRPC, a gRPC stream and system shared
+/// memory, many at once (`tests/check_batching.py`): each answer ONNX Runtime's for its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tritonclient_gets_onnx_runtimes_answers_from_a_batching_server() {
+    let made = made_models();
+    let path = made.path().join("mlp.onnx");
+    let mut served = Served::of_file("mlp", Model::load(&path, Engine::Tract).unwrap());
+    served.shared_memory = kep_model_server::shm::SharedMemory::new(true);
+    served
+        .batch(batching(16, Duration::from_millis(5), &[]))
+        .unwrap();
+    let url = listen(Protocol::Kserve, served).await;
+    let script = common::tests_dir().join("check_batching.py");
+    let args = [
+        script.to_string_lossy().into_owned(),
+        url.trim_start_matches("http://").to_owned(),
+        "mlp".to_owned(),
+        path.to_string_lossy().into_owned(),
+        "32".to_owned(),
+    ];
+    let said = tokio::task::spawn_blocking(move || {
+        common::python(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert!(
+        said.contains("batched answers match ONNX Runtime's"),
+        "{said}"
+    );
+    let runs: Vec<u64> = (said.split_whitespace())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(runs[1] < 4 * 32, "fewer runs than calls: {said}");
+}
