@@ -221,7 +221,9 @@ pub fn http(method: &str, url: &str, token: Option<&str>, body: Option<&str>) ->
     (res.status().as_u16(), res.json().unwrap_or(Value::Null))
 }
 
-/// Waits with the CLI (as a user would) until the deployment is Available.
+/// Waits with the CLI (as a user would) until the deployment is Available: up to three
+/// minutes, as an instance that loads TensorFlow or torch while the other tests load theirs
+/// on the same 2 cores has taken over one.
 pub fn wait_available(srv: &Server, endpoint: &str, deployment: &str) {
     let waited = cli(
         srv,
@@ -232,7 +234,7 @@ pub fn wait_available(srv: &Server, endpoint: &str, deployment: &str) {
             endpoint,
             deployment,
             "--timeout-s",
-            "60",
+            "180",
         ],
     );
     assert_eq!(waited["state"], "Available", "{endpoint}/{deployment}");
