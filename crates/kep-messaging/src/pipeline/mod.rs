@@ -244,11 +244,14 @@ impl<C: Carrier> Dispatcher<C> {
         claimed_until: Option<i64>,
         permits: &Arc<Semaphore>,
     ) {
-        if !self
-            .in_flight
-            .lock()
-            .expect("in-flight lock")
-            .insert(m.uid.clone())
+        // A claim may come while this node's last records of the message are still being
+        // written (its claim ran out meanwhile): its delivery has gone on, not stopped.
+        if self.writer.is_unwritten(&m.uid)
+            || !self
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .insert(m.uid.clone())
         {
             return;
         }

@@ -66,6 +66,31 @@ impl Default for Run {
     }
 }
 
+/// A new SM of client `c`, as a handler stores it.
+fn an_sm(ctx: &Context) -> MessageRow {
+    let now = ctx.clock.unix_ms();
+    MessageRow {
+        uid: crate::uids::Uids::new(ctx.clock.clone(), 0).next(),
+        client_id: "c".into(),
+        cid: "x".into(),
+        channel: Channel::Xms,
+        message_type: crate::kinds::MessageType::Sm,
+        phone_number: "821012345678".into(),
+        request: r#"{"message":"안녕하세요","sender_no":"0212345678"}"#.into(),
+        request_hash: "h".into(),
+        status: Status::Accepted,
+        rcs_status: None,
+        fallback_status: None,
+        sms_status_code: None,
+        error_message: None,
+        attempts: 1,
+        reg_date: now,
+        req_date: Some(now),
+        sent_date: None,
+        res_date: None,
+    }
+}
+
 /// Delivers one SM through `carrier`; the message once final, and the carrier's calls.
 async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
     let dir = tempfile::tempdir().unwrap();
@@ -98,27 +123,7 @@ async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
     );
     tokio::spawn(Arc::clone(&dispatcher).run());
     tokio::spawn(Arc::clone(&dispatcher).run_receipts(rx));
-    let now = ctx.clock.unix_ms();
-    let row = MessageRow {
-        uid: crate::uids::Uids::new(ctx.clock.clone(), 0).next(),
-        client_id: "c".into(),
-        cid: "x".into(),
-        channel: Channel::Xms,
-        message_type: crate::kinds::MessageType::Sm,
-        phone_number: "821012345678".into(),
-        request: r#"{"message":"안녕하세요","sender_no":"0212345678"}"#.into(),
-        request_hash: "h".into(),
-        status: Status::Accepted,
-        rcs_status: None,
-        fallback_status: None,
-        sms_status_code: None,
-        error_message: None,
-        attempts: 1,
-        reg_date: now,
-        req_date: Some(now),
-        sent_date: None,
-        res_date: None,
-    };
+    let row = an_sm(&ctx);
     let uid = row.uid.clone();
     if run.hang_up {
         // The caller is dropped once its write is queued, as a handler is when its client
@@ -275,4 +280,43 @@ async fn receipts_decide_and_the_worst_part_wins() {
         let (m, _) = deliver_with(rejected, run).await;
         assert_eq!((m.status.as_str(), in_memory), ("510", in_memory));
     }
+}
+
+/// A hand-over's record is unwritten from the moment it is queued until the store has it,
+/// so that a claim meanwhile (the claim ran out first) does not hand the message over again.
+#[tokio::test]
+async fn a_hand_over_is_unwritten_until_the_store_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Context::standalone(dir.path());
+    let store = crate::store::open(&ctx).await.unwrap();
+    store
+        .insert_client(&ClientId::from("c"), None, "h", 0)
+        .await
+        .unwrap();
+    let (accepted, _to_dispatch) = mpsc::unbounded_channel();
+    let writer = Writer::start(store.clone(), Claim(30_000), accepted);
+    let row = an_sm(&ctx);
+    let uid = row.uid.clone();
+    writer.insert(row).await.unwrap();
+    assert!(!writer.is_unwritten(&uid));
+    writer.handed(crate::store::Handed {
+        uid: uid.clone(),
+        route: Route::Xms,
+        attempt: 1,
+        carrier: "scripted".into(),
+        account: "scripted".into(),
+        carrier_message_ids: vec!["p-0".into()],
+        at: 0,
+        deadline: 600_000,
+        rcs_status: None,
+    });
+    assert!(
+        writer.is_unwritten(&uid),
+        "unwritten as soon as it is queued"
+    );
+    while writer.is_unwritten(&uid) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let parts = store.receipts_of(&uid).await.unwrap();
+    assert_eq!(parts.len(), 1, "{parts:?}");
 }

@@ -8,10 +8,12 @@
 //! once ([`Store::writers`]), so a batch gathers while others commit (its commit waits for
 //! the WAL's flush).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::ids::MessageUid;
 use crate::store::{Handed, Handover, Inserted, MessageRow, Store};
 
 enum Write {
@@ -24,7 +26,12 @@ enum Write {
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::UnboundedSender<Write>,
+    unwritten: Unwritten,
 }
+
+/// For each message, how many of its delivery's records are queued or committing: until
+/// they are in, the store still shows it due, and a claim of it must not hand it over again.
+type Unwritten = Arc<Mutex<HashMap<MessageUid, usize>>>;
 
 /// How long an accepted message stays claimed by the node that accepted it.
 #[derive(Clone, Copy)]
@@ -45,8 +52,29 @@ impl Writer {
         accepted: mpsc::UnboundedSender<MessageRow>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, claim, accepted, rx));
-        Writer { tx }
+        let unwritten = Unwritten::default();
+        tokio::spawn(run(store, claim, accepted, rx, Arc::clone(&unwritten)));
+        Writer { tx, unwritten }
+    }
+
+    /// Whether a record of `uid`'s delivery is still on its way to the store.
+    pub fn is_unwritten(&self, uid: &MessageUid) -> bool {
+        self.unwritten
+            .lock()
+            .expect("unwritten lock")
+            .contains_key(uid)
+    }
+
+    fn queue(&self, uid: &MessageUid, write: Write) {
+        *self
+            .unwritten
+            .lock()
+            .expect("unwritten lock")
+            .entry(uid.clone())
+            .or_default() += 1;
+        if self.tx.send(write).is_err() {
+            written(&self.unwritten, uid);
+        }
     }
 
     /// Stores an accepted message (or finds the one its cid already names), claimed for this
@@ -64,14 +92,27 @@ impl Writer {
     /// Records a message's final state and its hand-overs. Not waited for: if it is lost in
     /// a crash, the message's lease runs out and it is delivered again.
     pub fn finish(&self, row: MessageRow, handovers: Vec<Handover>) {
-        let _ = self.tx.send(Write::Finish(Box::new(row), handovers));
+        let uid = row.uid.clone();
+        self.queue(&uid, Write::Finish(Box::new(row), handovers));
     }
 
     /// Records a hand-over the carrier acknowledged, whose receipts are awaited. Not waited
     /// for either: if it is lost in a crash, the message's lease runs out and it is handed
     /// over again (at least once).
     pub fn handed(&self, handed: Handed) {
-        let _ = self.tx.send(Write::Handed(Box::new(handed)));
+        let uid = handed.uid.clone();
+        self.queue(&uid, Write::Handed(Box::new(handed)));
+    }
+}
+
+/// One record of `uid`'s delivery is in the store, or lost with its batch.
+fn written(unwritten: &Unwritten, uid: &MessageUid) {
+    let mut unwritten = unwritten.lock().expect("unwritten lock");
+    if let Some(n) = unwritten.get_mut(uid) {
+        *n -= 1;
+        if *n == 0 {
+            unwritten.remove(uid);
+        }
     }
 }
 
@@ -80,6 +121,7 @@ async fn run(
     claim: Claim,
     accepted: mpsc::UnboundedSender<MessageRow>,
     mut rx: mpsc::UnboundedReceiver<Write>,
+    unwritten: Unwritten,
 ) {
     let writers = Arc::new(Semaphore::new(store.writers()));
     let mut committing = tokio::task::JoinSet::new();
@@ -101,8 +143,20 @@ async fn run(
             }
         }
         let (store, accepted) = (Arc::clone(&store), accepted.clone());
+        let unwritten = Arc::clone(&unwritten);
         committing.spawn(async move {
+            let uids: Vec<MessageUid> = batch
+                .iter()
+                .filter_map(|w| match w {
+                    Write::Finish(row, _) => Some(row.uid.clone()),
+                    Write::Handed(h) => Some(h.uid.clone()),
+                    Write::Insert(..) => None,
+                })
+                .collect();
             commit(&*store, claim, &accepted, &mut batch).await;
+            for uid in &uids {
+                written(&unwritten, uid);
+            }
             drop(permit);
         });
         while committing.try_join_next().is_some() {}

@@ -26,7 +26,10 @@ pub struct Podman {
 impl Podman {
     /// Starts one and waits until `/_ping` answers. crun fails in this sandbox, so the
     /// runtime is runc; root's file limit is below Podman's default for containers, so the
-    /// containers' limits are set lower.
+    /// containers' limits are set lower. Containers get slirp4netns, whose published ports
+    /// are a process's sockets: root's default bridge publishes them as DNAT rules in the
+    /// host's netfilter, which outlive a container Podman tears down unfinished and send a
+    /// later server's loopback port (any test's) to a dead container's address.
     pub fn start() -> Podman {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
@@ -35,6 +38,7 @@ impl Podman {
             format!(
                 "[containers]\n\
                  default_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n\
+                 netns = \"slirp4netns\"\n\
                  [engine]\n\
                  runtime = \"runc\"\n\
                  tmp_dir = \"{d}/tmp\"\n\
