@@ -28,6 +28,17 @@ gi.require_version("GstWebRTC", "1.0")
 gi.require_version("Nice", "0.1")
 from gi.repository import GLib, Gst, GstSdp, GstWebRTC, Nice  # noqa: E402
 
+# PyGObject resolves a class's attributes on first use, and two threads doing so at once
+# may fail (a subscriber's video and audio streaming threads once saw `Gst.PadProbeType`
+# without `BUFFER`): what the callbacks of streaming threads use is resolved here, once,
+# in the main thread.
+SRC_PAD = Gst.PadDirection.SRC
+BUFFER_PROBE = Gst.PadProbeType.BUFFER
+PROBE_OK = Gst.PadProbeReturn.OK
+make_element = Gst.ElementFactory.make
+CONNECTED = GstWebRTC.WebRTCPeerConnectionState.CONNECTED
+ENDED = (GstWebRTC.WebRTCPeerConnectionState.FAILED, GstWebRTC.WebRTCPeerConnectionState.CLOSED)
+
 # Each video codec: its encoder and payloader, and the RTP caps of its stream (a
 # subscriber offers them all; a publisher's level is the one its encoder chose).
 VIDEO = {
@@ -139,10 +150,9 @@ class Peer:
 
     def on_state(self, *_):
         state = self.webrtc.get_property("connection-state")
-        if state == GstWebRTC.WebRTCPeerConnectionState.CONNECTED:
+        if state == CONNECTED:
             emit("connected")
-        elif state in (GstWebRTC.WebRTCPeerConnectionState.FAILED,
-                       GstWebRTC.WebRTCPeerConnectionState.CLOSED):
+        elif state in ENDED:
             if not self.stopping:
                 emit("closed", state=state.value_nick)
                 GLib.idle_add(self.quit)
@@ -213,7 +223,7 @@ class Peer:
             emit("frame", kind=kind, count=n, **(self.size if kind == "video" else {}))
         if kind == "video" and self.args.frames and n == self.args.frames:
             emit("enough", count=n)
-        return Gst.PadProbeReturn.OK
+        return PROBE_OK
 
 
 def publish(args):
@@ -236,9 +246,9 @@ def subscribe(args):
     peer.webrtc.emit("add-transceiver", recvonly, Gst.Caps.from_string(OPUS))
 
     def on_pad(_webrtc, pad):
-        if pad.get_direction() != Gst.PadDirection.SRC:
+        if pad.get_direction() != SRC_PAD:
             return
-        decode = Gst.ElementFactory.make("decodebin")
+        decode = make_element("decodebin")
         decode.connect("pad-added", on_decoded)
         peer.bin.add(decode)
         decode.sync_state_with_parent()
@@ -250,12 +260,12 @@ def subscribe(args):
         if kind == "video":
             s = pad.get_current_caps().get_structure(0)
             peer.size = {"width": s.get_value("width"), "height": s.get_value("height")}
-        sink = Gst.ElementFactory.make("fakesink")
+        sink = make_element("fakesink")
         sink.set_property("sync", False)
         peer.bin.add(sink)
         sink.sync_state_with_parent()
         pad.link(sink.get_static_pad("sink"))
-        pad.add_probe(Gst.PadProbeType.BUFFER, lambda _p, info: peer.count(kind, info))
+        pad.add_probe(BUFFER_PROBE, lambda _p, info: peer.count(kind, info))
 
     peer.webrtc.connect("pad-added", on_pad)
     return peer.run()

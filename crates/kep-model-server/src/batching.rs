@@ -1,9 +1,9 @@
 //! Triton's dynamic batcher (CONTRACT §3 "Batching and model instances"): calls that arrive
 //! together run as one batch of the model, their inputs joined along the first (batch)
 //! dimension, the outputs split back so that each call gets what it would have alone. A
-//! batch runs once it reaches `max_batch_size` or a preferred size, or once its first call
-//! has waited `max_queue_delay`; at most `instances` batches run at once (Triton's model
-//! instances). A call whose caller is gone (its connection or deadline ended) before its
+//! batch forms once an instance is free (at most `instances` batches run at once: Triton's
+//! model instances), and runs once it reaches `max_batch_size` or a preferred size, or once
+//! its first call has waited `max_queue_delay`. A call whose caller is gone (its connection or deadline ended) before its
 //! batch forms is left out of it.
 
 use std::sync::Arc;
@@ -157,14 +157,15 @@ impl Schedule {
                     None => return,
                 },
             };
+            // As Triton's batcher, a batch forms once an instance is free: the calls that
+            // queued while all were busy join it, rather than wait for the batch after.
+            let Ok(instance) = Arc::clone(&self.instances).acquire_owned().await else {
+                return;
+            };
             let batch = self.gather(first, &mut calls).await;
             if batch.is_empty() {
                 continue;
             }
-            // A free instance before the next batch forms: calls keep queueing meanwhile.
-            let Ok(instance) = Arc::clone(&self.instances).acquire_owned().await else {
-                return;
-            };
             let (model, stats) = (Arc::clone(&self.model), Arc::clone(&self.stats));
             tokio::task::spawn_blocking(move || {
                 run_batch(&model, batch, &stats);
