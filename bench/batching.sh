@@ -64,24 +64,41 @@ for engine in $ENGINES; do
     # A call's compute_infer is the run it was in: their mean is a run's mean time.
     echo "     runs during the measure: $(($(jq '.[1]' <<<"$stats") - before)); inferences, runs, mean run ms overall: $stats"
     api -XDELETE "$admin/admin/v1/serving/endpoints/$MODEL-$engine-$batching" >/dev/null
+    # The same instance called directly, as Triton is called (no gateway in front): the
+    # `kep model-server` command line a `cpu-medium` instance runs.
+    port=$(free_port)
+    flags=()
+    [ "$batching" = yes ] && flags=(--max-batch-size "$MAX_BATCH" --dynamic-batching --max-queue-delay-us "$DELAY_US")
+    "$KEP" model-server --protocol kserve --name "$MODEL" --model "$file" --engine "$engine" --threads 2 \
+      --port "$port" "${flags[@]}" >"$WORK/direct.log" 2>&1 &
+    direct=$!
+    pids+=("$direct")
+    url=http://127.0.0.1:$port/v2/models/$MODEL/infer
+    for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break; sleep 0.1; done
+    wrk_run "$CALLERS" 2s >/dev/null
+    echo "$engine-$batching-direct $(wrk_run "$CALLERS" "$DURATION" | awk "$WRK_AWK")" >>"$res"
+    kill -TERM "$direct"
+    wait "$direct" 2>/dev/null || true
   done
 done
 (cd bench && python3 batching.py ort "$file" "$DURATION" "$CALLERS") >>"$res"
 
-printf '   %-44s %10s %9s %9s %12s %12s\n' "path (batch 1, $CALLERS callers, $DURATION)" "inf/s" "p50 ms" \
+printf '   %-50s %10s %9s %9s %12s %12s\n' "path (batch 1, $CALLERS callers, $DURATION)" "inf/s" "p50 ms" \
   "p99 ms" "÷ unbatched" "÷ in-process"
 awk -v c="$CALLERS" '
   { ips[$1] = $2; p50[$1] = $3; p99[$1] = $4; order[NR] = $1 }
   END {
     ort = "ort-c" c
     for (i = 1; i <= NR; i++) {
-      k = order[i]; split(k, p, "-"); u = ""; o = ""
+      k = order[i]; n = split(k, p, "-"); u = ""; o = ""
       if (k != ort) {
-        label = "kep gateway, " p[1] (p[2] == "yes" ? ", dynamic batching" : ", one call per run")
-        if (p[2] == "yes") u = sprintf("%.2f", ips[k] / ips[p[1] "-no"])
+        path = n == 3 ? "kep model-server, " : "kep gateway, "
+        label = path p[1] (p[2] == "yes" ? ", dynamic batching" : ", one call per run")
+        unbatched = p[1] "-no" (n == 3 ? "-direct" : "")
+        if (p[2] == "yes") u = sprintf("%.2f", ips[k] / ips[unbatched])
         o = sprintf("%.2f", ips[k] / ips[ort])
       } else label = "python onnxruntime, " c " threads, one session"
-      printf "   %-44s %10.1f %9.3f %9.3f %12s %12s\n", label, ips[k], p50[k] / 1000, p99[k] / 1000, u, o
+      printf "   %-50s %10.1f %9.3f %9.3f %12s %12s\n", label, ips[k], p50[k] / 1000, p99[k] / 1000, u, o
     }
   }' "$res"
 cleanup

@@ -398,6 +398,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         }
         onnxruntime::use_gpus(gpus.len());
         onnxruntime::use_sessions(config.model_instances);
+        onnxruntime::use_spinning(config.batching.as_ref().is_none_or(|b| b.dynamic.is_none()));
     }
     let (policy, inputs, threads, instances) = (
         config.version_policy.clone(),

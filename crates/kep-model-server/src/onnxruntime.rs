@@ -27,6 +27,7 @@ static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
 static INTRA_THREADS: OnceLock<usize> = OnceLock::new();
 static GPUS: OnceLock<usize> = OnceLock::new();
 static SESSIONS: OnceLock<usize> = OnceLock::new();
+static SPIN: OnceLock<bool> = OnceLock::new();
 
 /// How many GPUs the process was given (`CUDA_VISIBLE_DEVICES`), before the first model is
 /// loaded; with one or more, models run on the first.
@@ -45,6 +46,14 @@ pub fn use_intra_threads(threads: usize) {
 /// share of the intra-op threads: on a GPU, their kernels overlap.
 pub fn use_sessions(sessions: usize) {
     let _ = SESSIONS.set(sessions.max(1));
+}
+
+/// Whether a session's idle threads spin for the next work (ONNX Runtime's default), before
+/// the first model is loaded. Calls one after the other gain from it; a dynamic batcher's
+/// runs come in bursts, and threads spinning between them take the cores its callers' HTTP
+/// work needs (bench/batching.sh: 1.29× the calls/s without it, BENCHMARKS.md).
+pub fn use_spinning(spin: bool) {
+    let _ = SPIN.set(spin);
 }
 
 /// Names the `libonnxruntime` to load, before the first model is; otherwise it is found as
@@ -134,6 +143,13 @@ fn session(path: &Path, sessions: usize) -> Result<Session, ModelError> {
     if let Some(&threads) = INTRA_THREADS.get() {
         builder = builder
             .with_intra_threads(threads.div_ceil(sessions).max(1))
+            .map_err(|e| unsupported(e.to_string()))?;
+    }
+    if SPIN.get() == Some(&false) {
+        builder = builder
+            .with_intra_op_spinning(false)
+            .map_err(|e| unsupported(e.to_string()))?
+            .with_inter_op_spinning(false)
             .map_err(|e| unsupported(e.to_string()))?;
     }
     if GPUS.get().is_some_and(|&n| n > 0) {
