@@ -8,6 +8,7 @@ pub mod adapter;
 pub mod live;
 pub mod messaging;
 pub mod operator;
+pub mod readiness;
 pub mod serving;
 
 /// One path segment, percent-encoded: a name with `/`, `?`, `#`, `%` or a space stays one

@@ -4,6 +4,7 @@ pub mod activity;
 pub mod adapter;
 pub mod live;
 pub mod messaging;
+pub mod readiness;
 pub mod serving;
 
 pub(crate) use kep_api::path;

@@ -15,6 +15,7 @@ pub mod outbound;
 pub mod outbox;
 pub mod platform;
 pub mod private;
+pub mod readiness;
 pub mod retry;
 pub mod seal;
 pub mod secret;

@@ -1,15 +1,18 @@
 //! The wiring of a set of [`Service`]s: each gets its listener bound and a [`Context`]; the
-//! admin listener serves their operator routes behind the operator token, `/healthz` and
-//! the OpenAPI documents; stopping fires the shutdown token, lets the services finish and
-//! waits for the listeners and every tracked task. `kep serve` and the services' tests
-//! both build on this, so none of them wires a service by hand.
+//! admin listener serves their operator routes behind the operator token, `/healthz`,
+//! `/readyz` and the OpenAPI documents; stopping fires the shutdown token, lets the services
+//! finish and waits for the listeners and every tracked task. `kep serve` and the services'
+//! tests both build on this, so none of them wires a service by hand.
+//!
+//! The admin listener serves from the moment it is bound: while the services start, it
+//! answers `/healthz`, `/readyz` (503, what it waits for) and a 503 to anything else.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -25,6 +28,7 @@ use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::limits::{Limiter, Limits};
 use crate::listener::{self, AllowedHosts, App, Bound};
+use crate::readiness::{self, Ready};
 use crate::seal::Sealer;
 use crate::service::{Context, Service};
 
@@ -40,7 +44,12 @@ pub struct Platform {
     activity: Activity,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    admin: Bound,
+    admin_addr: SocketAddr,
+    admin_limits: Limits,
+    /// The admin listener's server, which takes its whole router once the platform serves.
+    admin_server: tokio::task::JoinHandle<()>,
+    admin_router: Arc<OnceLock<Router>>,
+    ready: Ready,
     /// The admin listener's host names: it serves browsers (the console, the docs).
     admin_hosts: AllowedHosts,
     operator_routes: Router,
@@ -60,18 +69,38 @@ pub struct Platform {
 }
 
 impl Platform {
-    /// Binds the admin listener (port 0 picks a free one); services keep their files under
+    /// Binds the admin listener (port 0 picks a free one) and serves `/healthz` and
+    /// `/readyz` on it at once, within `admin_limits`; services keep their files under
     /// `data_dir`.
-    pub async fn new(data_dir: &Path, admin_addr: SocketAddr) -> anyhow::Result<Self> {
+    pub async fn new(
+        data_dir: &Path,
+        admin_addr: SocketAddr,
+        admin_limits: Limits,
+    ) -> anyhow::Result<Self> {
         let admin = listener::bind("admin", admin_addr).await?;
+        let addr = admin.addr;
+        let shutdown = CancellationToken::new();
+        let ready = Ready::default();
+        let admin_router = Arc::new(OnceLock::new());
+        let admin_server = serve(
+            "admin",
+            admin,
+            until_served(&admin_router, ready.clone()).into(),
+            admin_limits,
+            &shutdown,
+        );
         Ok(Platform {
             data_dir: data_dir.to_owned(),
             clock: Clock::system(),
             activity: Activity::new(Clock::system(), crate::service::ACTIVITY_BACKLOG),
-            shutdown: CancellationToken::new(),
+            shutdown,
             tasks: TaskTracker::new(),
-            addresses: BTreeMap::from([("admin", admin.addr)]),
-            admin,
+            addresses: BTreeMap::from([("admin", addr)]),
+            admin_addr: addr,
+            admin_limits,
+            admin_server,
+            admin_router,
+            ready,
             admin_hosts: AllowedHosts::default(),
             operator_routes: Router::new(),
             open_routes: Router::new(),
@@ -84,6 +113,12 @@ impl Platform {
             listeners: Vec::new(),
             stops: Vec::new(),
         })
+    }
+
+    /// What `/readyz` waits for: each service while it starts, and what the caller adds
+    /// (the init file).
+    pub fn readiness(&self) -> Ready {
+        self.ready.clone()
     }
 
     /// Starts the services that follow on `clock` instead of the system clock (tests move a
@@ -152,6 +187,7 @@ impl Platform {
 
     /// Binds the service's listener, starts it and takes its routes and documents.
     pub async fn start<S: Service>(&mut self, settings: S::Settings) -> anyhow::Result<S> {
+        self.ready.wait_for(S::NAME);
         let listener_settings = S::listener(&settings);
         let bound = listener::bind(S::LISTENER, listener_settings.addr).await?;
         let cluster = self.cluster().await?;
@@ -189,6 +225,7 @@ impl Platform {
         self.stops.push(Box::new(move || {
             Box::pin(async move { stopping.stop().await })
         }));
+        self.ready.done(S::NAME);
         Ok(service)
     }
 
@@ -206,12 +243,16 @@ impl Platform {
     }
 
     /// Serves every listener: the operator routes take `token`, and its holder counts as
-    /// one client of the admin listener's `limits`.
-    pub fn serve(self, token: &str, admin_limits: Limits) -> Running {
+    /// one client of the admin listener's limits.
+    pub fn serve(self, token: &str) -> Running {
         let Platform {
             shutdown,
             tasks,
-            admin,
+            admin_addr,
+            admin_limits,
+            admin_server,
+            admin_router: served,
+            ready,
             admin_hosts,
             operator_routes,
             open_routes,
@@ -231,7 +272,9 @@ impl Platform {
         crate::http::declare_path_parameters(&mut admin_doc);
         crate::http::tag_operations(&mut admin_doc, crate::http::operator_service);
         crate::http::document_operator_answers(&mut admin_doc);
-        admin_doc.servers = Some(vec![Server::new(format!("http://{}", admin.addr))]);
+        // After the operator answers: these need no token, and no limit holds them back.
+        admin_doc.merge(readiness::doc());
+        admin_doc.servers = Some(vec![Server::new(format!("http://{admin_addr}"))]);
         let docs = crate::docs::routes([&["admin"], doc_names.as_slice()].concat());
         let admin_doc = Arc::new(admin_doc);
         let admin_router = Router::new()
@@ -244,23 +287,15 @@ impl Platform {
             ))
             .merge(open_routes)
             .merge(docs)
-            .route(
-                "/healthz",
-                get(|| async { axum::Json(serde_json::json!({ "status": "ok" })) }),
-            )
+            .merge(health_routes(ready))
             .route(
                 "/openapi/admin.json",
                 get(move || async move { axum::Json(admin_doc.as_ref().clone()) }),
             )
             .method_not_allowed_fallback(crate::http::wrong_method);
         let admin_router = admin_hosts.guard(admin_router, listener::operator_shape);
-        let mut servers = vec![serve(
-            "admin",
-            admin,
-            admin_router.into(),
-            admin_limits,
-            &shutdown,
-        )];
+        let _ = served.set(admin_router);
+        let mut servers = vec![admin_server];
         for (name, bound, app, limits) in listeners {
             servers.push(serve(name, bound, app, limits, &shutdown));
         }
@@ -352,6 +387,31 @@ fn serve(
     })
 }
 
+/// `/healthz` and `/readyz`.
+fn health_routes(ready: Ready) -> Router {
+    Router::new()
+        .route(kep_api::readiness::HEALTHZ, get(readiness::healthz))
+        .route(kep_api::readiness::READYZ, get(readiness::readyz))
+        .with_state(ready)
+}
+
+/// The admin listener's router: `served` once the platform serves, and until then
+/// `/healthz`, `/readyz` and a 503 to anything else.
+fn until_served(served: &Arc<OnceLock<Router>>, ready: Ready) -> Router {
+    let starting = health_routes(ready).fallback(|| async {
+        crate::http::ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "starting",
+            "kep is starting: GET /readyz says what it waits for",
+        )
+    });
+    let served = Arc::clone(served);
+    Router::new().fallback_service(tower::service_fn(move |req: axum::extract::Request| {
+        let router = served.get().unwrap_or(&starting).clone();
+        async move { tower::ServiceExt::oneshot(router, req).await }
+    }))
+}
+
 /// The operator API's document, before the services add their paths.
 fn operator_doc() -> OpenApi {
     use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -380,4 +440,62 @@ pub fn with_bearer(mut doc: OpenApi) -> OpenApi {
         SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
     );
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    async fn call(router: &Router, path: &str) -> (StatusCode, serde_json::Value) {
+        let req = Request::get(path).body(Body::empty()).unwrap();
+        let res = router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    /// While the services start, the admin listener says so at `/readyz` and answers a 503
+    /// to anything else; once the platform serves, its whole router answers.
+    #[tokio::test]
+    async fn the_admin_listener_answers_starting_until_the_platform_serves() {
+        let served = Arc::new(OnceLock::new());
+        let ready = Ready::default();
+        ready.wait_for("messaging");
+        let router = until_served(&served, ready.clone());
+        let (status, body) = call(&router, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            serde_json::json!({"status": "starting", "waiting": ["messaging"]})
+        );
+        assert_eq!(call(&router, "/healthz").await.0, StatusCode::OK);
+        let (status, body) = call(&router, "/admin/v1/live/services").await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!("starting")
+            )
+        );
+
+        ready.done("messaging");
+        let whole = health_routes(ready).route(
+            "/admin/v1/live/services",
+            get(|| async { axum::Json(serde_json::json!([])) }),
+        );
+        served.set(whole).unwrap();
+        assert_eq!(
+            call(&router, "/readyz").await,
+            (StatusCode::OK, serde_json::json!({"status": "ready"}))
+        );
+        assert_eq!(
+            call(&router, "/admin/v1/live/services").await,
+            (StatusCode::OK, serde_json::json!([]))
+        );
+    }
 }

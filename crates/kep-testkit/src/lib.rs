@@ -70,14 +70,18 @@ pub async fn spawn_platform<S: Service>(setup: Setup, settings: S::Settings) -> 
         clock,
         database_url,
     } = setup;
-    let mut platform = Platform::new(dir.path(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
-        .with_clock(clock.clone())
-        .with_database_url(database_url.clone());
+    let mut platform = Platform::new(
+        dir.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        Limits::default(),
+    )
+    .await
+    .unwrap()
+    .with_clock(clock.clone())
+    .with_database_url(database_url.clone());
     let shutdown = platform.shutdown_token();
     let service = platform.start::<S>(settings).await.unwrap();
-    let running = platform.serve(OPERATOR_TOKEN, Limits::default());
+    let running = platform.serve(OPERATOR_TOKEN);
     Spawned {
         service,
         running,

@@ -65,13 +65,18 @@ impl Application {
         {
             anyhow::bail!("database_url: a postgres:// URL, or unset for SQLite under data_dir");
         }
-        let mut platform = Platform::new(&data_dir, settings.admin.addr)
+        let mut platform = Platform::new(&data_dir, settings.admin.addr, settings.admin.limits)
             .await?
             .with_database_url(settings.database_url.clone())
             .with_admin_hosts(listener::AllowedHosts::new(
                 settings.admin.allowed_hosts.names(),
             ))
             .with_seal_key_file(settings.seal_key_file.clone());
+        // `/readyz` names every service it waits for from its first answer on.
+        let ready = platform.readiness();
+        for name in SERVICES.into_iter().filter(|s| wanted(s)) {
+            ready.wait_for(name);
+        }
         let prometheus = install_prometheus(&platform.shutdown_token())?;
         let messaging_zone = settings.messaging.time_zone.clone();
         let mut observed = Observed::default();
@@ -129,7 +134,7 @@ impl Application {
             }
         }
 
-        let running = platform.serve(&token, settings.admin.limits);
+        let running = platform.serve(&token);
         let addresses: BTreeMap<&str, _> = running.addresses().clone();
         listener::write_addresses(&data_dir, &addresses)?;
         let console = format!("{}/console", running.url("admin"));

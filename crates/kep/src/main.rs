@@ -46,6 +46,9 @@ enum Command {
     /// The platform's activity as it happens (every service's state changes), one JSON
     /// line per event.
     Events(cli::events::EventsArgs),
+    /// Whether the server is ready (`kep probe ready`: exit 0 when it is), for a container's
+    /// health check.
+    Probe(cli::probe::ProbeArgs),
     /// A small SMSC on 127.0.0.1 to try SMPP carriers without a carrier's: it acknowledges
     /// every submit_sm, prints it as a JSON line and sends its delivery receipt.
     Smsc(cli::smsc::SmscArgs),
@@ -100,6 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serving(args) => runtime.block_on(cli::serving::run(args.at(data_dir()))),
         Command::Events(args) => runtime.block_on(cli::events::run(args.at(data_dir()))),
         Command::Status(args) => runtime.block_on(cli::status::run(args.at(data_dir()))),
+        Command::Probe(args) => runtime.block_on(cli::probe::run(args.at(data_dir()))),
         Command::Smsc(args) => runtime.block_on(cli::smsc::run(args)),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;

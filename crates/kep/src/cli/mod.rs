@@ -5,6 +5,7 @@ pub mod adapter;
 pub mod events;
 pub mod live;
 pub mod msg;
+pub mod probe;
 pub mod serving;
 pub mod smsc;
 pub mod status;
@@ -117,19 +118,23 @@ with_common!(
     events::EventsArgs,
     live::LiveArgs,
     msg::MsgArgs,
+    probe::ProbeArgs,
     serving::ServingArgs,
     status::StatusArgs
 );
 
 impl Common {
     pub fn admin(&self) -> anyhow::Result<kep_client::AdminClient> {
-        let url = self
-            .admin_url
-            .clone()
-            .unwrap_or_else(|| listener_url(&self.data_dir, "admin", 8800));
         Ok(kep_client::AdminClient::new(
-            url,
+            self.admin_url(),
             operator_token(&self.data_dir)?,
         ))
+    }
+
+    /// The admin listener: `--admin-url`, else from the data dir's addresses.json.
+    pub fn admin_url(&self) -> String {
+        self.admin_url
+            .clone()
+            .unwrap_or_else(|| listener_url(&self.data_dir, "admin", 8800))
     }
 }

@@ -17,6 +17,7 @@ mod metrics;
 mod models;
 mod platform;
 mod prometheus;
+mod readiness;
 mod serving;
 mod webhooks;
 
