@@ -17,6 +17,14 @@ pub struct CreateServiceRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^https?://")]
     pub external_verifier_url: Option<String>,
+    /// Generated when absent: 8 to 256 printable ASCII characters (a CI's fixed secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[ -~]{8,256}$")]
+    pub admin_secret: Option<String>,
+    /// Generated when absent: 8 to 256 printable ASCII characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[ -~]{8,256}$")]
+    pub service_secret: Option<String>,
 }
 
 /// The secrets are shown here once and never again.

@@ -146,6 +146,14 @@ pub struct XmsDetailAnswer {
 pub struct CreateClient {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Generated when absent: 1 to 64 letters and digits (it travels in `id:secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9]{1,64}$")]
+    pub client_id: Option<String>,
+    /// Generated when absent: 8 to 256 printable ASCII characters (a CI's fixed secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[ -~]{8,256}$")]
+    pub client_secret: Option<String>,
 }
 
 /// The secret is shown here once.

@@ -18,14 +18,10 @@ impl AdminClient {
     /// `POST /admin/v1/messaging/clients`
     pub async fn create_messaging_client(
         &self,
-        name: Option<String>,
+        client: &CreateClient,
     ) -> Result<ClientSecret, ClientError> {
-        self.send(
-            self.http
-                .post(self.url(paths::CLIENTS))
-                .json(&CreateClient { name }),
-        )
-        .await
+        self.send(self.http.post(self.url(paths::CLIENTS)).json(client))
+            .await
     }
 
     /// `GET /admin/v1/messaging/outbox?limit=N`: what left for the carrier, newest first.

@@ -40,6 +40,30 @@ pub fn new_secret() -> String {
     random_token(32)
 }
 
+/// The fewest and most characters of a secret the operator gives (CONTRACT §0, "Declared
+/// resources"): a generated one is longer than the fewest.
+pub const GIVEN_SECRET_CHARS: std::ops::RangeInclusive<usize> = 8..=256;
+
+/// `given`, or a new secret where none is given; a given one must be 8 to 256 printable
+/// ASCII characters (space to `~`), else why not.
+pub fn given_or_new(given: Option<String>) -> Result<String, String> {
+    let Some(secret) = given else {
+        return Ok(new_secret());
+    };
+    if !GIVEN_SECRET_CHARS.contains(&secret.chars().count()) {
+        return Err(format!(
+            "{} to {} characters, not {}",
+            GIVEN_SECRET_CHARS.start(),
+            GIVEN_SECRET_CHARS.end(),
+            secret.chars().count()
+        ));
+    }
+    if let Some(c) = secret.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(format!("printable ASCII characters only, not {c:?}"));
+    }
+    Ok(secret)
+}
+
 /// A random version-4 UUID in its canonical text form.
 pub fn new_uuid() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -48,6 +72,30 @@ pub fn new_uuid() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_given_secret_is_8_to_256_printable_characters() {
+        assert_eq!(given_or_new(None).unwrap().len(), new_secret().len());
+        for ok in ["a".repeat(8), "a b~!@#$%".into(), "x".repeat(256)] {
+            assert_eq!(given_or_new(Some(ok.clone())), Ok(ok));
+        }
+        assert_eq!(
+            given_or_new(Some("a".repeat(7))),
+            Err("8 to 256 characters, not 7".into())
+        );
+        assert_eq!(
+            given_or_new(Some("a".repeat(257))),
+            Err("8 to 256 characters, not 257".into())
+        );
+        for bad in ["secret\tkey", "비밀번호비밀번호", "secret\u{7f}key"] {
+            assert!(
+                given_or_new(Some(bad.into()))
+                    .unwrap_err()
+                    .starts_with("printable ASCII"),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn sha256_hex_matches_sha256sum() {

@@ -195,8 +195,8 @@ impl Access {
         &self,
         service_id: ServiceId,
         external_verifier_url: Option<String>,
+        (admin_secret, service_secret): (String, String),
     ) -> sqlx::Result<CreateOutcome> {
-        let (admin_secret, service_secret) = (new_secret(), new_secret());
         let row = ServiceRow {
             admin_ha: sha256_hex(&format!("{service_id}:{admin_secret}")),
             service_hs: sha256_hex(&format!("{service_id}:{service_secret}")),

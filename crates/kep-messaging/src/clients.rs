@@ -10,18 +10,30 @@ use crate::ids::ClientId;
 
 impl Messaging {
     /// A new client: its id and secret.
-    pub async fn create_client(&self, name: Option<&str>) -> sqlx::Result<(ClientId, String)> {
+    /// A new client of `secret`, whose id is `given` or generated; `None` when a client of
+    /// the given id exists.
+    pub async fn create_client(
+        &self,
+        given: Option<ClientId>,
+        name: Option<&str>,
+        secret: String,
+    ) -> sqlx::Result<Option<(ClientId, String)>> {
         // Letters and digits only: the id travels inside `Basic <id> <secret>` and
         // `id:secret`.
-        let client_id = ClientId::from(random_token(12).replace(['-', '_'], "x"));
-        let secret = new_secret();
-        self.store
-            .insert_client(&client_id, name, &sha256_hex(&secret), self.clock.unix_s())
-            .await?;
+        let client_id =
+            given.unwrap_or_else(|| ClientId::from(random_token(12).replace(['-', '_'], "x")));
+        let now = self.clock.unix_s();
+        if !self
+            .store
+            .insert_client(&client_id, name, &sha256_hex(&secret), now)
+            .await?
+        {
+            return Ok(None);
+        }
         let detail = json!({ "name": name });
         self.activity
             .record("client.created", &[&client_id], detail);
-        Ok((client_id, secret))
+        Ok(Some((client_id, secret)))
     }
 
     /// A new secret for the client; `None` for an unknown client.

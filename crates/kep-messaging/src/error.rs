@@ -27,6 +27,9 @@ pub enum MessagingError {
     /// No such object: the RCS detail's 404, and the operator API's.
     #[error("{0}")]
     NotFound(&'static str),
+    /// The operator API's 409: an object of that id exists.
+    #[error("{0}")]
+    Conflict(&'static str),
     /// A method the path does not take: 405 with code `410` (invalid input) and `Allow`.
     #[error("this API does not take {0}")]
     MethodNotAllowed(axum::http::Method),
@@ -71,6 +74,7 @@ impl MessagingError {
             MessagingError::File { .. } => (StatusCode::BAD_REQUEST, "420"),
             MessagingError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "410"),
             MessagingError::NotFound(_) => (StatusCode::NOT_FOUND, "404"),
+            MessagingError::Conflict(_) => (StatusCode::CONFLICT, "409"),
             MessagingError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "429"),
             MessagingError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "500"),
         }
@@ -157,6 +161,7 @@ impl From<MessagingError> for ApiError {
         match e {
             MessagingError::Invalid { field, message } => ApiError::invalid_field(field, message),
             MessagingError::NotFound(message) => ApiError::not_found(message),
+            MessagingError::Conflict(message) => ApiError::conflict(message),
             MessagingError::TooManyRequests(refusal) => refusal.into(),
             MessagingError::Internal(e) => ApiError::internal(format!("{e:#}")),
             MessagingError::Unauthorized(_) => ApiError::unauthorized(),

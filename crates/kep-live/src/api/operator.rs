@@ -108,10 +108,21 @@ pub(crate) async fn create_service(
         .into());
     }
     check_verifier_url(&req.external_verifier_url)?;
+    let given = |field: &str, secret| {
+        kep_core::secret::given_or_new(secret).map_err(|why| LiveError::invalid_params(field, why))
+    };
+    let secrets = (
+        given("adminSecret", req.admin_secret)?,
+        given("serviceSecret", req.service_secret)?,
+    );
     match live
         .0
         .access
-        .create(ServiceId::from(service_id), req.external_verifier_url)
+        .create(
+            ServiceId::from(service_id),
+            req.external_verifier_url,
+            secrets,
+        )
         .await?
     {
         CreateOutcome::Created(secrets) => {

@@ -46,6 +46,7 @@ impl TestServer {
             .create_live_service(&CreateServiceRequest {
                 service_id: Some(id.into()),
                 external_verifier_url: None,
+                ..Default::default()
             })
             .await
             .unwrap()

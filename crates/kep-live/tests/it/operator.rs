@@ -29,6 +29,7 @@ async fn operator_calls_need_the_operator_token() {
         .create_live_service(&CreateServiceRequest {
             service_id: Some("svc".into()),
             external_verifier_url: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -38,6 +39,7 @@ async fn operator_calls_need_the_operator_token() {
         .create_live_service(&CreateServiceRequest {
             service_id: Some("no:colons".into()),
             external_verifier_url: None,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -414,4 +416,51 @@ async fn room_targets_are_1_to_the_maximum() {
         .map(|p| p.participant_id.as_str())
         .collect();
     assert_eq!(left, ["d"]);
+}
+
+/// A service made with the secrets the operator gives (a CI's fixed ones) answers to them;
+/// each is 8 to 256 printable characters, checked at, below and above, and a refused one
+/// makes nothing.
+#[tokio::test]
+async fn a_service_takes_the_secrets_it_is_given() {
+    let srv = spawn(|_| {}).await;
+    let create = |id: &str, admin: String, service: String| CreateServiceRequest {
+        service_id: Some(id.into()),
+        admin_secret: Some(admin),
+        service_secret: Some(service),
+        ..Default::default()
+    };
+    for (admin, service, field) in [
+        ("a".repeat(7), "s".repeat(8), "adminSecret"),
+        ("a".repeat(257), "s".repeat(8), "adminSecret"),
+        ("a".repeat(8), "tab\there!".to_owned(), "serviceSecret"),
+    ] {
+        let e = srv
+            .admin
+            .create_live_service(&create("given", admin, service))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, ClientError::Api { status: 400, body } if body.contains(field)),
+            "{e}"
+        );
+    }
+    assert!(srv.admin.list_live_services().await.unwrap().is_empty());
+
+    let longest = "x".repeat(256);
+    let made = srv
+        .admin
+        .create_live_service(&create("given", "admin secret".into(), longest.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (made.admin_secret.as_str(), made.service_secret.as_str()),
+        ("admin secret", longest.as_str())
+    );
+    LiveClient::new(&srv.live_url)
+        .provision("given", "admin secret")
+        .await
+        .unwrap();
+    let shortest = create("shortest", "8 chars!".into(), "s".repeat(8));
+    srv.admin.create_live_service(&shortest).await.unwrap();
 }

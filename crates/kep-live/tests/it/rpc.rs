@@ -222,6 +222,7 @@ async fn external_scheme_asks_the_customers_verifier() {
         .create_live_service(&CreateServiceRequest {
             service_id: Some("ext".into()),
             external_verifier_url: Some(url),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -286,6 +287,7 @@ async fn an_external_verifier_that_redirects_is_not_followed() {
         .create_live_service(&CreateServiceRequest {
             service_id: Some("moved".into()),
             external_verifier_url: Some(redirecting),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -68,7 +68,8 @@ pub struct MessagingAdminDoc;
 
 /// `POST /admin/v1/messaging/clients`: a new API client; its secret is shown once.
 #[utoipa::path(post, path = paths::CLIENTS, request_body = CreateClient,
-    responses((status = 201, body = ClientSecret), (status = 400, body = ErrorBody)), security(("operator" = [])))]
+    responses((status = 201, body = ClientSecret), (status = 400, body = ErrorBody),
+              (status = 409, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn create_client(
     State(m): State<MessagingService>,
     AdminJson(req): AdminJson<CreateClient>,
@@ -76,7 +77,20 @@ pub(crate) async fn create_client(
     if req.name.as_ref().is_some_and(|n| n.chars().count() > 100) {
         return Err(MessagingError::invalid("name", "at most 100 characters").into());
     }
-    let (client_id, client_secret) = m.0.create_client(req.name.as_deref()).await?;
+    let id_chars =
+        |id: &String| (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    if req.client_id.as_ref().is_some_and(|id| !id_chars(id)) {
+        return Err(MessagingError::invalid("client_id", "1 to 64 letters and digits").into());
+    }
+    let secret = kep_core::secret::given_or_new(req.client_secret)
+        .map_err(|why| MessagingError::invalid("client_secret", why))?;
+    let given_id = req.client_id.map(ClientId::from);
+    let (client_id, client_secret) =
+        m.0.create_client(given_id, req.name.as_deref(), secret)
+            .await?
+            .ok_or(MessagingError::Conflict(
+                "a client with that client_id exists",
+            ))?;
     Ok((
         StatusCode::CREATED,
         Json(ClientSecret {

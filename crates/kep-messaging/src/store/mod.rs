@@ -205,13 +205,14 @@ pub enum Inserted {
 
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
+    /// False when a client of that id exists (nothing is changed).
     async fn insert_client(
         &self,
         client_id: &ClientId,
         name: Option<&str>,
         secret_hash: &str,
         now: i64,
-    ) -> sqlx::Result<()>;
+    ) -> sqlx::Result<bool>;
     async fn clients(&self) -> sqlx::Result<Vec<ClientRow>>;
     async fn client_secret_hash(&self, client_id: &ClientId) -> sqlx::Result<Option<String>>;
     /// A new secret ends the tokens the old one got; `Ok(false)` for an unknown client.

@@ -40,9 +40,10 @@ kep_core::sql_store! {
             name: Option<&str>,
             secret_hash: &str,
             now: i64,
-        ) -> sqlx::Result<()> {
-            sqlx::query(
-                "INSERT INTO clients (client_id, name, secret_hash, created_at) VALUES ($1, $2, $3, $4)",
+        ) -> sqlx::Result<bool> {
+            let done = sqlx::query(
+                "INSERT INTO clients (client_id, name, secret_hash, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (client_id) DO NOTHING",
             )
             .bind(client_id)
             .bind(name)
@@ -50,7 +51,7 @@ kep_core::sql_store! {
             .bind(now)
             .execute(&self.pool)
             .await?;
-            Ok(())
+            Ok(done.rows_affected() == 1)
         }
 
         async fn clients(&self) -> sqlx::Result<Vec<ClientRow>> {

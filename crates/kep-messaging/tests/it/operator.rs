@@ -566,3 +566,63 @@ async fn report_groups_appear_once_a_client_fetches_its_rcs_results() {
         ]
     );
 }
+
+/// A client made with the id and secret the operator gives (a CI's fixed ones) takes
+/// tokens with them; the id is 1 to 64 letters and digits and taken once, the secret 8 to
+/// 256 printable characters, each checked at, below and above, and a refusal makes nothing.
+#[tokio::test]
+async fn a_client_takes_the_id_and_secret_it_is_given() {
+    let srv = spawn().await;
+    let admin = admin(&srv);
+    let client = |id: &str, secret: &str| kep_api::messaging::CreateClient {
+        client_id: Some(id.into()),
+        client_secret: Some(secret.into()),
+        ..Default::default()
+    };
+    for (id, secret, field) in [
+        ("ci-client", "ci secret", "client_id"),
+        ("", "ci secret", "client_id"),
+        (&*"c".repeat(65), "ci secret", "client_id"),
+        ("ci", "7 chars", "client_secret"),
+        ("ci", &*"s".repeat(257), "client_secret"),
+        ("ci", "비밀번호비밀번호", "client_secret"),
+    ] {
+        let e = admin
+            .create_messaging_client(&client(id, secret))
+            .await
+            .unwrap_err();
+        assert_eq!(refused_field(e), field, "{id:?} {secret:?}");
+    }
+    assert_eq!(
+        srv.operator_get("/admin/v1/messaging/clients").await,
+        json!([])
+    );
+
+    let made = admin
+        .create_messaging_client(&client("ci", "8 chars!"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (made.client_id.as_str(), made.client_secret.as_str()),
+        ("ci", "8 chars!")
+    );
+    let token = srv.token("ci", "8 chars!").await;
+    assert!(!token.is_empty());
+    let longest = "s".repeat(256);
+    admin
+        .create_messaging_client(&client(&"c".repeat(64), &longest))
+        .await
+        .unwrap();
+    srv.token(&"c".repeat(64), &longest).await;
+
+    let taken = admin
+        .create_messaging_client(&client("ci", "another secret"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(taken, ClientError::Api { status: 409, .. }),
+        "{taken}"
+    );
+    // The first secret still holds.
+    srv.token("ci", "8 chars!").await;
+}

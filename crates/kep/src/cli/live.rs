@@ -138,6 +138,12 @@ enum ServiceCommand {
         /// Verifier for `scheme: external` provisioning.
         #[arg(long)]
         verifier_url: Option<String>,
+        /// The admin secret to take, 8 to 256 printable characters [default: generated].
+        #[arg(long, env = "KEP_LIVE_ADMIN_SECRET", hide_env_values = true)]
+        admin_secret: Option<String>,
+        /// The service secret to take [default: generated].
+        #[arg(long, env = "KEP_LIVE_SERVICE_SECRET", hide_env_values = true)]
+        service_secret: Option<String>,
     },
     List,
     /// One service and its external verifier.
@@ -232,10 +238,17 @@ pub async fn run(args: LiveArgs) -> anyhow::Result<()> {
         LiveCommand::Service(cmd) => {
             let admin = args.common.admin()?;
             match cmd {
-                ServiceCommand::Create { id, verifier_url } => {
+                ServiceCommand::Create {
+                    id,
+                    verifier_url,
+                    admin_secret,
+                    service_secret,
+                } => {
                     let req = CreateServiceRequest {
                         service_id: id.clone(),
                         external_verifier_url: verifier_url.clone(),
+                        admin_secret: admin_secret.clone(),
+                        service_secret: service_secret.clone(),
                     };
                     print_json(&admin.create_live_service(&req).await?)
                 }

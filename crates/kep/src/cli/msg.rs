@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use kep_api::messaging::{RcsSearch, XmsSearch};
+use kep_api::messaging::{CreateClient, RcsSearch, XmsSearch};
 use kep_client::messaging::MessagingClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -28,6 +28,12 @@ enum MsgCommand {
     Client {
         #[arg(long)]
         name: Option<String>,
+        /// The client id to take, 1 to 64 letters and digits [default: generated].
+        #[arg(long)]
+        client_id: Option<String>,
+        /// The client secret to take, 8 to 256 printable characters [default: generated].
+        #[arg(long, env = "KEP_MSG_CLIENT_SECRET", hide_env_values = true)]
+        client_secret: Option<String>,
     },
     /// What left for the carrier, across clients, newest first (operator token): one line
     /// per hand-over.
@@ -169,11 +175,19 @@ fn read_json(path: &PathBuf) -> anyhow::Result<Value> {
 
 pub async fn run(args: MsgArgs) -> anyhow::Result<()> {
     match &args.command {
-        MsgCommand::Client { name } => print_json(
+        MsgCommand::Client {
+            name,
+            client_id,
+            client_secret,
+        } => print_json(
             &args
                 .common
                 .admin()?
-                .create_messaging_client(name.clone())
+                .create_messaging_client(&CreateClient {
+                    name: name.clone(),
+                    client_id: client_id.clone(),
+                    client_secret: client_secret.clone(),
+                })
                 .await?,
         ),
         MsgCommand::Outbox { limit, json } => {

@@ -65,7 +65,11 @@ impl Cluster {
     /// A messaging client made through node 1, and a token node 1 issued it: its id and
     /// the token.
     async fn messaging_token(&self) -> (String, String) {
-        let client = self.admin(0).create_messaging_client(None).await.unwrap();
+        let client = self
+            .admin(0)
+            .create_messaging_client(&Default::default())
+            .await
+            .unwrap();
         let token = MessagingClient::token(
             &self.nodes[0].url("messaging"),
             &client.client_id,
@@ -83,6 +87,7 @@ impl Cluster {
             .create_live_service(&kep_api::live::CreateServiceRequest {
                 service_id: Some(id.into()),
                 external_verifier_url: None,
+                ..Default::default()
             })
             .await
             .unwrap()
