@@ -37,18 +37,28 @@ impl Orgs {
     }
 
     /// Registers a validated request; its secret key is shown this once.
-    pub async fn create(&self, req: &OrgLoginTypeRequest) -> sqlx::Result<OrgLoginTypeSecret> {
-        let secret_key = new_secret();
-        let id = self
+    /// A new org login type of `secret_key`, whose id is `given` or the next free one;
+    /// `None` when one of the given id exists.
+    pub async fn create(
+        &self,
+        req: &OrgLoginTypeRequest,
+        given: Option<OrgLoginTypeId>,
+        secret_key: String,
+    ) -> sqlx::Result<Option<OrgLoginTypeSecret>> {
+        let now = self.clock.unix_s();
+        let Some(id) = self
             .store
-            .insert_org(&written(req), &sha256_hex(&secret_key), self.clock.unix_s())
-            .await?;
+            .insert_org(&written(req), given, &sha256_hex(&secret_key), now)
+            .await?
+        else {
+            return Ok(None);
+        };
         let detail = json!({ "method": req.method, "adapterAgent": req.adapter_agent });
         self.record("org_login_type.created", id, detail);
-        Ok(OrgLoginTypeSecret {
+        Ok(Some(OrgLoginTypeSecret {
             id: id.0,
             secret_key,
-        })
+        }))
     }
 
     pub async fn list(&self) -> sqlx::Result<Vec<OrgLoginType>> {

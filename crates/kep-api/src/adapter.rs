@@ -183,6 +183,32 @@ pub struct OrgLoginTypeRequest {
     pub data_model: Option<DataModel>,
 }
 
+/// `POST /admin/v1/adapter/org-login-types`: an org login type, with the id and secret key
+/// the operator gives (a CI's fixed ones), or generated ones.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreateOrgLoginType {
+    #[serde(flatten)]
+    pub org: OrgLoginTypeRequest,
+    /// Generated when absent (the next free one): 1 or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub id: Option<i64>,
+    /// Generated when absent: 8 to 256 printable ASCII characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[ -~]{8,256}$")]
+    pub secret_key: Option<String>,
+}
+
+impl From<&OrgLoginTypeRequest> for CreateOrgLoginType {
+    fn from(org: &OrgLoginTypeRequest) -> Self {
+        CreateOrgLoginType {
+            org: org.clone(),
+            id: None,
+            secret_key: None,
+        }
+    }
+}
+
 /// The secret key is shown here once.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct OrgLoginTypeSecret {

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use kep_api::adapter::{
-    DrmRequest, DrmRequestCreated, DrmSession, DrmSessionList, DrmSessionQuery, FileType,
-    OrgLoginType, OrgLoginTypeAnswer, OrgLoginTypeRequest, OrgLoginTypeSecret, Status,
+    CreateOrgLoginType, DrmRequest, DrmRequestCreated, DrmSession, DrmSessionList, DrmSessionQuery,
+    FileType, OrgLoginType, OrgLoginTypeAnswer, OrgLoginTypeRequest, OrgLoginTypeSecret, Status,
     UploadResult,
 };
 use reqwest::multipart::{Form, Part};
@@ -16,9 +16,10 @@ impl AdminClient {
     /// `POST /admin/v1/adapter/org-login-types`
     pub async fn create_org(
         &self,
-        req: &OrgLoginTypeRequest,
+        req: impl Into<CreateOrgLoginType>,
     ) -> Result<OrgLoginTypeSecret, ClientError> {
-        self.send(self.http.post(self.url(paths::ORG_LOGIN_TYPES)).json(req))
+        let req = req.into();
+        self.send(self.http.post(self.url(paths::ORG_LOGIN_TYPES)).json(&req))
             .await
     }
 

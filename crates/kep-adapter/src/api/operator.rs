@@ -17,8 +17,8 @@ use crate::store::SessionFilter;
 use crate::{AdapterError, AdapterService, orgs};
 use kep_api::adapter::paths;
 use kep_api::adapter::{
-    DrmRequest, DrmRequestCreated, DrmSession, DrmSessionList, DrmSessionQuery, OrgLoginType,
-    OrgLoginTypeRequest, OrgLoginTypeSecret, SessionStatus,
+    CreateOrgLoginType, DrmRequest, DrmRequestCreated, DrmSession, DrmSessionList, DrmSessionQuery,
+    OrgLoginType, OrgLoginTypeRequest, OrgLoginTypeSecret, SessionStatus,
 };
 
 pub(crate) fn router(adapter: AdapterService) -> Router {
@@ -55,6 +55,7 @@ pub(crate) fn router(adapter: AdapterService) -> Router {
     ),
     components(schemas(
         OrgLoginTypeRequest,
+        CreateOrgLoginType,
         OrgLoginTypeSecret,
         OrgLoginType,
         DrmRequest,
@@ -67,14 +68,32 @@ pub struct AdapterAdminDoc;
 
 /// `POST /admin/v1/adapter/org-login-types`: registers an org login type; its secret key
 /// is shown once.
-#[utoipa::path(post, path = paths::ORG_LOGIN_TYPES, request_body = OrgLoginTypeRequest,
-    responses((status = 201, body = OrgLoginTypeSecret), (status = 400, body = ErrorBody)), security(("operator" = [])))]
+#[utoipa::path(post, path = paths::ORG_LOGIN_TYPES, request_body = CreateOrgLoginType,
+    responses((status = 201, body = OrgLoginTypeSecret), (status = 400, body = ErrorBody),
+              (status = 409, body = ErrorBody)), security(("operator" = [])))]
 pub(crate) async fn create_org(
     State(adapter): State<AdapterService>,
     AdminJson(body): AdminJson<Value>,
 ) -> Result<(StatusCode, Json<OrgLoginTypeSecret>), Operator> {
-    let req = orgs::validate(from_json(body)?)?;
-    let created = adapter.0.orgs.create(&req).await?;
+    // Read apart: a flattened struct's errors lose their field's path (`data_model.…`).
+    #[derive(serde::Deserialize)]
+    struct Given {
+        id: Option<i64>,
+        secret_key: Option<String>,
+    }
+    let org = orgs::validate(from_json(body.clone())?)?;
+    let Given { id, secret_key } = from_json(body)?;
+    if id.is_some_and(|id| id < 1) {
+        return Err(AdapterError::invalid_field("id", "1 or more").into());
+    }
+    let secret_key = kep_core::secret::given_or_new(secret_key)
+        .map_err(|why| AdapterError::invalid_field("secret_key", why))?;
+    let created = adapter
+        .0
+        .orgs
+        .create(&org, id.map(OrgLoginTypeId), secret_key)
+        .await?
+        .ok_or_else(|| AdapterError::Conflict("an org login type with that id exists".into()))?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 

@@ -85,12 +85,14 @@ pub struct SessionFilter<'a> {
 
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
+    /// A new org of id `given`, or the next free one; `None` when `given` is taken.
     async fn insert_org(
         &self,
         org: &NewOrg<'_>,
+        given: Option<OrgLoginTypeId>,
         secret_hash: &str,
         now: i64,
-    ) -> sqlx::Result<OrgLoginTypeId>;
+    ) -> sqlx::Result<Option<OrgLoginTypeId>>;
     async fn org(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgRow>>;
     /// Every org login type, by id.
     async fn orgs(&self) -> sqlx::Result<Vec<OrgRow>>;

@@ -21,22 +21,41 @@ kep_core::sql_store! {
     async fn insert_org(
         &self,
         org: &NewOrg<'_>,
+        given: Option<OrgLoginTypeId>,
         secret_hash: &str,
         now: i64,
-    ) -> sqlx::Result<OrgLoginTypeId> {
-        let row: (OrgLoginTypeId,) = sqlx::query_as(
-            "INSERT INTO org_login_types (method, adapter_agent, data_model, secret_hash, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-        )
+    ) -> sqlx::Result<Option<OrgLoginTypeId>> {
+        let mut tx = self.pool.begin().await?;
+        // COALESCE: the given id, else the identity's (PostgreSQL) or the rowid's (SQLite).
+        let row: Option<(OrgLoginTypeId,)> = sqlx::query_as(if ON_POSTGRES {
+            "INSERT INTO org_login_types (id, method, adapter_agent, data_model, secret_hash, created_at, updated_at)
+             OVERRIDING SYSTEM VALUE
+             VALUES (COALESCE($1, nextval(pg_get_serial_sequence('org_login_types', 'id'))), $2, $3, $4, $5, $6, $6)
+             ON CONFLICT (id) DO NOTHING RETURNING id"
+        } else {
+            "INSERT INTO org_login_types (id, method, adapter_agent, data_model, secret_hash, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $6)
+             ON CONFLICT (id) DO NOTHING RETURNING id"
+        })
+        .bind(given)
         .bind(org.method)
         .bind(org.adapter_agent)
         .bind(org.data_model.as_ref().map(Json))
         .bind(secret_hash)
         .bind(now)
-        .bind(now)
-        .fetch_one(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(row.0)
+        if ON_POSTGRES && given.is_some() && row.is_some() {
+            // A given id past the identity's: the next generated one comes after it.
+            sqlx::query(
+                "SELECT setval(pg_get_serial_sequence('org_login_types', 'id'), \
+                 (SELECT max(id) FROM org_login_types))",
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(row.map(|r| r.0))
     }
 
     async fn org(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgRow>> {

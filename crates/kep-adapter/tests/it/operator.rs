@@ -410,3 +410,74 @@ async fn drm_session_listing_parameters_are_checked() {
         assert_eq!((status, answer), (200, json!({"sessions": []})), "{query}");
     }
 }
+
+/// An org login type made with the id and secret key the operator gives (a CI's fixed
+/// ones) answers its agent's calls with them; the next one made without an id comes after
+/// it (on PostgreSQL too, whose identity the given id passed). The id is 1 or more and
+/// taken once, the key 8 to 256 printable characters, each checked at, below and above,
+/// and a refusal makes nothing.
+#[tokio::test]
+async fn an_org_login_type_takes_the_id_and_secret_key_it_is_given() {
+    let srv = spawn(|_| {}).await;
+    let org = |id: i64, key: &str| kep_api::adapter::CreateOrgLoginType {
+        org: oauth2_org("127.0.0.1:9"),
+        id: Some(id),
+        secret_key: Some(key.into()),
+    };
+    for (id, key, field) in [
+        (0, "ci secret key", "id"),
+        (-1, "ci secret key", "id"),
+        (7, "7 chars", "secret_key"),
+        (7, &*"k".repeat(257), "secret_key"),
+        (7, "key\nwith a newline", "secret_key"),
+    ] {
+        let e = srv.admin.create_org(org(id, key)).await.unwrap_err();
+        let (status, body) = api_status(&e);
+        assert_eq!(
+            (status, body["error"]["field"].as_str()),
+            (400, Some(field)),
+            "{body}"
+        );
+    }
+    let listed: Value = reqwest::Client::new()
+        .get(format!(
+            "{}/admin/v1/adapter/org-login-types",
+            srv.admin.base_url()
+        ))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed, json!([]));
+
+    let made = srv.admin.create_org(org(50, "8 chars!")).await.unwrap();
+    assert_eq!((made.id, made.secret_key.as_str()), (50, "8 chars!"));
+    AgentClient::new(&srv.adapter_url, 50, "Secret", "8 chars!")
+        .get_org_login_type()
+        .await
+        .unwrap();
+    let next = srv
+        .admin
+        .create_org(&oauth2_org("127.0.0.1:9"))
+        .await
+        .unwrap();
+    assert_eq!(next.id, 51);
+    let longest = "k".repeat(256);
+    let made = srv.admin.create_org(org(1, &longest)).await.unwrap();
+    assert_eq!(made.id, 1);
+
+    let e = srv
+        .admin
+        .create_org(org(50, "another key"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_status(&e).0, 409);
+    // The first key still holds.
+    AgentClient::new(&srv.adapter_url, 50, "Secret", "8 chars!")
+        .get_org_login_type()
+        .await
+        .unwrap();
+}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use kep_api::adapter::{
-    AgentNotification, DrmRequest, FileType, OrgLoginTypeRequest, UploadResult,
+    AgentNotification, CreateOrgLoginType, DrmRequest, FileType, OrgLoginTypeRequest, UploadResult,
 };
 use kep_client::adapter::AgentClient;
 use reqwest::multipart::Part;
@@ -49,6 +49,12 @@ enum OrgCommand {
         /// A JSON file with the `data_model` object.
         #[arg(long)]
         data_model: Option<PathBuf>,
+        /// The id to take [default: the next free one].
+        #[arg(long)]
+        id: Option<i64>,
+        /// The secret key to take, 8 to 256 printable characters [default: generated].
+        #[arg(long, env = "KEP_ADAPTER_SECRET_KEY", hide_env_values = true)]
+        secret_key: Option<String>,
     },
     Show {
         id: i64,
@@ -155,6 +161,8 @@ pub async fn run(args: AdapterArgs) -> anyhow::Result<()> {
                     method,
                     agent,
                     data_model,
+                    id,
+                    secret_key,
                 } => {
                     let data_model = match data_model {
                         Some(path) => Some(serde_json::from_slice(
@@ -163,12 +171,16 @@ pub async fn run(args: AdapterArgs) -> anyhow::Result<()> {
                         )?),
                         None => None,
                     };
-                    let req = OrgLoginTypeRequest {
-                        method: method.clone(),
-                        adapter_agent: agent.clone(),
-                        data_model,
+                    let req = CreateOrgLoginType {
+                        org: OrgLoginTypeRequest {
+                            method: method.clone(),
+                            adapter_agent: agent.clone(),
+                            data_model,
+                        },
+                        id: *id,
+                        secret_key: secret_key.clone(),
                     };
-                    print_json(&admin.create_org(&req).await?)
+                    print_json(&admin.create_org(req).await?)
                 }
                 OrgCommand::Show { id } => print_json(&admin.org(*id).await?),
                 OrgCommand::RotateKey { id } => print_json(&admin.rotate_org_key(*id).await?),
