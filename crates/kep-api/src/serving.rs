@@ -122,6 +122,11 @@ pub struct EndpointRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^([Hh][Tt][Tt][Pp]|[Gg][Rr][Pp][Cc])$")]
     pub protocol: Option<String>,
+    /// The API key callers send, generated when absent: 8 to 256 printable ASCII
+    /// characters (a CI's fixed key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[ -~]{8,256}$")]
+    pub api_key: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

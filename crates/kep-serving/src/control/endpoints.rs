@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 impl Control {
     pub async fn create_endpoint(
         &self,
-        req: EndpointRequest,
+        mut req: EndpointRequest,
     ) -> Result<(Endpoint, String), ServingError> {
         let shape = validate::endpoint(&req, &self.settings)?;
+        let api_key = kep_core::secret::given_or_new(req.api_key.take())
+            .map_err(|why| ServingError::field("api_key", why))?;
         self.check_endpoint_fits(&shape.instance_type, i64::from(shape.instance_count))?;
-        let api_key = kep_core::secret::new_secret();
         let row = EndpointRow {
             name: EndpointName::from(req.name),
             description: req.description,

@@ -414,3 +414,54 @@ async fn an_edit_rolls_the_instances_over_without_failing_a_call() {
     );
     s.service.stop().await;
 }
+
+/// An endpoint made with the API key the operator gives (a CI's fixed one) lets its callers
+/// in with it; the key is 8 to 256 printable characters, checked at, below and above, and
+/// a refused one makes nothing.
+#[tokio::test]
+async fn an_endpoint_takes_the_api_key_it_is_given() {
+    let s = spawn(|_, _| {}).await;
+    for key in [
+        "7 chars".to_owned(),
+        "k".repeat(257),
+        "tab\tkey!".to_owned(),
+    ] {
+        let (status, v) = s
+            .post("/endpoints", json!({"name": "given", "api_key": key}))
+            .await;
+        assert_eq!(
+            (status, v["error"]["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("api_key")),
+            "{v}"
+        );
+    }
+    assert_eq!(s.get("/endpoints").await, json!([]));
+
+    let (status, v) = s
+        .post(
+            "/endpoints",
+            json!({"name": "given", "api_key": "8 chars!"}),
+        )
+        .await;
+    assert_eq!(
+        (status, v["api_key"].as_str()),
+        (StatusCode::CREATED, Some("8 chars!")),
+        "{v}"
+    );
+    let longest = "k".repeat(256);
+    let (status, _) = s
+        .post("/endpoints", json!({"name": "longest", "api_key": longest}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // Past the key check (no deployment to answer yet), and a wrong key is not.
+    for (endpoint, key) in [("given", "8 chars!"), ("longest", longest.as_str())] {
+        assert_ne!(
+            s.invoke(endpoint, Some(key), "/x").await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        s.invoke("given", Some("8 chars?"), "/x").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+}

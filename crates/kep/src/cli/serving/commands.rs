@@ -143,6 +143,7 @@ async fn endpoint(admin: &AdminClient, cmd: EndpointCommand) -> anyhow::Result<(
             instance_type,
             instance_count,
             protocol,
+            api_key,
         } => {
             let req = EndpointRequest {
                 name,
@@ -150,6 +151,7 @@ async fn endpoint(admin: &AdminClient, cmd: EndpointCommand) -> anyhow::Result<(
                 instance_type,
                 instance_count,
                 protocol,
+                api_key,
             };
             print_json(&admin.create_endpoint(&req).await?)
         }

@@ -176,6 +176,9 @@ enum EndpointCommand {
         /// http or grpc.
         #[arg(long)]
         protocol: Option<String>,
+        /// The API key to take, 8 to 256 printable characters [default: generated].
+        #[arg(long, env = "KEP_SERVING_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
     },
     List,
     Show {
