@@ -23,6 +23,12 @@ impl AdminClient {
             .await
     }
 
+    /// `GET /admin/v1/adapter/org-login-types`: every org login type, by id.
+    pub async fn orgs(&self) -> Result<Vec<OrgLoginType>, ClientError> {
+        self.send(self.http.get(self.url(paths::ORG_LOGIN_TYPES)))
+            .await
+    }
+
     /// `GET /admin/v1/adapter/org-login-types/{id}`
     pub async fn org(&self, id: i64) -> Result<OrgLoginType, ClientError> {
         self.send(
