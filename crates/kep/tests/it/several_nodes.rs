@@ -187,6 +187,61 @@ fn a_node_with_another_seal_key_is_refused() {
     assert!(err.contains(&expected), "{err}");
 }
 
+/// `database_url` takes TLS as its `sslmode` says, as libpq's does: against a PostgreSQL
+/// that takes only TLS, `verify-full` with the CA of its certificate (`sslrootcert`) and
+/// `require` start a node that serves; `verify-full` with a CA that did not sign it, and
+/// `disable`, are refused at start, saying why.
+#[test]
+fn the_database_url_takes_tls_as_its_sslmode_says() {
+    let database = Postgres::start_tls();
+    let key = tempfile::tempdir().unwrap();
+    let key_file = key.path().join("seal.key");
+    std::fs::write(&key_file, hex::encode(rand::random::<[u8; 32]>())).unwrap();
+    let url = |query: String| format!("{}?{query}", database.url);
+    let env = |url: &str| {
+        vec![
+            ("KEP_DATABASE_URL", url.to_owned()),
+            ("KEP_ADMIN_TOKEN", OPERATOR_TOKEN.to_owned()),
+            ("KEP_SEAL_KEY_FILE", key_file.to_str().unwrap().to_owned()),
+        ]
+    };
+    for query in [
+        format!(
+            "sslmode=verify-full&sslrootcert={}",
+            database.ca().display()
+        ),
+        "sslmode=require".to_owned(),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = env(&url(query.clone()));
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let srv = serve(dir.path(), &port0(), &vars);
+        let (status, body) = crate::common::http(
+            "POST",
+            &format!("{}/admin/v1/messaging/clients", srv.admin),
+            Some(OPERATOR_TOKEN),
+            Some("{}"),
+        );
+        assert_eq!(status, 201, "{query}: {body}");
+    }
+    for (query, why) in [
+        (
+            format!(
+                "sslmode=verify-full&sslrootcert={}",
+                database.other_ca().display()
+            ),
+            "certificate",
+        ),
+        ("sslmode=disable".to_owned(), "no encryption"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = env(&url(query.clone()));
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let err = crate::common::serve_refused(dir.path(), &port0(), &vars);
+        assert!(err.contains(why), "{query}: {err}");
+    }
+}
+
 /// A message load spread over three nodes, one of them killed -9 in the middle: every
 /// message any node accepted reaches a final status, whichever node delivers it.
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! A throwaway PostgreSQL cluster from Debian's `postgresql` package: initdb into a temp dir
 //! (as the `postgres` user when the tests run as root, which initdb refuses), started on a
-//! free loopback port with its socket in that dir, stopped by its postmaster's pid.
+//! free loopback port with its socket in that dir, stopped by its postmaster's pid. One
+//! that takes only TLS has a certificate for 127.0.0.1 from a CA made with `openssl`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,7 +11,7 @@ pub struct Postgres {
     /// `postgres://postgres@127.0.0.1:<port>/postgres`
     pub url: String,
     pid: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn bin_dir() -> PathBuf {
@@ -54,15 +55,86 @@ fn run(mut cmd: Command, what: &str) {
     );
 }
 
+/// `openssl ARGS` in `dir`, which must succeed.
+fn openssl(dir: &std::path::Path, args: &str) {
+    let mut cmd = Command::new("openssl");
+    cmd.current_dir(dir).args(args.split(' '));
+    run(cmd, "openssl (./test installs it)");
+}
+
+/// In `dir`: `ca.pem`, the CA that signed `server.pem` (for 127.0.0.1 and localhost, its
+/// key `server.key`), and `other-ca.pem`, which signed nothing.
+fn certificates(dir: &std::path::Path) {
+    for ca in ["ca", "other-ca"] {
+        openssl(
+            dir,
+            &format!(
+                "req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=kep-test-{ca} -keyout {ca}.key -out {ca}.pem"
+            ),
+        );
+    }
+    openssl(
+        dir,
+        "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.pem",
+    );
+    std::fs::set_permissions(
+        dir.join("server.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+}
+
 impl Postgres {
     pub fn start() -> Postgres {
+        Postgres::start_with(false)
+    }
+
+    /// One that takes TLS connections only (`hostssl`; a plain one is rejected): its CAs
+    /// are [`Postgres::ca`] and [`Postgres::other_ca`].
+    pub fn start_tls() -> Postgres {
+        Postgres::start_with(true)
+    }
+
+    /// The CA that signed its certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// A CA that did not.
+    pub fn other_ca(&self) -> PathBuf {
+        self.dir.path().join("other-ca.pem")
+    }
+
+    fn start_with(tls: bool) -> Postgres {
         let bin = bin_dir();
         let dir = tempfile::tempdir().unwrap();
+        let mut options = String::new();
+        if tls {
+            certificates(dir.path());
+            let d = dir.path().display();
+            options = format!(
+                " -c ssl=on -c ssl_cert_file={d}/server.pem -c ssl_key_file={d}/server.key -c hba_file={d}/pg_hba.conf"
+            );
+            std::fs::write(
+                dir.path().join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .unwrap();
+        }
         if root() {
             run(
                 {
                     let mut c = Command::new("chown");
-                    c.arg("postgres").arg(dir.path());
+                    c.arg("-R").arg("postgres").arg(dir.path());
                     c
                 },
                 "chown",
@@ -89,7 +161,7 @@ impl Postgres {
             .arg("-w")
             .arg("-o")
             .arg(format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off",
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off{options}",
                 dir.path().display()
             ))
             .arg("start");
@@ -103,7 +175,7 @@ impl Postgres {
         Postgres {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             pid,
-            _dir: dir,
+            dir,
         }
     }
 }
