@@ -13,7 +13,7 @@ kep_core::string_id!(
 )]
 #[serde(transparent)]
 #[sqlx(transparent)]
-pub struct OrgLoginTypeId(pub i64);
+pub struct OrgLoginTypeId(#[serde(deserialize_with = "kep_api::whole::integer")] pub i64);
 
 impl fmt::Display for OrgLoginTypeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

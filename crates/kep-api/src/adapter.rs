@@ -304,7 +304,11 @@ pub struct DrmSession {
 #[into_params(parameter_in = Query)]
 pub struct DrmSessionQuery {
     /// Only this org login type's sessions (an unknown one has none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::whole::optional_integer"
+    )]
     pub org_login_type_id: Option<i64>,
     /// Only sessions in this status, as they are shown: an open session past its expiry is
     /// `EXPIRED`. Text, so that another value is refused naming the field.

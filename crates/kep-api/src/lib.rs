@@ -10,6 +10,7 @@ pub mod messaging;
 pub mod operator;
 pub mod readiness;
 pub mod serving;
+pub mod whole;
 
 /// One path segment, percent-encoded: a name with `/`, `?`, `#`, `%` or a space stays one
 /// segment and reaches the server as it was given (RFC 3986 unreserved characters pass).

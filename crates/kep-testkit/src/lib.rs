@@ -10,6 +10,7 @@ use kep_core::service::Service;
 use tokio_util::sync::CancellationToken;
 
 pub mod limits;
+pub mod tls;
 mod waiting;
 
 pub use waiting::{Held, eventually, held};

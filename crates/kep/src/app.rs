@@ -54,6 +54,10 @@ impl Application {
         ];
         raise_open_files(listeners.iter().flatten().map(|l| l.max_connections));
 
+        if let Some(roots) = &settings.tls.extra_roots {
+            let n = kep_core::outbound::use_extra_roots(roots)?;
+            tracing::info!(file = %roots.display(), certificates = n, "outbound https trusts these beside the system's roots");
+        }
         let data_dir = settings.data_dir.clone();
         if kep_core::private::restrict(&data_dir)
             .with_context(|| format!("creating {}", data_dir.display()))?

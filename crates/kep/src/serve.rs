@@ -27,6 +27,7 @@ const ENV: EnvNames = EnvNames {
         "messaging",
         "serving",
         "gateway",
+        "tls",
     ],
     aliases: &[("SIMULATOR_DELAY_MS", "messaging.simulator_delay_ms")],
 };
@@ -77,6 +78,10 @@ pub struct ServeArgs {
     /// text or json [KEP_LOG_FORMAT].
     #[arg(long)]
     log_format: Option<LogFormat>,
+    /// A PEM file of CA certificates that outbound https calls (webhooks, alerts, agent
+    /// notices, HTTP carriers) trust beside the system's [KEP_TLS_EXTRA_ROOTS].
+    #[arg(long)]
+    tls_extra_roots: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -110,6 +115,16 @@ pub struct Settings {
     pub messaging: MessagingSettings,
     pub serving: ServingSettings,
     pub gateway: GatewaySettings,
+    pub tls: TlsSettings,
+}
+
+/// TLS (CONTRACT §0 "Running kep anywhere").
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TlsSettings {
+    /// CA certificates (PEM) that outbound https calls trust beside the system's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra_roots: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -127,6 +142,7 @@ impl Default for Settings {
             messaging: MessagingSettings::default(),
             serving: ServingSettings::default(),
             gateway: GatewaySettings::default(),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -222,6 +238,9 @@ impl ServeArgs {
         }
         if let Some(f) = self.log_format {
             o.push(("log_format".into(), Value::serialize(f)?));
+        }
+        if let Some(f) = &self.tls_extra_roots {
+            o.push(("tls.extra_roots".into(), path(f)));
         }
         Ok(o)
     }

@@ -465,6 +465,21 @@ async fn an_org_login_type_takes_the_id_and_secret_key_it_is_given() {
         .await
         .unwrap();
     assert_eq!(next.id, 51);
+    // An id sent as a whole float (JSON Schema's integer, as a body may give it) names the
+    // same org in a path and a query (found by schema fuzzing).
+    let base = srv.admin.base_url().to_owned();
+    for path in [
+        "/admin/v1/adapter/org-login-types/50.0",
+        "/admin/v1/adapter/drm-requests?org_login_type_id=50.0",
+    ] {
+        let res = reqwest::Client::new()
+            .get(format!("{base}{path}"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{path}");
+    }
     let longest = "k".repeat(256);
     let made = srv.admin.create_org(org(1, &longest)).await.unwrap();
     assert_eq!(made.id, 1);

@@ -20,6 +20,7 @@ mod platform;
 mod prometheus;
 mod readiness;
 mod serving;
+mod tls;
 mod webhooks;
 
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! A throwaway PostgreSQL cluster from Debian's `postgresql` package: initdb into a temp dir
 //! (as the `postgres` user when the tests run as root, which initdb refuses), started on a
 //! free loopback port with its socket in that dir, stopped by its postmaster's pid. One
-//! that takes only TLS has a certificate for 127.0.0.1 from a CA made with `openssl`.
+//! that takes only TLS has a certificate for 127.0.0.1 ([`kep_testkit::tls`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -55,44 +55,6 @@ fn run(mut cmd: Command, what: &str) {
     );
 }
 
-/// `openssl ARGS` in `dir`, which must succeed.
-fn openssl(dir: &std::path::Path, args: &str) {
-    let mut cmd = Command::new("openssl");
-    cmd.current_dir(dir).args(args.split(' '));
-    run(cmd, "openssl (./test installs it)");
-}
-
-/// In `dir`: `ca.pem`, the CA that signed `server.pem` (for 127.0.0.1 and localhost, its
-/// key `server.key`), and `other-ca.pem`, which signed nothing.
-fn certificates(dir: &std::path::Path) {
-    for ca in ["ca", "other-ca"] {
-        openssl(
-            dir,
-            &format!(
-                "req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=kep-test-{ca} -keyout {ca}.key -out {ca}.pem"
-            ),
-        );
-    }
-    openssl(
-        dir,
-        "req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr",
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.pem",
-    );
-    std::fs::set_permissions(
-        dir.join("server.key"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
-}
-
 impl Postgres {
     pub fn start() -> Postgres {
         Postgres::start_with(false)
@@ -119,7 +81,7 @@ impl Postgres {
         let dir = tempfile::tempdir().unwrap();
         let mut options = String::new();
         if tls {
-            certificates(dir.path());
+            kep_testkit::tls::certificates(dir.path());
             let d = dir.path().display();
             options = format!(
                 " -c ssl=on -c ssl_cert_file={d}/server.pem -c ssl_key_file={d}/server.key -c hba_file={d}/pg_hba.conf"
