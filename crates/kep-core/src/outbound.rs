@@ -92,7 +92,7 @@ mod tests {
 
     /// An `https` peer whose CA is not the system's is refused, and trusted once its CA is
     /// among the extra roots; a root file that is missing or holds no certificate is an
-    /// error naming it. The peer: Python's `http.server` behind its `ssl`.
+    /// error naming it.
     #[tokio::test]
     async fn an_https_peer_is_trusted_through_the_extra_roots() {
         let dir = tempfile::tempdir().unwrap();
@@ -102,21 +102,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let script = format!(
-            "import http.server, ssl\n\
-             s = http.server.HTTPServer(('127.0.0.1', {port}), http.server.SimpleHTTPRequestHandler)\n\
-             c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
-             c.load_cert_chain('server.pem', 'server.key')\n\
-             s.socket = c.wrap_socket(s.socket, server_side=True)\n\
-             s.serve_forever()\n"
-        );
-        let mut peer = tokio::process::Command::new("python3")
-            .args(["-c", &script])
-            .current_dir(dir.path())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let peer = kep_testkit::tls::HttpsPeer::start(dir.path(), port);
         let url = format!("https://127.0.0.1:{port}/ca.pem");
         let call = |roots: Vec<reqwest::Certificate>| {
             let url = url.clone();
@@ -146,7 +132,7 @@ mod tests {
             let text = error_text(call(roots).await.unwrap_err());
             assert!(text.contains("certificate"), "{text}");
         }
-        peer.kill().await.unwrap();
+        drop(peer);
 
         let missing = dir.path().join("missing.pem");
         let e = use_extra_roots(&missing).unwrap_err();

@@ -48,3 +48,39 @@ fn openssl(dir: &Path, args: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// An https server on 127.0.0.1:`port` with the certificate [`certificates`] wrote into
+/// `dir`: a GET serves `dir`'s files, a POST is answered 200 with no body. Python's
+/// `http.server` behind its `ssl`; killed when dropped.
+pub struct HttpsPeer(std::process::Child);
+
+impl HttpsPeer {
+    pub fn start(dir: &Path, port: u16) -> HttpsPeer {
+        let script = format!(
+            "import http.server, ssl\n\
+             class Peer(http.server.SimpleHTTPRequestHandler):\n\
+             \x20   def do_POST(self):\n\
+             \x20       self.rfile.read(int(self.headers.get('Content-Length', 0)))\n\
+             \x20       self.send_response(200); self.send_header('Content-Length', '0'); self.end_headers()\n\
+             s = http.server.HTTPServer(('127.0.0.1', {port}), Peer)\n\
+             c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+             c.load_cert_chain('server.pem', 'server.key')\n\
+             s.socket = c.wrap_socket(s.socket, server_side=True)\n\
+             s.serve_forever()\n"
+        );
+        let child = Command::new("python3")
+            .args(["-c", &script])
+            .current_dir(dir)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3");
+        HttpsPeer(child)
+    }
+}
+
+impl Drop for HttpsPeer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

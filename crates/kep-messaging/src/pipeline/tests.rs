@@ -91,17 +91,29 @@ fn an_sm(ctx: &Context) -> MessageRow {
     }
 }
 
-/// Delivers one SM through `carrier`; the message once final, and the carrier's calls.
-async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctx = Context::standalone(dir.path());
-    let store = crate::store::open(&ctx).await.unwrap();
+/// A store of client `c` and a writer to it, whose new messages go to the receiver.
+async fn a_writer(
+    ctx: &Context,
+) -> (
+    Arc<dyn crate::store::Store>,
+    Writer,
+    mpsc::UnboundedReceiver<MessageRow>,
+) {
+    let store = crate::store::open(ctx).await.unwrap();
     store
         .insert_client(&ClientId::from("c"), None, "h", 0)
         .await
         .unwrap();
     let (accepted, to_dispatch) = mpsc::unbounded_channel();
     let writer = Writer::start(store.clone(), Claim(30_000), accepted);
+    (store, writer, to_dispatch)
+}
+
+/// Delivers one SM through `carrier`; the message once final, and the carrier's calls.
+async fn deliver_with(mut carrier: Scripted, run: Run) -> (MessageRow, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Context::standalone(dir.path());
+    let (store, writer, to_dispatch) = a_writer(&ctx).await;
     let calls = carrier.calls.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     carrier.tx = Some(tx.clone());
@@ -288,13 +300,7 @@ async fn receipts_decide_and_the_worst_part_wins() {
 async fn a_hand_over_is_unwritten_until_the_store_has_it() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = Context::standalone(dir.path());
-    let store = crate::store::open(&ctx).await.unwrap();
-    store
-        .insert_client(&ClientId::from("c"), None, "h", 0)
-        .await
-        .unwrap();
-    let (accepted, _to_dispatch) = mpsc::unbounded_channel();
-    let writer = Writer::start(store.clone(), Claim(30_000), accepted);
+    let (store, writer, _to_dispatch) = a_writer(&ctx).await;
     let row = an_sm(&ctx);
     let uid = row.uid.clone();
     writer.insert(row).await.unwrap();

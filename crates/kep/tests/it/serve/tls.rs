@@ -1,49 +1,13 @@
 //! `tls.extra_roots`: kep's outbound https calls trust a CA of the operator's beside the
 //! system's. The peer is a live service's external verifier (`scheme: external`
-//! provisioning), served by Python's `http.server` behind its `ssl` with a certificate of
-//! a test CA ([`kep_testkit::tls`]).
-
-use std::process::{Child, Command, Stdio};
+//! provisioning): [`kep_testkit::tls::HttpsPeer`], whose POST says yes, with a certificate
+//! of a test CA.
 
 use kep_api::live::{CreateServiceRequest, Scheme};
 use kep_client::AdminClient;
 use kep_client::live::LiveClient;
 
 use crate::common::{port0, serve, serve_refused};
-
-/// An https verifier that says yes to every call, on 127.0.0.1:`port`; killed when dropped.
-struct Verifier(Child);
-
-impl Verifier {
-    fn start(certs: &std::path::Path, port: u16) -> Verifier {
-        let script = format!(
-            "import http.server, ssl\n\
-             class Yes(http.server.BaseHTTPRequestHandler):\n\
-             \x20   def do_POST(self):\n\
-             \x20       self.rfile.read(int(self.headers['Content-Length']))\n\
-             \x20       self.send_response(200); self.send_header('Content-Length', '0'); self.end_headers()\n\
-             s = http.server.HTTPServer(('127.0.0.1', {port}), Yes)\n\
-             c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
-             c.load_cert_chain('server.pem', 'server.key')\n\
-             s.socket = c.wrap_socket(s.socket, server_side=True)\n\
-             s.serve_forever()\n"
-        );
-        let child = Command::new("python3")
-            .args(["-c", &script])
-            .current_dir(certs)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Verifier(child)
-    }
-}
-
-impl Drop for Verifier {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Provisions service `ext` (verified by `url`) through `srv`: whether the verifier's yes
 /// was heard, within a few tries while the verifier starts.
@@ -84,7 +48,7 @@ async fn outbound_https_trusts_the_extra_roots_beside_the_systems() {
         .local_addr()
         .unwrap()
         .port();
-    let _verifier = Verifier::start(certs.path(), port);
+    let _verifier = kep_testkit::tls::HttpsPeer::start(certs.path(), port);
     let url = format!("https://127.0.0.1:{port}/verify");
     let ca = certs.path().join("ca.pem");
 
