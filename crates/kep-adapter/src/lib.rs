@@ -30,6 +30,9 @@ pub use error::AdapterError;
 #[serde(default)]
 pub struct AdapterSettings {
     pub addr: SocketAddr,
+    /// Whether the listener speaks TLS when kep has a certificate (`tls.cert_file` or
+    /// `tls.self_signed`); false keeps it plain HTTP.
+    pub tls: bool,
     /// The scheme word before the secret key in `Authorization`.
     pub auth_scheme: String,
     /// Path on the agent that DRM release requests are POSTed to.
@@ -53,6 +56,7 @@ impl Default for AdapterSettings {
     fn default() -> Self {
         AdapterSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8802)),
+            tls: true,
             auth_scheme: "Secret".into(),
             notify_path: "/drm/notify".into(),
             notify_attempts: 5,
@@ -96,6 +100,7 @@ impl Service for AdapterService {
             addr: settings.addr,
             public_url: None,
             limits: settings.limits,
+            tls: settings.tls,
         }
     }
 

@@ -117,7 +117,7 @@ impl AgentClient {
     /// `scheme` is the word before the secret key (`Secret` unless the server says otherwise).
     pub fn new(base: &str, org_id: i64, scheme: &str, secret_key: &str) -> Self {
         AgentClient {
-            http: reqwest::Client::new(),
+            http: crate::tls::http(),
             base: base.trim_end_matches('/').to_owned(),
             org_id,
             authorization: format!("{scheme} {secret_key}"),

@@ -6,6 +6,7 @@ pub mod live;
 pub mod messaging;
 pub mod readiness;
 pub mod serving;
+pub mod tls;
 
 pub(crate) use kep_api::path;
 
@@ -38,7 +39,7 @@ pub struct AdminClient {
 impl AdminClient {
     pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
         AdminClient {
-            http: reqwest::Client::new(),
+            http: crate::tls::http(),
             base: base.into().trim_end_matches('/').to_owned(),
             token: token.into(),
         }

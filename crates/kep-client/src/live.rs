@@ -184,7 +184,7 @@ impl LiveClient {
     /// `base` is the live listener (or a provision result's `api`).
     pub fn new(base: &str) -> Self {
         LiveClient {
-            http: reqwest::Client::new(),
+            http: crate::tls::http(),
             url: format!("{}{}", base.trim_end_matches('/'), paths::RPC),
             token: None,
         }
@@ -444,8 +444,13 @@ impl Participant {
         let config = WebSocketConfig::default()
             .read_buffer_size(4 * 1024)
             .write_buffer_size(0);
-        let (mut socket, _) =
-            tokio_tungstenite::connect_async_with_config(url, Some(config), true).await?;
+        let (mut socket, _) = tokio_tungstenite::connect_async_tls_with_config(
+            url,
+            Some(config),
+            true,
+            crate::tls::ws_connector()?,
+        )
+        .await?;
         let nonce = match next_message(&mut socket).await? {
             Ok(ServerMessage::Challenge { nonce }) => nonce,
             other => {

@@ -88,7 +88,7 @@ impl MessagingClient {
         client_id: &str,
         client_secret: &str,
     ) -> Result<TokenAnswer, ClientError> {
-        let res = reqwest::Client::new()
+        let res = crate::tls::http()
             .post(format!("{}{}", base.trim_end_matches('/'), paths::TOKEN))
             .basic_auth(client_id, Some(client_secret))
             .form(&[("grant_type", "client_credentials")])
@@ -99,7 +99,7 @@ impl MessagingClient {
 
     pub fn new(base: &str, token: impl Into<String>) -> Self {
         MessagingClient {
-            http: reqwest::Client::new(),
+            http: crate::tls::http(),
             base: base.trim_end_matches('/').to_owned(),
             token: token.into(),
         }

@@ -10,11 +10,7 @@ use crate::ClientError;
 /// `timeout`; an error when nothing answers or the answer is not one.
 pub async fn readiness(base: &str, timeout: Duration) -> Result<Readiness, ClientError> {
     let url = format!("{}{READYZ}", base.trim_end_matches('/'));
-    let res = reqwest::Client::new()
-        .get(url)
-        .timeout(timeout)
-        .send()
-        .await?;
+    let res = crate::tls::http().get(url).timeout(timeout).send().await?;
     let status = res.status().as_u16();
     if status != 200 && status != 503 {
         return Err(ClientError::Api {

@@ -22,3 +22,4 @@ pub mod secret;
 pub mod service;
 pub mod settings;
 pub mod storage;
+pub mod tls;

@@ -7,7 +7,7 @@
 //! The admin listener serves from the moment it is bound: while the services start, it
 //! answers `/healthz`, `/readyz` (503, what it waits for) and a 503 to anything else.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,8 @@ use crate::limits::{Limiter, Limits};
 use crate::listener::{self, AllowedHosts, App, Bound};
 use crate::readiness::{self, Ready};
 use crate::seal::Sealer;
-use crate::service::{Context, Service};
+use crate::service::{Context, ListenerSettings, Service};
+use crate::tls::ServerTls;
 
 /// Where the seal key is kept unless `seal_key_file` says otherwise.
 const SEAL_KEY_FILE: &str = "seal.key";
@@ -44,8 +45,11 @@ pub struct Platform {
     activity: Activity,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    admin_addr: SocketAddr,
+    /// The admin listener's URL, for its document's `servers`.
+    admin_url: String,
     admin_limits: Limits,
+    /// What the listeners that speak TLS present.
+    tls: Option<ServerTls>,
     /// The admin listener's server, which takes its whole router once the platform serves.
     admin_server: tokio::task::JoinHandle<()>,
     admin_router: Arc<OnceLock<Router>>,
@@ -66,27 +70,37 @@ pub struct Platform {
     listeners: Vec<(&'static str, Bound, App, Limits)>,
     stops: Vec<Stop>,
     addresses: BTreeMap<&'static str, SocketAddr>,
+    urls: BTreeMap<&'static str, String>,
+    /// The listeners that speak TLS.
+    secure: BTreeSet<&'static str>,
 }
 
 impl Platform {
     /// Binds the admin listener (port 0 picks a free one) and serves `/healthz` and
-    /// `/readyz` on it at once, within `admin_limits`; services keep their files under
-    /// `data_dir`.
+    /// `/readyz` on it at once, within `admin.limits`; services keep their files under
+    /// `data_dir`. Each listener whose settings keep `tls` speaks TLS with `tls`, if given.
     pub async fn new(
         data_dir: &Path,
-        admin_addr: SocketAddr,
-        admin_limits: Limits,
+        admin: ListenerSettings,
+        tls: Option<ServerTls>,
     ) -> anyhow::Result<Self> {
-        let admin = listener::bind("admin", admin_addr).await?;
-        let addr = admin.addr;
+        let bound = listener::bind("admin", admin.addr).await?;
+        let addr = bound.addr;
+        let admin_tls = tls.clone().filter(|_| admin.tls);
+        let admin_tls_on = admin_tls.is_some();
+        let admin_url =
+            listener::public_url(admin.public_url.as_deref(), addr, admin_tls.is_some());
         let shutdown = CancellationToken::new();
         let ready = Ready::default();
         let admin_router = Arc::new(OnceLock::new());
         let admin_server = serve(
             "admin",
-            admin,
-            until_served(&admin_router, ready.clone()).into(),
-            admin_limits,
+            bound,
+            App {
+                tls: admin_tls,
+                ..until_served(&admin_router, ready.clone()).into()
+            },
+            admin.limits,
             &shutdown,
         );
         Ok(Platform {
@@ -96,8 +110,11 @@ impl Platform {
             shutdown,
             tasks: TaskTracker::new(),
             addresses: BTreeMap::from([("admin", addr)]),
-            admin_addr: addr,
-            admin_limits,
+            urls: BTreeMap::from([("admin", admin_url.clone())]),
+            secure: admin_tls_on.then_some("admin").into_iter().collect(),
+            admin_url,
+            admin_limits: admin.limits,
+            tls,
             admin_server,
             admin_router,
             ready,
@@ -190,13 +207,18 @@ impl Platform {
         self.ready.wait_for(S::NAME);
         let listener_settings = S::listener(&settings);
         let bound = listener::bind(S::LISTENER, listener_settings.addr).await?;
+        let tls = self.tls.clone().filter(|_| listener_settings.tls);
         let cluster = self.cluster().await?;
         let seal = self.seal()?;
         let ctx = Context {
             data_dir: self.data_dir.clone(),
             shutdown: self.shutdown.clone(),
             tasks: self.tasks.clone(),
-            public_url: listener::public_url(listener_settings.public_url.as_deref(), bound.addr),
+            public_url: listener::public_url(
+                listener_settings.public_url.as_deref(),
+                bound.addr,
+                tls.is_some(),
+            ),
             clock: self.clock.clone(),
             activity: self.activity.clone(),
             database_url: self.database_url.clone(),
@@ -219,8 +241,16 @@ impl Platform {
             );
         }
         self.addresses.insert(S::LISTENER, bound.addr);
+        self.urls.insert(S::LISTENER, ctx.public_url.clone());
+        if tls.is_some() {
+            self.secure.insert(S::LISTENER);
+        }
+        let app = App {
+            tls,
+            ..service.app()
+        };
         self.listeners
-            .push((S::LISTENER, bound, service.app(), listener_settings.limits));
+            .push((S::LISTENER, bound, app, listener_settings.limits));
         let stopping = service.clone();
         self.stops.push(Box::new(move || {
             Box::pin(async move { stopping.stop().await })
@@ -248,7 +278,7 @@ impl Platform {
         let Platform {
             shutdown,
             tasks,
-            admin_addr,
+            admin_url,
             admin_limits,
             admin_server,
             admin_router: served,
@@ -260,6 +290,8 @@ impl Platform {
             listeners,
             stops,
             addresses,
+            urls,
+            secure,
             activity,
             doc_names,
             ..
@@ -274,7 +306,7 @@ impl Platform {
         crate::http::document_operator_answers(&mut admin_doc);
         // After the operator answers: these need no token, and no limit holds them back.
         admin_doc.merge(readiness::doc());
-        admin_doc.servers = Some(vec![Server::new(format!("http://{admin_addr}"))]);
+        admin_doc.servers = Some(vec![Server::new(admin_url)]);
         let docs = crate::docs::routes([&["admin"], doc_names.as_slice()].concat());
         let admin_doc = Arc::new(admin_doc);
         let admin_router = Router::new()
@@ -304,6 +336,8 @@ impl Platform {
         }
         Running {
             addresses,
+            urls,
+            secure,
             shutdown,
             tasks,
             servers,
@@ -315,6 +349,8 @@ impl Platform {
 /// A served platform.
 pub struct Running {
     addresses: BTreeMap<&'static str, SocketAddr>,
+    urls: BTreeMap<&'static str, String>,
+    secure: BTreeSet<&'static str>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     servers: Vec<tokio::task::JoinHandle<()>>,
@@ -327,9 +363,32 @@ impl Running {
         &self.addresses
     }
 
-    /// `http://<address>` of a listener.
+    /// A listener's URL: its public one, else `http://` or `https://` and its address.
     pub fn url(&self, listener: &str) -> String {
-        format!("http://{}", self.addresses[listener])
+        self.urls[listener].clone()
+    }
+
+    /// Every listener's URL as a client on this host reaches it (`urls.json`, which the CLI
+    /// reads): `https` where it speaks TLS, and a loopback address for one bound to all.
+    pub fn local_urls(&self) -> BTreeMap<&'static str, String> {
+        self.addresses
+            .iter()
+            .map(|(name, addr)| {
+                let mut addr = *addr;
+                if addr.ip().is_unspecified() {
+                    addr.set_ip(match addr {
+                        SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                        SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                    });
+                }
+                let scheme = if self.secure.contains(name) {
+                    "https"
+                } else {
+                    "http"
+                };
+                (*name, format!("{scheme}://{addr}"))
+            })
+            .collect()
     }
 
     /// Stops: listeners take no new connections and finish their requests, services finish

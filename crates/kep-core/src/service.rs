@@ -91,6 +91,20 @@ pub struct ListenerSettings {
     /// The URL the listener is reached at, when not its bound address (a proxy in front).
     pub public_url: Option<String>,
     pub limits: Limits,
+    /// Whether it speaks TLS when the platform has a certificate (`<listener>.tls`).
+    pub tls: bool,
+}
+
+impl ListenerSettings {
+    /// A listener at `addr` within `limits`, at its own address, TLS where the platform has it.
+    pub fn at(addr: SocketAddr, limits: Limits) -> Self {
+        ListenerSettings {
+            addr,
+            public_url: None,
+            limits,
+            tls: true,
+        }
+    }
 }
 
 /// A service of the platform, started, served and stopped as every other one.

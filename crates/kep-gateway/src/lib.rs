@@ -190,6 +190,8 @@ impl Gateway {
                 .fast_path
                 .then(|| Arc::new(h1::GatewayFront(Arc::clone(self))) as Arc<dyn Front>),
             workers: self.pools.workers,
+            // The platform's to set: every listener alike.
+            tls: None,
             unrouted: kep_core::listener::operator_shape,
             // A batch of images over gRPC is megabytes: in 16 KiB frames the gateway spent
             // half again the CPU time on a 19 MB call.

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 #[serde(default)]
 pub struct GatewaySettings {
     pub addr: SocketAddr,
+    /// Whether the listener speaks TLS when kep has a certificate (`tls.cert_file` or
+    /// `tls.self_signed`); false keeps it plain HTTP.
+    pub tls: bool,
     /// Base of the endpoint URLs handed out; the listener's own address when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
@@ -37,6 +40,7 @@ impl Default for GatewaySettings {
     fn default() -> Self {
         GatewaySettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8804)),
+            tls: true,
             public_url: None,
             max_body_bytes: 20 * 1024 * 1024,
             body_buffer_bytes: 10 * 1024 * 1024,

@@ -35,6 +35,9 @@ pub use error::LiveError;
 #[serde(default)]
 pub struct LiveSettings {
     pub addr: SocketAddr,
+    /// Whether the listener speaks TLS when kep has a certificate (`tls.cert_file` or
+    /// `tls.self_signed`); false keeps it plain HTTP.
+    pub tls: bool,
     /// The `api` of a provision result; defaults to `http://<addr>`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
@@ -75,6 +78,7 @@ impl Default for LiveSettings {
     fn default() -> Self {
         LiveSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8801)),
+            tls: true,
             public_url: None,
             provision_window_s: 5,
             token_ttl_s: 3600,
@@ -159,6 +163,7 @@ impl Service for LiveService {
             addr: settings.addr,
             public_url: settings.public_url.clone(),
             limits: settings.limits,
+            tls: settings.tls,
         }
     }
 

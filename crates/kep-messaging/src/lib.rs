@@ -49,6 +49,9 @@ pub mod counting {
 #[serde(default)]
 pub struct MessagingSettings {
     pub addr: SocketAddr,
+    /// Whether the listener speaks TLS when kep has a certificate (`tls.cert_file` or
+    /// `tls.self_signed`); false keeps it plain HTTP.
+    pub tls: bool,
     /// How carriers reach this listener: the base of the dlr-url an HTTP carrier is given.
     pub public_url: Option<String>,
     /// Access token lifetime (`expires_in`).
@@ -84,6 +87,7 @@ impl Default for MessagingSettings {
     fn default() -> Self {
         MessagingSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8803)),
+            tls: true,
             public_url: None,
             token_ttl_s: 21_600,
             time_zone: "Asia/Seoul".into(),
@@ -153,6 +157,7 @@ impl Service for MessagingService {
             addr: settings.addr,
             public_url: settings.public_url.clone(),
             limits: settings.limits,
+            tls: settings.tls,
         }
     }
 

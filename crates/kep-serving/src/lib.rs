@@ -67,6 +67,7 @@ impl Service for ServingService {
             addr: gateway.addr,
             public_url: gateway.public_url.clone(),
             limits: gateway.limits,
+            tls: gateway.tls,
         }
     }
 

@@ -6,7 +6,7 @@
 use kep_core::clock::Clock;
 use kep_core::limits::Limits;
 use kep_core::platform::{Platform, Running};
-use kep_core::service::Service;
+use kep_core::service::{ListenerSettings, Service};
 use tokio_util::sync::CancellationToken;
 
 pub mod limits;
@@ -71,15 +71,12 @@ pub async fn spawn_platform<S: Service>(setup: Setup, settings: S::Settings) -> 
         clock,
         database_url,
     } = setup;
-    let mut platform = Platform::new(
-        dir.path(),
-        "127.0.0.1:0".parse().unwrap(),
-        Limits::default(),
-    )
-    .await
-    .unwrap()
-    .with_clock(clock.clone())
-    .with_database_url(database_url.clone());
+    let admin = ListenerSettings::at("127.0.0.1:0".parse().unwrap(), Limits::default());
+    let mut platform = Platform::new(dir.path(), admin, None)
+        .await
+        .unwrap()
+        .with_clock(clock.clone())
+        .with_database_url(database_url.clone());
     let shutdown = platform.shutdown_token();
     let service = platform.start::<S>(settings).await.unwrap();
     let running = platform.serve(OPERATOR_TOKEN);

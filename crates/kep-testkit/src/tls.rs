@@ -36,7 +36,7 @@ pub fn certificates(dir: &Path) {
 }
 
 /// `openssl ARGS` in `dir`, which must succeed.
-fn openssl(dir: &Path, args: &str) {
+pub fn openssl(dir: &Path, args: &str) {
     let out = Command::new("openssl")
         .current_dir(dir)
         .args(args.split(' '))

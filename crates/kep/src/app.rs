@@ -10,7 +10,8 @@ use axum::routing::get;
 use kep_adapter::AdapterService;
 use kep_core::listener;
 use kep_core::platform::{Platform, Running};
-use kep_core::service::Service as _;
+use kep_core::service::{ListenerSettings, Service as _};
+use kep_core::tls::{self, ServerTls};
 use kep_live::LiveService;
 use kep_messaging::MessagingService;
 use kep_serving::ServingService;
@@ -69,7 +70,12 @@ impl Application {
         {
             anyhow::bail!("database_url: a postgres:// URL, or unset for SQLite under data_dir");
         }
-        let mut platform = Platform::new(&data_dir, settings.admin.addr, settings.admin.limits)
+        let tls = server_tls(&settings)?;
+        let admin = ListenerSettings {
+            tls: settings.admin.tls,
+            ..ListenerSettings::at(settings.admin.addr, settings.admin.limits)
+        };
+        let mut platform = Platform::new(&data_dir, admin, tls.clone())
             .await?
             .with_database_url(settings.database_url.clone())
             .with_admin_hosts(listener::AllowedHosts::new(
@@ -80,6 +86,9 @@ impl Application {
         let ready = platform.readiness();
         for name in SERVICES.into_iter().filter(|s| wanted(s)) {
             ready.wait_for(name);
+        }
+        if let Some(tls) = &tls {
+            tls.reload_on_hangup(platform.shutdown_token())?;
         }
         let prometheus = install_prometheus(&platform.shutdown_token())?;
         let messaging_zone = settings.messaging.time_zone.clone();
@@ -140,7 +149,7 @@ impl Application {
 
         let running = platform.serve(&token);
         let addresses: BTreeMap<&str, _> = running.addresses().clone();
-        listener::write_addresses(&data_dir, &addresses)?;
+        listener::write_addresses(&data_dir, &addresses, &running.local_urls())?;
         let console = format!("{}/console", running.url("admin"));
         match settings.log_format {
             crate::serve::LogFormat::Text => println!("console: {console}"),
@@ -155,6 +164,62 @@ impl Application {
     pub async fn stop(self, grace: Duration) -> bool {
         self.running.stop(grace).await
     }
+}
+
+/// The listeners' certificate: the given files, or the data dir's own (`tls.self_signed`);
+/// `None`, plain HTTP.
+fn server_tls(settings: &Settings) -> anyhow::Result<Option<ServerTls>> {
+    let t = &settings.tls;
+    let files = match (&t.cert_file, &t.key_file, t.self_signed) {
+        (None, None, false) => return Ok(None),
+        (Some(cert), Some(key), false) => tls::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        (None, None, true) => {
+            tls::self_signed::ensure(&settings.data_dir, &public_hosts(settings))?
+        }
+        (_, _, true) => {
+            anyhow::bail!("tls.self_signed and tls.cert_file/tls.key_file: set one or the other")
+        }
+        (Some(_), None, _) => {
+            anyhow::bail!("tls.cert_file is set without tls.key_file (--tls-key, KEP_TLS_KEY)")
+        }
+        (None, Some(_), _) => {
+            anyhow::bail!("tls.key_file is set without tls.cert_file (--tls-cert, KEP_TLS_CERT)")
+        }
+    };
+    let (tls, described) = ServerTls::load(files)?;
+    tracing::info!(subject = %described.subject, names = ?described.names, not_after = %described.not_after, "the listeners speak TLS");
+    Ok(Some(tls))
+}
+
+/// The hosts a self-signed certificate names beside the local ones: each listener's public
+/// URL's, and each address a listener is bound to on its own (not all of them).
+fn public_hosts(settings: &Settings) -> Vec<String> {
+    let urls = [
+        &settings.live.public_url,
+        &settings.messaging.public_url,
+        &settings.gateway.public_url,
+    ];
+    let from_urls = urls.into_iter().flatten().filter_map(|url| {
+        let uri: axum::http::Uri = url.parse().ok()?;
+        Some(uri.host()?.trim_matches(['[', ']']).to_owned())
+    });
+    let addrs = [
+        settings.admin.addr,
+        settings.live.addr,
+        settings.adapter.addr,
+        settings.messaging.addr,
+        settings.gateway.addr,
+    ];
+    let bound = addrs
+        .into_iter()
+        .filter(|a| !a.ip().is_unspecified() && !a.ip().is_loopback())
+        .map(|a| a.ip().to_string());
+    let mut hosts: Vec<String> = from_urls.chain(bound).collect();
+    hosts.dedup();
+    hosts
 }
 
 /// The services whose gauges are read at each scrape.

@@ -95,6 +95,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| PathBuf::from("./kep-data"))
     };
+    if !matches!(
+        cli.command,
+        Command::Serve(_)
+            | Command::Smsc(_)
+            | Command::Completions { .. }
+            | Command::ModelServer(_)
+    ) {
+        cli::trust_data_dir_ca(&data_dir())?;
+    }
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args, cli.data_dir)),
         Command::Live(args) => runtime.block_on(cli::live::run(args.at(data_dir()))),

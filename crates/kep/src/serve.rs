@@ -29,7 +29,11 @@ const ENV: EnvNames = EnvNames {
         "gateway",
         "tls",
     ],
-    aliases: &[("SIMULATOR_DELAY_MS", "messaging.simulator_delay_ms")],
+    aliases: &[
+        ("SIMULATOR_DELAY_MS", "messaging.simulator_delay_ms"),
+        ("TLS_CERT", "tls.cert_file"),
+        ("TLS_KEY", "tls.key_file"),
+    ],
 };
 
 #[derive(clap::Args)]
@@ -78,6 +82,17 @@ pub struct ServeArgs {
     /// text or json [KEP_LOG_FORMAT].
     #[arg(long)]
     log_format: Option<LogFormat>,
+    /// Every listener speaks HTTPS with this certificate chain (PEM) [KEP_TLS_CERT].
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM) [KEP_TLS_KEY].
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// Every listener speaks HTTPS with a certificate of the data dir's own CA
+    /// (<data-dir>/tls/ca.pem, which the CLI trusts), made once and reused
+    /// [KEP_TLS_SELF_SIGNED].
+    #[arg(long)]
+    tls_self_signed: bool,
     /// A PEM file of CA certificates that outbound https calls (webhooks, alerts, agent
     /// notices, HTTP carriers) trust beside the system's [KEP_TLS_EXTRA_ROOTS].
     #[arg(long)]
@@ -122,6 +137,13 @@ pub struct Settings {
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TlsSettings {
+    /// The certificate chain (PEM) every listener presents, with `key_file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// A certificate of the data dir's own CA instead of given files.
+    pub self_signed: bool,
     /// CA certificates (PEM) that outbound https calls trust beside the system's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub extra_roots: Option<PathBuf>,
@@ -173,6 +195,8 @@ impl NameList {
 #[serde(default)]
 pub struct AdminSettings {
     pub addr: SocketAddr,
+    /// Whether the listener speaks TLS when kep has a certificate; false keeps it plain.
+    pub tls: bool,
     /// The operator token [KEP_ADMIN_TOKEN]; generated into <data-dir>/admin-token if unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
@@ -191,6 +215,7 @@ impl Default for AdminSettings {
     fn default() -> Self {
         AdminSettings {
             addr: SocketAddr::from(([127, 0, 0, 1], 8800)),
+            tls: true,
             token: None,
             shutdown_grace_s: 10,
             allowed_hosts: NameList::List(Vec::new()),
@@ -238,6 +263,15 @@ impl ServeArgs {
         }
         if let Some(f) = self.log_format {
             o.push(("log_format".into(), Value::serialize(f)?));
+        }
+        if let Some(f) = &self.tls_cert {
+            o.push(("tls.cert_file".into(), path(f)));
+        }
+        if let Some(f) = &self.tls_key {
+            o.push(("tls.key_file".into(), path(f)));
+        }
+        if self.tls_self_signed {
+            o.push(("tls.self_signed".into(), Value::from(true)));
         }
         if let Some(f) = &self.tls_extra_roots {
             o.push(("tls.extra_roots".into(), path(f)));

@@ -15,12 +15,14 @@ use tokio_util::task::TaskTracker;
 
 use super::connection::{Connection, ConnectionLimits, connection};
 use super::front::Front;
+use super::stream::Stream;
 
 /// What accepts a listener's connections and serves them.
 #[derive(Clone)]
 pub(super) struct Acceptor {
     pub(super) builder: Arc<auto::Builder<TokioExecutor>>,
     pub(super) slots: Option<Arc<Semaphore>>,
+    pub(super) tls: Option<tokio_rustls::TlsAcceptor>,
     pub(super) front: Option<Arc<dyn Front>>,
     pub(super) router: Router,
     pub(super) conn: ConnectionLimits,
@@ -103,19 +105,11 @@ impl Acceptor {
             // Events and answers are small writes: Nagle's algorithm would hold them back.
             let _ = tcp.set_nodelay(true);
             let io = Connection {
-                tcp: Some(tcp),
+                stream: Some(Stream::Plain(tcp)),
                 slot,
                 opened: self.share.as_ref().map(|(share, me)| share.add(*me)),
             };
-            connections.spawn(connection(
-                Arc::clone(&self.builder),
-                (io, peer),
-                self.front.clone(),
-                self.router.clone(),
-                self.conn.clone(),
-                self.unrouted,
-                self.shutdown.clone(),
-            ));
+            connections.spawn(connection(self.clone(), (io, peer)));
         }
         connections.close();
         connections.wait().await;

@@ -8,23 +8,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
 use tower::Service as _;
 use tower_http::timeout::TimeoutBody;
 
-use super::accept::Opened;
+use super::accept::{Acceptor, Opened};
 use super::body::{BodyMemory, Tracked};
-use super::front::{Front, FrontLimits, Handover};
-use super::unrouted::{Unrouted, Watch};
+use super::front::{FrontLimits, Handover};
+use super::stream::{Stream, secure};
+use super::unrouted::Watch;
 
 #[derive(Clone)]
 pub(super) struct ConnectionLimits {
@@ -52,15 +49,24 @@ impl ConnectionLimits {
 
 /// One connection until it closes, is upgraded, or is told to finish by `shutdown`: the
 /// front's while it serves it, then hyper's.
-pub(super) async fn connection(
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    (io, peer): (Connection, SocketAddr),
-    front: Option<Arc<dyn Front>>,
-    router: Router,
-    limits: ConnectionLimits,
-    unrouted: Unrouted,
-    shutdown: CancellationToken,
-) {
+pub(super) async fn connection(served: Acceptor, (io, peer): (Connection, SocketAddr)) {
+    let Acceptor {
+        builder,
+        tls,
+        front,
+        router,
+        conn: limits,
+        unrouted,
+        shutdown,
+        ..
+    } = served;
+    let io = match &tls {
+        Some(acceptor) => match secure(io, acceptor, limits.head, unrouted).await {
+            Some(io) => io,
+            None => return,
+        },
+        None => io,
+    };
     let lookalikes = Arc::new(AtomicUsize::new(0));
     let watch = Watch {
         unrouted,
@@ -153,15 +159,16 @@ pub(super) async fn connection(
 /// A connection's socket, holding its listener slot until it is closed: after an upgrade
 /// the WebSocket owns it, so an upgraded connection keeps counting.
 pub struct Connection {
-    /// Taken only when the connection is dropped, to close it lingering.
-    pub(super) tcp: Option<TcpStream>,
+    /// Taken only when the connection is dropped, to close it lingering (and while it is
+    /// secured).
+    pub(super) stream: Option<Stream>,
     pub(super) slot: Option<OwnedSemaphorePermit>,
     pub(super) opened: Option<Opened>,
 }
 
 impl Connection {
-    pub fn stream(&mut self) -> &mut TcpStream {
-        self.tcp
+    pub fn stream(&mut self) -> &mut Stream {
+        self.stream
             .as_mut()
             .expect("the socket is there until the connection is dropped")
     }
@@ -178,10 +185,14 @@ impl Drop for Connection {
     /// reqwest's) fails on the write and never reads the answer. The connection keeps its
     /// slot meanwhile.
     fn drop(&mut self) {
-        let (Some(mut tcp), Ok(runtime)) = (self.tcp.take(), tokio::runtime::Handle::try_current())
+        let (Some(stream), Ok(runtime)) =
+            (self.stream.take(), tokio::runtime::Handle::try_current())
         else {
             return;
         };
+        // TLS's own close (close_notify) is sent by hyper's shutdown of a connection it
+        // ends; what is left here is the socket.
+        let mut tcp = stream.into_tcp();
         let held = (self.slot.take(), self.opened.take());
         runtime.spawn(async move {
             use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -278,9 +289,9 @@ impl AsyncWrite for Replayed {
 
     fn is_write_vectored(&self) -> bool {
         self.io
-            .tcp
+            .stream
             .as_ref()
-            .is_some_and(TcpStream::is_write_vectored)
+            .is_some_and(Stream::is_write_vectored)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

@@ -6,11 +6,26 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
-/// Writes `<data-dir>/addresses.json`: `{"admin": "127.0.0.1:8800", …}`.
-pub fn write_addresses(data_dir: &Path, addrs: &BTreeMap<&str, SocketAddr>) -> anyhow::Result<()> {
-    let path = data_dir.join("addresses.json");
-    let tmp = data_dir.join("addresses.json.tmp");
-    crate::private::write(&tmp, &serde_json::to_vec_pretty(addrs)?)?;
+/// Writes `<data-dir>/addresses.json`, `{"admin": "127.0.0.1:8800", …}`, and `urls.json`,
+/// `{"admin": "https://127.0.0.1:8800", …}` (each listener as a client on this host reaches
+/// it, scheme included: what the CLI reads).
+pub fn write_addresses(
+    data_dir: &Path,
+    addrs: &BTreeMap<&str, SocketAddr>,
+    urls: &BTreeMap<&str, String>,
+) -> anyhow::Result<()> {
+    write_json(data_dir, "urls.json", &serde_json::to_vec_pretty(urls)?)?;
+    write_json(
+        data_dir,
+        "addresses.json",
+        &serde_json::to_vec_pretty(addrs)?,
+    )
+}
+
+fn write_json(data_dir: &Path, name: &str, json: &[u8]) -> anyhow::Result<()> {
+    let path = data_dir.join(name);
+    let tmp = data_dir.join(format!("{name}.tmp"));
+    crate::private::write(&tmp, json)?;
     // A rename, so a reader polling for the file never sees half of it.
     std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
 }

@@ -8,6 +8,7 @@ mod connection;
 mod files;
 mod front;
 mod hosts;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod unrouted;
@@ -32,6 +33,7 @@ use connection::ConnectionLimits;
 pub use files::{operator_token, write_addresses};
 pub use front::{Front, FrontLimits, Handover};
 pub use hosts::AllowedHosts;
+pub use stream::Stream;
 pub use unrouted::{Unrouted, operator_shape};
 
 /// A bound listener and the address it got.
@@ -59,11 +61,12 @@ pub async fn bind(name: &str, addr: SocketAddr) -> anyhow::Result<Bound> {
     Ok(Bound { listener, addr })
 }
 
-/// The URL the server hands out for a listener: the configured one, else its own address.
-pub fn public_url(configured: Option<&str>, addr: SocketAddr) -> String {
+/// The URL the server hands out for a listener: the configured one, else its own address
+/// (`https` when the listener speaks TLS).
+pub fn public_url(configured: Option<&str>, addr: SocketAddr, tls: bool) -> String {
     match configured {
         Some(url) => url.trim_end_matches('/').to_owned(),
-        None => format!("http://{addr}"),
+        None => format!("{}://{addr}", if tls { "https" } else { "http" }),
     }
 }
 
@@ -83,6 +86,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let App {
         router,
+        tls,
         front,
         workers,
         unrouted,
@@ -111,6 +115,7 @@ pub async fn serve(
         builder: Arc::new(builder),
         slots: (limits.max_connections > 0)
             .then(|| Arc::new(Semaphore::new(limits.max_connections as usize))),
+        tls: tls.map(|tls| tls.acceptor()),
         front,
         router,
         conn,
@@ -172,6 +177,8 @@ pub fn worker() -> usize {
 /// first, and on how many threads.
 pub struct App {
     pub router: Router,
+    /// TLS for every connection, before anything else reads it; `None`, plain HTTP.
+    pub tls: Option<crate::tls::ServerTls>,
     pub front: Option<Arc<dyn Front>>,
     /// Threads of the listener's own, each running its connections on a runtime of its
     /// own, as nginx's worker processes do; 0: the connections are tasks of the caller's
@@ -200,6 +207,7 @@ impl From<Router> for App {
     fn from(router: Router) -> App {
         App {
             router,
+            tls: None,
             front: None,
             workers: 0,
             unrouted: operator_shape,

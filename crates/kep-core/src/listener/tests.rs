@@ -288,9 +288,11 @@ async fn a_worker_accepts_only_while_it_has_the_fewest_connections() {
 #[test]
 fn public_url_defaults_to_the_listener() {
     let addr: SocketAddr = "127.0.0.1:9000".parse().unwrap();
-    assert_eq!(public_url(None, addr), "http://127.0.0.1:9000");
+    assert_eq!(public_url(None, addr, false), "http://127.0.0.1:9000");
+    assert_eq!(public_url(None, addr, true), "https://127.0.0.1:9000");
+    // A proxy in front decides its own scheme.
     assert_eq!(
-        public_url(Some("https://live.example/"), addr),
-        "https://live.example"
+        public_url(Some("http://live.example/"), addr, true),
+        "http://live.example"
     );
 }

@@ -12,16 +12,36 @@ pub mod status;
 
 use std::path::{Path, PathBuf};
 
-/// Where the CLI finds the server: the addresses `kep serve` wrote, else the defaults.
+/// Where the CLI finds the server: the URLs `kep serve` wrote (`https` where a listener
+/// speaks TLS), else the addresses an older kep wrote, else the defaults.
 pub fn listener_url(data_dir: &Path, listener: &str, default_port: u16) -> String {
-    let written = std::fs::read(data_dir.join("addresses.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v[listener].as_str().map(str::to_owned));
+    let written = |file: &str| {
+        std::fs::read(data_dir.join(file))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v[listener].as_str().map(str::to_owned))
+    };
+    if let Some(url) = written("urls.json") {
+        return url;
+    }
     format!(
         "http://{}",
-        written.unwrap_or_else(|| format!("127.0.0.1:{default_port}"))
+        written("addresses.json").unwrap_or_else(|| format!("127.0.0.1:{default_port}"))
     )
+}
+
+/// The CLI trusts the CA of `kep serve --tls-self-signed` in `data_dir`, when there is one,
+/// beside the system's roots.
+pub fn trust_data_dir_ca(data_dir: &Path) -> anyhow::Result<()> {
+    let path = data_dir.join("tls").join("ca.pem");
+    match std::fs::read_to_string(&path) {
+        Ok(pem) => {
+            kep_client::tls::trust(&pem).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => anyhow::bail!("{}: {e}", path.display()),
+    }
 }
 
 /// The operator token: `KEP_ADMIN_TOKEN`, else `<data-dir>/admin-token`.

@@ -61,7 +61,7 @@ fn by(samples: &[Sample], name: &str, label: &str) -> BTreeMap<String, f64> {
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let admin = args.common.admin()?;
     let base = admin.base_url().to_owned();
-    let http = reqwest::Client::new();
+    let http = kep_client::tls::http();
     let up = http
         .get(format!("{base}/healthz"))
         .send()

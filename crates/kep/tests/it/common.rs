@@ -18,8 +18,8 @@ pub struct Server {
     pub admin: String,
     pub live: String,
     pub stdout: String,
-    /// `addresses.json`: every listener's chosen address.
-    addresses: Value,
+    /// `urls.json`: every listener's URL (`https` where it speaks TLS).
+    urls: Value,
 }
 
 impl Server {
@@ -31,7 +31,7 @@ impl Server {
 
     /// The base URL of a listener: `admin`, `live`, `adapter`, `messaging` or `gateway`.
     pub fn url(&self, listener: &str) -> String {
-        format!("http://{}", self.addresses[listener].as_str().unwrap())
+        self.urls[listener].as_str().unwrap().to_owned()
     }
 }
 
@@ -91,9 +91,11 @@ pub fn serve_with(
         .open(data_dir.join("kep.log"))
         .unwrap();
     let mut child = cmd.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
-    let addresses = eventually_blocking(Duration::from_secs(30), "kep serve starts", || {
-        if let Ok(b) = std::fs::read(data_dir.join("addresses.json")) {
-            return Ok(serde_json::from_slice::<Value>(&b).unwrap());
+    let urls = eventually_blocking(Duration::from_secs(30), "kep serve starts", || {
+        // Written before addresses.json.
+        if std::fs::exists(data_dir.join("addresses.json")).unwrap() {
+            let urls = std::fs::read(data_dir.join("urls.json")).unwrap();
+            return Ok(serde_json::from_slice::<Value>(&urls).unwrap());
         }
         if let Some(status) = child.try_wait().unwrap() {
             let err = std::fs::read_to_string(data_dir.join("kep.log")).unwrap_or_default();
@@ -107,10 +109,10 @@ pub fn serve_with(
     Server {
         child,
         data_dir: data_dir.to_owned(),
-        admin: format!("http://{}", addresses["admin"].as_str().unwrap()),
-        live: format!("http://{}", addresses["live"].as_str().unwrap()),
+        admin: urls["admin"].as_str().unwrap().to_owned(),
+        live: urls["live"].as_str().unwrap().to_owned(),
         stdout: printed,
-        addresses,
+        urls,
     }
 }
 

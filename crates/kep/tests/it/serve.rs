@@ -11,6 +11,7 @@ mod first_hour;
 mod frameworks;
 mod gpus;
 mod grpc;
+mod https;
 mod images;
 mod live;
 mod messaging;
