@@ -3,6 +3,7 @@
 //! (org login types and DRM release requests) on the admin listener.
 
 pub mod api;
+mod declared;
 mod drm;
 mod error;
 pub mod ids;
@@ -151,6 +152,10 @@ impl Service for AdapterService {
     /// The operator routes under `/admin/v1/adapter`.
     fn admin_router(&self) -> axum::Router {
         api::operator::router(self.clone())
+    }
+
+    fn declares(&self) -> Option<Arc<dyn kep_core::declared::Declares>> {
+        Some(Arc::new(declared::Declared(Arc::clone(&self.0))))
     }
 
     fn admin_doc() -> utoipa::openapi::OpenApi {

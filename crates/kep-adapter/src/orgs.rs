@@ -99,7 +99,15 @@ impl Orgs {
 
     /// A new secret key, shown this once; the old one stops working.
     pub async fn rotate_key(&self, id: OrgLoginTypeId) -> sqlx::Result<Option<OrgLoginTypeSecret>> {
-        let secret_key = new_secret();
+        self.set_key(id, new_secret()).await
+    }
+
+    /// `secret_key` for the org, the old one no longer working; `None` for an unknown org.
+    pub async fn set_key(
+        &self,
+        id: OrgLoginTypeId,
+        secret_key: String,
+    ) -> sqlx::Result<Option<OrgLoginTypeSecret>> {
         let done = self
             .store
             .set_secret(id, &sha256_hex(&secret_key), self.clock.unix_s())

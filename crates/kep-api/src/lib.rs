@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod adapter;
+pub mod declared;
 pub mod live;
 pub mod messaging;
 pub mod operator;

@@ -70,6 +70,15 @@ impl AdminClient {
         checked(req.bearer_auth(&self.token).send().await?).await
     }
 
+    /// `POST /admin/v1/apply`: what a declaration did, object by object.
+    pub async fn apply(
+        &self,
+        req: &kep_api::declared::ApplyRequest,
+    ) -> Result<kep_api::declared::ApplyAnswer, ClientError> {
+        self.send(self.http.post(self.url(kep_api::declared::APPLY)).json(req))
+            .await
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

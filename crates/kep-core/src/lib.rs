@@ -5,6 +5,7 @@
 pub mod activity;
 pub mod clock;
 pub mod cluster;
+pub mod declared;
 pub mod docs;
 pub mod http;
 pub mod id;

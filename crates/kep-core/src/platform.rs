@@ -26,6 +26,7 @@ use utoipa::openapi::server::Server;
 use crate::activity::{self, Activity};
 use crate::clock::Clock;
 use crate::cluster::Cluster;
+use crate::declared::{self, Declarations, Declares};
 use crate::limits::{Limiter, Limits};
 use crate::listener::{self, AllowedHosts, App, Bound};
 use crate::readiness::{self, Ready};
@@ -68,9 +69,10 @@ pub struct Platform {
     seal_key_file: PathBuf,
     seal: Option<Sealer>,
     listeners: Vec<(&'static str, Bound, App, Limits)>,
+    /// The started services' parts of declared resources.
+    declares: Vec<Arc<dyn Declares>>,
     stops: Vec<Stop>,
     addresses: BTreeMap<&'static str, SocketAddr>,
-    urls: BTreeMap<&'static str, String>,
     /// The listeners that speak TLS.
     secure: BTreeSet<&'static str>,
 }
@@ -110,7 +112,6 @@ impl Platform {
             shutdown,
             tasks: TaskTracker::new(),
             addresses: BTreeMap::from([("admin", addr)]),
-            urls: BTreeMap::from([("admin", admin_url.clone())]),
             secure: admin_tls_on.then_some("admin").into_iter().collect(),
             admin_url,
             admin_limits: admin.limits,
@@ -128,6 +129,7 @@ impl Platform {
             seal_key_file: data_dir.join(SEAL_KEY_FILE),
             seal: None,
             listeners: Vec::new(),
+            declares: Vec::new(),
             stops: Vec::new(),
         })
     }
@@ -226,6 +228,7 @@ impl Platform {
             seal,
         };
         let service = S::start(settings, &ctx).await?;
+        self.declares.extend(service.declares());
         self.operator_routes =
             std::mem::take(&mut self.operator_routes).merge(service.admin_router());
         self.admin_doc.merge(S::admin_doc());
@@ -241,7 +244,6 @@ impl Platform {
             );
         }
         self.addresses.insert(S::LISTENER, bound.addr);
-        self.urls.insert(S::LISTENER, ctx.public_url.clone());
         if tls.is_some() {
             self.secure.insert(S::LISTENER);
         }
@@ -288,19 +290,26 @@ impl Platform {
             open_routes,
             mut admin_doc,
             listeners,
+            declares,
             stops,
             addresses,
-            urls,
             secure,
             activity,
             doc_names,
             ..
         } = self;
-        let operator_routes = operator_routes.route(
-            kep_api::activity::EVENTS,
-            get(activity::events).with_state(activity),
-        );
+        let declarations = Declarations::new(declares);
+        let operator_routes = operator_routes
+            .route(
+                kep_api::activity::EVENTS,
+                get(activity::events).with_state(activity),
+            )
+            .route(
+                kep_api::declared::APPLY,
+                axum::routing::post(declared::apply).with_state(declarations.clone()),
+            );
         admin_doc.merge(<activity::ActivityDoc as utoipa::OpenApi>::openapi());
+        admin_doc.merge(<declared::DeclaredDoc as utoipa::OpenApi>::openapi());
         crate::http::declare_path_parameters(&mut admin_doc);
         crate::http::tag_operations(&mut admin_doc, crate::http::operator_service);
         crate::http::document_operator_answers(&mut admin_doc);
@@ -336,8 +345,8 @@ impl Platform {
         }
         Running {
             addresses,
-            urls,
             secure,
+            declarations,
             shutdown,
             tasks,
             servers,
@@ -349,8 +358,8 @@ impl Platform {
 /// A served platform.
 pub struct Running {
     addresses: BTreeMap<&'static str, SocketAddr>,
-    urls: BTreeMap<&'static str, String>,
     secure: BTreeSet<&'static str>,
+    declarations: Declarations,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     servers: Vec<tokio::task::JoinHandle<()>>,
@@ -363,9 +372,14 @@ impl Running {
         &self.addresses
     }
 
-    /// A listener's URL: its public one, else `http://` or `https://` and its address.
+    /// A listener's URL as a client on this host reaches it (see [`Running::local_urls`]).
     pub fn url(&self, listener: &str) -> String {
-        self.urls[listener].clone()
+        self.local_urls()[listener].clone()
+    }
+
+    /// What applies a declaration (`kep serve --init`), as `POST /admin/v1/apply` does.
+    pub fn declarations(&self) -> &Declarations {
+        &self.declarations
     }
 
     /// Every listener's URL as a client on this host reaches it (`urls.json`, which the CLI

@@ -142,6 +142,11 @@ pub trait Service: Clone + Send + Sync + Sized + 'static {
         None
     }
 
+    /// Its part of declared resources (`kep apply`, `kep serve --init`), if it has one.
+    fn declares(&self) -> Option<std::sync::Arc<dyn crate::declared::Declares>> {
+        None
+    }
+
     /// After shutdown fired: finishes what must not be cut off (participant sockets get
     /// their close frame, instances their SIGTERM).
     fn stop(&self) -> impl Future<Output = ()> + Send {

@@ -229,7 +229,31 @@ impl Access {
     /// New admin and service secrets; `None` for an unknown service. Tokens already handed
     /// out stay valid until they expire.
     pub async fn rotate(&self, service_id: &ServiceId) -> sqlx::Result<Option<ServiceSecrets>> {
-        let (admin_secret, service_secret) = (new_secret(), new_secret());
+        self.set_secrets(service_id, (new_secret(), new_secret()))
+            .await
+    }
+
+    /// Whether `(admin_secret, service_secret)` are the service's now (their hashes tell);
+    /// `None` for an unknown service.
+    pub async fn has_secrets(
+        &self,
+        service_id: &ServiceId,
+        (admin_secret, service_secret): (&str, &str),
+    ) -> sqlx::Result<Option<bool>> {
+        let Some(row) = self.store.service(service_id).await? else {
+            return Ok(None);
+        };
+        let ha = sha256_hex(&format!("{service_id}:{admin_secret}"));
+        let hs = sha256_hex(&format!("{service_id}:{service_secret}"));
+        Ok(Some(row.admin_ha == ha && row.service_hs == hs))
+    }
+
+    /// These admin and service secrets; `None` for an unknown service.
+    pub async fn set_secrets(
+        &self,
+        service_id: &ServiceId,
+        (admin_secret, service_secret): (String, String),
+    ) -> sqlx::Result<Option<ServiceSecrets>> {
         let ha = sha256_hex(&format!("{service_id}:{admin_secret}"));
         let hs = sha256_hex(&format!("{service_id}:{service_secret}"));
         if !self.store.update_secrets(service_id, &ha, &hs).await? {

@@ -4,6 +4,7 @@
 
 mod access;
 pub mod api;
+mod declared;
 mod error;
 pub mod ids;
 mod join_token;
@@ -278,6 +279,10 @@ impl Service for LiveService {
     }
 
     /// Waits until every participant socket got its close frame.
+    fn declares(&self) -> Option<Arc<dyn kep_core::declared::Declares>> {
+        Some(Arc::new(declared::Declared(Arc::clone(&self.0))))
+    }
+
     async fn stop(&self) {
         self.0.sockets.close();
         self.0.sockets.wait().await;

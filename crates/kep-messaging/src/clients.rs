@@ -8,6 +8,12 @@ use serde_json::{Value, json};
 use crate::Messaging;
 use crate::ids::ClientId;
 
+/// A client id kep takes: letters and digits only, since the id travels inside `Basic <id>
+/// <secret>` and `id:secret`; 1 to 64 of them.
+pub(crate) fn valid_client_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
 impl Messaging {
     /// A new client: its id and secret.
     /// A new client of `secret`, whose id is `given` or generated; `None` when a client of
@@ -38,7 +44,15 @@ impl Messaging {
 
     /// A new secret for the client; `None` for an unknown client.
     pub async fn new_client_secret(&self, client_id: &ClientId) -> sqlx::Result<Option<String>> {
-        let secret = new_secret();
+        self.set_client_secret(client_id, new_secret()).await
+    }
+
+    /// `secret` for the client, ending every token it got; `None` for an unknown client.
+    pub async fn set_client_secret(
+        &self,
+        client_id: &ClientId,
+        secret: String,
+    ) -> sqlx::Result<Option<String>> {
         if !self
             .store
             .set_client_secret(client_id, &sha256_hex(&secret))

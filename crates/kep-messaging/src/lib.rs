@@ -5,6 +5,7 @@
 pub mod api;
 pub mod carriers;
 mod clients;
+mod declared;
 mod error;
 mod ids;
 mod kinds;
@@ -255,6 +256,10 @@ impl Service for MessagingService {
     }
 
     /// Unbinds from the SMPP carriers.
+    fn declares(&self) -> Option<Arc<dyn kep_core::declared::Declares>> {
+        Some(Arc::new(declared::Declared(Arc::clone(&self.0))))
+    }
+
     async fn stop(&self) {
         self.0.dispatcher.carrier().stop().await;
     }

@@ -46,6 +46,11 @@ impl Application {
                 SERVICES.join(", ")
             );
         }
+        if settings.dev {
+            crate::init::check_dev(&settings)?;
+        }
+        let started: Vec<&str> = SERVICES.into_iter().filter(|s| wanted(s)).collect();
+        let init = crate::init::Init::read(&settings, &started)?;
         let listeners = [
             Some(&settings.admin.limits),
             wanted(LiveService::NAME).then_some(&settings.live.limits),
@@ -84,8 +89,11 @@ impl Application {
             .with_seal_key_file(settings.seal_key_file.clone());
         // `/readyz` names every service it waits for from its first answer on.
         let ready = platform.readiness();
-        for name in SERVICES.into_iter().filter(|s| wanted(s)) {
+        for name in &started {
             ready.wait_for(name);
+        }
+        if let Some(init) = &init {
+            init.hold(&ready);
         }
         if let Some(tls) = &tls {
             tls.reload_on_hangup(platform.shutdown_token())?;
@@ -114,8 +122,7 @@ impl Application {
             );
         }
         let observed = std::sync::Arc::new(observed);
-        let running: Vec<&str> = SERVICES.into_iter().filter(|s| wanted(s)).collect();
-        let platform = platform.open_router(kep_console::routes(&running, &messaging_zone));
+        let platform = platform.open_router(kep_console::routes(&started, &messaging_zone));
         let platform = platform.open_route(
             "/metrics",
             get(move || async move {
@@ -131,6 +138,7 @@ impl Application {
         );
         // Only once every listener is bound: a start that fails on a busy port leaves no
         // token of its own behind.
+        crate::init::dev_token_file(&data_dir, settings.dev, settings.admin.token.as_deref())?;
         let (token, generated) =
             listener::operator_token(&data_dir, settings.admin.token.as_deref())?;
         if generated {
@@ -150,6 +158,12 @@ impl Application {
         let running = platform.serve(&token);
         let addresses: BTreeMap<&str, _> = running.addresses().clone();
         listener::write_addresses(&data_dir, &addresses, &running.local_urls())?;
+        if let Some(init) = init {
+            init.apply(&running, &ready).await?;
+        }
+        if settings.dev {
+            crate::init::print_dev(&token, settings.log_format);
+        }
         let console = format!("{}/console", running.url("admin"));
         match settings.log_format {
             crate::serve::LogFormat::Text => println!("console: {console}"),

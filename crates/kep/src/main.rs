@@ -2,6 +2,8 @@
 
 mod app;
 mod cli;
+mod declaration;
+mod init;
 mod model_server;
 mod serve;
 
@@ -38,6 +40,9 @@ enum Command {
     Adapter(cli::adapter::AdapterArgs),
     /// The text-message sending API: tokens, sends, uploads, results, search.
     Msg(cli::msg::MsgArgs),
+    /// Create or change what a TOML file declares (live services, org login types,
+    /// messaging clients): `kep apply -f kep.toml`.
+    Apply(cli::apply::ApplyArgs),
     /// The model-serving management API: images, models, endpoints, deployments, traffic.
     Serving(cli::serving::ServingArgs),
     /// The platform at a glance: rooms, DRM sessions, the message queue, deployments, the
@@ -106,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args, cli.data_dir)),
+        Command::Apply(args) => runtime.block_on(cli::apply::run(args.at(data_dir()))),
         Command::Live(args) => runtime.block_on(cli::live::run(args.at(data_dir()))),
         Command::Adapter(args) => runtime.block_on(cli::adapter::run(args.at(data_dir()))),
         Command::Msg(args) => runtime.block_on(cli::msg::run(args.at(data_dir()))),

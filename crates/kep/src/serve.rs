@@ -82,6 +82,15 @@ pub struct ServeArgs {
     /// text or json [KEP_LOG_FORMAT].
     #[arg(long)]
     log_format: Option<LogFormat>,
+    /// A TOML file of declared resources applied at start, before /readyz turns ready (as
+    /// `kep apply -f` applies it) [KEP_INIT].
+    #[arg(long)]
+    init: Option<PathBuf>,
+    /// Fixed development credentials (operator token dev-operator-token, live service dev,
+    /// org login type 1, messaging client dev), printed at start; refused unless every
+    /// listener is on a loopback address [KEP_DEV].
+    #[arg(long)]
+    dev: bool,
     /// Every listener speaks HTTPS with this certificate chain (PEM) [KEP_TLS_CERT].
     #[arg(long)]
     tls_cert: Option<PathBuf>,
@@ -124,6 +133,11 @@ pub struct Settings {
     /// Moves the listeners still on their default addresses (`--port-base`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port_base: Option<u16>,
+    /// Declared resources applied at start (`--init`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init: Option<PathBuf>,
+    /// Development mode (`--dev`).
+    pub dev: bool,
     pub admin: AdminSettings,
     pub live: LiveSettings,
     pub adapter: AdapterSettings,
@@ -158,6 +172,8 @@ impl Default for Settings {
             log_format: LogFormat::Text,
             only: None,
             port_base: None,
+            init: None,
+            dev: false,
             admin: AdminSettings::default(),
             live: LiveSettings::default(),
             adapter: AdapterSettings::default(),
@@ -263,6 +279,12 @@ impl ServeArgs {
         }
         if let Some(f) = self.log_format {
             o.push(("log_format".into(), Value::serialize(f)?));
+        }
+        if let Some(f) = &self.init {
+            o.push(("init".into(), path(f)));
+        }
+        if self.dev {
+            o.push(("dev".into(), Value::from(true)));
         }
         if let Some(f) = &self.tls_cert {
             o.push(("tls.cert_file".into(), path(f)));

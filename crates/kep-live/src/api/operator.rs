@@ -72,7 +72,7 @@ pub(crate) fn router(live: LiveService) -> Router {
 )]
 pub struct LiveAdminDoc;
 
-fn valid_service_id(id: &str) -> bool {
+pub(crate) fn valid_service_id(id: &str) -> bool {
     (1..=64).contains(&id.len())
         && id
             .bytes()
@@ -302,7 +302,7 @@ pub(crate) async fn inactivate(
 }
 
 /// A receiver's URL: `http://` or `https://` with a host, at most 2,048 characters.
-fn check_webhook_url(url: &str) -> Result<(), LiveError> {
+pub(crate) fn check_webhook_url(url: &str) -> Result<(), LiveError> {
     let fine = url.len() <= 2048
         && reqwest::Url::parse(url)
             .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());

@@ -77,9 +77,11 @@ pub(crate) async fn create_client(
     if req.name.as_ref().is_some_and(|n| n.chars().count() > 100) {
         return Err(MessagingError::invalid("name", "at most 100 characters").into());
     }
-    let id_chars =
-        |id: &String| (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric());
-    if req.client_id.as_ref().is_some_and(|id| !id_chars(id)) {
+    if req
+        .client_id
+        .as_deref()
+        .is_some_and(|id| !crate::clients::valid_client_id(id))
+    {
         return Err(MessagingError::invalid("client_id", "1 to 64 letters and digits").into());
     }
     let secret = kep_core::secret::given_or_new(req.client_secret)

@@ -2,6 +2,7 @@
 //! `kep smsc`, an SMSC to try carriers with.
 
 pub mod adapter;
+pub mod apply;
 pub mod events;
 pub mod live;
 pub mod msg;
@@ -135,6 +136,7 @@ macro_rules! with_common {
 
 with_common!(
     adapter::AdapterArgs,
+    apply::ApplyArgs,
     events::EventsArgs,
     live::LiveArgs,
     msg::MsgArgs,

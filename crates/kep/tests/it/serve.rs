@@ -5,6 +5,7 @@ mod batching;
 mod browser;
 mod carriers;
 mod data_dir;
+mod declared;
 mod documents;
 mod every_instance;
 mod first_hour;

@@ -303,9 +303,18 @@ impl Jasmin {
         }
     }
 
-    /// Waits (up to 20 s) for the message Jasmin calls `message_id`.
+    /// Waits (up to 20 s) for the message Jasmin calls `message_id`, every part of it: a
+    /// long one's parts are submitted one by one.
     pub async fn wait_message(&self, message_id: &str) -> JasminSubmit {
-        self.wait_received(|s| s.message_id == message_id).await
+        self.wait_received(|s| {
+            let parts = s
+                .pdus
+                .first()
+                .and_then(|p| p.concat())
+                .map_or(1, |c| c.total as usize);
+            s.message_id == message_id && s.pdus.len() >= parts
+        })
+        .await
     }
 
     /// The temp dir with Jasmin's configuration and logs.
