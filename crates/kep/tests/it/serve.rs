@@ -4,6 +4,7 @@ mod adapter;
 mod batching;
 mod browser;
 mod carriers;
+mod container_image;
 mod data_dir;
 mod declared;
 mod documents;

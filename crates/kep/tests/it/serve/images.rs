@@ -5,7 +5,7 @@
 use crate::common::{StopsGracefully, cli, cli_fails, port0, serve, wait_available};
 
 #[path = "../../../../kep-serving/tests/it/podman.rs"]
-mod podman;
+pub(super) mod podman;
 
 #[test]
 fn engine_images_are_created_by_reference_and_archive_and_listed() {
