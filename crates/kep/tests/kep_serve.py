@@ -29,17 +29,19 @@ def until(what, check, timeout=30.0):
 
 
 @contextlib.contextmanager
-def serving(kep, *args, **env):
-    """`kep serve` with every listener on a free port, `env` added to its environment:
-    yields (its environment, its addresses by listener); stopped by SIGTERM on the way out."""
+def serving(kep, *args, host="127.0.0.1", **env):
+    """`kep serve` with every listener on a free port of `host`, `env` added to its
+    environment: yields (its environment, its URLs by listener, `https` where it speaks
+    TLS); stopped by SIGTERM on the way out."""
     data = tempfile.mkdtemp()
     env = dict(os.environ, KEP_DATA_DIR=data, KEP_LOG="warn", **env)
-    ports = [a for listener in LISTENERS for a in (f"--{listener}-addr", "127.0.0.1:0")]
+    ports = [a for listener in LISTENERS for a in (f"--{listener}-addr", f"{host}:0")]
     server = subprocess.Popen([kep, "serve", *args, *ports], env=env, stdout=subprocess.DEVNULL)
     try:
+        # urls.json is written before addresses.json.
         path = os.path.join(data, "addresses.json")
-        addrs = until("kep serve starts", lambda: os.path.exists(path) and json.load(open(path)))
-        yield env, {name: f"http://{addr}" for name, addr in addrs.items()}
+        until("kep serve starts", lambda: os.path.exists(path))
+        yield env, json.load(open(os.path.join(data, "urls.json")))
     finally:
         server.terminate()
         server.wait()

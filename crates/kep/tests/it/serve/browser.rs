@@ -14,13 +14,18 @@ use crate::common::KEP;
 /// Runs `tests/<script>` (a Python script driving Chromium) against kep in a network
 /// namespace of its own with only `lo`: the JSON lines it printed, once it succeeded.
 fn in_a_namespace(script: &str) -> Vec<Value> {
+    in_a_namespace_with(script, "true")
+}
+
+/// [`in_a_namespace`], after `setup` (shell) has made the namespace's other links.
+fn in_a_namespace_with(script: &str, setup: &str) -> Vec<Value> {
     let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("unshare")
         .args([
             "-n",
             "sh",
             "-c",
-            r#"ip link set lo up && exec python3 "$0" "$1""#,
+            &format!(r#"ip link set lo up && {setup} && exec python3 "$0" "$1""#),
         ])
         .args([script.as_str(), KEP])
         .output()
@@ -36,6 +41,27 @@ fn in_a_namespace(script: &str) -> Vec<Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// A browser grants the camera to a page of another machine only over https: Chromium, in a
+/// namespace with a veth pair (10.77.0.1, 10.77.0.2), opens the demo page of a kep on
+/// 10.77.0.1 with `--tls-self-signed` (its CA trusted as a user trusts one), publishes its
+/// fake camera over WHIP and the participant socket over `wss`, and a second page shows it.
+#[test]
+fn chromium_publishes_over_https_from_an_address_not_loopback() {
+    let veth = "ip link add kep0 type veth peer name kep1 \
+                && ip addr add 10.77.0.1/24 dev kep0 && ip addr add 10.77.0.2/24 dev kep1 \
+                && ip link set kep0 up && ip link set kep1 up";
+    let events = in_a_namespace_with("browser_tls.py", veth);
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(names, ["urls", "secure context", "published", "decoding"]);
+    assert_eq!(
+        events[0]["live"]
+            .as_str()
+            .map(|u| u.starts_with("https://10.77.0.1:")),
+        Some(true)
+    );
+    assert_eq!(events[1]["secure"], true);
 }
 
 #[test]
