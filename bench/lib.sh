@@ -68,13 +68,13 @@ wait_for_quiet() {
   done
 }
 
-# kep_url DATA_DIR LISTENER → http://ADDRESS of that listener, once `kep serve --data-dir
-# DATA_DIR` has written its addresses.
+# kep_url DATA_DIR LISTENER → the URL of that listener (https where it speaks TLS), once
+# `kep serve --data-dir DATA_DIR` has written its addresses.
 kep_url() {
   local f=$1/addresses.json
   for _ in $(seq 200); do [ -s "$f" ] && break; sleep 0.1; done
   [ -s "$f" ] || { echo "kep serve on $1 did not start" >&2; exit 1; }
-  echo "http://$(jq -r ".$2" "$f")"
+  jq -r ".$2" "$1/urls.json"
 }
 
 # deployment_when ADMIN ENDPOINT DEPLOYMENT JQ_CONDITION → the deployment, once the condition
@@ -112,24 +112,27 @@ end
 LUA
 }
 
-# Starts `kep serve --only live,messaging` on port 0 with its data in $DATA, then makes an
-# API client (its token exported as TOKEN) and the live service `bench`. Sets SERVER,
-# ADMIN, LIVE, MSG, OP (the operator token) and SVC (the service's secrets, JSON).
+# Starts `kep serve --only live,messaging` on port 0 with its data in $DATA (the arguments
+# given go to it too: `--tls-self-signed`), then makes an API client (its token exported as
+# TOKEN) and the live service `bench`. Sets SERVER, ADMIN, LIVE, MSG (https where the
+# listener speaks TLS; the admin listener stays plain), CA (the data dir's, for curl), OP
+# (the operator token) and SVC (the service's secrets, JSON).
 serve_live_messaging() {
-  KEP_LOG=warn KEP_SIMULATOR_DELAY_MS=200 "$KEP" serve --data-dir "$DATA" --only live,messaging \
-    --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 --media-addr 127.0.0.1:0 \
-    --messaging-addr 127.0.0.1:0 >/dev/null 2>&1 &
+  KEP_LOG=warn KEP_SIMULATOR_DELAY_MS=200 KEP_ADMIN_TLS=false "$KEP" serve --data-dir "$DATA" \
+    --only live,messaging --admin-addr 127.0.0.1:0 --live-addr 127.0.0.1:0 \
+    --media-addr 127.0.0.1:0 --messaging-addr 127.0.0.1:0 "$@" >/dev/null 2>&1 &
   SERVER=$!
   pids+=("$SERVER")
-  for _ in $(seq 100); do [ -f "$DATA/addresses.json" ] && break; sleep 0.1; done
-  ADMIN=http://$(jq -r .admin "$DATA/addresses.json")
-  LIVE=http://$(jq -r .live "$DATA/addresses.json")
-  MSG=http://$(jq -r .messaging "$DATA/addresses.json")
+  ADMIN=$(kep_url "$DATA" admin)
+  LIVE=$(kep_url "$DATA" live)
+  MSG=$(kep_url "$DATA" messaging)
+  CA=()
+  [ -f "$DATA/tls/ca.pem" ] && CA=(--cacert "$DATA/tls/ca.pem")
   OP=$(cat "$DATA/admin-token")
   local c
   c=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' \
     "$ADMIN/admin/v1/messaging/clients" -d '{}')
-  TOKEN=$(curl -sf -u "$(jq -r .client_id <<<"$c"):$(jq -r .client_secret <<<"$c")" \
+  TOKEN=$(curl -sf "${CA[@]}" -u "$(jq -r .client_id <<<"$c"):$(jq -r .client_secret <<<"$c")" \
     -d grant_type=client_credentials "$MSG/v2/oauth/token" | jq -r .access_token)
   export TOKEN
   SVC=$(curl -sf -XPOST -H "Authorization: Bearer $OP" -H 'content-type: application/json' \

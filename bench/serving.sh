@@ -6,6 +6,8 @@
 #   bench/serving.sh                       # needs wrk, nginx, jq, curl, taskset
 #   DURATION=10s ROUNDS=2 LAT_DURATION=10s bench/serving.sh
 #   PERF=1 bench/serving.sh                # also `perf record` kep in each layout's first kep run
+#   TLS=1 bench/serving.sh                 # kep and nginx terminate TLS (one ECDSA P-256
+#                                          # certificate), and new-handshake rates are measured
 #
 # Two layouts, each with its own kep, nginx and upstream:
 #   pinned: the proxy alone on CPU 1 (kep with one tokio worker, nginx with worker_processes
@@ -25,6 +27,7 @@ LAT_CONNS=${LAT_CONNS:-1}
 LAYOUTS=${LAYOUTS:-pinned shared}
 NGINX=${NGINX:-/usr/sbin/nginx}
 PERF=${PERF:-0}
+TLS=${TLS:-0}
 
 source bench/lib.sh
 bench_init kep kep-bench
@@ -36,7 +39,7 @@ measure() {
   [ -n "$cpus" ] && pin=(taskset -c "$cpus")
   t0=$(cpu_ticks "$@")
   out=$("${pin[@]}" wrk -t"$threads" -c"$conns" -d"$dur" --latency -s "$WORK/post.lua" \
-    -H "Authorization: Bearer $KEY" "$url" | awk "$WRK_AWK")
+    -H "Authorization: Bearer $KEY" "${WRK_ARGS[@]}" "$url" | awk "$WRK_AWK")
   t1=$(cpu_ticks "$@")
   read -r rps p50 p99 n <<<"$out"
   local cpu=-
@@ -54,6 +57,20 @@ wrk.headers["Content-Type"] = "application/json"
 LUA
 RESULTS=$WORK/results
 : >"$RESULTS"
+WRK_ARGS=()
+# TLS: one certificate for kep and nginx; the admin listener stays plain for the setup.
+KEP_TLS=() NGINX_SSL="" SCHEME=http CURL_TLS=()
+if [ "$TLS" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+    -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+  KEP_TLS=(--tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
+  NGINX_SSL=" ssl;
+    ssl_certificate $WORK/cert.pem;
+    ssl_certificate_key $WORK/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3"
+  SCHEME=https CURL_TLS=(--cacert "$WORK/cert.pem")
+fi
 
 echo "== machine: $(machine), $($NGINX -v 2>&1 | cut -d' ' -f3)"
 wait_for_quiet
@@ -70,7 +87,8 @@ run_layout() {
   mkdir -p "$data/nginx"
 
   # kep, its upstream instance
-  env "${kep_env[@]}" KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator "${pin_proxy[@]}" "$KEP" serve \
+  env "${kep_env[@]}" KEP_LOG=warn KEP_ADMIN_TOKEN=bench-operator KEP_ADMIN_TLS=false \
+    "${pin_proxy[@]}" "$KEP" serve "${KEP_TLS[@]}" \
     --only serving --data-dir "$data/kep" --admin-addr 127.0.0.1:0 --gateway-addr 127.0.0.1:0 \
     >"$data/kep.log" 2>&1 &
   local kep_pid=$!
@@ -117,7 +135,7 @@ http {
     keepalive_requests 1000000;
   }
   server {
-    listen 127.0.0.1:$nport;
+    listen 127.0.0.1:$nport$NGINX_SSL;
     location /endpoints/bench/ {
       if (\$http_authorization != "Bearer $KEY") { return 401; }
       proxy_pass http://instance/;
@@ -133,10 +151,10 @@ NGINX
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$nport") 2>/dev/null && break; sleep 0.1; done
 
   local direct_url="http://127.0.0.1:$port/v1/predict"
-  local nginx_url="http://127.0.0.1:$nport/endpoints/bench/v1/predict"
+  local nginx_url="$SCHEME://127.0.0.1:$nport/endpoints/bench/v1/predict"
   local kep_url="$gateway/endpoints/bench/v1/predict"
   for u in "$direct_url" "$nginx_url" "$kep_url"; do
-    curl -sf -XPOST -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
+    curl -sf "${CURL_TLS[@]}" -XPOST -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
       -d '{"inputs":[[1.0,2.0,3.0,4.0]]}' "$u" >/dev/null || { echo "no answer from $u" >&2; exit 1; }
   done
   sleep 0.5 # the master listens before it forks its workers
@@ -163,6 +181,16 @@ NGINX
         | grep -v '^#' | grep -v '^$' | head -60 >"$data/perf.txt" || true
     fi
   done
+  if [ "$TLS" = 1 ]; then
+    # A new connection, so a full handshake, for each call: wrk resumes no session.
+    echo "   new handshakes: wrk -t$threads -c$CONNS -d$DURATION, Connection: close"
+    WRK_ARGS=(-H "Connection: close")
+    for r in $(seq "$ROUNDS"); do
+      measure nginx-hs "$nginx_url" "$threads" "$CONNS" "$DURATION" "$load_cpus" "${nginx_all[@]}"
+      measure kep-hs "$kep_url" "$threads" "$CONNS" "$DURATION" "$load_cpus" "$kep_pid"
+    done
+    WRK_ARGS=()
+  fi
   echo "   latency: wrk -t1 -c$LAT_CONNS -d$LAT_DURATION --latency"
   measure direct "$direct_url" 1 "$LAT_CONNS" "$LAT_DURATION" "$load_cpus"
   measure nginx "$nginx_url" 1 "$LAT_CONNS" "$LAT_DURATION" "$load_cpus" "${nginx_all[@]}"
@@ -181,6 +209,9 @@ awk -v conns="$CONNS" -v lconns="$LAT_CONNS" '
     for (l in layouts) {
       printf "   %s: kep/nginx throughput %.2f (kep %.0f, nginx %.0f, direct %.0f req/s mean)\n", l,
         rps[l, "kep"] / rps[l, "nginx"], rps[l, "kep"] / n[l, "kep"], rps[l, "nginx"] / n[l, "nginx"], rps[l, "direct"] / n[l, "direct"]
+      if (n[l, "kep-hs"])
+        printf "     new handshakes: kep/nginx %.2f (kep %.0f, nginx %.0f per s mean)\n",
+          rps[l, "kep-hs"] / rps[l, "nginx-hs"], rps[l, "kep-hs"] / n[l, "kep-hs"], rps[l, "nginx-hs"] / n[l, "nginx-hs"]
       printf "     c=%s  p99 added: kep %+.0f, nginx %+.0f (mean p99 kep %.0f, nginx %.0f, direct %.0f)\n", conns,
         (p99[l, "kep"] - p99[l, "direct"]) / n[l, "kep"], (p99[l, "nginx"] - p99[l, "direct"]) / n[l, "nginx"],
         p99[l, "kep"] / n[l, "kep"], p99[l, "nginx"] / n[l, "nginx"], p99[l, "direct"] / n[l, "direct"]

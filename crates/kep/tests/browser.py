@@ -15,7 +15,7 @@ import urllib.request
 
 from playwright.sync_api import sync_playwright
 
-from kep_serve import emit, serving, until
+from kep_serve import emit, publish_and_show, serving, until
 
 KEP = sys.argv[1]
 
@@ -47,21 +47,7 @@ def run(env, urls):
             # Every simulcast layer asked for, whatever the camera's size (Chromium keeps
             # two of three below 960x540, and the fake camera is 640x480).
             "--force-fieldtrials=WebRTC-LegacySimulcastLayerLimit/Disabled/"])
-        alice = browser.new_page()
-        alice.goto(f"{live}/demo?token={token('alice')}")
-        stream_id = until("alice publishes", lambda: alice.evaluate(
-            "window.kep.error ? 'error: ' + window.kep.error : window.kep.published?.streamId"))
-        if isinstance(stream_id, str):
-            emit("failed", step="alice publishes", why=stream_id)
-            sys.exit(1)
-        emit("published", streamId=stream_id)
-        bob = browser.new_page()
-        bob.goto(f"{live}/demo?token={token('bob')}&publish=0")
-        frames = until("bob decodes alice's video",
-                       lambda: (n := bob.evaluate("window.kep.framesDecoded()")) > 30 and n)
-        # Each tile is captioned with whose video it is.
-        tiles = bob.locator("#videos figure.tile figcaption").all_inner_texts()
-        emit("decoding", frames=frames, tiles=tiles)
+        alice, bob, stream_id = publish_and_show(browser, live, token)
         listing = cli(env, "participants", "stage")
         emit("listed", participants=listing["participants"])
 

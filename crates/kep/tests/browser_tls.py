@@ -18,7 +18,7 @@ import urllib.request
 
 from playwright.sync_api import sync_playwright
 
-from kep_serve import emit, serving, until
+from kep_serve import emit, publish_and_show, serving, until
 
 KEP = sys.argv[1]
 HOST = "10.77.0.1"
@@ -60,24 +60,16 @@ def run(env, urls, ca, home):
             env=dict(os.environ, HOME=home),
             args=["--no-sandbox", "--use-fake-device-for-media-stream",
                   "--use-fake-ui-for-media-stream"])
-        alice = browser.new_page()
-        alice.goto(f"{live}/demo?token={token('alice')}")
-        secure = alice.evaluate("window.isSecureContext && !!navigator.mediaDevices")
-        emit("secure context", secure=secure, origin=alice.evaluate("location.origin"))
+        # The page alone first: is it a secure context (else no camera)?
+        page = browser.new_page()
+        page.goto(f"{live}/demo?token={token('carol')}&publish=0")
+        secure = page.evaluate("window.isSecureContext && !!navigator.mediaDevices")
+        emit("secure context", secure=secure, origin=page.evaluate("location.origin"))
         if not secure:
             emit("failed", step="the page is a secure context")
             sys.exit(1)
-        stream_id = until("alice publishes", lambda: alice.evaluate(
-            "window.kep.error ? 'error: ' + window.kep.error : window.kep.published?.streamId"))
-        if isinstance(stream_id, str):
-            emit("failed", step="alice publishes", why=stream_id)
-            sys.exit(1)
-        emit("published", streamId=stream_id)
-        bob = browser.new_page()
-        bob.goto(f"{live}/demo?token={token('bob')}&publish=0")
-        frames = until("bob decodes alice's video",
-                       lambda: (n := bob.evaluate("window.kep.framesDecoded()")) > 30 and n)
-        emit("decoding", frames=frames)
+        page.close()
+        publish_and_show(browser, live, token)
         browser.close()
 
 

@@ -45,3 +45,25 @@ def serving(kep, *args, host="127.0.0.1", **env):
     finally:
         server.terminate()
         server.wait()
+
+
+def publish_and_show(browser, live, token):
+    """alice publishes Chromium's fake camera on the demo page at `live`, and bob's page
+    shows it (`token(who)` mints their join tokens): (alice's page, bob's page, the stream
+    id), after emitting `published` and `decoding`."""
+    alice = browser.new_page()
+    alice.goto(f"{live}/demo?token={token('alice')}")
+    stream_id = until("alice publishes", lambda: alice.evaluate(
+        "window.kep.error ? 'error: ' + window.kep.error : window.kep.published?.streamId"))
+    if isinstance(stream_id, str):
+        emit("failed", step="alice publishes", why=stream_id)
+        sys.exit(1)
+    emit("published", streamId=stream_id)
+    bob = browser.new_page()
+    bob.goto(f"{live}/demo?token={token('bob')}&publish=0")
+    frames = until("bob decodes alice's video",
+                   lambda: (n := bob.evaluate("window.kep.framesDecoded()")) > 30 and n)
+    # Each tile is captioned with whose video it is.
+    tiles = bob.locator("#videos figure.tile figcaption").all_inner_texts()
+    emit("decoding", frames=frames, tiles=tiles)
+    return alice, bob, stream_id

@@ -135,6 +135,16 @@ fn read_available(out: ChildStdout) -> String {
     text
 }
 
+/// A free port on 127.0.0.1, for a test's own server (an agent, a receiver, a container's
+/// published port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Every listener on a free port (`addresses.json` says which).
 pub fn port0() -> Vec<&'static str> {
     vec!["--port-base", "0"]

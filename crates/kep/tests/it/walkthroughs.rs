@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{KEP, serve};
+use crate::common::{KEP, free_port, serve};
 
 /// The blocks of walk-through `name`, in order; a block indented in a list item loses its
 /// indent.
@@ -30,15 +30,6 @@ fn blocks(readme: &str, name: &str) -> Vec<String> {
         }
     }
     found
-}
-
-/// A free port on 127.0.0.1, for a walk-through's own server (an agent, a receiver).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Runs walk-through `name` against `kep serve`, whose variables `in_folder` name files in

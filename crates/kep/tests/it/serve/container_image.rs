@@ -8,15 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::images::podman::Podman;
-use crate::common::{KEP, eventually_blocking};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::common::{KEP, eventually_blocking, free_port};
 
 /// `kep ARGS` as a user on the host would call the container: the operator token and the
 /// URLs in the environment; its answer as JSON.
