@@ -14,10 +14,23 @@ pub struct ApplyRequest {
     /// `{"live": {"services": [...]}, "adapter": {"org_login_types": [...]}, "messaging":
     /// {"clients": [...]}}`.
     #[schema(value_type = Object)]
+    #[serde(deserialize_with = "object")]
     pub declaration: serde_json::Map<String, serde_json::Value>,
     /// Also deletes what the declaration does not name, of the kinds it names.
     #[serde(default)]
     pub prune: bool,
+}
+
+/// A JSON object, and nothing else (`null` is no declaration).
+fn object<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<serde_json::Map<String, serde_json::Value>, D::Error> {
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Object(map) => Ok(map),
+        other => Err(serde::de::Error::custom(format!(
+            "an object of sections (live, adapter, messaging), not {other}"
+        ))),
+    }
 }
 
 /// What an apply did, object by object: section by section (live, adapter, messaging), each
