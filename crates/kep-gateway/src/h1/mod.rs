@@ -384,7 +384,11 @@ impl Session {
 
     /// Writes out what is gathered for the caller.
     async fn flush(&mut self) -> bool {
-        let written = self.io.stream().write_all(&self.out).await.is_ok();
+        let stream = self.io.stream();
+        // Flushed too: over TLS, what the socket did not take at once waits in the session
+        // until then (over plain TCP it is a no-op).
+        let written =
+            stream.write_all(&self.out).await.is_ok() && stream.flush().await.is_ok();
         self.out.clear();
         written
     }
