@@ -147,6 +147,11 @@ fn messaging() {
 }
 
 #[test]
+fn declared() {
+    walk("declared", &[], &[]);
+}
+
+#[test]
 fn serving() {
     walk(
         "serving",
