@@ -85,7 +85,8 @@ pub fn check_dev(settings: &Settings) -> anyhow::Result<()> {
 }
 
 /// The operator token file under `--dev`: the dev token, so that the CLI finds it as it
-/// finds a generated one. A later start without `--dev` does not inherit it: the file is
+/// finds a generated one (a token `KEP_ADMIN_TOKEN` sets is the caller's, and not written
+/// down). A later start without `--dev` does not inherit the dev token: the file is
 /// removed, and a token generated anew.
 pub fn dev_token_file(
     data_dir: &std::path::Path,
@@ -93,9 +94,8 @@ pub fn dev_token_file(
     configured: Option<&str>,
 ) -> anyhow::Result<()> {
     let path = data_dir.join("admin-token");
-    if dev {
-        let token = configured.unwrap_or(DEV_TOKEN);
-        kep_core::private::write(&path, token.as_bytes())
+    if dev && configured.is_none() {
+        kep_core::private::write(&path, DEV_TOKEN.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
     } else if std::fs::read_to_string(&path).is_ok_and(|t| t.trim() == DEV_TOKEN) {
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;

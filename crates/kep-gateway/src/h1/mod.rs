@@ -387,8 +387,7 @@ impl Session {
         let stream = self.io.stream();
         // Flushed too: over TLS, what the socket did not take at once waits in the session
         // until then (over plain TCP it is a no-op).
-        let written =
-            stream.write_all(&self.out).await.is_ok() && stream.flush().await.is_ok();
+        let written = stream.write_all(&self.out).await.is_ok() && stream.flush().await.is_ok();
         self.out.clear();
         written
     }
