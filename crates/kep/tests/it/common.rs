@@ -200,9 +200,16 @@ pub fn msg_send(srv: &Server, cid: &str, text: &str) -> Value {
 }
 
 pub fn cli(srv: &Server, args: &[&str]) -> Value {
+    let data_dir = srv.data_dir.display().to_string();
+    cli_with(&[("KEP_DATA_DIR", data_dir)], args)
+}
+
+/// `kep ARGS` with `env` added (the data dir, or the URLs and token of a server elsewhere),
+/// which must succeed: its answer as JSON.
+pub fn cli_with(env: &[(&str, String)], args: &[&str]) -> Value {
     let out = Command::new(KEP)
         .args(args)
-        .env("KEP_DATA_DIR", &srv.data_dir)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap();
     assert!(

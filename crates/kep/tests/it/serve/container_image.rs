@@ -4,27 +4,10 @@
 //! healthy through its `HEALTHCHECK`, runs as a user of its own, serves a provision and a
 //! message send to the host, and keeps its data across a restart.
 
-use std::process::Command;
 use std::time::Duration;
 
 use super::images::podman::Podman;
-use crate::common::{KEP, eventually_blocking, free_port};
-
-/// `kep ARGS` as a user on the host would call the container: the operator token and the
-/// URLs in the environment; its answer as JSON.
-fn kep(env: &[(&str, String)], args: &[&str]) -> serde_json::Value {
-    let out = Command::new(KEP)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kep {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use crate::common::{KEP, cli_with, eventually_blocking, free_port};
 
 #[test]
 fn the_image_serves_the_host_as_a_user_of_its_own_and_keeps_its_data() {
@@ -106,8 +89,8 @@ fn the_image_serves_the_host_as_a_user_of_its_own_and_keeps_its_data() {
             format!("http://127.0.0.1:{}", ports[2]),
         ),
     ];
-    let svc = kep(&env, &["live", "service", "create", "--id", "boxed"]);
-    let provisioned = kep(
+    let svc = cli_with(&env, &["live", "service", "create", "--id", "boxed"]);
+    let provisioned = cli_with(
         &env,
         &[
             "live",
@@ -121,16 +104,16 @@ fn the_image_serves_the_host_as_a_user_of_its_own_and_keeps_its_data() {
         ],
     );
     assert_eq!(provisioned["api"], live_url.as_str());
-    let client = kep(&env, &["msg", "client", "--name", "boxed"]);
+    let client = cli_with(&env, &["msg", "client", "--name", "boxed"]);
     let (id, secret) = (
         client["client_id"].as_str().unwrap(),
         client["client_secret"].as_str().unwrap(),
     );
-    kep(
+    cli_with(
         &env,
         &["msg", "token", "--client-id", id, "--client-secret", secret],
     );
-    let sent = kep(
+    let sent = cli_with(
         &env,
         &[
             "msg",
@@ -153,6 +136,6 @@ fn the_image_serves_the_host_as_a_user_of_its_own_and_keeps_its_data() {
     engine.run(&["rm", "kep"]);
     run("kep2");
     healthy("kep2");
-    let services = kep(&env, &["live", "service", "list"]);
+    let services = cli_with(&env, &["live", "service", "list"]);
     assert_eq!(services, serde_json::json!(["boxed"]));
 }
